@@ -1,0 +1,27 @@
+//! tapflow's wire formats: pure views and encoders over bytes.
+//!
+//! Nothing here performs I/O, allocates on the packet path or uses `unsafe`. Every parser takes
+//! untrusted bytes and returns an error instead of panicking.
+#![forbid(unsafe_code)]
+
+pub mod linktype;
+pub mod record;
+
+// Packet views (one file per protocol).
+pub mod checksum;
+pub mod ethernet;
+pub mod icmp;
+pub mod ipv4;
+pub mod ipv6;
+pub mod link;
+pub mod tcp;
+pub mod udp;
+pub mod build;
+
+// Capture files.
+pub mod capfile;
+pub mod pcap;
+pub mod pcapng;
+
+pub use linktype::LinkType;
+pub use record::{ControlField, Flags, TsSource, Direction};

@@ -1,0 +1,428 @@
+//! The header record: the paper's 16-byte control field followed by the first `caplen` bytes of
+//! a packet, padded to a multiple of 8 bytes.
+//!
+//! ```text
+//!  0                   1                   2                   3
+//!  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! |                    rxtime (ns since 1970, high)               |
+//! |                    rxtime (ns since 1970, low)                |
+//! |            flags              |            caplen             |
+//! |            cksum              |              len              |
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! |      caplen bytes of the packet, then 0-7 zero bytes of pad   |
+//! ```
+//!
+//! All fields are big-endian. `docs/wire-formats.md` describes every bit of `flags`.
+
+/// Length of the control field in bytes.
+pub const CONTROL_LEN: usize = 16;
+
+/// Records are padded to this alignment.
+pub const RECORD_ALIGN: usize = 8;
+
+/// Largest `caplen` a record can carry.
+pub const MAX_CAPLEN: usize = u16::MAX as usize;
+
+/// Total length of a record carrying `caplen` packet bytes, padding included.
+#[inline]
+pub const fn record_len(caplen: usize) -> usize {
+    (CONTROL_LEN + caplen + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1)
+}
+
+/// Where a record's timestamp came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TsSource {
+    /// Copied from a capture file.
+    File,
+    /// The kernel's software receive time (`TP_STATUS_TS_SOFTWARE`).
+    Kernel,
+    /// The NIC's clock (`TP_STATUS_TS_RAW_HARDWARE`, via `SO_TIMESTAMPING`).
+    Hardware,
+    /// Reserved value 3.
+    Reserved,
+}
+
+/// Which way a packet crossed the capture interface (from `sll_pkttype`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Not known (files without `epb_flags`).
+    Unknown,
+    /// Received by the interface.
+    Inbound,
+    /// Sent by this host (`PACKET_OUTGOING`).
+    Outbound,
+    /// Reserved value 3.
+    Reserved,
+}
+
+/// The control field's `flags` (the paper's `rsvd`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Flags(pub u16);
+
+impl Flags {
+    const TS_SOURCE_MASK: u16 = 0b11;
+    /// `cksum` is the 1's-complement sum of the whole IP packet (the packet was captured whole).
+    pub const CKSUM_WHOLE: u16 = 1 << 2;
+    /// The kernel or NIC validated the transport checksum (`TP_STATUS_CSUM_VALID`).
+    pub const CSUM_VALID: u16 = 1 << 3;
+    /// The checksum is not filled in yet: an outgoing packet with offload
+    /// (`TP_STATUS_CSUMNOTREADY`).
+    pub const CSUM_NOT_READY: u16 = 1 << 4;
+    const DIRECTION_SHIFT: u16 = 5;
+    const DIRECTION_MASK: u16 = 0b11 << 5;
+    /// The kernel had stripped an 802.1Q tag (`TP_STATUS_VLAN_VALID`); it was put back into the
+    /// captured bytes, and `caplen` and `len` include its 4 bytes.
+    pub const VLAN_RESTORED: u16 = 1 << 7;
+    /// The packet is larger than the interface MTU allows: merged by receive offload (GRO/LRO).
+    pub const OFFLOAD_MERGED: u16 = 1 << 8;
+    /// The original length exceeded 65535; `len` holds 65535.
+    pub const LEN_CLAMPED: u16 = 1 << 9;
+
+    /// The timestamp source.
+    #[inline]
+    pub const fn ts_source(self) -> TsSource {
+        match self.0 & Self::TS_SOURCE_MASK {
+            0 => TsSource::File,
+            1 => TsSource::Kernel,
+            2 => TsSource::Hardware,
+            _ => TsSource::Reserved,
+        }
+    }
+
+    /// These flags with the timestamp source replaced.
+    #[inline]
+    pub const fn with_ts_source(self, src: TsSource) -> Flags {
+        let v = match src {
+            TsSource::File => 0,
+            TsSource::Kernel => 1,
+            TsSource::Hardware => 2,
+            TsSource::Reserved => 3,
+        };
+        Flags((self.0 & !Self::TS_SOURCE_MASK) | v)
+    }
+
+    /// The direction.
+    #[inline]
+    pub const fn direction(self) -> Direction {
+        match (self.0 & Self::DIRECTION_MASK) >> Self::DIRECTION_SHIFT {
+            0 => Direction::Unknown,
+            1 => Direction::Inbound,
+            2 => Direction::Outbound,
+            _ => Direction::Reserved,
+        }
+    }
+
+    /// These flags with the direction replaced.
+    #[inline]
+    pub const fn with_direction(self, d: Direction) -> Flags {
+        let v: u16 = match d {
+            Direction::Unknown => 0,
+            Direction::Inbound => 1,
+            Direction::Outbound => 2,
+            Direction::Reserved => 3,
+        };
+        Flags((self.0 & !Self::DIRECTION_MASK) | (v << Self::DIRECTION_SHIFT))
+    }
+
+    /// Whether every bit of `bits` is set.
+    #[inline]
+    pub const fn contains(self, bits: u16) -> bool {
+        self.0 & bits == bits
+    }
+
+    /// These flags with `bits` set.
+    #[inline]
+    pub const fn with(self, bits: u16) -> Flags {
+        Flags(self.0 | bits)
+    }
+
+    /// The pcapng `epb_flags` word these flags map to (direction bits 0-1; checksum bits 9-10).
+    pub const fn epb_flags(self) -> u32 {
+        let mut w = match self.direction() {
+            Direction::Inbound => 0b01,
+            Direction::Outbound => 0b10,
+            _ => 0,
+        };
+        if self.contains(Self::CSUM_NOT_READY) {
+            w |= 1 << 9;
+        }
+        if self.contains(Self::CSUM_VALID) {
+            w |= 1 << 10;
+        }
+        if self.contains(Self::OFFLOAD_MERGED) {
+            w |= 1 << 11;
+        }
+        w
+    }
+}
+
+/// Why a record could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// Fewer than 16 bytes remain for the control field.
+    #[error("header record truncated: {have} bytes left, control field needs 16")]
+    ShortControl {
+        /// Bytes available.
+        have: usize,
+    },
+    /// `caplen` claims more bytes than remain.
+    #[error("header record claims caplen {caplen} but only {have} bytes follow the control field")]
+    ShortData {
+        /// The claimed caplen.
+        caplen: u16,
+        /// Bytes available after the control field.
+        have: usize,
+    },
+    /// `caplen` is larger than `len`.
+    #[error("header record caplen {caplen} exceeds its original length {len}")]
+    CaplenExceedsLen {
+        /// The claimed caplen.
+        caplen: u16,
+        /// The claimed original length.
+        len: u16,
+    },
+}
+
+/// The 16-byte control field that precedes every captured header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ControlField {
+    /// Arrival time in nanoseconds since the Unix epoch.
+    pub rxtime: u64,
+    /// Flags (the paper's `rsvd`).
+    pub flags: Flags,
+    /// Number of packet bytes that follow.
+    pub caplen: u16,
+    /// 1's-complement sum of the IP packet, valid when [`Flags::CKSUM_WHOLE`] is set, else 0.
+    pub cksum: u16,
+    /// Original length of the packet on the wire (65535 at most, see [`Flags::LEN_CLAMPED`]).
+    pub len: u16,
+}
+
+mod field {
+    use core::ops::Range;
+    pub const RXTIME: Range<usize> = 0..8;
+    pub const FLAGS: Range<usize> = 8..10;
+    pub const CAPLEN: Range<usize> = 10..12;
+    pub const CKSUM: Range<usize> = 12..14;
+    pub const LEN: Range<usize> = 14..16;
+}
+
+impl ControlField {
+    /// Builds a control field, clamping an original length over 65535 and setting
+    /// [`Flags::LEN_CLAMPED`].
+    #[inline]
+    pub fn new(rxtime: u64, flags: Flags, caplen: u16, cksum: u16, len: u32) -> ControlField {
+        let (len, flags) = if len > u16::MAX as u32 {
+            (u16::MAX, flags.with(Flags::LEN_CLAMPED))
+        } else {
+            (len as u16, flags)
+        };
+        ControlField { rxtime, flags, caplen, cksum, len }
+    }
+
+    /// Parses a control field from the first 16 bytes of `buf`.
+    #[inline]
+    pub fn parse(buf: &[u8]) -> Result<ControlField, RecordError> {
+        let Some(b) = buf.get(..CONTROL_LEN) else {
+            return Err(RecordError::ShortControl { have: buf.len() });
+        };
+        let u16_at = |r: core::ops::Range<usize>| u16::from_be_bytes([b[r.start], b[r.start + 1]]);
+        let mut t = [0u8; 8];
+        t.copy_from_slice(&b[field::RXTIME]);
+        Ok(ControlField {
+            rxtime: u64::from_be_bytes(t),
+            flags: Flags(u16_at(field::FLAGS)),
+            caplen: u16_at(field::CAPLEN),
+            cksum: u16_at(field::CKSUM),
+            len: u16_at(field::LEN),
+        })
+    }
+
+    /// Writes the control field into the first 16 bytes of `buf`.
+    ///
+    /// # Panics
+    /// If `buf` is shorter than 16 bytes.
+    #[inline]
+    pub fn emit(&self, buf: &mut [u8]) {
+        buf[field::RXTIME].copy_from_slice(&self.rxtime.to_be_bytes());
+        buf[field::FLAGS].copy_from_slice(&self.flags.0.to_be_bytes());
+        buf[field::CAPLEN].copy_from_slice(&self.caplen.to_be_bytes());
+        buf[field::CKSUM].copy_from_slice(&self.cksum.to_be_bytes());
+        buf[field::LEN].copy_from_slice(&self.len.to_be_bytes());
+    }
+}
+
+/// Appends one record (control field, `data`, padding) to `out`.
+///
+/// `ctl.caplen` is set from `data.len()`, which must be at most [`MAX_CAPLEN`]; longer data is
+/// cut. Allocates only if `out` lacks capacity.
+#[inline]
+pub fn push_record(out: &mut Vec<u8>, mut ctl: ControlField, data: &[u8]) {
+    let data = &data[..data.len().min(MAX_CAPLEN)];
+    ctl.caplen = data.len() as u16;
+    let start = out.len();
+    let total = record_len(data.len());
+    out.resize(start + total, 0);
+    ctl.emit(&mut out[start..start + CONTROL_LEN]);
+    out[start + CONTROL_LEN..start + CONTROL_LEN + data.len()].copy_from_slice(data);
+}
+
+/// Reads records one after another from a buffer.
+#[derive(Debug, Clone)]
+pub struct Records<'a> {
+    buf: &'a [u8],
+    offset: usize,
+}
+
+impl<'a> Records<'a> {
+    /// Iterates the records in `buf`.
+    pub fn new(buf: &'a [u8]) -> Records<'a> {
+        Records { buf, offset: 0 }
+    }
+
+    /// Byte offset of the next record within the buffer.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = Result<(ControlField, &'a [u8]), RecordError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let rest = &self.buf[self.offset..];
+        if rest.is_empty() {
+            return None;
+        }
+        let ctl = match ControlField::parse(rest) {
+            Ok(c) => c,
+            Err(e) => {
+                self.offset = self.buf.len();
+                return Some(Err(e));
+            }
+        };
+        let caplen = ctl.caplen as usize;
+        let body = &rest[CONTROL_LEN..];
+        if caplen > body.len() {
+            self.offset = self.buf.len();
+            return Some(Err(RecordError::ShortData { caplen: ctl.caplen, have: body.len() }));
+        }
+        if ctl.caplen > ctl.len {
+            self.offset = self.buf.len();
+            return Some(Err(RecordError::CaplenExceedsLen { caplen: ctl.caplen, len: ctl.len }));
+        }
+        // The final record's padding may be absent.
+        self.offset += record_len(caplen).min(rest.len());
+        Some(Ok((ctl, &body[..caplen])))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    // rxtime 1700000000.123456789 s, kernel timestamp + inbound + csum valid, caplen 4,
+    // cksum 0xbeef, len 60, then 4 bytes and 4 bytes of padding.
+    static RECORD_BYTES: [u8; 24] = [
+        0x17, 0x97, 0x9c, 0xfe, 0x3d, 0x85, 0xcd, 0x15, //
+        0x00, 0x29, 0x00, 0x04, 0xbe, 0xef, 0x00, 0x3c, //
+        0xde, 0xad, 0xbe, 0xef, 0x00, 0x00, 0x00, 0x00,
+    ];
+
+    fn fixture() -> ControlField {
+        ControlField {
+            rxtime: 1_700_000_000_123_456_789,
+            flags: Flags::default()
+                .with_ts_source(TsSource::Kernel)
+                .with_direction(Direction::Inbound)
+                .with(Flags::CSUM_VALID),
+            caplen: 4,
+            cksum: 0xbeef,
+            len: 60,
+        }
+    }
+
+    #[test]
+    fn deconstruct() {
+        let mut it = Records::new(&RECORD_BYTES);
+        let (ctl, data) = it.next().unwrap().unwrap();
+        assert_eq!(ctl, fixture());
+        assert_eq!(ctl.flags.ts_source(), TsSource::Kernel);
+        assert_eq!(ctl.flags.direction(), Direction::Inbound);
+        assert_eq!(data, &[0xde, 0xad, 0xbe, 0xef]);
+        assert!(it.next().is_none());
+    }
+
+    #[test]
+    fn construct() {
+        let mut out = Vec::new();
+        push_record(&mut out, fixture(), &[0xde, 0xad, 0xbe, 0xef]);
+        assert_eq!(out, RECORD_BYTES);
+    }
+
+    #[test]
+    fn clamps_long_original_length() {
+        let c = ControlField::new(0, Flags::default(), 0, 0, 65_590);
+        assert_eq!(c.len, u16::MAX);
+        assert!(c.flags.contains(Flags::LEN_CLAMPED));
+    }
+
+    #[test]
+    fn epb_flags_map_direction_and_checksum() {
+        let f = fixture().flags;
+        assert_eq!(f.epb_flags(), 0b01 | 1 << 10);
+        let out = Flags::default().with_direction(Direction::Outbound).with(Flags::CSUM_NOT_READY);
+        assert_eq!(out.epb_flags(), 0b10 | 1 << 9);
+    }
+
+    #[test]
+    fn rejects_lying_caplen() {
+        let mut b = RECORD_BYTES;
+        b[11] = 200;
+        assert_eq!(
+            Records::new(&b).next(),
+            Some(Err(RecordError::ShortData { caplen: 200, have: 8 }))
+        );
+        let mut b = RECORD_BYTES;
+        b[15] = 2;
+        assert_eq!(
+            Records::new(&b).next(),
+            Some(Err(RecordError::CaplenExceedsLen { caplen: 4, len: 2 }))
+        );
+        assert_eq!(
+            Records::new(&b[..7]).next(),
+            Some(Err(RecordError::ShortControl { have: 7 }))
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn parse_emit_round_trip(
+            recs in proptest::collection::vec(
+                (any::<u64>(), any::<u16>(), any::<u16>(), proptest::collection::vec(any::<u8>(), 0..300)),
+                0..20)
+        ) {
+            let mut out = Vec::new();
+            for (t, f, ck, data) in &recs {
+                let ctl = ControlField::new(*t, Flags(*f), 0, *ck, data.len() as u32 + 7);
+                push_record(&mut out, ctl, data);
+                prop_assert_eq!(out.len() % RECORD_ALIGN, 0);
+            }
+            let back: Vec<_> = Records::new(&out).map(|r| r.unwrap()).collect();
+            prop_assert_eq!(back.len(), recs.len());
+            for ((ctl, data), (t, f, ck, orig)) in back.iter().zip(&recs) {
+                prop_assert_eq!(ctl.rxtime, *t);
+                prop_assert_eq!(ctl.flags, Flags(*f));
+                prop_assert_eq!(ctl.cksum, *ck);
+                prop_assert_eq!(*data, orig.as_slice());
+            }
+        }
+
+        #[test]
+        fn never_panics_on_garbage(buf in proptest::collection::vec(any::<u8>(), 0..200)) {
+            for r in Records::new(&buf) { let _ = r; }
+        }
+    }
+}
