@@ -1,1 +1,95 @@
-fn main() {}
+//! `tapflow`: the command line. It parses, builds an engine, runs it, and reports.
+
+mod capture_cmd;
+mod cli;
+mod gen_cmd;
+mod report;
+mod size;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use clap::Parser;
+
+use cli::{Cli, Command};
+
+/// How a command failed: bad input from the user, or a failure while running.
+#[derive(Debug)]
+pub enum Failure {
+    /// The request cannot be carried out as asked (exit code 2).
+    Usage(String),
+    /// Something went wrong while running (exit code 1).
+    Runtime(String),
+}
+
+impl Failure {
+    /// Classifies an engine error: what the user gave (a bad file, filter, name or size) is a
+    /// usage failure; what went wrong while running is a runtime failure.
+    pub fn from_engine(e: tapflow_engine::EngineError) -> Failure {
+        use tapflow_engine::EngineError as E;
+        use tapflow_sys::SysError as S;
+        let usage = match &e {
+            E::File { .. } | E::Config(_) | E::Unsupported(_) => true,
+            E::Sys(S::NoSuchInterface { .. } | S::Filter { .. }) => true,
+            E::Sys(S::File { error, .. }) => error.kind() == std::io::ErrorKind::NotFound,
+            E::Sys(s) => s.errno() == Some(libc_einval()),
+            E::Write { .. } => false,
+        };
+        if usage {
+            Failure::Usage(e.to_string())
+        } else {
+            Failure::Runtime(e.to_string())
+        }
+    }
+}
+
+/// `EINVAL`: the kernel (or our own check before it) refused a value the user chose.
+const fn libc_einval() -> i32 {
+    22
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+                || matches!(
+                    e.kind(),
+                    ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                )
+            {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            eprintln!("tapflow: {}", first.trim_start_matches("error: ").trim());
+            eprintln!("tapflow: try 'tapflow --help'");
+            return ExitCode::from(2);
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&stop)) {
+            eprintln!("tapflow: error: cannot install the signal handler: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    let result = match cli.command {
+        Command::Capture(args) => capture_cmd::run(args, &stop),
+        Command::Gen(args) => gen_cmd::run(args, &stop),
+    };
+    match result {
+        Ok(code) => code,
+        Err(Failure::Usage(msg)) => {
+            eprintln!("tapflow: error: {msg}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Runtime(msg)) => {
+            eprintln!("tapflow: error: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}

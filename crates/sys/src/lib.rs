@@ -1,1 +1,26 @@
-//! tapflow-sys
+//! tapflow's only door into Linux: every unsafe call, behind small safe types.
+//!
+//! - [`ring`]: the AF_PACKET `TPACKET_V3` receive ring (filter, fanout, statistics, blocks).
+//! - [`tx`]: the AF_PACKET `TX_RING` for the traffic generator.
+//! - [`bpf`]: classic BPF socket filters (tcpdump syntax through libpcap).
+//! - [`iface`], [`mmap`], [`clock`], [`cpu`], [`netns`]: small lookups and helpers.
+//!
+//! Unsafe code is denied at the root and allowed only in the modules that call the kernel; each
+//! `unsafe` block says why it is sound. Socket setup goes through one funnel (`syscall`), which
+//! unit tests replace to check the order of calls and the error paths without root.
+#![deny(unsafe_code)]
+
+pub mod bpf;
+pub mod clock;
+pub mod cpu;
+mod error;
+pub mod iface;
+pub mod mmap;
+pub mod netns;
+mod packet;
+pub mod ring;
+mod syscall;
+mod tpacket;
+pub mod tx;
+
+pub use error::SysError;

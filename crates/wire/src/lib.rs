@@ -8,6 +8,7 @@ pub mod linktype;
 pub mod record;
 
 // Packet views (one file per protocol).
+pub mod build;
 pub mod checksum;
 pub mod ethernet;
 pub mod icmp;
@@ -16,7 +17,6 @@ pub mod ipv6;
 pub mod link;
 pub mod tcp;
 pub mod udp;
-pub mod build;
 
 // Capture files.
 pub mod capfile;
@@ -24,4 +24,4 @@ pub mod pcap;
 pub mod pcapng;
 
 pub use linktype::LinkType;
-pub use record::{ControlField, Flags, TsSource, Direction};
+pub use record::{ControlField, Direction, Flags, TsSource};

@@ -1,1 +1,423 @@
-//! (being written)
+//! Classic pcap files (the libpcap format): a 24-byte file header, then one 16-byte record
+//! header before each packet's `caplen` bytes.
+//!
+//! ```text
+//! file header                              record header
+//! +--------------------------------+       +--------------------------------+
+//! | magic (a1b2c3d4 µs, a1b23c4d ns)|      | ts_sec                         |
+//! | version_major  | version_minor  |      | ts_usec or ts_nsec             |
+//! | thiszone                       |       | caplen                         |
+//! | sigfigs                        |       | len (original length)          |
+//! | snaplen                        |       +--------------------------------+
+//! | linktype (low 16 bits) + FCS   |       | caplen bytes of packet data    |
+//! +--------------------------------+
+//! ```
+//!
+//! The byte order of every field is the writer's; the magic tells which. tapflow writes
+//! little-endian, nanosecond files (magic `0xa1b23c4d`), version 2.4.
+
+use crate::LinkType;
+use crate::capfile::FileErrorKind;
+
+/// Magic of a microsecond-resolution file, as read in the writer's byte order.
+pub const MAGIC_MICROS: u32 = 0xa1b2_c3d4;
+/// Magic of a nanosecond-resolution file, as read in the writer's byte order.
+pub const MAGIC_NANOS: u32 = 0xa1b2_3c4d;
+/// Length of the file header.
+pub const HEADER_LEN: usize = 24;
+/// Length of a record header.
+pub const RECORD_HEADER_LEN: usize = 16;
+/// The major version tapflow writes and the only one it reads.
+pub const VERSION_MAJOR: u16 = 2;
+/// The minor version tapflow writes.
+pub const VERSION_MINOR: u16 = 4;
+
+mod field {
+    use core::ops::Range;
+    pub const MAGIC: Range<usize> = 0..4;
+    pub const VERSION_MAJOR: Range<usize> = 4..6;
+    pub const VERSION_MINOR: Range<usize> = 6..8;
+    pub const THISZONE: Range<usize> = 8..12;
+    pub const SIGFIGS: Range<usize> = 12..16;
+    pub const SNAPLEN: Range<usize> = 16..20;
+    pub const LINKTYPE: Range<usize> = 20..24;
+
+    pub const TS_SEC: Range<usize> = 0..4;
+    pub const TS_FRAC: Range<usize> = 4..8;
+    pub const CAPLEN: Range<usize> = 8..12;
+    pub const LEN: Range<usize> = 12..16;
+}
+
+/// The pcap file header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileHeader {
+    /// Timestamps carry nanoseconds (magic `0xa1b23c4d`) instead of microseconds.
+    pub nanos: bool,
+    /// Fields are big-endian.
+    pub big_endian: bool,
+    /// `version_major` (2).
+    pub version_major: u16,
+    /// `version_minor` (4).
+    pub version_minor: u16,
+    /// `thiszone`: GMT offset, always 0 in practice.
+    pub thiszone: i32,
+    /// `sigfigs`: timestamp accuracy, always 0 in practice.
+    pub sigfigs: u32,
+    /// `snaplen`: the largest `caplen` the capture allowed.
+    pub snaplen: u32,
+    /// The link type: the low 16 bits of the `linktype` field.
+    pub linktype: LinkType,
+    /// The high 16 bits of the `linktype` field (FCS length and flag; tapflow ignores them).
+    pub link_info: u16,
+}
+
+impl FileHeader {
+    /// Parses the file header at the start of `buf`, detecting byte order and resolution.
+    pub fn parse(buf: &[u8]) -> Result<FileHeader, FileErrorKind> {
+        let Some(h) = buf.first_chunk::<HEADER_LEN>() else {
+            if let Some(m) = buf.first_chunk::<4>() {
+                // Say "not a capture file" rather than "truncated" when the magic is wrong.
+                if magic_order(u32::from_le_bytes(*m)).is_none() {
+                    return Err(FileErrorKind::NotCapture {
+                        magic: u32::from_be_bytes(*m),
+                    });
+                }
+            }
+            return Err(FileErrorKind::HeaderTruncated {
+                format: "pcap",
+                need: HEADER_LEN as u64,
+                have: buf.len() as u64,
+            });
+        };
+        let m = [h[0], h[1], h[2], h[3]];
+        let Some((nanos, big_endian)) = magic_order(u32::from_le_bytes(m)) else {
+            return Err(FileErrorKind::NotCapture {
+                magic: u32::from_be_bytes(m),
+            });
+        };
+        let u16_at = |r: core::ops::Range<usize>| {
+            let b = [h[r.start], h[r.start + 1]];
+            if big_endian {
+                u16::from_be_bytes(b)
+            } else {
+                u16::from_le_bytes(b)
+            }
+        };
+        let u32_at = |r: core::ops::Range<usize>| read_u32(big_endian, h, r.start);
+        let version_major = u16_at(field::VERSION_MAJOR);
+        let version_minor = u16_at(field::VERSION_MINOR);
+        if version_major != VERSION_MAJOR {
+            return Err(FileErrorKind::UnsupportedVersion {
+                format: "pcap",
+                major: version_major,
+                minor: version_minor,
+            });
+        }
+        let linktype = u32_at(field::LINKTYPE);
+        Ok(FileHeader {
+            nanos,
+            big_endian,
+            version_major,
+            version_minor,
+            thiszone: u32_at(field::THISZONE) as i32,
+            sigfigs: u32_at(field::SIGFIGS),
+            snaplen: u32_at(field::SNAPLEN),
+            linktype: LinkType::from_u16(linktype as u16),
+            link_info: (linktype >> 16) as u16,
+        })
+    }
+
+    /// Writes the header into the first 24 bytes of `buf`, in the byte order it names.
+    ///
+    /// # Panics
+    /// If `buf` is shorter than 24 bytes.
+    pub fn emit(&self, buf: &mut [u8]) {
+        let be = self.big_endian;
+        let w16 = |v: u16| if be { v.to_be_bytes() } else { v.to_le_bytes() };
+        let w32 = |v: u32| if be { v.to_be_bytes() } else { v.to_le_bytes() };
+        let magic = if self.nanos {
+            MAGIC_NANOS
+        } else {
+            MAGIC_MICROS
+        };
+        let linktype = u32::from(self.linktype.to_u16()) | u32::from(self.link_info) << 16;
+        buf[field::MAGIC].copy_from_slice(&w32(magic));
+        buf[field::VERSION_MAJOR].copy_from_slice(&w16(self.version_major));
+        buf[field::VERSION_MINOR].copy_from_slice(&w16(self.version_minor));
+        buf[field::THISZONE].copy_from_slice(&w32(self.thiszone as u32));
+        buf[field::SIGFIGS].copy_from_slice(&w32(self.sigfigs));
+        buf[field::SNAPLEN].copy_from_slice(&w32(self.snaplen));
+        buf[field::LINKTYPE].copy_from_slice(&w32(linktype));
+    }
+}
+
+/// Resolution and byte order for a magic read little-endian: `(nanos, big_endian)`.
+const fn magic_order(le: u32) -> Option<(bool, bool)> {
+    match le {
+        MAGIC_MICROS => Some((false, false)),
+        MAGIC_NANOS => Some((true, false)),
+        m if m == MAGIC_MICROS.swap_bytes() => Some((false, true)),
+        m if m == MAGIC_NANOS.swap_bytes() => Some((true, true)),
+        _ => None,
+    }
+}
+
+/// Reads the u32 at `at` of a fixed-size array in the given byte order.
+#[inline(always)]
+pub(crate) fn read_u32<const N: usize>(big_endian: bool, b: &[u8; N], at: usize) -> u32 {
+    let v = [b[at], b[at + 1], b[at + 2], b[at + 3]];
+    if big_endian {
+        u32::from_be_bytes(v)
+    } else {
+        u32::from_le_bytes(v)
+    }
+}
+
+/// The 16-byte header before each packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RecordHeader {
+    /// `ts_sec`: seconds since 1970.
+    pub ts_sec: u32,
+    /// `ts_usec` or `ts_nsec`, per the file's magic.
+    pub ts_frac: u32,
+    /// `caplen`: bytes of packet data that follow.
+    pub caplen: u32,
+    /// `len`: the packet's original length.
+    pub len: u32,
+}
+
+impl RecordHeader {
+    /// Parses a record header in the given byte order.
+    #[inline(always)]
+    pub fn parse(h: &[u8; RECORD_HEADER_LEN], big_endian: bool) -> RecordHeader {
+        RecordHeader {
+            ts_sec: read_u32(big_endian, h, field::TS_SEC.start),
+            ts_frac: read_u32(big_endian, h, field::TS_FRAC.start),
+            caplen: read_u32(big_endian, h, field::CAPLEN.start),
+            len: read_u32(big_endian, h, field::LEN.start),
+        }
+    }
+
+    /// Writes the record header in the given byte order.
+    pub fn emit(&self, h: &mut [u8; RECORD_HEADER_LEN], big_endian: bool) {
+        let w32 = |v: u32| {
+            if big_endian {
+                v.to_be_bytes()
+            } else {
+                v.to_le_bytes()
+            }
+        };
+        h[field::TS_SEC].copy_from_slice(&w32(self.ts_sec));
+        h[field::TS_FRAC].copy_from_slice(&w32(self.ts_frac));
+        h[field::CAPLEN].copy_from_slice(&w32(self.caplen));
+        h[field::LEN].copy_from_slice(&w32(self.len));
+    }
+}
+
+/// Appends a little-endian, nanosecond, version 2.4 file header (magic `0xa1b23c4d`).
+pub fn write_header(out: &mut Vec<u8>, linktype: LinkType, snaplen: u32) {
+    let h = FileHeader {
+        nanos: true,
+        big_endian: false,
+        version_major: VERSION_MAJOR,
+        version_minor: VERSION_MINOR,
+        thiszone: 0,
+        sigfigs: 0,
+        snaplen,
+        linktype,
+        link_info: 0,
+    };
+    let mut b = [0u8; HEADER_LEN];
+    h.emit(&mut b);
+    out.extend_from_slice(&b);
+}
+
+/// Appends one record for a file started by [`write_header`] (nanosecond timestamps).
+///
+/// `len` is written as `max(orig_len, data.len())` so the file stays valid; seconds past
+/// 2106-02-07 (the end of the 32-bit `ts_sec`) saturate. Allocates only if `out` lacks capacity.
+#[inline]
+pub fn write_record(out: &mut Vec<u8>, ts_ns: u64, data: &[u8], orig_len: u32) {
+    let caplen = data.len() as u32;
+    let r = RecordHeader {
+        ts_sec: u32::try_from(ts_ns / 1_000_000_000).unwrap_or(u32::MAX),
+        ts_frac: (ts_ns % 1_000_000_000) as u32,
+        caplen,
+        len: orig_len.max(caplen),
+    };
+    let mut h = [0u8; RECORD_HEADER_LEN];
+    r.emit(&mut h, false);
+    out.reserve(RECORD_HEADER_LEN + data.len());
+    out.extend_from_slice(&h);
+    out.extend_from_slice(data);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capfile::{Format, Reader};
+    use proptest::prelude::*;
+
+    // ns magic, v2.4, thiszone 0, sigfigs 0, snaplen 65535, LINKTYPE_ETHERNET; then one record:
+    // 1700000000.123456789 s, caplen 4, len 60, then 4 bytes.
+    static FILE_BYTES: [u8; 44] = [
+        0x4d, 0x3c, 0xb2, 0xa1, 0x02, 0x00, 0x04, 0x00, //
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, //
+        0xff, 0xff, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, //
+        0x00, 0xf1, 0x53, 0x65, 0x15, 0xcd, 0x5b, 0x07, //
+        0x04, 0x00, 0x00, 0x00, 0x3c, 0x00, 0x00, 0x00, //
+        0xde, 0xad, 0xbe, 0xef,
+    ];
+
+    // The same packet in a big-endian microsecond file with FCS bits set in the linktype field
+    // (LINKTYPE_LINUX_SLL, 113 = 0x71); ts 1700000000.123456 s.
+    static BE_MICROS_BYTES: [u8; 44] = [
+        0xa1, 0xb2, 0xc3, 0xd4, 0x00, 0x02, 0x00, 0x04, //
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, //
+        0x00, 0x00, 0x00, 0x80, 0x14, 0x00, 0x00, 0x71, //
+        0x65, 0x53, 0xf1, 0x00, 0x00, 0x01, 0xe2, 0x40, //
+        0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00, 0x3c, //
+        0xde, 0xad, 0xbe, 0xef,
+    ];
+
+    fn header() -> FileHeader {
+        FileHeader {
+            nanos: true,
+            big_endian: false,
+            version_major: 2,
+            version_minor: 4,
+            thiszone: 0,
+            sigfigs: 0,
+            snaplen: 65535,
+            linktype: LinkType::Ethernet,
+            link_info: 0,
+        }
+    }
+
+    #[test]
+    fn deconstruct() {
+        assert_eq!(FileHeader::parse(&FILE_BYTES), Ok(header()));
+        let rec = RecordHeader::parse(FILE_BYTES[24..40].try_into().unwrap(), false);
+        assert_eq!(
+            rec,
+            RecordHeader {
+                ts_sec: 1_700_000_000,
+                ts_frac: 123_456_789,
+                caplen: 4,
+                len: 60
+            }
+        );
+    }
+
+    #[test]
+    fn construct() {
+        let mut out = Vec::new();
+        write_header(&mut out, LinkType::Ethernet, 65535);
+        write_record(
+            &mut out,
+            1_700_000_000_123_456_789,
+            &[0xde, 0xad, 0xbe, 0xef],
+            60,
+        );
+        assert_eq!(out, FILE_BYTES);
+    }
+
+    #[test]
+    fn deconstruct_big_endian_micros() {
+        let h = FileHeader::parse(&BE_MICROS_BYTES).unwrap();
+        assert!(h.big_endian && !h.nanos);
+        assert_eq!(h.linktype, LinkType::LinuxSll);
+        assert_eq!(h.link_info, 0x1400);
+        assert_eq!(h.snaplen, 128);
+        let mut back = [0u8; HEADER_LEN];
+        h.emit(&mut back);
+        assert_eq!(back, BE_MICROS_BYTES[..HEADER_LEN]);
+
+        let mut r = Reader::new(&BE_MICROS_BYTES).unwrap();
+        assert_eq!(
+            r.format(),
+            Format::Pcap {
+                nanos: false,
+                big_endian: true
+            }
+        );
+        assert_eq!(r.interfaces()[0].linktype, LinkType::LinuxSll);
+        let p = r.next_packet().unwrap().unwrap();
+        assert_eq!(p.ts_ns, 1_700_000_000_123_456_000);
+        assert_eq!((p.len, p.data), (60, &[0xde, 0xad, 0xbe, 0xef][..]));
+        assert!(r.next_packet().is_none());
+    }
+
+    #[test]
+    fn rejects_bad_magic_and_version() {
+        assert_eq!(
+            FileHeader::parse(b"GIF89a not a capture file at all"),
+            Err(FileErrorKind::NotCapture { magic: 0x4749_4638 })
+        );
+        let mut b = FILE_BYTES;
+        b[4] = 3;
+        assert_eq!(
+            FileHeader::parse(&b),
+            Err(FileErrorKind::UnsupportedVersion {
+                format: "pcap",
+                major: 3,
+                minor: 4
+            })
+        );
+        assert_eq!(
+            FileHeader::parse(&FILE_BYTES[..10]),
+            Err(FileErrorKind::HeaderTruncated {
+                format: "pcap",
+                need: 24,
+                have: 10
+            })
+        );
+    }
+
+    #[test]
+    fn tolerates_caplen_above_len() {
+        let mut b = FILE_BYTES;
+        b[36] = 2; // len 2 < caplen 4
+        let p = Reader::new(&b).unwrap().next_packet().unwrap().unwrap();
+        assert_eq!((p.len, p.data.len()), (4, 4));
+    }
+
+    #[test]
+    fn saturates_seconds_past_2106() {
+        let mut out = Vec::new();
+        write_record(&mut out, u64::MAX, &[], 0);
+        let r = RecordHeader::parse(out[..16].try_into().unwrap(), false);
+        assert_eq!(r.ts_sec, u32::MAX);
+        assert_eq!(r.ts_frac, 709_551_615);
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip(
+            snaplen in any::<u32>(),
+            lt in any::<u16>(),
+            pkts in proptest::collection::vec(
+                (0..u64::from(u32::MAX) * 1_000_000_000, proptest::collection::vec(any::<u8>(), 0..200), 0u32..2000),
+                0..30),
+        ) {
+            let mut out = Vec::new();
+            write_header(&mut out, LinkType::from_u16(lt), snaplen);
+            for (ts, data, extra) in &pkts {
+                write_record(&mut out, *ts, data, data.len() as u32 + extra);
+            }
+            let mut r = Reader::new(&out).unwrap();
+            prop_assert_eq!(r.format(), Format::Pcap { nanos: true, big_endian: false });
+            prop_assert_eq!(r.interfaces()[0].linktype, LinkType::from_u16(lt));
+            prop_assert_eq!(r.interfaces()[0].snaplen, snaplen);
+            for (ts, data, extra) in &pkts {
+                let p = r.next_packet().unwrap().unwrap();
+                prop_assert_eq!(p.ts_ns, *ts);
+                prop_assert_eq!(p.data, data.as_slice());
+                prop_assert_eq!(p.len, data.len() as u32 + extra);
+                prop_assert_eq!((p.interface, p.epb_flags, p.dropcount), (0, None, None));
+            }
+            prop_assert!(r.next_packet().is_none());
+            prop_assert_eq!(r.offset(), out.len() as u64);
+        }
+    }
+}

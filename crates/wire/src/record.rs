@@ -218,7 +218,13 @@ impl ControlField {
         } else {
             (len as u16, flags)
         };
-        ControlField { rxtime, flags, caplen, cksum, len }
+        ControlField {
+            rxtime,
+            flags,
+            caplen,
+            cksum,
+            len,
+        }
     }
 
     /// Parses a control field from the first 16 bytes of `buf`.
@@ -306,11 +312,17 @@ impl<'a> Iterator for Records<'a> {
         let body = &rest[CONTROL_LEN..];
         if caplen > body.len() {
             self.offset = self.buf.len();
-            return Some(Err(RecordError::ShortData { caplen: ctl.caplen, have: body.len() }));
+            return Some(Err(RecordError::ShortData {
+                caplen: ctl.caplen,
+                have: body.len(),
+            }));
         }
         if ctl.caplen > ctl.len {
             self.offset = self.buf.len();
-            return Some(Err(RecordError::CaplenExceedsLen { caplen: ctl.caplen, len: ctl.len }));
+            return Some(Err(RecordError::CaplenExceedsLen {
+                caplen: ctl.caplen,
+                len: ctl.len,
+            }));
         }
         // The final record's padding may be absent.
         self.offset += record_len(caplen).min(rest.len());
@@ -373,7 +385,9 @@ mod tests {
     fn epb_flags_map_direction_and_checksum() {
         let f = fixture().flags;
         assert_eq!(f.epb_flags(), 0b01 | 1 << 10);
-        let out = Flags::default().with_direction(Direction::Outbound).with(Flags::CSUM_NOT_READY);
+        let out = Flags::default()
+            .with_direction(Direction::Outbound)
+            .with(Flags::CSUM_NOT_READY);
         assert_eq!(out.epb_flags(), 0b10 | 1 << 9);
     }
 
@@ -383,7 +397,10 @@ mod tests {
         b[11] = 200;
         assert_eq!(
             Records::new(&b).next(),
-            Some(Err(RecordError::ShortData { caplen: 200, have: 8 }))
+            Some(Err(RecordError::ShortData {
+                caplen: 200,
+                have: 8
+            }))
         );
         let mut b = RECORD_BYTES;
         b[15] = 2;

@@ -1,0 +1,180 @@
+//! `tapflow capture`: checks the request, runs the engine, prints the accounting.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use tapflow_engine::capture::{self, CaptureConfig, Input, RingGeometry};
+use tapflow_engine::naming::{output_path, part_path};
+use tapflow_engine::writer::{Format, WriterConfig};
+
+use crate::Failure;
+use crate::cli::{CaptureArgs, FormatArg};
+use crate::report::{StatusLine, summary_line, write_capture_json};
+
+/// Largest snaplen accepted, as libpcap's `MAXIMUM_SNAPLEN`.
+const MAX_SNAPLEN: u32 = 262_144;
+/// Ring memory the defaults aim to hold, per worker.
+const HOLD: Duration = Duration::from_millis(50);
+
+pub fn run(a: CaptureArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
+    let cfg = config(&a)?;
+    if let Some(base) = &a.write {
+        check_writable(base, &cfg)?;
+    }
+    let (label, file_len) = match &cfg.input {
+        Input::Live { ifname, .. } => (format!("capturing on {ifname}"), None),
+        Input::File(p) => (
+            format!("reading {}", p.display()),
+            std::fs::metadata(p).ok().map(|m| m.len()),
+        ),
+    };
+    let mut status = StatusLine::new(&label, a.quiet, file_len);
+    let (summary, err) = capture::run(&cfg, stop, &mut |t| status.tick(t));
+    status.finish();
+    if err.is_none() || summary.totals.received > 0 {
+        eprintln!("{}", summary_line(&summary.totals));
+    }
+    if let Some(path) = &a.summary_json {
+        write_capture_json(path, &summary)
+            .map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", path.display())))?;
+    }
+    match err {
+        None => Ok(ExitCode::SUCCESS),
+        Some(e) => Err(Failure::from_engine(e)),
+    }
+}
+
+fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
+    let bad = |m: String| Failure::Usage(m);
+    if a.snaplen == 0 || a.snaplen > MAX_SNAPLEN {
+        return Err(bad(format!(
+            "snaplen {} is out of range: 1 to {MAX_SNAPLEN}",
+            a.snaplen
+        )));
+    }
+    if a.threads == 0 || a.threads > 64 {
+        return Err(bad(format!(
+            "--threads {} is out of range: 1 to 64",
+            a.threads
+        )));
+    }
+    if a.retire_ms == 0 || a.retire_ms > 1000 {
+        return Err(bad(format!(
+            "--retire-ms {} is out of range: 1 to 1000",
+            a.retire_ms
+        )));
+    }
+    if a.count == Some(0) {
+        return Err(bad(
+            "-c 0 would record nothing: give a count of at least 1".into()
+        ));
+    }
+    let secs = |v: Option<f64>, name: &str| -> Result<Option<Duration>, Failure> {
+        match v {
+            None => Ok(None),
+            Some(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(Some(Duration::from_secs_f64(s))),
+            Some(s) => Err(bad(format!(
+                "{name} {s} is not a positive number of seconds"
+            ))),
+        }
+    };
+    let duration = secs(a.duration, "--duration")?;
+    let rotate_every = secs(a.rotate_seconds, "--rotate-seconds")?;
+    if a.rotate_size.is_some_and(|n| n < 4096) {
+        return Err(bad("--rotate-size must be at least 4K".into()));
+    }
+    let input = match (&a.interface, &a.read) {
+        (Some(ifname), None) => {
+            if a.write.is_none() && a.threads > 1 {
+                // Fine: counting only.
+            }
+            let speed = tapflow_sys::iface::speed_mbps(ifname).unwrap_or(10_000);
+            let mut ring = RingGeometry::for_line_rate(speed, a.snaplen, HOLD, a.retire_ms);
+            if let Some(bs) = a.block_size {
+                let page = 4096;
+                if bs < page || !bs.is_power_of_two() || bs > 1 << 30 {
+                    return Err(bad(format!(
+                        "--block-size {bs} must be a power of two from 4K to 1G"
+                    )));
+                }
+                // Keep the ring's total size unless the block count is given too.
+                let total = ring.bytes();
+                ring.block_size = bs as u32;
+                ring.block_count = total.div_ceil(bs).max(1) as u32;
+            }
+            if let Some(n) = a.block_count {
+                if n == 0 || n > 1 << 20 {
+                    return Err(bad(format!(
+                        "--block-count {n} is out of range: 1 to 1048576"
+                    )));
+                }
+                ring.block_count = n;
+            }
+            let fanout_group = a
+                .fanout_group
+                .unwrap_or((std::process::id() & 0xffff) as u16);
+            Input::Live {
+                ifname: ifname.clone(),
+                threads: a.threads,
+                ring,
+                filter: a.filter.clone(),
+                fanout_group,
+            }
+        }
+        (None, Some(path)) => {
+            if a.threads != 1 {
+                return Err(bad("--threads applies to live capture only".into()));
+            }
+            if a.filter.is_some() {
+                return Err(bad("-f applies to live capture only (for now)".into()));
+            }
+            Input::File(path.clone())
+        }
+        _ => return Err(bad("give exactly one of -i IFACE or -r FILE".into())),
+    };
+    Ok(CaptureConfig {
+        input,
+        snaplen: a.snaplen,
+        writer: WriterConfig {
+            path: a.write.clone(),
+            format: match a.format {
+                FormatArg::Pcapng => Format::Pcapng,
+                FormatArg::Pcap => Format::Pcap,
+            },
+            worker: None,
+            rotate_bytes: a.rotate_size,
+            rotate_every,
+            isb_every: Duration::from_secs(1),
+        },
+        count: a.count,
+        duration,
+    })
+}
+
+/// Fails early, before any packet is taken, if the output cannot be created.
+fn check_writable(base: &std::path::Path, cfg: &CaptureConfig) -> Result<(), Failure> {
+    let rotating = cfg.writer.rotate_bytes.is_some() || cfg.writer.rotate_every.is_some();
+    let multi = matches!(cfg.input, Input::Live { threads, .. } if threads > 1);
+    let probe = part_path(&output_path(
+        base,
+        multi.then_some(0),
+        rotating.then_some(0),
+    ));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(Failure::Usage(format!(
+            "cannot write {}: {e}",
+            base.display()
+        ))),
+    }
+}

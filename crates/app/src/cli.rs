@@ -1,0 +1,153 @@
+//! The command-line grammar.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::size::parse_size;
+
+/// tapflow: line-rate passive network monitor.
+#[derive(Debug, Parser)]
+#[command(name = "tapflow", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Capture packet headers from an interface or a file into pcapng/pcap.
+    Capture(CaptureArgs),
+    /// Generate traffic on an interface (AF_PACKET TX ring).
+    Gen(GenArgs),
+}
+
+/// Output file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    /// pcapng with ns timestamps, drop counts and statistics blocks.
+    Pcapng,
+    /// Classic pcap with ns timestamps, for old tools.
+    Pcap,
+}
+
+/// Transport protocol of generated frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProtoArg {
+    /// UDP.
+    Udp,
+    /// TCP (ACK|PSH segments).
+    Tcp,
+}
+
+/// `tapflow capture`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["interface", "read"])))]
+pub struct CaptureArgs {
+    /// Interface to capture on.
+    #[arg(short = 'i', long)]
+    pub interface: Option<String>,
+    /// Capture file to read instead (pcap or pcapng).
+    #[arg(short = 'r', long)]
+    pub read: Option<PathBuf>,
+    /// Output file (written as NAME.part, renamed when complete).
+    #[arg(short = 'w', long)]
+    pub write: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = FormatArg::Pcapng)]
+    pub format: FormatArg,
+    /// Bytes of each packet to keep.
+    #[arg(short = 's', long, default_value_t = 128)]
+    pub snaplen: u32,
+    /// Capture filter in tcpdump syntax, compiled to classic BPF and run in the kernel.
+    #[arg(short = 'f', long)]
+    pub filter: Option<String>,
+    /// Workers in one PACKET_FANOUT group (symmetric hash), each with its own ring and file.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// PACKET_FANOUT group id (default: derived from the process id).
+    #[arg(long)]
+    pub fanout_group: Option<u16>,
+    /// Stop after this many packets are recorded.
+    #[arg(short = 'c', long)]
+    pub count: Option<u64>,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Ring block size (tp_block_size): a power-of-two multiple of the page size.
+    #[arg(long, value_parser = parse_size)]
+    pub block_size: Option<u64>,
+    /// Ring blocks per worker (tp_block_nr); default holds 50 ms of line-rate traffic.
+    #[arg(long)]
+    pub block_count: Option<u32>,
+    /// Block retire timeout in ms (tp_retire_blk_tov): the latency bound on quiet links.
+    #[arg(long, default_value_t = 10)]
+    pub retire_ms: u32,
+    /// Start a new file after this many bytes.
+    #[arg(long, value_parser = parse_size)]
+    pub rotate_size: Option<u64>,
+    /// Start a new file after this many seconds.
+    #[arg(long)]
+    pub rotate_seconds: Option<f64>,
+    /// No live status line.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// Write the final accounting as JSON to this file.
+    #[arg(long)]
+    pub summary_json: Option<PathBuf>,
+}
+
+/// `tapflow gen`.
+#[derive(Debug, Args)]
+pub struct GenArgs {
+    /// Interface to send on.
+    #[arg(short = 'i', long)]
+    pub interface: String,
+    /// Ethernet frame length without FCS (60 to 9000).
+    #[arg(long, default_value_t = 60)]
+    pub size: usize,
+    /// Frames to send.
+    #[arg(short = 'c', long)]
+    pub count: Option<u64>,
+    /// Seconds to send for.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Frames per second (default: as fast as possible).
+    #[arg(long)]
+    pub rate: Option<u64>,
+    /// Distinct flows (source ports).
+    #[arg(long, default_value_t = 1)]
+    pub flows: u32,
+    /// Transport protocol.
+    #[arg(long, value_enum, default_value_t = ProtoArg::Udp)]
+    pub proto: ProtoArg,
+    /// Source MAC address.
+    #[arg(long, default_value = "02:00:00:00:00:01")]
+    pub src_mac: String,
+    /// Destination MAC address.
+    #[arg(long, default_value = "ff:ff:ff:ff:ff:ff")]
+    pub dst_mac: String,
+    /// Source IP address (v4 or v6).
+    #[arg(long, default_value = "198.18.0.1")]
+    pub src_ip: std::net::IpAddr,
+    /// Destination IP address (v4 or v6).
+    #[arg(long, default_value = "198.18.0.2")]
+    pub dst_ip: std::net::IpAddr,
+    /// First source port.
+    #[arg(long, default_value_t = 1024)]
+    pub src_port: u16,
+    /// Destination port.
+    #[arg(long, default_value_t = 9)]
+    pub dst_port: u16,
+    /// Send the packets of this capture file instead, at top speed.
+    #[arg(long)]
+    pub replay: Option<PathBuf>,
+    /// No progress output.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// Write what was sent as JSON to this file.
+    #[arg(long)]
+    pub summary_json: Option<PathBuf>,
+}

@@ -1,0 +1,114 @@
+//! `tapflow gen`: builds the frame, runs the generator, reports what was sent.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use tapflow_engine::generator::{self, GenConfig, Traffic};
+use tapflow_wire::build::{FrameSpec, L4};
+use tapflow_wire::ethernet::EthernetAddress;
+
+use crate::Failure;
+use crate::cli::{GenArgs, ProtoArg};
+
+pub fn run(a: GenArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
+    let bad = Failure::Usage;
+    if !(60..=9000).contains(&a.size) {
+        return Err(bad(format!(
+            "--size {} is out of range: 60 to 9000 bytes",
+            a.size
+        )));
+    }
+    let mac = |s: &str, name: &str| -> Result<EthernetAddress, Failure> {
+        s.parse().map_err(|_| {
+            bad(format!(
+                "{name} '{s}' is not a MAC address like 02:00:00:00:00:01"
+            ))
+        })
+    };
+    if a.src_ip.is_ipv4() != a.dst_ip.is_ipv4() {
+        return Err(bad(
+            "--src-ip and --dst-ip must both be IPv4 or both IPv6".into()
+        ));
+    }
+    let duration = match a.duration {
+        None => None,
+        Some(s) if s.is_finite() && s > 0.0 && s < 1e9 => Some(Duration::from_secs_f64(s)),
+        Some(s) => {
+            return Err(bad(format!(
+                "--duration {s} is not a positive number of seconds"
+            )));
+        }
+    };
+    if a.rate == Some(0) {
+        return Err(bad("--rate 0 would send nothing".into()));
+    }
+    if a.count.is_none() && duration.is_none() && a.replay.is_none() {
+        return Err(bad(
+            "say how much to send: --count N or --duration SECS".into()
+        ));
+    }
+    let traffic = match &a.replay {
+        Some(p) => Traffic::Replay(p.clone()),
+        None => Traffic::Synthetic {
+            spec: FrameSpec {
+                src_mac: mac(&a.src_mac, "--src-mac")?,
+                dst_mac: mac(&a.dst_mac, "--dst-mac")?,
+                src_ip: a.src_ip,
+                dst_ip: a.dst_ip,
+                proto: match a.proto {
+                    ProtoArg::Udp => L4::Udp,
+                    ProtoArg::Tcp => L4::Tcp,
+                },
+                src_port: a.src_port,
+                dst_port: a.dst_port,
+                frame_len: a.size,
+            },
+            flows: a.flows,
+        },
+    };
+    let cfg = GenConfig {
+        ifname: a.interface.clone(),
+        traffic,
+        count: a.count,
+        duration,
+        rate: a.rate,
+    };
+    let quiet = a.quiet;
+    let mut last = Duration::ZERO;
+    let report = generator::run(&cfg, stop, &mut |sent, at| {
+        if !quiet && at - last >= Duration::from_secs(1) {
+            last = at;
+            eprintln!(
+                "tapflow gen: {sent} frames queued after {:.1} s",
+                at.as_secs_f64()
+            );
+        }
+    })
+    .map_err(Failure::from_engine)?;
+    let pps = report.sent as f64 / report.seconds.max(1e-9);
+    let mbps = report.bytes as f64 * 8.0 / report.seconds.max(1e-9) / 1e6;
+    eprintln!(
+        "tapflow gen: sent {} packets ({} bytes) in {:.3} s: {:.0} pps, {:.1} Mbit/s{}",
+        report.sent,
+        report.bytes,
+        report.seconds,
+        pps,
+        mbps,
+        if report.failed > 0 {
+            format!(", {} failed", report.failed)
+        } else {
+            String::new()
+        }
+    );
+    if let Some(path) = &a.summary_json {
+        let text = format!(
+            "{{\"sent\":{},\"bytes\":{},\"seconds\":{:.6},\"pps\":{:.1},\"failed\":{}}}\n",
+            report.sent, report.bytes, report.seconds, pps, report.failed
+        );
+        std::fs::write(path, text)
+            .map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", path.display())))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,184 @@
+//! What tapflow tells people: the live status line, the exit summary, the JSON summary.
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use tapflow_engine::capture::{Summary, Tick};
+use tapflow_engine::counters::Totals;
+
+/// Prints one status line a second on stderr (rewriting it in place on a terminal).
+#[derive(Debug)]
+pub struct StatusLine {
+    label: String,
+    quiet: bool,
+    tty: bool,
+    last: Option<(Duration, Totals)>,
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl StatusLine {
+    /// A status line for a capture on `label`; a progress bar instead for files on a terminal.
+    pub fn new(label: &str, quiet: bool, file_len: Option<u64>) -> StatusLine {
+        let tty = std::io::stderr().is_terminal();
+        let bar = match file_len {
+            Some(len) if tty && !quiet => {
+                let b = indicatif::ProgressBar::new(len);
+                b.set_style(
+                    indicatif::ProgressStyle::with_template(
+                        "{bytes}/{total_bytes} [{bar:30}] {percent}% {msg}",
+                    )
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+                );
+                Some(b)
+            }
+            _ => None,
+        };
+        StatusLine {
+            label: label.to_string(),
+            quiet,
+            tty,
+            last: None,
+            bar,
+        }
+    }
+
+    /// Called by the engine about every 100 ms.
+    pub fn tick(&mut self, t: &Tick) {
+        if let (Some(bar), Some((done, _))) = (&self.bar, t.progress) {
+            bar.set_position(done);
+            bar.set_message(format!("{} packets", t.totals.recorded));
+            return;
+        }
+        if self.quiet || t.progress.is_some() {
+            return;
+        }
+        let (prev_at, prev) = self.last.unwrap_or((Duration::ZERO, Totals::default()));
+        let dt = t.elapsed.saturating_sub(prev_at);
+        if dt < Duration::from_secs(1) {
+            return;
+        }
+        self.last = Some((t.elapsed, t.totals));
+        let secs = dt.as_secs_f64();
+        let seen = |x: &Totals| x.recorded + x.dropped_kernel + x.dropped_ours;
+        let pps = (seen(&t.totals) - seen(&prev).min(seen(&t.totals))) as f64 / secs;
+        let mbps = (t.totals.bytes.saturating_sub(prev.bytes)) as f64 * 8.0 / secs / 1e6;
+        let drops = t.totals.dropped_kernel + t.totals.dropped_ours;
+        let total = seen(&t.totals).max(1);
+        let line = format!(
+            "{}: {} pps, {:.1} Mbit/s, {} recorded, {} dropped ({:.2}%)",
+            self.label,
+            human(pps),
+            mbps,
+            t.totals.recorded,
+            drops,
+            drops as f64 * 100.0 / total as f64
+        );
+        let mut err = std::io::stderr().lock();
+        if self.tty {
+            let _ = write!(err, "\r\x1b[K{line}");
+        } else {
+            let _ = writeln!(err, "{line}");
+        }
+    }
+
+    /// Clears the status line or progress bar before the summary.
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        } else if self.tty && self.last.is_some() {
+            let _ = write!(std::io::stderr(), "\r\x1b[K");
+        }
+    }
+}
+
+fn human(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{:.2}M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.1}k", x / 1e3)
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+/// The exit summary line: every packet accounted for.
+pub fn summary_line(t: &Totals) -> String {
+    let mut s = format!(
+        "tapflow: {} received, {} recorded, {} dropped by kernel, {} dropped by tapflow",
+        t.received, t.recorded, t.dropped_kernel, t.dropped_ours
+    );
+    if t.past_limit > 0 {
+        s.push_str(&format!(", {} past the -c limit", t.past_limit));
+    }
+    s.push_str(&format!(" ({:.2}% collected)", t.collected_percent()));
+    s
+}
+
+/// Writes the JSON summary of a capture.
+pub fn write_capture_json(path: &Path, s: &Summary) -> std::io::Result<()> {
+    let t = &s.totals;
+    let files: Vec<String> = s
+        .files
+        .iter()
+        .map(|f| json_string(&f.to_string_lossy()))
+        .collect();
+    let text = format!(
+        "{{\"received\":{},\"recorded\":{},\"dropped_kernel\":{},\"dropped_ours\":{},\
+         \"past_limit\":{},\"freezes\":{},\"bytes\":{},\"seconds\":{:.6},\"hw_timestamps\":{},\
+         \"files\":[{}]}}\n",
+        t.received,
+        t.recorded,
+        t.dropped_kernel,
+        t.dropped_ours,
+        t.past_limit,
+        t.freezes,
+        t.bytes,
+        s.seconds,
+        s.hw_timestamps,
+        files.join(",")
+    );
+    std::fs::write(path, text)
+}
+
+/// A JSON string literal.
+pub fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_line_adds_up() {
+        let t = Totals {
+            received: 100,
+            recorded: 90,
+            dropped_kernel: 7,
+            dropped_ours: 3,
+            ..Totals::default()
+        };
+        assert_eq!(
+            summary_line(&t),
+            "tapflow: 100 received, 90 recorded, 7 dropped by kernel, 3 dropped by tapflow \
+             (90.00% collected)"
+        );
+    }
+
+    #[test]
+    fn json_strings_are_escaped() {
+        assert_eq!(json_string("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+    }
+}

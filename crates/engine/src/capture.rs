@@ -1,0 +1,383 @@
+//! A whole capture: N workers (one per fanout member, or one over a file), a writer each, and a
+//! monitor loop on the caller's thread for the status line and the stop conditions.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tapflow_sys::bpf;
+use tapflow_sys::mmap::MappedFile;
+use tapflow_sys::ring::{Fanout, FanoutMode, RxRing, RxRingConfig};
+use tapflow_wire::LinkType;
+
+use crate::EngineError;
+use crate::batch::pipe;
+use crate::counters::{SharedTotals, Totals};
+use crate::file_source::FileSource;
+use crate::live_source::LiveSource;
+use crate::worker::{Worker, WorkerConfig};
+use crate::writer::{self, WriterConfig, WriterReport};
+
+/// Size of one batch buffer.
+const BATCH_BYTES: usize = 1 << 20;
+/// Batches in flight between a worker and its writer.
+const PIPE_DEPTH: usize = 32;
+
+/// The ring geometry of each fanout member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingGeometry {
+    /// `tp_block_size`.
+    pub block_size: u32,
+    /// `tp_block_nr`.
+    pub block_count: u32,
+    /// `tp_retire_blk_tov` in ms.
+    pub retire_ms: u32,
+}
+
+impl RingGeometry {
+    /// A geometry whose ring holds at least `hold` of line-rate traffic at `speed_mbps`, whatever
+    /// the frame size, with 1 MiB blocks and the given retire timeout.
+    pub fn for_line_rate(speed_mbps: u32, snaplen: u32, hold: Duration, retire_ms: u32) -> Self {
+        let block_size: u32 = 1 << 20;
+        let need = ring_bytes_for(speed_mbps, snaplen, hold);
+        let block_count = need.div_ceil(u64::from(block_size)).max(4) as u32;
+        RingGeometry {
+            block_size,
+            block_count,
+            retire_ms,
+        }
+    }
+
+    /// Bytes of ring memory per member.
+    pub fn bytes(&self) -> u64 {
+        u64::from(self.block_size) * u64::from(self.block_count)
+    }
+}
+
+/// Ring memory needed to hold `hold` of back-to-back frames at `speed_mbps`, for the worst
+/// frame size between 64 and 1518 bytes: each frame costs its preamble and gap on the wire and
+/// `tpacket3_hdr` + `sockaddr_ll` + the kept bytes (16-aligned) in the ring.
+pub fn ring_bytes_for(speed_mbps: u32, snaplen: u32, hold: Duration) -> u64 {
+    const RING_OVERHEAD: u64 = 96;
+    (64u64..=1518)
+        .map(|frame| {
+            let pps = f64::from(speed_mbps) * 1e6 / ((frame + 20) as f64 * 8.0);
+            let kept = (frame - 4).min(u64::from(snaplen));
+            let per_packet = (RING_OVERHEAD + kept).next_multiple_of(16);
+            (pps * hold.as_secs_f64()) as u64 * per_packet
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Where packets come from.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// A live interface.
+    Live {
+        /// Interface name.
+        ifname: String,
+        /// Number of workers in the fanout group.
+        threads: usize,
+        /// Ring geometry per worker.
+        ring: RingGeometry,
+        /// tcpdump filter expression.
+        filter: Option<String>,
+        /// `PACKET_FANOUT` group id.
+        fanout_group: u16,
+    },
+    /// A pcap or pcapng file.
+    File(PathBuf),
+}
+
+/// Everything a capture needs.
+#[derive(Debug, Clone)]
+pub struct CaptureConfig {
+    /// The input.
+    pub input: Input,
+    /// Bytes of each packet to keep.
+    pub snaplen: u32,
+    /// Output settings (the worker index is filled in per worker).
+    pub writer: WriterConfig,
+    /// Stop after this many records (`-c`).
+    pub count: Option<u64>,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+}
+
+/// A moment of a running capture, for status lines and progress bars.
+#[derive(Debug, Clone, Copy)]
+pub struct Tick {
+    /// Sum over workers of their last published totals.
+    pub totals: Totals,
+    /// Bytes of input file done and total, for file input.
+    pub progress: Option<(u64, u64)>,
+    /// Time since the capture started.
+    pub elapsed: Duration,
+}
+
+/// The outcome of a capture.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    /// Final totals over all workers.
+    pub totals: Totals,
+    /// Files written.
+    pub files: Vec<PathBuf>,
+    /// Wall-clock duration.
+    pub seconds: f64,
+    /// Whether the NIC's clock stamped the packets.
+    pub hw_timestamps: bool,
+}
+
+/// Runs a capture until its input ends, `count` or `duration` is reached, or `stop` is raised.
+///
+/// Returns the summary and, if the capture ended badly, the error; everything collected before
+/// the error is written and counted in the summary.
+pub fn run(
+    cfg: &CaptureConfig,
+    stop: &Arc<AtomicBool>,
+    tick: &mut dyn FnMut(&Tick),
+) -> (Summary, Option<EngineError>) {
+    let started = Instant::now();
+    let (mut summary, err) = match &cfg.input {
+        Input::Live {
+            ifname,
+            threads,
+            ring,
+            filter,
+            fanout_group,
+        } => run_live(
+            cfg,
+            LiveInput {
+                ifname,
+                threads: *threads,
+                ring: *ring,
+                filter,
+                fanout_group: *fanout_group,
+            },
+            stop,
+            tick,
+            started,
+        ),
+        Input::File(path) => run_file(cfg, path, stop, tick, started),
+    };
+    summary.seconds = started.elapsed().as_secs_f64();
+    (summary, err)
+}
+
+struct LiveInput<'a> {
+    ifname: &'a str,
+    threads: usize,
+    ring: RingGeometry,
+    filter: &'a Option<String>,
+    fanout_group: u16,
+}
+
+fn open_rings(cfg: &CaptureConfig, li: &LiveInput<'_>) -> Result<Vec<RxRing>, EngineError> {
+    let program = match li.filter {
+        Some(expr) => bpf::compile(expr, LinkType::Ethernet.to_u16(), cfg.snaplen)?,
+        None => bpf::accept_all(cfg.snaplen),
+    };
+    let fanout = (li.threads > 1).then_some(Fanout {
+        group_id: li.fanout_group,
+        mode: FanoutMode::Hash,
+        defrag: true,
+    });
+    (0..li.threads)
+        .map(|_| {
+            let rc = RxRingConfig {
+                block_size: li.ring.block_size,
+                block_count: li.ring.block_count,
+                retire_tov_ms: li.ring.retire_ms,
+                filter: program.clone(),
+                fanout: fanout.clone(),
+                hw_timestamps: true,
+                fill_rxhash: false,
+            };
+            RxRing::open(li.ifname, &rc).map_err(EngineError::from)
+        })
+        .collect()
+}
+
+fn run_live(
+    cfg: &CaptureConfig,
+    li: LiveInput<'_>,
+    stop: &Arc<AtomicBool>,
+    tick: &mut dyn FnMut(&Tick),
+    started: Instant,
+) -> (Summary, Option<EngineError>) {
+    let rings = match open_rings(cfg, &li) {
+        Ok(r) => r,
+        Err(e) => return (Summary::default(), Some(e)),
+    };
+    let hw_timestamps = rings.iter().all(|r| r.hw_timestamps());
+    let limit = cfg.count.map(|n| Arc::new(AtomicU64::new(n)));
+    let wcfg = WorkerConfig {
+        snaplen: cfg.snaplen,
+        poll_ms: 50,
+        drain_quiet: Duration::from_millis(u64::from(li.ring.retire_ms) * 3 + 20),
+    };
+    let multi = rings.len() > 1;
+    let (mut summary, err) = thread::scope(|s| {
+        let mut handles = Vec::new();
+        let mut shared = Vec::new();
+        for (k, ring) in rings.into_iter().enumerate() {
+            let (producer, consumer) = pipe(PIPE_DEPTH, BATCH_BYTES);
+            let mut wc = cfg.writer.clone();
+            wc.worker = multi.then_some(k);
+            let source = LiveSource::new(ring, li.ifname, cfg.snaplen, li.filter.clone());
+            let totals = Arc::new(SharedTotals::default());
+            shared.push(Arc::clone(&totals));
+            let worker = Worker::new(
+                source,
+                producer,
+                wcfg.clone(),
+                totals,
+                limit.clone(),
+                Arc::clone(stop),
+            );
+            let w = thread::Builder::new()
+                .name(format!("tapflow-w{k}"))
+                .spawn_scoped(s, move || worker.run())
+                .expect("spawning a worker thread");
+            let wr = thread::Builder::new()
+                .name(format!("tapflow-wr{k}"))
+                .spawn_scoped(s, move || writer::run(consumer, wc))
+                .expect("spawning a writer thread");
+            handles.push((w, wr));
+        }
+        monitor(cfg, stop, tick, started, &shared, None, || {
+            handles.iter().all(|(w, _)| w.is_finished())
+        });
+        collect(handles)
+    });
+    summary.hw_timestamps = hw_timestamps;
+    (summary, err)
+}
+
+fn run_file(
+    cfg: &CaptureConfig,
+    path: &PathBuf,
+    stop: &Arc<AtomicBool>,
+    tick: &mut dyn FnMut(&Tick),
+    started: Instant,
+) -> (Summary, Option<EngineError>) {
+    let map = match MappedFile::open(path) {
+        Ok(m) => m,
+        Err(e) => return (Summary::default(), Some(e.into())),
+    };
+    let source = match FileSource::new(path.clone(), map.bytes()) {
+        Ok(s) => s,
+        Err(e) => return (Summary::default(), Some(e)),
+    };
+    let position = source.position();
+    let total = source.len();
+    let limit = cfg.count.map(|n| Arc::new(AtomicU64::new(n)));
+    let wcfg = WorkerConfig {
+        snaplen: cfg.snaplen,
+        poll_ms: 0,
+        drain_quiet: Duration::ZERO,
+    };
+    thread::scope(|s| {
+        let (producer, consumer) = pipe(PIPE_DEPTH, BATCH_BYTES);
+        let totals = Arc::new(SharedTotals::default());
+        let worker = Worker::new(
+            source,
+            producer,
+            wcfg,
+            Arc::clone(&totals),
+            limit,
+            Arc::clone(stop),
+        );
+        let w = thread::Builder::new()
+            .name("tapflow-w0".into())
+            .spawn_scoped(s, move || worker.run())
+            .expect("spawning a worker thread");
+        let wc = cfg.writer.clone();
+        let wr = thread::Builder::new()
+            .name("tapflow-wr0".into())
+            .spawn_scoped(s, move || writer::run(consumer, wc))
+            .expect("spawning a writer thread");
+        let progress = || Some((position.load(Ordering::Relaxed), total));
+        monitor(cfg, stop, tick, started, &[totals], Some(&progress), || {
+            w.is_finished()
+        });
+        collect(vec![(w, wr)])
+    })
+}
+
+type Handles<'s> = Vec<(
+    thread::ScopedJoinHandle<'s, (Totals, Result<(), EngineError>)>,
+    thread::ScopedJoinHandle<'s, Result<WriterReport, EngineError>>,
+)>;
+
+/// Calls `tick` every 100 ms until the workers finish, raising `stop` at the duration limit.
+fn monitor(
+    cfg: &CaptureConfig,
+    stop: &AtomicBool,
+    tick: &mut dyn FnMut(&Tick),
+    started: Instant,
+    shared: &[Arc<SharedTotals>],
+    progress: Option<&dyn Fn() -> Option<(u64, u64)>>,
+    finished: impl Fn() -> bool,
+) {
+    while !finished() {
+        thread::sleep(Duration::from_millis(100));
+        if cfg.duration.is_some_and(|d| started.elapsed() >= d) {
+            stop.store(true, Ordering::Relaxed);
+        }
+        let mut totals = Totals::default();
+        for s in shared {
+            totals.add(&s.load());
+        }
+        tick(&Tick {
+            totals,
+            progress: progress.and_then(|p| p()),
+            elapsed: started.elapsed(),
+        });
+    }
+}
+
+fn collect(handles: Handles<'_>) -> (Summary, Option<EngineError>) {
+    let mut summary = Summary::default();
+    let mut first_err = None;
+    for (w, wr) in handles {
+        let (totals, result) = w.join().unwrap_or_else(|_| {
+            (
+                Totals::default(),
+                Err(EngineError::Config("a worker thread panicked".into())),
+            )
+        });
+        summary.totals.add(&totals);
+        if let Err(e) = result {
+            first_err.get_or_insert(e);
+        }
+        match wr.join() {
+            Ok(Ok(report)) => summary.files.extend(report.files),
+            Ok(Err(e)) => {
+                first_err.get_or_insert(e);
+            }
+            Err(_) => {
+                first_err.get_or_insert(EngineError::Config("a writer thread panicked".into()));
+            }
+        }
+    }
+    (summary, first_err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_ring_holds_50ms_of_10g_small_frames() {
+        let g = RingGeometry::for_line_rate(10_000, 128, Duration::from_millis(50), 10);
+        // 64-byte frames are the worst case: 14.88 Mpps × 50 ms × (96 + 60 → 160 B).
+        let worst = 14_880_952u64 * 5 / 100 * 160;
+        assert!(g.bytes() >= worst, "{} < {worst}", g.bytes());
+        assert!(g.bytes() < worst * 2);
+        assert_eq!(g.block_size % 4096, 0);
+    }
+}

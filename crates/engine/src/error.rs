@@ -1,0 +1,33 @@
+//! Errors at the engine's boundaries: each names what failed and where.
+
+use std::path::PathBuf;
+
+/// An error that stops a capture, a replay or the generator.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// A Linux call failed (ring setup, filter, ...).
+    #[error(transparent)]
+    Sys(#[from] tapflow_sys::SysError),
+    /// A capture file is damaged or not a capture file.
+    #[error("{path}: {source}")]
+    File {
+        /// The file being read.
+        path: PathBuf,
+        /// What is wrong and at which byte offset.
+        source: tapflow_wire::capfile::FileError,
+    },
+    /// Writing an output file failed.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// The file being written.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The requested output cannot hold this input.
+    #[error("{0}")]
+    Unsupported(String),
+    /// A setting is out of range.
+    #[error("{0}")]
+    Config(String),
+}

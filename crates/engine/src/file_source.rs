@@ -1,0 +1,166 @@
+//! A capture file as a packet source: pcap (µs or ns, either byte order) or pcapng.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tapflow_wire::Flags;
+use tapflow_wire::capfile::{FileError, FilePacket, Reader};
+use tapflow_wire::record::Direction;
+
+use crate::EngineError;
+use crate::source::{InterfaceInfo, Packet, PacketSource, Progress, SourceStats};
+
+/// Packets delivered per block.
+const BLOCK_PACKETS: usize = 4096;
+
+/// Reads packets from a capture file held in memory.
+#[derive(Debug)]
+pub struct FileSource<'a> {
+    reader: Reader<'a>,
+    path: PathBuf,
+    len: u64,
+    interfaces: Vec<InterfaceInfo>,
+    held: Option<FilePacket<'a>>,
+    error: Option<FileError>,
+    ended: bool,
+    read: u64,
+    position: Arc<AtomicU64>,
+}
+
+impl<'a> FileSource<'a> {
+    /// A source over the bytes of the file at `path`.
+    pub fn new(path: PathBuf, bytes: &'a [u8]) -> Result<FileSource<'a>, EngineError> {
+        let reader = Reader::new(bytes).map_err(|source| EngineError::File {
+            path: path.clone(),
+            source,
+        })?;
+        let mut s = FileSource {
+            reader,
+            path,
+            len: bytes.len() as u64,
+            interfaces: Vec::new(),
+            held: None,
+            error: None,
+            ended: false,
+            read: 0,
+            position: Arc::new(AtomicU64::new(0)),
+        };
+        s.sync_interfaces();
+        Ok(s)
+    }
+
+    /// How many bytes have been read so far, shared with whoever shows progress.
+    pub fn position(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.position)
+    }
+
+    /// The file's length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the file is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn sync_interfaces(&mut self) {
+        for i in &self.reader.interfaces()[self.interfaces.len()..] {
+            self.interfaces.push(InterfaceInfo {
+                linktype: i.linktype,
+                snaplen: if i.snaplen == 0 { u32::MAX } else { i.snaplen },
+                name: i.name.clone(),
+                filter: None,
+                max_frame: None,
+            });
+        }
+    }
+}
+
+fn packet<'p>(fp: &FilePacket<'p>) -> Packet<'p> {
+    let mut flags = Flags::default();
+    if let Some(f) = fp.epb_flags {
+        flags = flags.with_direction(match f & 0b11 {
+            0b01 => Direction::Inbound,
+            0b10 => Direction::Outbound,
+            _ => Direction::Unknown,
+        });
+    }
+    Packet {
+        data: fp.data,
+        ts_ns: fp.ts_ns,
+        len: fp.len.max(fp.data.len() as u32),
+        flags,
+        interface: fp.interface,
+        stripped_vlan: None,
+        drops_before: fp.dropcount.unwrap_or(0),
+    }
+}
+
+impl PacketSource for FileSource<'_> {
+    fn interfaces(&self) -> &[InterfaceInfo] {
+        &self.interfaces
+    }
+
+    fn next_block<F: FnMut(&Packet<'_>)>(
+        &mut self,
+        _timeout_ms: i32,
+        mut f: F,
+    ) -> Result<Progress, EngineError> {
+        if self.ended {
+            return match self.error.take() {
+                Some(source) => Err(EngineError::File {
+                    path: self.path.clone(),
+                    source,
+                }),
+                None => Ok(Progress::End),
+            };
+        }
+        for _ in 0..BLOCK_PACKETS {
+            let fp = match self.held.take() {
+                Some(fp) => fp,
+                None => match self.reader.next_packet() {
+                    Some(Ok(fp)) => fp,
+                    Some(Err(e)) => {
+                        self.error = Some(e);
+                        self.ended = true;
+                        break;
+                    }
+                    None => {
+                        self.ended = true;
+                        break;
+                    }
+                },
+            };
+            if fp.interface as usize >= self.interfaces.len() {
+                self.sync_interfaces();
+                if self.read > 0 || fp.interface as usize >= self.interfaces.len() {
+                    // Let the worker announce the new interface before its first packet.
+                    self.held = Some(fp);
+                    break;
+                }
+            }
+            self.read += 1;
+            f(&packet(&fp));
+        }
+        self.position.store(self.reader.offset(), Ordering::Relaxed);
+        Ok(Progress::Block)
+    }
+
+    fn stats(&mut self) -> Result<SourceStats, EngineError> {
+        Ok(SourceStats {
+            received: self.read,
+            ..SourceStats::default()
+        })
+    }
+
+    fn stop_intake(&mut self) -> Result<(), EngineError> {
+        self.ended = true;
+        Ok(())
+    }
+
+    fn progress(&self) -> Option<(u64, u64)> {
+        Some((self.reader.offset(), self.len))
+    }
+}

@@ -1,0 +1,188 @@
+//! Turns a [`Packet`] into a header record: the control field plus the first `caplen` bytes.
+
+use tapflow_wire::record::{self, CONTROL_LEN, ControlField, Flags};
+use tapflow_wire::{LinkType, checksum, link};
+
+use crate::source::Packet;
+
+/// Builds records for one interface.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordBuilder {
+    linktype: LinkType,
+    snaplen: usize,
+    max_frame: Option<u32>,
+}
+
+impl RecordBuilder {
+    /// A builder cutting packets to `snaplen` bytes.
+    pub fn new(linktype: LinkType, snaplen: u32, max_frame: Option<u32>) -> RecordBuilder {
+        RecordBuilder {
+            linktype,
+            snaplen: (snaplen as usize).min(record::MAX_CAPLEN),
+            max_frame,
+        }
+    }
+
+    /// Bytes the record for `p` will take, padding included.
+    #[inline]
+    pub fn record_len(&self, p: &Packet<'_>) -> usize {
+        record::record_len(self.caplen(p))
+    }
+
+    #[inline]
+    fn caplen(&self, p: &Packet<'_>) -> usize {
+        let extra = if p.stripped_vlan.is_some() && self.linktype == LinkType::Ethernet {
+            4
+        } else {
+            0
+        };
+        (p.data.len() + extra).min(self.snaplen)
+    }
+
+    /// Appends the record for `p` to `out`; `out` must have room (see [`Self::record_len`]).
+    #[inline]
+    pub fn push(&self, out: &mut Vec<u8>, p: &Packet<'_>) {
+        let caplen = self.caplen(p);
+        let start = out.len();
+        out.resize(start + record::record_len(caplen), 0);
+        let body = &mut out[start + CONTROL_LEN..start + CONTROL_LEN + caplen];
+        let mut flags = p.flags;
+        let mut len = p.len;
+        match p.stripped_vlan {
+            Some((tpid, tci)) if self.linktype == LinkType::Ethernet && p.data.len() >= 12 => {
+                // Put the tag back where the wire had it: after the two MAC addresses.
+                let mut tag = [0u8; 16];
+                tag[..12].copy_from_slice(&p.data[..12]);
+                tag[12..14].copy_from_slice(&tpid.to_be_bytes());
+                tag[14..16].copy_from_slice(&tci.to_be_bytes());
+                let head = caplen.min(16);
+                body[..head].copy_from_slice(&tag[..head]);
+                if caplen > 16 {
+                    body[16..].copy_from_slice(&p.data[12..12 + caplen - 16]);
+                }
+                flags = flags.with(Flags::VLAN_RESTORED);
+                len += 4;
+            }
+            _ => body.copy_from_slice(&p.data[..caplen]),
+        }
+        if let Some(max) = self.max_frame
+            && len > max
+        {
+            flags = flags.with(Flags::OFFLOAD_MERGED);
+        }
+        let cksum = match whole_ip_sum(self.linktype, body, caplen as u32 == len) {
+            Some(s) => {
+                flags = flags.with(Flags::CKSUM_WHOLE);
+                s
+            }
+            None => 0,
+        };
+        let ctl = ControlField::new(p.ts_ns, flags, caplen as u16, cksum, len);
+        ctl.emit(&mut out[start..start + CONTROL_LEN]);
+    }
+}
+
+/// The 1's-complement sum of the IP packet in `frame`, if the whole IP packet was captured.
+#[inline]
+fn whole_ip_sum(linktype: LinkType, frame: &[u8], whole_frame: bool) -> Option<u16> {
+    if !whole_frame {
+        return None;
+    }
+    let l3 = link::network_layer(linktype, frame)?;
+    let ip = frame.get(l3.offset..)?;
+    let ip_len = match ip.first()? >> 4 {
+        4 => u16::from_be_bytes([*ip.get(2)?, *ip.get(3)?]) as usize,
+        6 => 40 + u16::from_be_bytes([*ip.get(4)?, *ip.get(5)?]) as usize,
+        _ => return None,
+    };
+    let ip = ip.get(..ip_len)?;
+    Some(checksum::fold(checksum::sum(ip)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tapflow_wire::TsSource;
+    use tapflow_wire::record::Records;
+
+    // Ethernet + IPv4 (20) + UDP (8) + 4 bytes payload = 46 bytes.
+    fn udp_frame() -> Vec<u8> {
+        let mut f = vec![
+            0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00, // ethernet
+            0x45, 0, 0, 32, 0, 1, 0, 0, 64, 17, 0, 0, 198, 18, 0, 1, 198, 18, 0, 2, // ipv4
+            0x30, 0x39, 0x00, 0x09, 0, 12, 0, 0, // udp
+            1, 2, 3, 4,
+        ];
+        let ck = !checksum::fold(checksum::sum(&f[14..34]));
+        f[24..26].copy_from_slice(&ck.to_be_bytes());
+        f
+    }
+
+    fn packet(data: &[u8]) -> Packet<'_> {
+        Packet {
+            data,
+            ts_ns: 7,
+            len: data.len() as u32,
+            flags: Flags::default().with_ts_source(TsSource::Kernel),
+            interface: 0,
+            stripped_vlan: None,
+            drops_before: 0,
+        }
+    }
+
+    #[test]
+    fn whole_packet_gets_the_ip_sum() {
+        let f = udp_frame();
+        let b = RecordBuilder::new(LinkType::Ethernet, 128, Some(1514));
+        let mut out = Vec::new();
+        b.push(&mut out, &packet(&f));
+        let (ctl, data) = Records::new(&out).next().unwrap().unwrap();
+        assert_eq!(data, f.as_slice());
+        assert!(ctl.flags.contains(Flags::CKSUM_WHOLE));
+        assert_eq!(ctl.cksum, checksum::fold(checksum::sum(&f[14..])));
+        assert_eq!(ctl.flags.ts_source(), TsSource::Kernel);
+    }
+
+    #[test]
+    fn cut_packet_has_no_sum_and_keeps_its_length() {
+        let f = udp_frame();
+        let b = RecordBuilder::new(LinkType::Ethernet, 20, None);
+        let mut out = Vec::new();
+        b.push(&mut out, &packet(&f));
+        let (ctl, data) = Records::new(&out).next().unwrap().unwrap();
+        assert_eq!(data, &f[..20]);
+        assert_eq!(ctl.len as usize, f.len());
+        assert!(!ctl.flags.contains(Flags::CKSUM_WHOLE));
+        assert_eq!(ctl.cksum, 0);
+    }
+
+    #[test]
+    fn stripped_vlan_tag_is_put_back() {
+        let f = udp_frame();
+        let mut p = packet(&f);
+        p.stripped_vlan = Some((0x8100, 42));
+        let b = RecordBuilder::new(LinkType::Ethernet, 128, Some(1518));
+        let mut out = Vec::new();
+        b.push(&mut out, &p);
+        let (ctl, data) = Records::new(&out).next().unwrap().unwrap();
+        assert!(ctl.flags.contains(Flags::VLAN_RESTORED));
+        assert_eq!(ctl.len as usize, f.len() + 4);
+        assert_eq!(&data[..12], &f[..12]);
+        assert_eq!(&data[12..16], &[0x81, 0x00, 0, 42]);
+        assert_eq!(&data[16..], &f[12..]);
+        assert!(
+            ctl.flags.contains(Flags::CKSUM_WHOLE),
+            "the tagged frame is still whole"
+        );
+    }
+
+    #[test]
+    fn oversized_frame_is_marked_offload_merged() {
+        let f = udp_frame();
+        let b = RecordBuilder::new(LinkType::Ethernet, 128, Some(40));
+        let mut out = Vec::new();
+        b.push(&mut out, &packet(&f));
+        let (ctl, _) = Records::new(&out).next().unwrap().unwrap();
+        assert!(ctl.flags.contains(Flags::OFFLOAD_MERGED));
+    }
+}

@@ -1,0 +1,312 @@
+//! The single-writer thread of a worker: turns batches of header records into pcapng (or
+//! classic pcap) files, rotates them, and writes interface statistics blocks.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tapflow_wire::pcapng::{IdbOptions, InterfaceStatistics};
+use tapflow_wire::record::Records;
+use tapflow_wire::{pcap, pcapng};
+
+use crate::EngineError;
+use crate::batch::{Batch, Consumer, Message};
+use crate::counters::Totals;
+use crate::naming::{output_path, part_path};
+use crate::source::InterfaceInfo;
+
+/// Output file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// pcapng with ns timestamps, `epb_flags`, `epb_dropcount` and statistics blocks.
+    Pcapng,
+    /// Classic pcap with ns timestamps (magic 0xa1b23c4d).
+    Pcap,
+}
+
+/// Where and how a writer writes.
+#[derive(Debug, Clone)]
+pub struct WriterConfig {
+    /// The `-w` path; `None` counts records without writing them.
+    pub path: Option<PathBuf>,
+    /// File format.
+    pub format: Format,
+    /// Which worker this writer serves, when there are several.
+    pub worker: Option<usize>,
+    /// Start a new file once this many bytes were written.
+    pub rotate_bytes: Option<u64>,
+    /// Start a new file once the current one is this old.
+    pub rotate_every: Option<Duration>,
+    /// How often to write an interface statistics block.
+    pub isb_every: Duration,
+}
+
+/// What a writer did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct WriterReport {
+    /// Files completed, in order.
+    pub files: Vec<PathBuf>,
+    /// Records written.
+    pub written: u64,
+    /// The worker's final totals.
+    pub totals: Totals,
+}
+
+const FLUSH_AT: usize = 1 << 20;
+
+struct OpenFile {
+    file: File,
+    part: PathBuf,
+    path: PathBuf,
+    bytes: u64,
+    opened: Instant,
+}
+
+/// The writer's state between messages.
+struct Writer {
+    cfg: WriterConfig,
+    interfaces: Vec<InterfaceInfo>,
+    out: Vec<u8>,
+    file: Option<OpenFile>,
+    rotation: u64,
+    report: WriterReport,
+    last_isb: Instant,
+    start_ns: u64,
+    last_totals: Totals,
+    last_if_stats: Option<(u64, u64)>,
+}
+
+/// Runs a writer until its worker closes the pipe; returns what it wrote.
+pub fn run(consumer: Consumer, cfg: WriterConfig) -> Result<WriterReport, EngineError> {
+    let mut w = Writer {
+        cfg,
+        interfaces: Vec::new(),
+        out: Vec::with_capacity(FLUSH_AT * 2),
+        file: None,
+        rotation: 0,
+        report: WriterReport::default(),
+        last_isb: Instant::now(),
+        start_ns: now_ns(),
+        last_totals: Totals::default(),
+        last_if_stats: None,
+    };
+    while let Some(m) = consumer.recv() {
+        match m {
+            Message::Interface(info) => w.add_interface(info)?,
+            Message::Batch(b) => {
+                let r = w.write_batch(&b);
+                consumer.recycle(b);
+                r?;
+            }
+            Message::Close(totals) => {
+                w.last_totals = totals;
+                w.report.totals = totals;
+                w.close_file()?;
+                return Ok(w.report);
+            }
+        }
+    }
+    // The worker vanished without closing (it panicked): keep what was written.
+    w.close_file()?;
+    Ok(w.report)
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl Writer {
+    fn add_interface(&mut self, info: InterfaceInfo) -> Result<(), EngineError> {
+        if self.cfg.format == Format::Pcap
+            && let Some(first) = self.interfaces.first()
+            && first.linktype != info.linktype
+        {
+            return Err(EngineError::Unsupported(format!(
+                "classic pcap holds one link type, but the input has {} and {}: use --format pcapng",
+                first.linktype, info.linktype
+            )));
+        }
+        if self.file.is_some() && self.cfg.format == Format::Pcapng {
+            write_idb(&mut self.out, &info);
+        }
+        self.interfaces.push(info);
+        Ok(())
+    }
+
+    fn write_batch(&mut self, b: &Batch) -> Result<(), EngineError> {
+        self.last_totals = b.totals;
+        self.last_if_stats = b.if_stats.or(self.last_if_stats);
+        if self.cfg.path.is_none() {
+            self.report.written += u64::from(b.count);
+            return Ok(());
+        }
+        if self.file.is_none() {
+            self.open_file()?;
+        }
+        let mut dropcount = Some(b.drops_before).filter(|&d| d > 0);
+        for r in Records::new(&b.records) {
+            // Batches are built by our own worker; a bad record would be a bug, not input.
+            let Ok((ctl, data)) = r else { break };
+            match self.cfg.format {
+                Format::Pcapng => pcapng::write_epb(
+                    &mut self.out,
+                    b.interface,
+                    ctl.rxtime,
+                    data,
+                    u32::from(ctl.len),
+                    Some(ctl.flags.epb_flags()).filter(|&f| f != 0),
+                    dropcount.take(),
+                ),
+                Format::Pcap => pcap::write_record(&mut self.out, ctl.rxtime, data, ctl.len.into()),
+            }
+            self.report.written += 1;
+        }
+        if self.cfg.format == Format::Pcapng && self.last_isb.elapsed() >= self.cfg.isb_every {
+            self.write_isbs();
+        }
+        if self.out.len() >= FLUSH_AT {
+            self.flush_out()?;
+        }
+        self.maybe_rotate()
+    }
+
+    fn open_file(&mut self) -> Result<(), EngineError> {
+        let base = self.cfg.path.as_ref().expect("only called with a path");
+        let rotating = self.cfg.rotate_bytes.is_some() || self.cfg.rotate_every.is_some();
+        let path = output_path(base, self.cfg.worker, rotating.then_some(self.rotation));
+        let part = part_path(&path);
+        let file = File::create(&part).map_err(|e| write_err(&part, e))?;
+        self.file = Some(OpenFile {
+            file,
+            part,
+            path,
+            bytes: 0,
+            opened: Instant::now(),
+        });
+        match self.cfg.format {
+            Format::Pcapng => {
+                pcapng::write_shb(
+                    &mut self.out,
+                    concat!("tapflow ", env!("CARGO_PKG_VERSION")),
+                );
+                for info in &self.interfaces {
+                    write_idb(&mut self.out, info);
+                }
+            }
+            Format::Pcap => {
+                let Some(first) = self.interfaces.first() else {
+                    return Err(EngineError::Unsupported(
+                        "no interface is known for the pcap header".into(),
+                    ));
+                };
+                pcap::write_header(&mut self.out, first.linktype, first.snaplen);
+            }
+        }
+        Ok(())
+    }
+
+    fn write_isbs(&mut self) {
+        self.last_isb = Instant::now();
+        let t = self.last_totals;
+        let now = now_ns();
+        for id in 0..self.interfaces.len() as u32 {
+            // Counters are per worker socket; in a multi-interface file only interface 0 is live.
+            let s = if id == 0 {
+                InterfaceStatistics {
+                    starttime_ns: Some(self.start_ns),
+                    endtime_ns: Some(now),
+                    ifrecv: self.last_if_stats.map(|s| s.0),
+                    ifdrop: self.last_if_stats.map(|s| s.1),
+                    filteraccept: Some(t.received),
+                    osdrop: Some(t.dropped_kernel + t.dropped_ours),
+                    usrdeliv: Some(self.report.written),
+                }
+            } else {
+                InterfaceStatistics {
+                    starttime_ns: None,
+                    endtime_ns: Some(now),
+                    ifrecv: None,
+                    ifdrop: None,
+                    filteraccept: None,
+                    osdrop: None,
+                    usrdeliv: None,
+                }
+            };
+            pcapng::write_isb(&mut self.out, id, now, &s);
+        }
+    }
+
+    fn flush_out(&mut self) -> Result<(), EngineError> {
+        if let Some(f) = &mut self.file {
+            f.file
+                .write_all(&self.out)
+                .map_err(|e| write_err(&f.part, e))?;
+            f.bytes += self.out.len() as u64;
+        }
+        self.out.clear();
+        Ok(())
+    }
+
+    fn maybe_rotate(&mut self) -> Result<(), EngineError> {
+        let Some(f) = &self.file else { return Ok(()) };
+        let by_size = self
+            .cfg
+            .rotate_bytes
+            .is_some_and(|n| f.bytes + self.out.len() as u64 >= n);
+        let by_time = self
+            .cfg
+            .rotate_every
+            .is_some_and(|d| f.opened.elapsed() >= d);
+        if by_size || by_time {
+            self.close_file()?;
+            self.rotation += 1;
+        }
+        Ok(())
+    }
+
+    /// Finishes the current file: statistics, flush, sync, rename from `.part`.
+    fn close_file(&mut self) -> Result<(), EngineError> {
+        if self.file.is_none() {
+            if self.cfg.path.is_none()
+                || self.interfaces.is_empty()
+                || !self.report.files.is_empty()
+            {
+                return Ok(());
+            }
+            // Nothing arrived: still leave a valid, empty file behind, as tcpdump does.
+            self.open_file()?;
+        }
+        if self.cfg.format == Format::Pcapng {
+            self.write_isbs();
+        }
+        self.flush_out()?;
+        let f = self.file.take().expect("checked above");
+        f.file.sync_data().map_err(|e| write_err(&f.part, e))?;
+        std::fs::rename(&f.part, &f.path).map_err(|e| write_err(&f.path, e))?;
+        self.report.files.push(f.path);
+        Ok(())
+    }
+}
+
+fn write_idb(out: &mut Vec<u8>, info: &InterfaceInfo) {
+    pcapng::write_idb(
+        out,
+        &IdbOptions {
+            linktype: info.linktype,
+            snaplen: info.snaplen,
+            name: info.name.as_deref(),
+            filter: info.filter.as_deref(),
+            hardware: None,
+        },
+    );
+}
+
+fn write_err(path: &Path, source: std::io::Error) -> EngineError {
+    EngineError::Write {
+        path: path.to_path_buf(),
+        source,
+    }
+}

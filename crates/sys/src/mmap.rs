@@ -1,0 +1,151 @@
+//! Memory mappings: the owned region behind a ring, and read-only capture files.
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::ptr::{self, NonNull};
+
+use crate::SysError;
+
+/// A region returned by `mmap`, unmapped on drop.
+#[derive(Debug)]
+pub(crate) struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl Mapping {
+    /// Takes ownership of `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be a mapping made by `mmap` that nothing else unmaps.
+    pub(crate) unsafe fn from_raw(ptr: NonNull<u8>, len: usize) -> Mapping {
+        Mapping { ptr, len }
+    }
+
+    pub(crate) fn ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: by `from_raw`'s contract this is our own mapping of exactly `len` bytes, and no
+        // borrow of it outlives `self` (users borrow through `&self` of the owner).
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// A capture file mapped read-only (`MAP_PRIVATE`, `MADV_SEQUENTIAL`).
+///
+/// If another process truncates the file while it is mapped, reading past the new end raises
+/// SIGBUS; capture files are written as `NAME.part` and renamed, so finished files do not shrink.
+#[derive(Debug)]
+pub struct MappedFile {
+    map: Option<Mapping>,
+    path: PathBuf,
+}
+
+// SAFETY: the mapping is read-only and private; it is never written, so sharing or moving it
+// between threads is like sharing a `&[u8]`.
+unsafe impl Send for MappedFile {}
+// SAFETY: as above, only shared reads happen.
+unsafe impl Sync for MappedFile {}
+
+impl MappedFile {
+    /// Maps the whole file. An empty file gives an empty slice.
+    pub fn open(path: &Path) -> Result<MappedFile, SysError> {
+        let file_err = |call, error| SysError::File {
+            call,
+            path: path.to_owned(),
+            detail: String::new(),
+            error,
+        };
+        let file = File::open(path).map_err(|e| file_err("open", e))?;
+        let len = file.metadata().map_err(|e| file_err("stat", e))?.len();
+        let len = usize::try_from(len).map_err(|_| SysError::File {
+            call: "mmap",
+            path: path.to_owned(),
+            detail: format!("{len} bytes do not fit in the address space"),
+            error: std::io::Error::from_raw_os_error(libc::EFBIG),
+        })?;
+        if len == 0 {
+            return Ok(MappedFile {
+                map: None,
+                path: path.to_owned(),
+            });
+        }
+        // SAFETY: a fresh read-only private mapping chosen by the kernel overlaps no Rust
+        // object; checked against MAP_FAILED below.
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(file_err("mmap", std::io::Error::last_os_error()));
+        }
+        let ptr = NonNull::new(p.cast())
+            .ok_or_else(|| file_err("mmap", std::io::Error::from_raw_os_error(libc::EFAULT)))?;
+        // SAFETY: `ptr` is the mapping of `len` bytes just made; only this value unmaps it.
+        let map = unsafe { Mapping::from_raw(ptr, len) };
+        // SAFETY: advice on our own mapping; failure is harmless and ignored.
+        unsafe { libc::madvise(p, len, libc::MADV_SEQUENTIAL) };
+        Ok(MappedFile {
+            map: Some(map),
+            path: path.to_owned(),
+        })
+    }
+
+    /// The file's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match &self.map {
+            // SAFETY: the mapping is `len` readable bytes, alive as long as `self`, never written.
+            Some(m) => unsafe { std::slice::from_raw_parts(m.ptr().as_ptr(), m.len()) },
+            None => &[],
+        }
+    }
+
+    /// The path the file was opened with.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn maps_files_and_names_missing_ones() {
+        let dir = std::env::temp_dir().join(format!("tfsys-mmap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let full = dir.join("full");
+        std::fs::File::create(&full)
+            .unwrap()
+            .write_all(b"hello ring")
+            .unwrap();
+        assert_eq!(MappedFile::open(&full).unwrap().bytes(), b"hello ring");
+        let empty = dir.join("empty");
+        std::fs::File::create(&empty).unwrap();
+        assert_eq!(MappedFile::open(&empty).unwrap().bytes(), b"");
+        let missing = dir.join("missing");
+        let err = MappedFile::open(&missing).unwrap_err().to_string();
+        assert!(
+            err.starts_with("open ") && err.contains("missing") && err.contains("No such file"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

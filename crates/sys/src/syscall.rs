@@ -1,0 +1,336 @@
+//! The one funnel for the syscalls that set sockets up (aya's `sys` idea).
+//!
+//! Every call carries a label (`"setsockopt(PACKET_RX_RING)"`) that names it in errors and lets
+//! unit tests, through [`fake`], record the order of calls and inject an errno without root.
+//! In non-test builds the funnel is a direct call into libc.
+#![allow(unsafe_code)]
+
+use std::ffi::CStr;
+use std::io;
+use std::mem::size_of;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::{self, NonNull};
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+macro_rules! intercept {
+    ($call:expr, $fake:expr) => {
+        #[cfg(not(test))]
+        let _ = $call;
+        #[cfg(test)]
+        if let Some(result) = fake::intercept($call) {
+            return result.and_then(|()| $fake);
+        }
+    };
+}
+
+/// `socket(domain, ty | SOCK_CLOEXEC, protocol)`.
+pub(crate) fn socket(
+    domain: libc::c_int,
+    ty: libc::c_int,
+    protocol: libc::c_int,
+    call: &'static str,
+) -> io::Result<OwnedFd> {
+    intercept!(call, fake::dummy_fd());
+    // SAFETY: socket() takes no pointers; the result is checked before use.
+    let fd = check(unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, protocol) })?;
+    // SAFETY: `fd` was just returned by socket(), is valid and owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `setsockopt(fd, level, name, value, sizeof value)`.
+///
+/// The kernel only reads `value` (and memory it points to, copying with fault checks), so a
+/// plain `&T` is enough for soundness.
+pub(crate) fn setsockopt<T>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+    call: &'static str,
+) -> io::Result<()> {
+    intercept!(call, Ok(()));
+    // SAFETY: `value` is a live `T` of `size_of::<T>()` bytes for the duration of the call, and
+    // the kernel only reads it.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            ptr::from_ref(value).cast(),
+            size_of::<T>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+/// Plain-old-data the kernel may fill in: every bit pattern is a valid value.
+///
+/// # Safety
+/// Implement only for `#[repr(C)]` integer-only structs and integers.
+pub(crate) unsafe trait Pod: Copy {}
+// SAFETY: three `c_uint`s.
+unsafe impl Pod for libc::tpacket_stats_v3 {}
+// SAFETY: an integer.
+unsafe impl Pod for libc::c_int {}
+
+/// `getsockopt(fd, level, name, out, sizeof out)`. Under the fake, `out` is left unchanged.
+pub(crate) fn getsockopt<T: Pod>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    out: &mut T,
+    call: &'static str,
+) -> io::Result<()> {
+    intercept!(call, Ok(()));
+    let mut len = size_of::<T>() as libc::socklen_t;
+    // SAFETY: `out` is a writable `T` of `len` bytes and `T: Pod`, so any bytes the kernel
+    // writes (at most `len`) leave a valid `T`.
+    check(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            ptr::from_mut(out).cast(),
+            &mut len,
+        )
+    })
+    .map(drop)
+}
+
+/// `bind(fd, sockaddr_ll)`.
+pub(crate) fn bind_ll(
+    fd: BorrowedFd<'_>,
+    addr: &libc::sockaddr_ll,
+    call: &'static str,
+) -> io::Result<()> {
+    intercept!(call, Ok(()));
+    // SAFETY: `addr` is a live sockaddr_ll and the length passed is its size.
+    check(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            ptr::from_ref(addr).cast(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+/// `mmap(NULL, len, PROT_READ|PROT_WRITE, flags, fd, 0)` of a packet socket's rings. Under the
+/// fake, zeroed anonymous memory of the same length.
+pub(crate) fn mmap_ring(
+    fd: BorrowedFd<'_>,
+    len: usize,
+    flags: libc::c_int,
+    call: &'static str,
+) -> io::Result<NonNull<u8>> {
+    intercept!(call, fake::anonymous(len));
+    // SAFETY: a fresh mapping chosen by the kernel (addr NULL) overlaps no Rust object; the
+    // result is checked against MAP_FAILED before use.
+    let p = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    NonNull::new(p.cast()).ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))
+}
+
+/// `poll(fd, events, timeout_ms)`, returning `revents` (0 on timeout or EINTR). The fake
+/// always times out.
+pub(crate) fn poll(
+    fd: BorrowedFd<'_>,
+    events: libc::c_short,
+    timeout_ms: i32,
+    call: &'static str,
+) -> io::Result<libc::c_short> {
+    intercept!(call, Ok(0));
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, count 1.
+    match check(unsafe { libc::poll(&mut pfd, 1, timeout_ms) }) {
+        Ok(0) => Ok(0),
+        Ok(_) => Ok(pfd.revents),
+        Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+/// `sendto(fd, NULL, 0, flags, NULL, 0)`: tells the kernel to transmit the TX ring's queued
+/// frames. Returns the bytes sent.
+pub(crate) fn sendto_kick(
+    fd: BorrowedFd<'_>,
+    flags: libc::c_int,
+    call: &'static str,
+) -> io::Result<usize> {
+    intercept!(call, Ok(0));
+    // SAFETY: no buffer and no address are passed (NULL with length 0).
+    let n = unsafe { libc::sendto(fd.as_raw_fd(), ptr::null(), 0, flags, ptr::null(), 0) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// An `ifreq` for `name`, or `ENODEV` if the name does not fit.
+fn ifreq(name: &str) -> io::Result<libc::ifreq> {
+    // SAFETY: ifreq is plain old data (a name array and a union of integers, sockaddrs and a
+    // pointer), for which all-zero bytes are a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    if name.is_empty() || name.len() >= req.ifr_name.len() || name.contains('\0') {
+        return Err(io::Error::from_raw_os_error(libc::ENODEV));
+    }
+    for (dst, src) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *dst = src as libc::c_char;
+    }
+    Ok(req)
+}
+
+/// `ioctl(fd, SIOCSHWTSTAMP)` asking the NIC for raw hardware stamps on every received packet.
+pub(crate) fn ioctl_hwtstamp(
+    fd: BorrowedFd<'_>,
+    ifname: &str,
+    call: &'static str,
+) -> io::Result<()> {
+    intercept!(call, Ok(()));
+    let mut cfg = libc::hwtstamp_config {
+        flags: 0,
+        tx_type: libc::HWTSTAMP_TX_OFF as libc::c_int,
+        rx_filter: libc::HWTSTAMP_FILTER_ALL as libc::c_int,
+    };
+    let mut req = ifreq(ifname)?;
+    req.ifr_ifru.ifru_data = ptr::from_mut(&mut cfg).cast();
+    // SAFETY: `req` is a valid ifreq whose data pointer refers to `cfg`, which outlives the call.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCSHWTSTAMP as _, &mut req) }).map(drop)
+}
+
+/// The MTU of `ifname` by `ioctl(SIOCGIFMTU)` (works in the calling thread's namespace).
+pub(crate) fn if_mtu(ifname: &str, call: &'static str) -> io::Result<u32> {
+    intercept!(call, Ok(1500));
+    let mut req = ifreq(ifname)?;
+    // SAFETY: socket() takes no pointers; the result is checked.
+    let fd =
+        check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `fd` was just returned by socket() and is owned only here.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: `req` is a valid ifreq the kernel fills in.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFMTU as _, &mut req) })?;
+    // SAFETY: SIOCGIFMTU succeeded, so the kernel wrote `ifru_mtu`.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    u32::try_from(mtu).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// `if_nametoindex(name)`; 0 from libc becomes the errno it set.
+pub(crate) fn if_nametoindex(name: &CStr, call: &'static str) -> io::Result<u32> {
+    intercept!(call, Ok(7));
+    // SAFETY: `name` is a valid NUL-terminated string.
+    match unsafe { libc::if_nametoindex(name.as_ptr()) } {
+        0 => {
+            let e = io::Error::last_os_error();
+            Err(if e.raw_os_error() == Some(0) {
+                io::Error::from_raw_os_error(libc::ENODEV)
+            } else {
+                e
+            })
+        }
+        index => Ok(index),
+    }
+}
+
+/// A test double for the funnel: records every call's label and fails chosen ones.
+#[cfg(test)]
+pub(crate) mod fake {
+    use std::cell::RefCell;
+    use std::io;
+    use std::os::fd::OwnedFd;
+    use std::ptr::{self, NonNull};
+
+    #[derive(Default)]
+    struct State {
+        calls: Vec<&'static str>,
+        fail: Vec<(&'static str, i32)>,
+    }
+
+    thread_local! {
+        static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
+    }
+
+    /// While alive, funnel calls on this thread go to the fake.
+    pub(crate) struct Fake(());
+
+    impl Fake {
+        pub(crate) fn install() -> Fake {
+            STATE.with(|s| *s.borrow_mut() = Some(State::default()));
+            Fake(())
+        }
+
+        /// Every later call labelled `call` fails with `errno`.
+        pub(crate) fn fail(&self, call: &'static str, errno: i32) {
+            STATE.with(|s| s.borrow_mut().as_mut().unwrap().fail.push((call, errno)));
+        }
+
+        /// The labels of the calls made so far, in order.
+        pub(crate) fn calls(&self) -> Vec<&'static str> {
+            STATE.with(|s| s.borrow().as_ref().unwrap().calls.clone())
+        }
+    }
+
+    impl Drop for Fake {
+        fn drop(&mut self) {
+            STATE.with(|s| *s.borrow_mut() = None);
+        }
+    }
+
+    pub(super) fn intercept(call: &'static str) -> Option<io::Result<()>> {
+        STATE.with(|s| {
+            let mut s = s.borrow_mut();
+            let s = s.as_mut()?;
+            s.calls.push(call);
+            match s.fail.iter().find(|(c, _)| *c == call) {
+                Some(&(_, errno)) => Some(Err(io::Error::from_raw_os_error(errno))),
+                None => Some(Ok(())),
+            }
+        })
+    }
+
+    /// A real descriptor (on /dev/null) so `OwnedFd`'s close stays honest.
+    pub(super) fn dummy_fd() -> io::Result<OwnedFd> {
+        Ok(std::fs::File::open("/dev/null")?.into())
+    }
+
+    /// Zeroed private anonymous memory standing in for a ring mapping; `Mapping` unmaps it.
+    pub(super) fn anonymous(len: usize) -> io::Result<NonNull<u8>> {
+        // SAFETY: a fresh anonymous mapping overlaps no Rust object; checked for MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        NonNull::new(p.cast()).ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))
+    }
+}

@@ -1,0 +1,372 @@
+//! The TPACKET_V3 block layout, read from plain bytes (no unsafe, no I/O).
+//!
+//! A block starts with `struct tpacket_block_desc`; its packets follow from
+//! `offset_to_first_pkt`, each a `struct tpacket3_hdr` + `struct sockaddr_ll` + the frame at
+//! `tp_mac`, chained by `tp_next_offset`. Nothing here trusts those numbers: every field read and
+//! every slice is bounds-checked against the block, and a walk stops at the first value that
+//! points outside it.
+
+use std::iter::FusedIterator;
+use std::mem::{offset_of, size_of};
+
+use libc::{sockaddr_ll, tpacket_block_desc, tpacket_hdr_v1, tpacket_hdr_variant1, tpacket3_hdr};
+
+// struct tpacket_block_desc { version, offset_to_priv, hdr: union { struct tpacket_hdr_v1 bh1 } }
+const BD_HDR: usize = offset_of!(tpacket_block_desc, hdr);
+pub(crate) const BD_STATUS: usize = BD_HDR + offset_of!(tpacket_hdr_v1, block_status);
+const BD_NUM_PKTS: usize = BD_HDR + offset_of!(tpacket_hdr_v1, num_pkts);
+const BD_FIRST: usize = BD_HDR + offset_of!(tpacket_hdr_v1, offset_to_first_pkt);
+const BD_BLK_LEN: usize = BD_HDR + offset_of!(tpacket_hdr_v1, blk_len);
+const BD_SEQ: usize = BD_HDR + offset_of!(tpacket_hdr_v1, seq_num);
+const BD_SIZE: usize = size_of::<tpacket_block_desc>();
+
+// struct tpacket3_hdr
+const PH_NEXT: usize = offset_of!(tpacket3_hdr, tp_next_offset);
+const PH_SEC: usize = offset_of!(tpacket3_hdr, tp_sec);
+const PH_NSEC: usize = offset_of!(tpacket3_hdr, tp_nsec);
+const PH_SNAPLEN: usize = offset_of!(tpacket3_hdr, tp_snaplen);
+const PH_LEN: usize = offset_of!(tpacket3_hdr, tp_len);
+const PH_STATUS: usize = offset_of!(tpacket3_hdr, tp_status);
+const PH_MAC: usize = offset_of!(tpacket3_hdr, tp_mac);
+const PH_HV1: usize = offset_of!(tpacket3_hdr, hv1);
+const PH_RXHASH: usize = PH_HV1 + offset_of!(tpacket_hdr_variant1, tp_rxhash);
+const PH_VLAN_TCI: usize = PH_HV1 + offset_of!(tpacket_hdr_variant1, tp_vlan_tci);
+const PH_VLAN_TPID: usize = PH_HV1 + offset_of!(tpacket_hdr_variant1, tp_vlan_tpid);
+const PH_SIZE: usize = size_of::<tpacket3_hdr>();
+/// `TPACKET_ALIGN(sizeof(struct tpacket3_hdr))`: where the `sockaddr_ll` starts.
+const PH_SLL: usize = (PH_SIZE + libc::TPACKET_ALIGNMENT - 1) & !(libc::TPACKET_ALIGNMENT - 1);
+const PH_PKTTYPE: usize = PH_SLL + offset_of!(sockaddr_ll, sll_pkttype);
+
+const _: () = assert!(BD_SIZE == 48 && BD_STATUS == 8 && BD_SEQ == 24);
+const _: () = assert!(PH_SIZE == 48 && PH_RXHASH == 28 && PH_SLL == 48 && PH_PKTTYPE == 58);
+
+fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_ne_bytes(
+        b.get(at..at.checked_add(2)?)?.try_into().ok()?,
+    ))
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(
+        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_ne_bytes(
+        b.get(at..at.checked_add(8)?)?.try_into().ok()?,
+    ))
+}
+
+/// `block_status` of a block's header (0 if the bytes are too short).
+#[cfg(test)]
+pub(crate) fn block_status(block: &[u8]) -> u32 {
+    u32_at(block, BD_STATUS).unwrap_or(0)
+}
+
+/// `num_pkts` of a block's header.
+pub(crate) fn block_num_pkts(block: &[u8]) -> u32 {
+    u32_at(block, BD_NUM_PKTS).unwrap_or(0)
+}
+
+/// `seq_num` of a block's header.
+pub(crate) fn block_seq_num(block: &[u8]) -> u64 {
+    u64_at(block, BD_SEQ).unwrap_or(0)
+}
+
+/// One packet in a ring block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingPacket<'a> {
+    /// The captured bytes: `tp_snaplen` bytes from `tp_mac`, starting at the link header.
+    #[doc(alias = "tp_snaplen")]
+    pub data: &'a [u8],
+    /// Arrival time in ns since the Unix epoch: `tp_sec * 1e9 + tp_nsec`.
+    #[doc(alias("tp_sec", "tp_nsec"))]
+    pub ts_ns: u64,
+    /// The packet's length on the wire (or after GRO), before the snaplen cut.
+    #[doc(alias = "tp_len")]
+    pub len: u32,
+    /// `TP_STATUS_*` bits: checksum state, VLAN validity, timestamp source.
+    #[doc(alias = "tp_status")]
+    pub status: u32,
+    /// The VLAN tag the NIC stripped, valid if `status & TP_STATUS_VLAN_VALID`.
+    #[doc(alias = "tp_vlan_tci")]
+    pub vlan_tci: u16,
+    /// Its TPID, valid if `status & TP_STATUS_VLAN_TPID_VALID`.
+    #[doc(alias = "tp_vlan_tpid")]
+    pub vlan_tpid: u16,
+    /// The kernel's flow hash (filled with `fill_rxhash`).
+    #[doc(alias = "tp_rxhash")]
+    pub rxhash: u32,
+    /// `PACKET_HOST`, `PACKET_BROADCAST`, ..., `PACKET_OUTGOING`.
+    #[doc(alias = "sll_pkttype")]
+    pub pkttype: u8,
+}
+
+/// The packets of one block, in order; stops early, without panicking, at a corrupt header.
+#[derive(Debug, Clone)]
+pub struct Packets<'a> {
+    block: &'a [u8],
+    offset: usize,
+    remaining: u32,
+}
+
+impl<'a> Packets<'a> {
+    /// Walks a whole TPACKET_V3 block given as bytes (from the ring, or a saved block).
+    pub fn from_block_bytes(block: &'a [u8]) -> Packets<'a> {
+        let empty = Packets {
+            block,
+            offset: 0,
+            remaining: 0,
+        };
+        let (Some(num), Some(first), Some(blk_len)) = (
+            u32_at(block, BD_NUM_PKTS),
+            u32_at(block, BD_FIRST),
+            u32_at(block, BD_BLK_LEN),
+        ) else {
+            return empty;
+        };
+        // blk_len is the bytes used, header included; a wild value falls back to the whole block.
+        let used = match usize::try_from(blk_len) {
+            Ok(n) if (BD_SIZE..=block.len()).contains(&n) => n,
+            _ => block.len(),
+        };
+        match usize::try_from(first) {
+            Ok(first) if first >= BD_SIZE && first < used => Packets {
+                block: &block[..used],
+                offset: first,
+                remaining: num,
+            },
+            _ => empty,
+        }
+    }
+
+    fn parse(&self) -> Option<(RingPacket<'a>, u32)> {
+        let b = self.block;
+        let h = self.offset;
+        let field = |at: usize| u32_at(b, h.checked_add(at)?);
+        let next = field(PH_NEXT)?;
+        let snaplen = usize::try_from(field(PH_SNAPLEN)?).ok()?;
+        let mac = usize::from(u16_at(b, h.checked_add(PH_MAC)?)?);
+        let start = h.checked_add(mac)?;
+        let data = b.get(start..start.checked_add(snaplen)?)?;
+        let packet = RingPacket {
+            data,
+            ts_ns: u64::from(field(PH_SEC)?) * 1_000_000_000 + u64::from(field(PH_NSEC)?),
+            len: field(PH_LEN)?,
+            status: field(PH_STATUS)?,
+            // The kernel's field is 32 bits wide; a TCI is 16.
+            vlan_tci: field(PH_VLAN_TCI)? as u16,
+            vlan_tpid: u16_at(b, h.checked_add(PH_VLAN_TPID)?)?,
+            rxhash: field(PH_RXHASH)?,
+            pkttype: *b.get(h.checked_add(PH_PKTTYPE)?)?,
+        };
+        Some((packet, next))
+    }
+}
+
+impl<'a> Iterator for Packets<'a> {
+    type Item = RingPacket<'a>;
+
+    fn next(&mut self) -> Option<RingPacket<'a>> {
+        if self.remaining == 0 {
+            return None;
+        }
+        let Some((packet, next)) = self.parse() else {
+            self.remaining = 0;
+            return None;
+        };
+        self.remaining -= 1;
+        if self.remaining > 0 {
+            // Each header is at least PH_SIZE bytes: a shorter step is corrupt and could loop.
+            match usize::try_from(next)
+                .ok()
+                .filter(|&n| n >= PH_SIZE)
+                .and_then(|n| self.offset.checked_add(n))
+            {
+                Some(at) if at < self.block.len() => self.offset = at,
+                _ => self.remaining = 0,
+            }
+        }
+        Some(packet)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.remaining as usize))
+    }
+}
+
+impl FusedIterator for Packets<'_> {}
+
+/// Builds TPACKET_V3 blocks in memory the way the kernel lays them out (for tests).
+#[cfg(test)]
+pub(crate) mod build {
+    use super::*;
+
+    /// `macoff` for Ethernet on a SOCK_RAW socket with no reserve: `ALIGN16(68 + 16) - 14`.
+    pub(crate) const MACOFF: usize = 82;
+
+    fn put(b: &mut [u8], at: usize, v: &[u8]) {
+        b[at..at + v.len()].copy_from_slice(v);
+    }
+
+    /// A block of `size` bytes holding `frames` (data, tp_len, ts_ns), status `status`.
+    pub(crate) fn block(
+        size: usize,
+        status: u32,
+        seq: u64,
+        frames: &[(&[u8], u32, u64)],
+    ) -> Vec<u8> {
+        let mut b = vec![0u8; size];
+        let mut at = BD_SIZE.next_multiple_of(8);
+        put(&mut b, 0, &3u32.to_ne_bytes());
+        put(&mut b, BD_STATUS, &status.to_ne_bytes());
+        put(&mut b, BD_NUM_PKTS, &(frames.len() as u32).to_ne_bytes());
+        put(&mut b, BD_FIRST, &(at as u32).to_ne_bytes());
+        put(&mut b, BD_SEQ, &seq.to_ne_bytes());
+        for (i, (data, len, ts)) in frames.iter().enumerate() {
+            let step = (MACOFF + data.len()).next_multiple_of(8);
+            let next = if i + 1 == frames.len() {
+                0
+            } else {
+                step as u32
+            };
+            put(&mut b, at + PH_NEXT, &next.to_ne_bytes());
+            put(
+                &mut b,
+                at + PH_SEC,
+                &((ts / 1_000_000_000) as u32).to_ne_bytes(),
+            );
+            put(
+                &mut b,
+                at + PH_NSEC,
+                &((ts % 1_000_000_000) as u32).to_ne_bytes(),
+            );
+            put(&mut b, at + PH_SNAPLEN, &(data.len() as u32).to_ne_bytes());
+            put(&mut b, at + PH_LEN, &len.to_ne_bytes());
+            put(&mut b, at + PH_STATUS, &libc::TP_STATUS_USER.to_ne_bytes());
+            put(&mut b, at + PH_MAC, &(MACOFF as u16).to_ne_bytes());
+            put(&mut b, at + PH_RXHASH, &(0xabc0 + i as u32).to_ne_bytes());
+            put(&mut b, at + PH_VLAN_TCI, &(100 + i as u32).to_ne_bytes());
+            put(&mut b, at + PH_VLAN_TPID, &0x8100u16.to_ne_bytes());
+            b[at + PH_PKTTYPE] = libc::PACKET_BROADCAST;
+            put(&mut b, at + MACOFF, data);
+            at += step;
+        }
+        put(&mut b, BD_BLK_LEN, &(at as u32).to_ne_bytes());
+        b
+    }
+
+    /// The offset of packet `i`'s header in a block made by [`block`].
+    pub(crate) fn header_offset(frames: &[usize], i: usize) -> usize {
+        BD_SIZE.next_multiple_of(8)
+            + frames[..i]
+                .iter()
+                .map(|n| (MACOFF + n).next_multiple_of(8))
+                .sum::<usize>()
+    }
+
+    pub(crate) fn set_next(b: &mut [u8], header: usize, next: u32) {
+        put(b, header + PH_NEXT, &next.to_ne_bytes());
+    }
+
+    pub(crate) fn set_snaplen(b: &mut [u8], header: usize, snaplen: u32) {
+        put(b, header + PH_SNAPLEN, &snaplen.to_ne_bytes());
+    }
+
+    pub(crate) fn set_num_pkts(b: &mut [u8], n: u32) {
+        put(b, BD_NUM_PKTS, &n.to_ne_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::build::*;
+    use super::*;
+
+    fn frames() -> Vec<Vec<u8>> {
+        (0..5u8).map(|i| vec![i; 60 + usize::from(i) * 7]).collect()
+    }
+
+    fn sample() -> (Vec<u8>, Vec<usize>) {
+        let f = frames();
+        let spec: Vec<(&[u8], u32, u64)> = f
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.as_slice(), 1000 + i as u32, 5_000_000_007 + i as u64))
+            .collect();
+        (
+            block(4096, libc::TP_STATUS_USER, 42, &spec),
+            f.iter().map(Vec::len).collect(),
+        )
+    }
+
+    #[test]
+    fn walks_every_packet_with_its_fields() {
+        let (b, _) = sample();
+        assert_eq!(block_num_pkts(&b), 5);
+        assert_eq!(block_seq_num(&b), 42);
+        assert_eq!(block_status(&b), libc::TP_STATUS_USER);
+        let got: Vec<RingPacket<'_>> = Packets::from_block_bytes(&b).collect();
+        assert_eq!(got.len(), 5);
+        for (i, p) in got.iter().enumerate() {
+            assert_eq!(p.data, frames()[i].as_slice());
+            assert_eq!(p.len, 1000 + i as u32);
+            assert_eq!(p.ts_ns, 5_000_000_007 + i as u64);
+            assert_eq!(p.rxhash, 0xabc0 + i as u32);
+            assert_eq!((p.vlan_tci, p.vlan_tpid), (100 + i as u16, 0x8100));
+            assert_eq!(p.pkttype, libc::PACKET_BROADCAST);
+        }
+    }
+
+    #[test]
+    fn corrupt_next_offset_stops_the_walk() {
+        let (clean, lens) = sample();
+        // Points past the block.
+        let mut b = clean.clone();
+        set_next(&mut b, header_offset(&lens, 1), 1 << 30);
+        assert_eq!(Packets::from_block_bytes(&b).count(), 2);
+        // Zero while more packets are announced: would loop on the same header.
+        let mut b = clean.clone();
+        set_next(&mut b, header_offset(&lens, 0), 0);
+        assert_eq!(Packets::from_block_bytes(&b).count(), 1);
+        // Shorter than a header.
+        let mut b = clean.clone();
+        set_next(&mut b, header_offset(&lens, 2), 8);
+        assert_eq!(Packets::from_block_bytes(&b).count(), 3);
+        // u32::MAX must not overflow.
+        let mut b = clean.clone();
+        set_next(&mut b, header_offset(&lens, 3), u32::MAX);
+        assert_eq!(Packets::from_block_bytes(&b).count(), 4);
+    }
+
+    #[test]
+    fn corrupt_lengths_and_counts_never_panic() {
+        let (clean, lens) = sample();
+        // A snaplen running past the block ends the walk at that packet.
+        let mut b = clean.clone();
+        set_snaplen(&mut b, header_offset(&lens, 2), 5000);
+        assert_eq!(Packets::from_block_bytes(&b).count(), 2);
+        // More packets announced than present: stops at the last chained one.
+        let mut b = clean.clone();
+        set_num_pkts(&mut b, 1_000_000);
+        assert_eq!(Packets::from_block_bytes(&b).count(), 5);
+        // Truncated blocks of every length.
+        for n in 0..clean.len() {
+            let _ = Packets::from_block_bytes(&clean[..n]).count();
+        }
+        // Random bytes.
+        let mut x = 0x2545f491u32;
+        for _ in 0..200 {
+            let junk: Vec<u8> = (0..512)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    x as u8
+                })
+                .collect();
+            let _ = Packets::from_block_bytes(&junk).count();
+        }
+    }
+}
