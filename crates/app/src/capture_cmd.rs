@@ -31,7 +31,32 @@ pub fn run(a: CaptureArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> 
         ),
     };
     let mut status = StatusLine::new(&label, a.quiet, file_len);
-    let (summary, err) = capture::run(&cfg, stop, &mut |t| status.tick(t));
+    let quiet = a.quiet;
+    let mut announce = |r: &capture::Ready| {
+        // Like tcpdump's "listening on" line; tests and scripts wait for it. Files say nothing.
+        if let Some(ring) = r.ring {
+            eprintln!(
+                "tapflow: listening on {}, link-type {}, snaplen {}, {} worker{}, ring {} x {} KiB, \
+                 retire {} ms, {} timestamps",
+                r.input,
+                r.linktype,
+                r.snaplen,
+                r.workers,
+                if r.workers == 1 { "" } else { "s" },
+                ring.block_count,
+                ring.block_size / 1024,
+                ring.retire_ms,
+                if r.hw_timestamps {
+                    "hardware"
+                } else {
+                    "kernel"
+                },
+            );
+        } else if !quiet {
+            eprintln!("tapflow: reading {}, link-type {}", r.input, r.linktype);
+        }
+    };
+    let (summary, err) = capture::run(&cfg, stop, &mut announce, &mut |t| status.tick(t));
     status.finish();
     if err.is_none() || summary.totals.received > 0 {
         eprintln!("{}", summary_line(&summary.totals));

@@ -17,6 +17,7 @@ use crate::batch::pipe;
 use crate::counters::{SharedTotals, Totals};
 use crate::file_source::FileSource;
 use crate::live_source::LiveSource;
+use crate::source::PacketSource;
 use crate::worker::{Worker, WorkerConfig};
 use crate::writer::{self, WriterConfig, WriterReport};
 
@@ -118,6 +119,23 @@ pub struct Tick {
     pub elapsed: Duration,
 }
 
+/// What a capture opened, reported once before the first packet is taken.
+#[derive(Debug, Clone)]
+pub struct Ready {
+    /// Interface name, or the file path.
+    pub input: String,
+    /// Link type of the (first) interface.
+    pub linktype: LinkType,
+    /// Snap length applied.
+    pub snaplen: u32,
+    /// Workers (fanout members).
+    pub workers: usize,
+    /// Ring geometry of each worker, for live capture.
+    pub ring: Option<RingGeometry>,
+    /// Whether the NIC's clock stamps packets.
+    pub hw_timestamps: bool,
+}
+
 /// The outcome of a capture.
 #[derive(Debug, Clone, Default)]
 pub struct Summary {
@@ -135,9 +153,13 @@ pub struct Summary {
 ///
 /// Returns the summary and, if the capture ended badly, the error; everything collected before
 /// the error is written and counted in the summary.
+///
+/// `ready` is called once, when every ring is open and in its fanout group (or the file header
+/// is read), before the first packet is taken.
 pub fn run(
     cfg: &CaptureConfig,
     stop: &Arc<AtomicBool>,
+    ready: &mut dyn FnMut(&Ready),
     tick: &mut dyn FnMut(&Tick),
 ) -> (Summary, Option<EngineError>) {
     let started = Instant::now();
@@ -158,10 +180,11 @@ pub fn run(
                 fanout_group: *fanout_group,
             },
             stop,
+            ready,
             tick,
             started,
         ),
-        Input::File(path) => run_file(cfg, path, stop, tick, started),
+        Input::File(path) => run_file(cfg, path, stop, ready, tick, started),
     };
     summary.seconds = started.elapsed().as_secs_f64();
     (summary, err)
@@ -205,6 +228,7 @@ fn run_live(
     cfg: &CaptureConfig,
     li: LiveInput<'_>,
     stop: &Arc<AtomicBool>,
+    ready: &mut dyn FnMut(&Ready),
     tick: &mut dyn FnMut(&Tick),
     started: Instant,
 ) -> (Summary, Option<EngineError>) {
@@ -213,6 +237,14 @@ fn run_live(
         Err(e) => return (Summary::default(), Some(e)),
     };
     let hw_timestamps = rings.iter().all(|r| r.hw_timestamps());
+    ready(&Ready {
+        input: li.ifname.to_string(),
+        linktype: LinkType::Ethernet,
+        snaplen: cfg.snaplen,
+        workers: rings.len(),
+        ring: Some(li.ring),
+        hw_timestamps,
+    });
     let limit = cfg.count.map(|n| Arc::new(AtomicU64::new(n)));
     let wcfg = WorkerConfig {
         snaplen: cfg.snaplen,
@@ -261,6 +293,7 @@ fn run_file(
     cfg: &CaptureConfig,
     path: &PathBuf,
     stop: &Arc<AtomicBool>,
+    ready: &mut dyn FnMut(&Ready),
     tick: &mut dyn FnMut(&Tick),
     started: Instant,
 ) -> (Summary, Option<EngineError>) {
@@ -274,6 +307,17 @@ fn run_file(
     };
     let position = source.position();
     let total = source.len();
+    ready(&Ready {
+        input: path.display().to_string(),
+        linktype: source
+            .interfaces()
+            .first()
+            .map_or(LinkType::Ethernet, |i| i.linktype),
+        snaplen: cfg.snaplen,
+        workers: 1,
+        ring: None,
+        hw_timestamps: false,
+    });
     let limit = cfg.count.map(|n| Arc::new(AtomicU64::new(n)));
     let wcfg = WorkerConfig {
         snaplen: cfg.snaplen,

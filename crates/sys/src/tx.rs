@@ -31,6 +31,8 @@ const ETH_HLEN: usize = 14;
 pub const MIN_FRAME_SIZE: u32 = 64;
 /// The largest frame slot accepted here.
 pub const MAX_FRAME_SIZE: u32 = 1 << 30;
+/// How long [`TxRing::flush_wait`] waits for the kernel to release at least one frame.
+pub const FLUSH_STALL_MS: u64 = 5_000;
 
 /// The shape of a transmit ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,13 +168,27 @@ impl TxRing {
         Ok(())
     }
 
-    /// Sends every queued frame and waits until the kernel has released them all.
+    /// Sends every queued frame and waits until the kernel has released them all; an error
+    /// (`ETIMEDOUT`) if none is released for [`FLUSH_STALL_MS`].
     pub fn flush_wait(&mut self) -> Result<(), SysError> {
+        let mut last = (self.queued.get(), crate::clock::monotonic_ns());
         loop {
             self.kick(0)?;
             self.reap();
-            if self.queued.get() == 0 {
+            let queued = self.queued.get();
+            if queued == 0 {
                 return Ok(());
+            }
+            let now = crate::clock::monotonic_ns();
+            if queued < last.0 {
+                last = (queued, now);
+            } else if now - last.1 > FLUSH_STALL_MS * 1_000_000 {
+                return Err(SysError::call_with(
+                    "sendto(TX_RING)",
+                    &self.iface,
+                    format!("{queued} frames not sent after {FLUSH_STALL_MS} ms"),
+                    std::io::Error::from_raw_os_error(libc::ETIMEDOUT),
+                ));
             }
             // ENOBUFS ends a blocking send early; give the driver a moment.
             std::thread::sleep(std::time::Duration::from_micros(50));

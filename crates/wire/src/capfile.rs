@@ -354,22 +354,8 @@ impl<'a> Reader<'a> {
             Format::Pcap {
                 big_endian: true, ..
             } => self.next_pcap::<true>(),
-            Format::Pcapng => loop {
-                let rest = &self.bytes[self.pos..];
-                if rest.is_empty() {
-                    return None;
-                }
-                let step = if self.big_endian {
-                    self.pcapng_block::<true>(rest)
-                } else {
-                    self.pcapng_block::<false>(rest)
-                };
-                match step {
-                    Ok(Step::Packet(p)) => return Some(Ok(p)),
-                    Ok(Step::Other) => {}
-                    Err(kind) => return Some(Err(self.fail(kind))),
-                }
-            },
+            Format::Pcapng if self.big_endian => self.next_pcapng::<true>(),
+            Format::Pcapng => self.next_pcapng::<false>(),
         }
     }
 
@@ -421,8 +407,42 @@ impl<'a> Reader<'a> {
         }))
     }
 
-    /// Reads the block at `rest` (the current offset); advances past it unless it is damaged.
+    /// pcapng: an intact EPB takes a straight path; any other block, or a damaged one, goes
+    /// through [`Self::pcapng_block`], which also names the damage.
     #[inline(always)]
+    fn next_pcapng<const BE: bool>(&mut self) -> Option<Result<FilePacket<'a>, FileError>> {
+        loop {
+            let rest = &self.bytes[self.pos..];
+            if let Some((p, len)) = Packet::parse_intact_epb::<BE>(rest)
+                && let Some(iface) =
+                    self.interfaces[self.section_base..].get(p.interface_id as usize)
+            {
+                let interface = (self.section_base + p.interface_id as usize) as u32;
+                self.pos += len;
+                return Some(Ok(FilePacket {
+                    interface,
+                    ts_ns: iface.ts_to_ns(p.ts),
+                    len: p.orig_len,
+                    data: p.data,
+                    epb_flags: p.flags,
+                    dropcount: p.dropcount,
+                }));
+            }
+            if rest.is_empty() {
+                return None;
+            }
+            match self.pcapng_block::<BE>(rest) {
+                Ok(Step::Packet(p)) => return Some(Ok(p)),
+                // A new section may have changed the byte order.
+                Ok(Step::Other) if self.big_endian != BE => return self.next_packet(),
+                Ok(Step::Other) => {}
+                Err(kind) => return Some(Err(self.fail(kind))),
+            }
+        }
+    }
+
+    /// Reads the block at `rest` (the current offset); advances past it unless it is damaged.
+    #[inline(never)]
     fn pcapng_block<const BE: bool>(&mut self, rest: &'a [u8]) -> Result<Step<'a>, FileErrorKind> {
         let b = if rest.first_chunk::<4>() == Some(&pcapng::BLOCK_SHB.to_le_bytes()) {
             Block::parse(rest, pcapng::section_byte_order(rest)?)?

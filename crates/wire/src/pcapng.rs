@@ -409,6 +409,48 @@ impl<'a> Packet<'a> {
         Ok(p)
     }
 
+    /// Parses the block at the start of `buf` if it is an intact EPB in byte order `BE`, with
+    /// its total length; `None` for anything else, damage included ([`Self::parse_epb`] then
+    /// names it). The reader's fast path.
+    #[inline(always)]
+    pub fn parse_intact_epb<const BE: bool>(buf: &'a [u8]) -> Option<(Packet<'a>, usize)> {
+        let h = buf.first_chunk::<28>()?;
+        let len = rd32(BE, h, 4);
+        if rd32(BE, h, 0) != BLOCK_EPB || len < MIN_EPB_LEN || !len.is_multiple_of(4) {
+            return None;
+        }
+        let block = buf.get(..len as usize)?;
+        let end = len as usize - 4;
+        let caplen = rd32(BE, h, 20);
+        if caplen > MAXIMUM_SNAPLEN || caplen as usize > end - 28 || rd32(BE, block, end) != len {
+            return None;
+        }
+        let mut p = Packet {
+            interface_id: rd32(BE, h, 8),
+            ts: rd_ts(BE, h, 12),
+            orig_len: rd32(BE, h, 24).max(caplen),
+            data: &block[28..28 + caplen as usize],
+            flags: None,
+            dropcount: None,
+        };
+        let opts = block.get(28 + pad4(caplen as usize)..end).unwrap_or(&[]);
+        if !opts.is_empty() {
+            let it = Options {
+                buf: opts,
+                big_endian: BE,
+                block_type: BLOCK_EPB,
+            };
+            for o in it {
+                match o.ok()? {
+                    (EPB_FLAGS, v) if v.len() == 4 => p.flags = Some(rd32(BE, v, 0)),
+                    (EPB_DROPCOUNT, v) => p.dropcount = rd64(BE, v),
+                    _ => {}
+                }
+            }
+        }
+        Some((p, len as usize))
+    }
+
     /// Parses an obsolete Packet Block (type 2).
     pub fn parse_pb(b: &Block<'a>) -> Result<Packet<'a>, FileErrorKind> {
         b.need(MIN_PB_LEN)?;

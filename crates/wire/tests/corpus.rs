@@ -394,3 +394,30 @@ fn read_speed() {
         el.as_nanos() as f64 / packets as f64
     );
 }
+
+/// `cargo test --release -p tapflow-wire --test corpus -- --ignored --nocapture read_speed_in_cache`
+#[test]
+#[ignore = "timing; run in release"]
+fn read_speed_in_cache() {
+    for name in [
+        "ndpi-gnutella.pcap",
+        "chrissanders-synscan.pcapng",
+        "nfstream-ip-fragmented-garbage.pcap",
+    ] {
+        let bytes = std::fs::read(corpus_dir().join(name)).unwrap();
+        let start = std::time::Instant::now();
+        let (mut packets, mut sum) = (0u64, 0u64);
+        for _ in 0..200 {
+            let mut r = Reader::new(&bytes).unwrap();
+            while let Some(Ok(p)) = r.next_packet() {
+                packets += 1;
+                sum = sum.wrapping_add(p.ts_ns ^ u64::from(p.len) ^ p.data.len() as u64);
+            }
+        }
+        let el = start.elapsed();
+        println!(
+            "{name}: {packets} packets, {:.1} ns/packet ({sum:x})",
+            el.as_nanos() as f64 / packets as f64
+        );
+    }
+}

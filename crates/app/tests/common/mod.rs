@@ -18,10 +18,16 @@ pub fn bin() -> PathBuf {
 
 /// The shared corpus of real captures.
 pub fn corpus_dir() -> PathBuf {
-    let dir = std::env::var_os("TAPFLOW_CORPUS").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
-    });
-    assert!(dir.join("MANIFEST.tsv").is_file(), "no corpus at {} (set TAPFLOW_CORPUS)", dir.display());
+    let dir = std::env::var_os("TAPFLOW_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
+        });
+    assert!(
+        dir.join("MANIFEST.tsv").is_file(),
+        "no corpus at {} (set TAPFLOW_CORPUS)",
+        dir.display()
+    );
     dir
 }
 
@@ -40,7 +46,10 @@ where
 pub fn require_root() {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
-    assert_eq!(euid, 0, "this test needs root (network namespaces, AF_PACKET); CI runs as root");
+    assert_eq!(
+        euid, 0,
+        "this test needs root (network namespaces, AF_PACKET); CI runs as root"
+    );
 }
 
 /// Text of a command line, for messages.
@@ -80,7 +89,11 @@ pub fn run_limited(c: &mut Command, limit: Duration) -> Output {
     g.child = None;
     let stdout = out_t.join().expect("stdout reader");
     let stderr = err_t.join().expect("stderr reader");
-    Output { status, stdout, stderr }
+    Output {
+        status,
+        stdout,
+        stderr,
+    }
 }
 
 /// Runs a command that must succeed, returning its stdout.
@@ -106,7 +119,10 @@ pub struct ChildGuard {
 impl ChildGuard {
     /// Guards `child`, described as `what` in messages.
     pub fn new(child: Child, what: &str) -> ChildGuard {
-        ChildGuard { child: Some(child), what: what.to_string() }
+        ChildGuard {
+            child: Some(child),
+            what: what.to_string(),
+        }
     }
 
     /// The process id.
@@ -123,7 +139,11 @@ impl ChildGuard {
 
     /// Whether the process has exited.
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
-        self.child.as_mut().expect("child").try_wait().expect("try_wait")
+        self.child
+            .as_mut()
+            .expect("child")
+            .try_wait()
+            .expect("try_wait")
     }
 
     /// Waits for the exit; kills the process and fails the test past `limit`.
@@ -216,11 +236,19 @@ impl Summary {
         assert!(nums.len() >= 4, "exit line {line:?}");
         assert_eq!(
             &nums[..4],
-            &[self.received, self.recorded, self.dropped_kernel, self.dropped_ours],
+            &[
+                self.received,
+                self.recorded,
+                self.dropped_kernel,
+                self.dropped_ours
+            ],
             "exit line {line:?} disagrees with the JSON {}",
             self.text
         );
-        assert!(line.contains("dropped by kernel") && line.contains("dropped by tapflow"), "{line:?}");
+        assert!(
+            line.contains("dropped by kernel") && line.contains("dropped by tapflow"),
+            "{line:?}"
+        );
         assert!(line.ends_with("% collected)"), "{line:?}");
     }
 }
@@ -228,16 +256,26 @@ impl Summary {
 /// An unsigned number in a flat JSON object.
 pub fn json_u64(text: &str, key: &str) -> u64 {
     let pat = format!("\"{key}\":");
-    let at = text.find(&pat).unwrap_or_else(|| panic!("no \"{key}\" in {text}")) + pat.len();
+    let at = text
+        .find(&pat)
+        .unwrap_or_else(|| panic!("no \"{key}\" in {text}"))
+        + pat.len();
     let rest = text[at..].trim_start();
-    let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-    rest[..end].parse().unwrap_or_else(|_| panic!("\"{key}\" is not a u64 in {text}"))
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    rest[..end]
+        .parse()
+        .unwrap_or_else(|_| panic!("\"{key}\" is not a u64 in {text}"))
 }
 
 /// An array of plain strings in a flat JSON object.
 pub fn json_strings(text: &str, key: &str) -> Vec<String> {
     let pat = format!("\"{key}\":");
-    let at = text.find(&pat).unwrap_or_else(|| panic!("no \"{key}\" in {text}")) + pat.len();
+    let at = text
+        .find(&pat)
+        .unwrap_or_else(|| panic!("no \"{key}\" in {text}"))
+        + pat.len();
     let rest = text[at..].trim_start();
     assert!(rest.starts_with('['), "\"{key}\" is not an array in {text}");
     let end = rest.find(']').expect("closing ]");
@@ -245,7 +283,11 @@ pub fn json_strings(text: &str, key: &str) -> Vec<String> {
         .split(',')
         .map(|s| s.trim())
         .filter(|s| !s.is_empty())
-        .map(|s| s.trim_matches('"').replace("\\\\", "\\").replace("\\\"", "\""))
+        .map(|s| {
+            s.trim_matches('"')
+                .replace("\\\\", "\\")
+                .replace("\\\"", "\"")
+        })
         .collect()
 }
 
@@ -261,14 +303,21 @@ fn tool_stderr(o: &Output) -> String {
 /// `tshark -r FILE -T fields -e ...`: one row per packet. Fails if tshark reports any problem.
 pub fn tshark_fields(file: &Path, fields: &[&str]) -> Vec<Vec<String>> {
     let (rows, err) = tshark_fields_lenient(file, fields);
-    assert!(err.is_empty(), "tshark cannot read {} cleanly: {err}", file.display());
+    assert!(
+        err.is_empty(),
+        "tshark cannot read {} cleanly: {err}",
+        file.display()
+    );
     rows
 }
 
 /// Like `tshark_fields`, but returns what tshark read together with its complaint, if any.
 pub fn tshark_fields_lenient(file: &Path, fields: &[&str]) -> (Vec<Vec<String>>, String) {
     let mut c = Command::new("tshark");
-    c.arg("-n").arg("-r").arg(file).args(["-T", "fields", "-E", "separator=\t"]);
+    c.arg("-n")
+        .arg("-r")
+        .arg(file)
+        .args(["-T", "fields", "-E", "separator=\t"]);
     for f in fields {
         c.args(["-e", f]);
     }
@@ -291,7 +340,12 @@ pub fn capinfos_count(file: &Path) -> u64 {
         .lines()
         .find(|l| l.starts_with("Number of packets"))
         .unwrap_or_else(|| panic!("capinfos -c said {out:?}"));
-    line.rsplit(':').next().unwrap().trim().parse().expect("capinfos count")
+    line.rsplit(':')
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .expect("capinfos count")
 }
 
 /// Full capinfos output.
@@ -395,7 +449,11 @@ fn read_pcap(d: &[u8]) -> Capture {
     };
     let u32at = |o: usize| {
         let b = [d[o], d[o + 1], d[o + 2], d[o + 3]];
-        if le { u32::from_le_bytes(b) } else { u32::from_be_bytes(b) }
+        if le {
+            u32::from_le_bytes(b)
+        } else {
+            u32::from_be_bytes(b)
+        }
     };
     let snaplen = u32at(16);
     let linktype = (u32at(20) & 0xffff) as u16;
@@ -431,7 +489,10 @@ fn read_pcap(d: &[u8]) -> Capture {
 }
 
 fn read_pcapng(d: &[u8]) -> Capture {
-    let mut cap = Capture { pcapng: true, ..Capture::default() };
+    let mut cap = Capture {
+        pcapng: true,
+        ..Capture::default()
+    };
     let mut le = true;
     // Per section: (link type, tsresol) of each interface, and the index of the first one in
     // `cap.ifaces`.
@@ -457,20 +518,36 @@ fn read_pcapng(d: &[u8]) -> Capture {
         }
         let u32at = |p: usize| {
             let b = [d[p], d[p + 1], d[p + 2], d[p + 3]];
-            if le { u32::from_le_bytes(b) } else { u32::from_be_bytes(b) }
+            if le {
+                u32::from_le_bytes(b)
+            } else {
+                u32::from_be_bytes(b)
+            }
         };
         let u16at = |p: usize| {
             let b = [d[p], d[p + 1]];
-            if le { u16::from_le_bytes(b) } else { u16::from_be_bytes(b) }
+            if le {
+                u16::from_le_bytes(b)
+            } else {
+                u16::from_be_bytes(b)
+            }
         };
         let u64at = |p: usize| {
             let mut b = [0u8; 8];
             b.copy_from_slice(&d[p..p + 8]);
-            if le { u64::from_le_bytes(b) } else { u64::from_be_bytes(b) }
+            if le {
+                u64::from_le_bytes(b)
+            } else {
+                u64::from_be_bytes(b)
+            }
         };
         let btype = u32at(o);
         let blen = u32at(o + 4) as usize;
-        if blen < 12 || blen % 4 != 0 || o + blen > d.len() || u32at(o + blen - 4) as usize != blen {
+        if blen < 12
+            || !blen.is_multiple_of(4)
+            || o + blen > d.len()
+            || u32at(o + blen - 4) as usize != blen
+        {
             cap.damage = Some((o as u64, format!("bad block length {blen}")));
             break;
         }
@@ -495,7 +572,11 @@ fn read_pcapng(d: &[u8]) -> Capture {
             let res = cap.ifaces.get(iface).and_then(|i| i.2).unwrap_or(6);
             if res & 0x80 == 0 {
                 let p = 10u128.pow(u32::from(res));
-                if p <= 1_000_000_000 { raw * (1_000_000_000 / p) } else { raw / (p / 1_000_000_000) }
+                if p <= 1_000_000_000 {
+                    raw * (1_000_000_000 / p)
+                } else {
+                    raw / (p / 1_000_000_000)
+                }
             } else {
                 (raw * 1_000_000_000) >> (res & 0x7f)
             }
@@ -504,15 +585,34 @@ fn read_pcapng(d: &[u8]) -> Capture {
             1 => {
                 let linktype = u16at(body);
                 let snaplen = u32at(body + 4);
-                let res = options(body + 8).into_iter().find(|(c, _, l)| *c == 9 && *l >= 1);
-                cap.ifaces.push((linktype, snaplen, res.map(|(_, p, _)| d[p])));
+                let res = options(body + 8)
+                    .into_iter()
+                    .find(|(c, _, l)| *c == 9 && *l >= 1);
+                cap.ifaces
+                    .push((linktype, snaplen, res.map(|(_, p, _)| d[p])));
             }
             6 | 2 => {
                 let (iface, drops, hi, lo, caplen, len, data_at) = if btype == 6 {
-                    (u32at(body), None, u32at(body + 4), u32at(body + 8), u32at(body + 12), u32at(body + 16), body + 20)
+                    (
+                        u32at(body),
+                        None,
+                        u32at(body + 4),
+                        u32at(body + 8),
+                        u32at(body + 12),
+                        u32at(body + 16),
+                        body + 20,
+                    )
                 } else {
                     let drops = u16at(body + 2);
-                    (u16at(body) as u32, Some(drops as u64), u32at(body + 4), u32at(body + 8), u32at(body + 12), u32at(body + 16), body + 20)
+                    (
+                        u16at(body) as u32,
+                        Some(drops as u64),
+                        u32at(body + 4),
+                        u32at(body + 8),
+                        u32at(body + 12),
+                        u32at(body + 16),
+                        body + 20,
+                    )
                 };
                 let gi = section_base + iface as usize;
                 if data_at + caplen as usize > body_end {
@@ -541,8 +641,14 @@ fn read_pcapng(d: &[u8]) -> Capture {
             }
             3 => {
                 let len = u32at(body);
-                let snap = cap.ifaces.get(section_base).map(|i| i.1).unwrap_or(u32::MAX);
-                let caplen = len.min(if snap == 0 { u32::MAX } else { snap }).min((body_end - body - 4) as u32);
+                let snap = cap
+                    .ifaces
+                    .get(section_base)
+                    .map(|i| i.1)
+                    .unwrap_or(u32::MAX);
+                let caplen = len
+                    .min(if snap == 0 { u32::MAX } else { snap })
+                    .min((body_end - body - 4) as u32);
                 cap.packets.push(Pkt {
                     iface: section_base as u32,
                     linktype: cap.ifaces.get(section_base).map(|i| i.0).unwrap_or(0xffff),
@@ -561,7 +667,10 @@ fn read_pcapng(d: &[u8]) -> Capture {
                     .filter(|(_, _, l)| *l == 8)
                     .map(|(c, p, _)| (c, u64at(p)))
                     .collect();
-                cap.isbs.push(Isb { iface: section_base as u32 + iface, opts });
+                cap.isbs.push(Isb {
+                    iface: section_base as u32 + iface,
+                    opts,
+                });
             }
             _ => {}
         }
@@ -659,7 +768,10 @@ impl VethPair {
                 run_ok(Command::new("ip").args(["netns", "exec", ns, "sysctl", "-qw", &key]));
             }
         }
-        ip(&["-n", &p.ns_a, "link", "add", &p.if_a, "type", "veth", "peer", "name", &p.if_b, "netns", &p.ns_b]);
+        ip(&[
+            "-n", &p.ns_a, "link", "add", &p.if_a, "type", "veth", "peer", "name", &p.if_b,
+            "netns", &p.ns_b,
+        ]);
         for (ns, ifn) in [(&p.ns_a, &p.if_a), (&p.ns_b, &p.if_b)] {
             let key = format!("net.ipv6.conf.{ifn}.disable_ipv6=1");
             run_ok(Command::new("ip").args(["netns", "exec", ns, "sysctl", "-qw", &key]));
@@ -698,14 +810,18 @@ impl VethPair {
     }
 
     /// Runs `tapflow gen` in A to the end and checks that it sent `count` frames.
-    pub fn gen(&self, args: &[&str], dir: &Path, count: u64) {
+    pub fn send(&self, args: &[&str], dir: &Path, count: u64) {
         let json = dir.join("gen.json");
         let json_s = json.to_string_lossy().into_owned();
         let mut a = vec!["gen", "-i", &self.if_a, "-q", "--summary-json", &json_s];
         a.extend_from_slice(args);
         let o = run_limited(&mut self.tapflow_a(&a), Duration::from_secs(60));
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(o.status.success(), "tapflow {a:?} failed ({}): {err}", o.status);
+        assert!(
+            o.status.success(),
+            "tapflow {a:?} failed ({}): {err}",
+            o.status
+        );
         let text = std::fs::read_to_string(&json).expect("gen summary JSON");
         assert_eq!(json_u64(&text, "sent"), count, "gen summary {text}");
         assert_eq!(json_u64(&text, "failed"), 0, "gen summary {text}");
@@ -730,17 +846,27 @@ pub fn assert_clean_error(o: &Output, code: Option<i32>, keys: &[&str], what: &s
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "{what}: exit 0, stderr {err:?}");
     if let Some(c) = code {
-        assert_eq!(o.status.code(), Some(c), "{what}: exit code; stderr {err:?}");
+        assert_eq!(
+            o.status.code(),
+            Some(c),
+            "{what}: exit code; stderr {err:?}"
+        );
     }
     for bad in ["panicked", "RUST_BACKTRACE", "stack backtrace"] {
         assert!(!err.contains(bad), "{what}: stderr has {bad:?}: {err:?}");
     }
     let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(!lines.is_empty(), "{what}: nothing on stderr");
-    assert!(lines[0].starts_with("tapflow: error: "), "{what}: first line must start 'tapflow: error: ': {err:?}");
+    assert!(
+        lines[0].starts_with("tapflow: error: "),
+        "{what}: first line must start 'tapflow: error: ': {err:?}"
+    );
     match lines.len() {
         1 => {}
-        2 => assert!(lines[1].contains("--help"), "{what}: second line is not the 'try --help' hint: {err:?}"),
+        2 => assert!(
+            lines[1].contains("--help"),
+            "{what}: second line is not the 'try --help' hint: {err:?}"
+        ),
         _ => panic!("{what}: {} lines on stderr, want one: {err:?}", lines.len()),
     }
     let first = lines[0].to_lowercase();
