@@ -171,9 +171,11 @@ fn compare(input: &Path, out: &Path, n: usize, snap: u32, what: &str) -> Result<
     }
     for (i, (a, b)) in ic.packets.iter().zip(&oc.packets).enumerate() {
         let k = (a.caplen.min(snap)) as usize;
-        if b.data != a.data[..k] || a.linktype != b.linktype {
+        // (Link types are compared by tshark's encapsulation above: a pcap's DLT_RAW 12 may
+        // rightly become LINKTYPE_RAW 101.)
+        if b.data != a.data[..k] {
             return Err(format!(
-                "{what}: frame {}: bytes or link type differ from the input's first {k}",
+                "{what}: frame {}: bytes differ from the input's first {k}",
                 i + 1
             ));
         }

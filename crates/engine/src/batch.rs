@@ -115,6 +115,25 @@ impl Producer {
         None
     }
 
+    /// An empty batch, waiting for the writer to return one if all are in flight (for inputs
+    /// that can wait, like files). `None` if the writer is gone.
+    pub fn take_waiting(&mut self) -> Option<Batch> {
+        if let Some(b) = self.take() {
+            return Some(b);
+        }
+        self.empty.recv().ok()
+    }
+
+    /// Hands a full batch to the writer, waiting for queue space. The batch comes back if the
+    /// writer is gone.
+    pub fn send_waiting(&mut self, b: Batch) -> Result<(), Batch> {
+        match self.full.send(Message::Batch(b)) {
+            Ok(()) => Ok(()),
+            Err(std::sync::mpsc::SendError(Message::Batch(b))) => Err(b),
+            Err(_) => unreachable!("only batches are sent here"),
+        }
+    }
+
     /// Hands a full batch to the writer. If its queue is full, the batch comes back.
     pub fn send(&mut self, b: Batch) -> Result<(), Batch> {
         match self.full.try_send(Message::Batch(b)) {

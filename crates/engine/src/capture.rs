@@ -1,7 +1,7 @@
 //! A whole capture: N workers (one per fanout member, or one over a file), a writer each, and a
 //! monitor loop on the caller's thread for the status line and the stop conditions.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
@@ -215,7 +215,7 @@ fn open_rings(cfg: &CaptureConfig, li: &LiveInput<'_>) -> Result<Vec<RxRing>, En
                 block_count: li.ring.block_count,
                 retire_tov_ms: li.ring.retire_ms,
                 filter: program.clone(),
-                fanout: fanout.clone(),
+                fanout,
                 hw_timestamps: true,
                 fill_rxhash: false,
             };
@@ -250,6 +250,7 @@ fn run_live(
         snaplen: cfg.snaplen,
         poll_ms: 50,
         drain_quiet: Duration::from_millis(u64::from(li.ring.retire_ms) * 3 + 20),
+        wait_for_writer: false,
     };
     let multi = rings.len() > 1;
     let (mut summary, err) = thread::scope(|s| {
@@ -291,7 +292,7 @@ fn run_live(
 
 fn run_file(
     cfg: &CaptureConfig,
-    path: &PathBuf,
+    path: &Path,
     stop: &Arc<AtomicBool>,
     ready: &mut dyn FnMut(&Ready),
     tick: &mut dyn FnMut(&Tick),
@@ -301,7 +302,7 @@ fn run_file(
         Ok(m) => m,
         Err(e) => return (Summary::default(), Some(e.into())),
     };
-    let source = match FileSource::new(path.clone(), map.bytes()) {
+    let source = match FileSource::new(path.to_path_buf(), map.bytes()) {
         Ok(s) => s,
         Err(e) => return (Summary::default(), Some(e)),
     };
@@ -323,6 +324,7 @@ fn run_file(
         snaplen: cfg.snaplen,
         poll_ms: 0,
         drain_quiet: Duration::ZERO,
+        wait_for_writer: true,
     };
     thread::scope(|s| {
         let (producer, consumer) = pipe(PIPE_DEPTH, BATCH_BYTES);
@@ -358,6 +360,7 @@ type Handles<'s> = Vec<(
 )>;
 
 /// Calls `tick` every 100 ms until the workers finish, raising `stop` at the duration limit.
+/// (A capture ends by itself only at the end of a file or a limit, so a 5 ms nap is not per packet.)
 fn monitor(
     cfg: &CaptureConfig,
     stop: &AtomicBool,
@@ -367,8 +370,14 @@ fn monitor(
     progress: Option<&dyn Fn() -> Option<(u64, u64)>>,
     finished: impl Fn() -> bool,
 ) {
+    let mut last_tick = Instant::now();
     while !finished() {
-        thread::sleep(Duration::from_millis(100));
+        // Short naps so that the end of a short run is seen at once; ticks every 100 ms.
+        thread::sleep(Duration::from_millis(5));
+        if last_tick.elapsed() < Duration::from_millis(100) {
+            continue;
+        }
+        last_tick = Instant::now();
         if cfg.duration.is_some_and(|d| started.elapsed() >= d) {
             stop.store(true, Ordering::Relaxed);
         }

@@ -43,42 +43,47 @@ impl RecordBuilder {
     #[inline]
     pub fn push(&self, out: &mut Vec<u8>, p: &Packet<'_>) {
         let caplen = self.caplen(p);
-        let start = out.len();
-        out.resize(start + record::record_len(caplen), 0);
-        let body = &mut out[start + CONTROL_LEN..start + CONTROL_LEN + caplen];
         let mut flags = p.flags;
         let mut len = p.len;
-        match p.stripped_vlan {
+        let tag = match p.stripped_vlan {
             Some((tpid, tci)) if self.linktype == LinkType::Ethernet && p.data.len() >= 12 => {
-                // Put the tag back where the wire had it: after the two MAC addresses.
-                let mut tag = [0u8; 16];
-                tag[..12].copy_from_slice(&p.data[..12]);
-                tag[12..14].copy_from_slice(&tpid.to_be_bytes());
-                tag[14..16].copy_from_slice(&tci.to_be_bytes());
-                let head = caplen.min(16);
-                body[..head].copy_from_slice(&tag[..head]);
-                if caplen > 16 {
-                    body[16..].copy_from_slice(&p.data[12..12 + caplen - 16]);
-                }
                 flags = flags.with(Flags::VLAN_RESTORED);
                 len += 4;
+                let mut t = [0u8; 4];
+                t[..2].copy_from_slice(&tpid.to_be_bytes());
+                t[2..].copy_from_slice(&tci.to_be_bytes());
+                Some(t)
             }
-            _ => body.copy_from_slice(&p.data[..caplen]),
-        }
+            _ => None,
+        };
         if let Some(max) = self.max_frame
             && len > max
         {
             flags = flags.with(Flags::OFFLOAD_MERGED);
         }
-        let cksum = match whole_ip_sum(self.linktype, body, caplen as u32 == len) {
+        // The tag is not part of the IP packet, so the sum is taken over the bytes as captured.
+        let cksum = match whole_ip_sum(self.linktype, p.data, caplen as u32 == len) {
             Some(s) => {
                 flags = flags.with(Flags::CKSUM_WHOLE);
                 s
             }
             None => 0,
         };
-        let ctl = ControlField::new(p.ts_ns, flags, caplen as u16, cksum, len);
-        ctl.emit(&mut out[start..start + CONTROL_LEN]);
+        let mut ctl = [0u8; CONTROL_LEN];
+        ControlField::new(p.ts_ns, flags, caplen as u16, cksum, len).emit(&mut ctl);
+        out.extend_from_slice(&ctl);
+        match tag {
+            // Put the tag back where the wire had it: after the two MAC addresses.
+            Some(t) => {
+                let head = caplen.min(12);
+                out.extend_from_slice(&p.data[..head]);
+                out.extend_from_slice(&t[..caplen.saturating_sub(12).min(4)]);
+                out.extend_from_slice(&p.data[head..caplen.saturating_sub(4).max(head)]);
+            }
+            None => out.extend_from_slice(&p.data[..caplen]),
+        }
+        let pad = record::record_len(caplen) - CONTROL_LEN - caplen;
+        out.extend_from_slice(&[0u8; record::RECORD_ALIGN][..pad]);
     }
 }
 

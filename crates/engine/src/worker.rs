@@ -23,6 +23,9 @@ pub struct WorkerConfig {
     pub poll_ms: i32,
     /// How long the source must stay idle during a drain before the worker concludes it is empty.
     pub drain_quiet: Duration,
+    /// Wait for the writer when its queue is full (a file can wait), instead of counting a drop
+    /// (a live ring cannot).
+    pub wait_for_writer: bool,
 }
 
 /// Everything the worker owns except its source.
@@ -39,6 +42,7 @@ struct Output {
     limit: Option<Arc<AtomicU64>>,
     stop: Arc<AtomicBool>,
     if_stats: Option<(u64, u64)>,
+    wait_for_writer: bool,
 }
 
 /// One capture pipeline: a source, a record builder per interface, a pipe to the writer.
@@ -77,6 +81,7 @@ impl<S: PacketSource> Worker<S> {
                 limit,
                 stop,
                 if_stats: None,
+                wait_for_writer: cfg.wait_for_writer,
             },
             shared,
             cfg,
@@ -208,7 +213,11 @@ impl Output {
             self.flush();
         }
         if self.batch.is_none() {
-            self.batch = self.producer.take();
+            self.batch = if self.wait_for_writer {
+                self.producer.take_waiting()
+            } else {
+                self.producer.take()
+            };
         }
         let Some(batch) = self.batch.as_mut() else {
             // Every buffer is with the writer: this record is lost, and said so.
@@ -245,7 +254,12 @@ impl Output {
         b.totals = self.totals;
         b.totals.recorded += n;
         b.if_stats = self.if_stats;
-        match self.producer.send(b) {
+        let sent = if self.wait_for_writer {
+            self.producer.send_waiting(b)
+        } else {
+            self.producer.send(b)
+        };
+        match sent {
             Ok(()) => self.totals.recorded += n,
             Err(mut b) => {
                 self.totals.dropped_ours += n;

@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use tapflow_sys::writeback;
 use tapflow_wire::pcapng::{IdbOptions, InterfaceStatistics};
 use tapflow_wire::record::Records;
 use tapflow_wire::{pcap, pcapng};
@@ -53,10 +54,16 @@ pub struct WriterReport {
     pub totals: Totals,
 }
 
-const FLUSH_AT: usize = 1 << 20;
+/// Output is handed to the kernel in writes of at least this size.
+const FLUSH_AT: usize = 4 << 20;
+
+/// Output older than this (behind the newest byte) is waited for and dropped from the cache.
+const WRITEBACK_LAG: u64 = 32 << 20;
 
 struct OpenFile {
     file: File,
+    /// Bytes before this offset are on disk and out of the page cache.
+    forgotten: u64,
     part: PathBuf,
     path: PathBuf,
     bytes: u64,
@@ -181,6 +188,7 @@ impl Writer {
         let file = File::create(&part).map_err(|e| write_err(&part, e))?;
         self.file = Some(OpenFile {
             file,
+            forgotten: 0,
             part,
             path,
             bytes: 0,
@@ -244,7 +252,17 @@ impl Writer {
             f.file
                 .write_all(&self.out)
                 .map_err(|e| write_err(&f.part, e))?;
-            f.bytes += self.out.len() as u64;
+            let (start, end) = (f.bytes, f.bytes + self.out.len() as u64);
+            f.bytes = end;
+            // Keep the disk busy while we write: start this chunk's write-back now, and wait for
+            // (then forget) what is a few chunks older, so the final sync has little to do and a
+            // long capture does not fill the page cache with its own output.
+            writeback::start(&f.file, start, end - start);
+            let settled = end.saturating_sub(WRITEBACK_LAG);
+            if settled > f.forgotten {
+                writeback::finish_and_forget(&f.file, f.forgotten, settled - f.forgotten);
+                f.forgotten = settled;
+            }
         }
         self.out.clear();
         Ok(())

@@ -22,5 +22,6 @@ pub mod ring;
 mod syscall;
 mod tpacket;
 pub mod tx;
+pub mod writeback;
 
 pub use error::SysError;

@@ -354,8 +354,16 @@ impl<'a> Reader<'a> {
             Format::Pcap {
                 big_endian: true, ..
             } => self.next_pcap::<true>(),
-            Format::Pcapng if self.big_endian => self.next_pcapng::<true>(),
-            Format::Pcapng => self.next_pcapng::<false>(),
+            Format::Pcapng => loop {
+                let p = match self.big_endian {
+                    true => self.next_pcapng::<true>(),
+                    false => self.next_pcapng::<false>(),
+                };
+                // `None` before the end: a new section changed the byte order.
+                if p.is_some() || self.pos == self.bytes.len() {
+                    return p;
+                }
+            },
         }
     }
 
@@ -408,8 +416,9 @@ impl<'a> Reader<'a> {
     }
 
     /// pcapng: an intact EPB takes a straight path; any other block, or a damaged one, goes
-    /// through [`Self::pcapng_block`], which also names the damage.
-    #[inline(always)]
+    /// through [`Self::pcapng_block`], which also names the damage. Returns `None` at the end
+    /// and when a new section switches the byte order away from `BE`.
+    #[inline(never)]
     fn next_pcapng<const BE: bool>(&mut self) -> Option<Result<FilePacket<'a>, FileError>> {
         loop {
             let rest = &self.bytes[self.pos..];
@@ -433,8 +442,8 @@ impl<'a> Reader<'a> {
             }
             match self.pcapng_block::<BE>(rest) {
                 Ok(Step::Packet(p)) => return Some(Ok(p)),
-                // A new section may have changed the byte order.
-                Ok(Step::Other) if self.big_endian != BE => return self.next_packet(),
+                // A new section changed the byte order: the caller switches.
+                Ok(Step::Other) if self.big_endian != BE => return None,
                 Ok(Step::Other) => {}
                 Err(kind) => return Some(Err(self.fail(kind))),
             }
@@ -728,6 +737,34 @@ mod tests {
         assert_eq!(r.next_packet().unwrap().unwrap().interface, 1);
         assert_eq!(r.next_packet().unwrap().unwrap().interface, 2);
         assert_eq!(r.interfaces()[2].name.as_deref(), Some("lo"));
+    }
+
+    #[test]
+    fn many_sections_of_alternating_byte_order() {
+        let be_shb: [u8; 28] = [
+            0x0a, 0x0d, 0x0d, 0x0a, 0, 0, 0, 0x1c, 0x1a, 0x2b, 0x3c, 0x4d, 0, 1, 0, 0, //
+            0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0x1c,
+        ];
+        let mut f = Vec::new();
+        for _ in 0..200_000 {
+            pcapng::write_shb(&mut f, "");
+            f.extend_from_slice(&be_shb);
+        }
+        pcapng::write_shb(&mut f, "");
+        let o = IdbOptions {
+            linktype: LinkType::Ethernet,
+            snaplen: 0,
+            name: None,
+            filter: None,
+            hardware: None,
+        };
+        pcapng::write_idb(&mut f, &o);
+        pcapng::write_epb(&mut f, 0, 7, &[1, 2], 2, None, None);
+        let mut r = Reader::new(&f).unwrap();
+        let p = r.next_packet().unwrap().unwrap();
+        assert_eq!((p.interface, p.ts_ns, p.data), (0, 7, &[1, 2][..]));
+        assert!(r.next_packet().is_none());
+        assert_eq!(r.offset(), f.len() as u64);
     }
 
     /// A pcap or pcapng file and the end offset of each of its packets.

@@ -348,9 +348,9 @@ pub fn capinfos_count(file: &Path) -> u64 {
         .expect("capinfos count")
 }
 
-/// Full capinfos output.
+/// Full capinfos output (long names, as people read it).
 pub fn capinfos(file: &Path) -> String {
-    run_ok(Command::new("capinfos").arg("-M").arg(file))
+    run_ok(Command::new("capinfos").arg(file))
 }
 
 /// `tshark`'s `frame.time_epoch` ("secs.fraction") as ns since 1970; None past the u128 range.
