@@ -147,7 +147,17 @@ def run(argv: list[str], workdir: Path, tag: str, timeout: float | None = None) 
 
 
 def proc_cpu(pid: int) -> float:
-    """utime+stime of a live process from /proc (fallback when wait4 is not possible)."""
+    """CPU seconds (user+sys) a live process has used so far, all threads. Uses the ns counters in
+    /proc/PID/task/*/schedstat (the same sum_exec_runtime that wait4's rusage splits into user and
+    sys); falls back to utime+stime clock ticks from /proc/PID/stat."""
+    try:
+        total = 0
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as fh:
+                total += int(fh.read().split()[0])
+        return total / 1e9
+    except (OSError, ValueError, IndexError):
+        pass
     with open(f"/proc/{pid}/stat") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK

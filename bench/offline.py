@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Offline benchmark: cut a big trace to 64-byte headers with tapflow and with editcap.
+
+Builds (or reuses) bench/out/big.pcap with scripts/make-trace.sh (>= 1M packets, >= 200k flows,
+deterministic; see that script for how it is made), warms the page cache, then times each
+command best of 3 (wall clock; user+sys from wait4 of the best run), all pinned to one CPU:
+
+  tapflow capture -r big.pcap -s 64 -w out.pcapng -q                  (pcapng, the default)
+  tapflow capture -r big.pcap -s 64 -w out.pcap --format pcap -q      (classic ns pcap)
+  editcap -s 64 big.pcap out.pcapng                                   (editcap's default: pcapng)
+  editcap -F pcap -s 64 big.pcap out.pcap                             (classic pcap)
+
+and checks that every output holds as many packets as the input (capinfos) and none longer than
+64 bytes. Writes bench/out/offline.csv and bench/out/offline.svg and prints a markdown table with
+speedups over `editcap -s 64`. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib as bl  # noqa: E402
+import svgplot  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trace", default=None, help="trace to use (default bench/out/big.pcap, built if missing)")
+    ap.add_argument("--min-packets", type=int, default=1_000_000, help="make-trace.sh N_MIN (default 1000000)")
+    ap.add_argument("--rebuild", action="store_true", help="rebuild the trace even if it exists")
+    ap.add_argument("--runs", type=int, default=3, help="runs per command, best is kept (default 3)")
+    ap.add_argument("--snaplen", type=int, default=64)
+    ap.add_argument("--cpu", type=int, default=1, help="pin every command to this CPU (-1: no pinning)")
+    ap.add_argument("--tapflow", dest="tapflow_bin", default=None,
+                    help="tapflow binary (default target/release/tapflow)")
+    ap.add_argument("--skip-tapflow", action="store_true", help="time only the reference tools")
+    ap.add_argument("--out", default=str(bl.REPO / "bench" / "out"), help="output directory")
+    args = ap.parse_args()
+
+    bl.need("editcap", "capinfos")
+    if args.cpu >= 0:
+        bl.need("taskset")
+    outdir = Path(args.out)
+    outdir.mkdir(parents=True, exist_ok=True)
+    tapflow = bl.tapflow_path(args.tapflow_bin)
+    if not args.skip_tapflow and not tapflow.exists():
+        bl.die(f"{tapflow} not found: build it (cargo build --release) or use --skip-tapflow")
+
+    trace = Path(args.trace) if args.trace else outdir / "big.pcap"
+    if args.rebuild or not trace.exists():
+        if args.trace and not args.rebuild:
+            bl.die(f"{trace} does not exist")
+        print(f"# building {trace} with scripts/make-trace.sh", file=sys.stderr)
+        r = subprocess.run([str(bl.REPO / "scripts" / "make-trace.sh"), str(trace), str(args.min_packets)])
+        if r.returncode != 0:
+            bl.die("make-trace.sh failed")
+    n_in = bl.capinfos_count(trace)
+    size_in = trace.stat().st_size
+    print(f"# trace {trace}: {n_in} packets, {size_in / 1e6:.1f} MB", file=sys.stderr)
+
+    work = outdir / f"offline-work-{os.getpid()}"
+    work.mkdir()
+    import atexit
+    atexit.register(shutil.rmtree, work, True)
+
+    snap = str(args.snaplen)
+    cmds: list[tuple[str, list[str], str]] = []
+    if not args.skip_tapflow:
+        cmds += [
+            ("tapflow pcapng", [str(tapflow), "capture", "-r", str(trace), "-s", snap, "-w", "{out}", "-q"],
+             "pcapng"),
+            ("tapflow pcap", [str(tapflow), "capture", "-r", str(trace), "-s", snap, "-w", "{out}",
+                              "--format", "pcap", "-q"], "pcap"),
+        ]
+    cmds += [
+        ("editcap pcapng", ["editcap", "-s", snap, str(trace), "{out}"], "pcapng"),
+        ("editcap pcap", ["editcap", "-F", "pcap", "-s", snap, str(trace), "{out}"], "pcap"),
+    ]
+    pin = ["taskset", "-c", str(args.cpu)] if args.cpu >= 0 else []
+
+    # Warm the page cache so every command reads from memory.
+    with open(trace, "rb") as fh:
+        while fh.read(1 << 24):
+            pass
+
+    rows = []
+    for label, argv, ext in cmds:
+        best = None
+        for run in range(args.runs):
+            out = work / f"out-{run}.{ext}"
+            f = bl.run(pin + [a.replace("{out}", str(out)) for a in argv], work, f"{label.replace(' ', '-')}-{run}")
+            if f.rc != 0:
+                bl.die(f"{label} failed (exit {f.rc}): {f.stderr.strip()[-400:]}")
+            n_out = bl.capinfos_count(out)
+            r = subprocess.run(["capinfos", "-T", "-r", "-l", str(out)], capture_output=True, text=True)
+            caplen = r.stdout.strip().split("\t")[-1]
+            size_out = out.stat().st_size
+            out.unlink()
+            print(f"  {label:16s} run {run}: {f.wall:7.3f} s wall, {f.cpu:7.3f} s cpu, "
+                  f"{n_out} packets, caplen {caplen}", file=sys.stderr)
+            if n_out != n_in:
+                bl.die(f"{label}: output has {n_out} packets, input {n_in}")
+            if best is None or f.wall < best["wall_s"]:
+                best = {"command": label, "wall_s": round(f.wall, 4), "user_s": round(f.utime, 4),
+                        "sys_s": round(f.stime, 4), "cpu_s": round(f.cpu, 4), "packets": n_out,
+                        "out_bytes": size_out, "caplen_range": caplen,
+                        "mpps": round(n_in / f.wall / 1e6, 3),
+                        "argv": " ".join(pin + argv).replace(str(trace), "big.pcap")}
+        rows.append(best)
+
+    base = next((r for r in rows if r["command"] == "editcap pcapng"), None)
+    for r in rows:
+        r["speedup_vs_editcap"] = round(base["wall_s"] / r["wall_s"], 2) if base else ""
+        r["cpu_ratio_vs_editcap"] = round(base["cpu_s"] / r["cpu_s"], 2) if base and r["cpu_s"] else ""
+
+    csv_path = outdir / "offline.csv"
+    with open(csv_path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+
+    note = (f"{n_in:,} packets ({size_in / 1e6:.0f} MB) from scripts/make-trace.sh, snaplen {snap}, "
+            f"best of {args.runs}, CPU {args.cpu}, {platform.release()}, {datetime.date.today().isoformat()}")
+    svgplot.bar_chart(str(outdir / "offline.svg"), "Offline header cut: time for the whole trace",
+                      "command", "seconds (best of runs)", [r["command"] for r in rows],
+                      {"wall": [r["wall_s"] for r in rows], "user+sys CPU": [r["cpu_s"] for r in rows]},
+                      note=note)
+
+    print("| command | wall s | user s | sys s | Mpkt/s | speedup vs `editcap -s 64` (wall) | CPU ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| `{r['argv']}` | {r['wall_s']:.3f} | {r['user_s']:.3f} | {r['sys_s']:.3f} | {r['mpps']:.2f} | "
+              f"{r['speedup_vs_editcap']} | {r['cpu_ratio_vs_editcap']} |")
+    print(f"\n{note}\nwrote {csv_path}, {outdir / 'offline.svg'}")
+
+
+if __name__ == "__main__":
+    main()

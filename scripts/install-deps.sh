@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Install what tapflow needs to build, test, run the demo and the benchmarks (Debian 12, as root).
+# Idempotent and non-interactive: runs `apt-get update` and `apt-get install` only when a package is
+# missing. Works with no stdin (CI). Prints the versions of the tools at the end.
+#
+#   sudo scripts/install-deps.sh
+set -euo pipefail
+
+PKGS=(
+    build-essential pkg-config # cc and linker for cargo, libpcap discovery
+    libpcap-dev                # the capture filter compiler (pcap_compile) and its headers
+    tshark                     # test oracle: reads our files back
+    wireshark-common           # editcap, mergecap, capinfos (benchmarks, trace building)
+    tcpdump                    # test oracle and benchmark baseline
+    netsniff-ng                # netsniff-ng and trafgen: benchmark baselines
+    tcpreplay                  # tcprewrite for scripts/make-trace.sh
+    iproute2                   # ip netns / veth for tests, demo and benchmarks
+    util-linux                 # taskset (CPU pinning in the benchmarks)
+    procps                     # sysctl
+    python3                    # benchmark harness (standard library only)
+)
+
+export DEBIAN_FRONTEND=noninteractive
+export NEEDRESTART_MODE=a
+
+if [[ $(id -u) -ne 0 ]]; then
+    if command -v sudo >/dev/null 2>&1; then
+        exec sudo -E -- "$0" "$@"
+    fi
+    echo "install-deps: must run as root" >&2
+    exit 1
+fi
+
+missing=()
+for p in "${PKGS[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+        missing+=("$p")
+    fi
+done
+
+if ((${#missing[@]})); then
+    echo "install-deps: installing ${missing[*]}"
+    # wireshark-common asks whether non-root users may capture; answer "no" without a prompt.
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+    apt-get update -qq </dev/null
+    apt-get install -y -qq --no-install-recommends \
+        -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+        "${missing[@]}" </dev/null >/dev/null
+else
+    echo "install-deps: all packages already installed"
+fi
+
+# Rust comes from rustup on the image (rust-toolchain.toml pins the version), not from apt.
+if ! command -v cargo >/dev/null 2>&1; then
+    for d in "${CARGO_HOME:-$HOME/.cargo}/bin" /root/.cargo/bin /usr/local/cargo/bin; do
+        if [[ -x $d/cargo ]]; then
+            export PATH="$d:$PATH"
+            break
+        fi
+    done
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "install-deps: cargo not found: install the Rust toolchain with rustup (see rust-toolchain.toml)" >&2
+    exit 1
+fi
+
+first_line() { "$@" 2>&1 | head -n 1 || true; }
+echo "install-deps: versions"
+printf '  %-12s %s\n' \
+    cargo "$(first_line cargo --version)" \
+    rustc "$(first_line rustc --version)" \
+    cc "$(first_line cc --version)" \
+    libpcap "$(dpkg-query -W -f='${Version}' libpcap-dev 2>/dev/null)" \
+    tcpdump "$(tcpdump --version 2>&1 | head -n 1 || true)" \
+    tshark "$(tshark --version 2>/dev/null | head -n 1 || true)" \
+    editcap "$(editcap -h 2>&1 | grep -m1 '^Editcap' || true)" \
+    netsniff-ng "$(first_line netsniff-ng -v)" \
+    trafgen "$(first_line trafgen -v)" \
+    tcprewrite "$(tcprewrite -V 2>&1 | grep -m1 -i version || true)" \
+    ip "$(first_line ip -V)" \
+    python3 "$(first_line python3 --version)"
