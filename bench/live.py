@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib as bl  # noqa: E402
-import svgplot  # noqa: E402
+import plot  # noqa: E402
 
 SIZES = [64, 128, 256, 384, 512, 768, 1024, 1518]
 TOOLS = ["tapflow", "tcpdump", "netsniff-ng"]
@@ -361,22 +361,9 @@ def main() -> None:
     note = (f"{args.packets:,} pkts/run, gen={args.gen} on CPU{args.gen_cpu}, capture on CPU{args.cap_cpu}, "
             f"snaplen {args.snaplen}, veth, {platform.release()}, "
             f"{datetime.date.today().isoformat()}")
-    series_r, series_c = {}, {}
-    for t in tools:
-        series_r[t] = [bl.median([r["ratio"] * 100 for r in rows if r["frame"] == s and r["tool"] == t])
-                       for s in sizes]
-        series_c[t] = [bl.median([r["cpu_s_per_mpkt"] for r in rows if r["frame"] == s and r["tool"] == t])
-                       for s in sizes]
-    if rows:
-        svgplot.line_chart(str(outdir / "live-ratio.svg"), "Collection ratio vs frame size (veth)",
-                           "frame size incl. FCS (bytes)", "packets recorded / packets sent (%)",
-                           sizes, series_r, ymin=0, ymax=100, note=note)
-        svgplot.line_chart(str(outdir / "live-cpu.svg"), "Capture process CPU per million packets",
-                           "frame size incl. FCS (bytes)", "user+sys CPU seconds per Mpkt recorded",
-                           sizes, series_c, ymin=0, note=note)
+    made = plot.plot_live(csv_path, note) if rows else []
     print(markdown(rows, gens, tools))
-    print(f"\n{note}\nwrote {csv_path}" + (f", {outdir / 'live-ratio.svg'}, {outdir / 'live-cpu.svg'}"
-                                          if rows else ""))
+    print(f"\n{note}\nwrote {', '.join(map(str, [csv_path, *made]))}")
 
 
 if __name__ == "__main__":

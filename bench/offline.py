@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib as bl  # noqa: E402
-import svgplot  # noqa: E402
+import plot  # noqa: E402
 
 
 def main() -> None:
@@ -114,7 +114,8 @@ def main() -> None:
                         "sys_s": round(f.stime, 4), "cpu_s": round(f.cpu, 4), "packets": n_out,
                         "out_bytes": size_out, "caplen_range": caplen,
                         "mpps": round(n_in / f.wall / 1e6, 3),
-                        "argv": " ".join(pin + argv).replace(str(trace), "big.pcap")}
+                        "argv": " ".join(argv).replace(str(trace), "big.pcap")
+                        .replace(str(tapflow), "tapflow").replace("{out}", f"out.{ext}")}
         rows.append(best)
 
     base = next((r for r in rows if r["command"] == "editcap pcapng"), None)
@@ -130,17 +131,14 @@ def main() -> None:
 
     note = (f"{n_in:,} packets ({size_in / 1e6:.0f} MB) from scripts/make-trace.sh, snaplen {snap}, "
             f"best of {args.runs}, CPU {args.cpu}, {platform.release()}, {datetime.date.today().isoformat()}")
-    svgplot.bar_chart(str(outdir / "offline.svg"), "Offline header cut: time for the whole trace",
-                      "command", "seconds (best of runs)", [r["command"] for r in rows],
-                      {"wall": [r["wall_s"] for r in rows], "user+sys CPU": [r["cpu_s"] for r in rows]},
-                      note=note)
+    made = plot.plot_offline(csv_path, note)
 
     print("| command | wall s | user s | sys s | Mpkt/s | speedup vs `editcap -s 64` (wall) | CPU ratio |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| `{r['argv']}` | {r['wall_s']:.3f} | {r['user_s']:.3f} | {r['sys_s']:.3f} | {r['mpps']:.2f} | "
               f"{r['speedup_vs_editcap']} | {r['cpu_ratio_vs_editcap']} |")
-    print(f"\n{note}\nwrote {csv_path}, {outdir / 'offline.svg'}")
+    print(f"\n{note}\nwrote {', '.join(map(str, [csv_path, *made]))}")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
 MARKERS = ["circle", "square", "diamond", "triangle"]
 
 W, H = 760, 460
-LEFT, RIGHT, TOP, BOTTOM = 80, 190, 50, 60
+LEFT, RIGHT, TOP, BOTTOM = 80, 190, 62, 60
 
 
 def _nice_ticks(lo: float, hi: float, n: int = 6) -> list[float]:
@@ -24,12 +24,10 @@ def _nice_ticks(lo: float, hi: float, n: int = 6) -> list[float]:
     raw = (hi - lo) / n
     mag = 10 ** math.floor(math.log10(raw))
     step = min((m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw), default=10 * mag)
-    start = math.floor(lo / step) * step
-    ticks = []
-    v = start
-    while v <= hi + step * 1e-9:
-        ticks.append(round(v, 10))
-        v += step
+    start = math.floor(lo / step + 1e-9) * step
+    ticks = [round(start, 10)]
+    while ticks[-1] < hi - step * 1e-9:
+        ticks.append(round(ticks[-1] + step, 10))
     return ticks
 
 
@@ -46,7 +44,7 @@ def _frame(title: str, xlabel: str, ylabel: str) -> list[str]:
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
         f'viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">',
         f'<rect x="0" y="0" width="{W}" height="{H}" fill="white"/>',
-        f'<text x="{(LEFT + W - RIGHT) / 2}" y="28" text-anchor="middle" font-size="15" '
+        f'<text x="{(LEFT + W - RIGHT) / 2}" y="24" text-anchor="middle" font-size="15" '
         f'font-weight="bold">{escape(title)}</text>',
         f'<text x="{(LEFT + W - RIGHT) / 2}" y="{H - 15}" text-anchor="middle">{escape(xlabel)}</text>',
         f'<text x="20" y="{(TOP + H - BOTTOM) / 2}" text-anchor="middle" '
@@ -94,12 +92,8 @@ def line_chart(path: str, title: str, xlabel: str, ylabel: str, xs: list[float],
                ymax: float | None = None, note: str = "") -> None:
     """One line per series over numeric xs; None values leave a gap."""
     vals = [v for ys in series.values() for v in ys if v is not None and math.isfinite(v)]
-    lo = min(vals + ([ymin] if ymin is not None else [])) if vals else 0.0
-    hi = max(vals + ([ymax] if ymax is not None else [])) if vals else 1.0
-    if ymin is not None:
-        lo = ymin
-    if ymax is not None:
-        hi = max(hi, ymax) if vals and max(vals) > ymax else ymax
+    lo = ymin if ymin is not None else (min(vals) if vals else 0.0)
+    hi = max(vals + ([ymax] if ymax is not None else [])) if vals else (ymax or 1.0)
     ticks = _nice_ticks(lo, hi)
     ylo, yhi = ticks[0], ticks[-1]
     xlo, xhi = min(xs), max(xs)
@@ -138,7 +132,7 @@ def line_chart(path: str, title: str, xlabel: str, ylabel: str, xs: list[float],
                 out.append(_marker(MARKERS[i % len(MARKERS)], xmap(x), ymap(y), c))
     _legend(out, list(series), "line")
     if note:
-        out.append(f'<text x="{LEFT}" y="{TOP - 8}" font-size="10" fill="#555">{escape(note)}</text>')
+        out.append(f'<text x="{LEFT}" y="{TOP - 16}" font-size="10" fill="#555">{escape(note)}</text>')
     out.append("</svg>")
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("\n".join(out) + "\n")
@@ -175,7 +169,7 @@ def bar_chart(path: str, title: str, xlabel: str, ylabel: str, groups: list[str]
                        f'font-size="10">{_fmt(y)}</text>')
     _legend(out, list(series), "bar")
     if note:
-        out.append(f'<text x="{LEFT}" y="{TOP - 8}" font-size="10" fill="#555">{escape(note)}</text>')
+        out.append(f'<text x="{LEFT}" y="{TOP - 16}" font-size="10" fill="#555">{escape(note)}</text>')
     out.append("</svg>")
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("\n".join(out) + "\n")

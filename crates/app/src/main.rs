@@ -44,9 +44,47 @@ impl Failure {
     }
 }
 
+/// clap's message on one line: its first paragraph, without the `error:` prefix (a list of
+/// missing arguments is joined onto the line that announces it).
+fn one_line(text: &str) -> String {
+    let para: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    para.join(" ").trim_start_matches("error: ").to_string()
+}
+
 /// `EINVAL`: the kernel (or our own check before it) refused a value the user chose.
 const fn libc_einval() -> i32 {
     22
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clap_errors_become_one_line() {
+        let e = Cli::try_parse_from(["tapflow", "capture", "-w", "x"]).unwrap_err();
+        let line = one_line(&e.render().to_string());
+        assert!(
+            line.starts_with("the following required arguments were not provided:"),
+            "{line}"
+        );
+        assert!(
+            line.contains("--interface") && line.contains("--read"),
+            "{line}"
+        );
+        assert!(!line.contains('\n'));
+        let e = Cli::try_parse_from(["tapflow", "capture", "-i", "lo", "--block-size", "lots"])
+            .unwrap_err();
+        let line = one_line(&e.render().to_string());
+        assert!(
+            line.starts_with("invalid value 'lots' for '--block-size"),
+            "{line}"
+        );
+    }
 }
 
 fn main() -> ExitCode {
@@ -63,9 +101,7 @@ fn main() -> ExitCode {
                 let _ = e.print();
                 return ExitCode::SUCCESS;
             }
-            let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            eprintln!("tapflow: {}", first.trim_start_matches("error: ").trim());
+            eprintln!("tapflow: error: {}", one_line(&e.render().to_string()));
             eprintln!("tapflow: try 'tapflow --help'");
             return ExitCode::from(2);
         }

@@ -106,6 +106,7 @@ impl PacketSource for FileSource<'_> {
     fn next_block<F: FnMut(&Packet<'_>)>(
         &mut self,
         _timeout_ms: i32,
+        max_packets: usize,
         mut f: F,
     ) -> Result<Progress, EngineError> {
         if self.ended {
@@ -117,7 +118,7 @@ impl PacketSource for FileSource<'_> {
                 None => Ok(Progress::End),
             };
         }
-        for _ in 0..BLOCK_PACKETS {
+        for _ in 0..BLOCK_PACKETS.min(max_packets) {
             let fp = match self.held.take() {
                 Some(fp) => fp,
                 None => match self.reader.next_packet() {

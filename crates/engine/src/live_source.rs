@@ -99,6 +99,7 @@ impl PacketSource for LiveSource {
     fn next_block<F: FnMut(&Packet<'_>)>(
         &mut self,
         timeout_ms: i32,
+        _max_packets: usize,
         mut f: F,
     ) -> Result<Progress, EngineError> {
         let Some(block) = self.ring.next_block(timeout_ms)? else {

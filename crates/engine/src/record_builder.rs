@@ -156,7 +156,7 @@ mod tests {
         b.push(&mut out, &packet(&f));
         let (ctl, data) = Records::new(&out).next().unwrap().unwrap();
         assert_eq!(data, &f[..20]);
-        assert_eq!(ctl.len as usize, f.len());
+        assert_eq!(ctl.orig_len() as usize, f.len());
         assert!(!ctl.flags.contains(Flags::CKSUM_WHOLE));
         assert_eq!(ctl.cksum, 0);
     }
@@ -171,7 +171,7 @@ mod tests {
         b.push(&mut out, &p);
         let (ctl, data) = Records::new(&out).next().unwrap().unwrap();
         assert!(ctl.flags.contains(Flags::VLAN_RESTORED));
-        assert_eq!(ctl.len as usize, f.len() + 4);
+        assert_eq!(ctl.orig_len() as usize, f.len() + 4);
         assert_eq!(&data[..12], &f[..12]);
         assert_eq!(&data[12..16], &[0x81, 0x00, 0, 42]);
         assert_eq!(&data[16..], &f[12..]);
@@ -189,5 +189,26 @@ mod tests {
         b.push(&mut out, &packet(&f));
         let (ctl, _) = Records::new(&out).next().unwrap().unwrap();
         assert!(ctl.flags.contains(Flags::OFFLOAD_MERGED));
+    }
+
+    #[test]
+    fn jumbogram_keeps_its_32_bit_length() {
+        let f = vec![0u8; 100];
+        let p = Packet {
+            data: &f,
+            ts_ns: 1,
+            len: 65_590,
+            flags: Flags::default(),
+            interface: 0,
+            stripped_vlan: None,
+            drops_before: 0,
+        };
+        let b = RecordBuilder::new(LinkType::Ethernet, 64, None);
+        let mut out = Vec::new();
+        b.push(&mut out, &p);
+        let r = Records::new(&out).next().unwrap();
+        let (ctl, data) = r.unwrap();
+        assert_eq!(ctl.orig_len(), 65_590);
+        assert_eq!(data.len(), 64);
     }
 }

@@ -70,9 +70,13 @@ pub trait PacketSource {
     fn interfaces(&self) -> &[InterfaceInfo];
 
     /// Calls `f` for every packet of the next block, waiting up to `timeout_ms` for one.
+    ///
+    /// A source that can stop anywhere (a file) delivers at most `max_packets`; a ring delivers
+    /// whole blocks, and the worker counts what it cannot take.
     fn next_block<F: FnMut(&Packet<'_>)>(
         &mut self,
         timeout_ms: i32,
+        max_packets: usize,
         f: F,
     ) -> Result<Progress, EngineError>;
 

@@ -107,18 +107,11 @@ impl<S: PacketSource> Worker<S> {
     fn capture(&mut self) -> Result<(), EngineError> {
         let mut last_stats = Instant::now();
         loop {
-            if self.out.stop.load(Ordering::Relaxed) {
+            if self.out.stop.load(Ordering::Relaxed) || self.out.remaining() == 0 {
                 return self.drain();
             }
-            self.out.announce(self.source.interfaces());
-            let out = &mut self.out;
-            let progress = self
-                .source
-                .next_block(self.cfg.poll_ms, |p| out.on_packet(p))?;
-            self.out.flush();
-            if progress == Progress::End {
-                self.poll_stats()?;
-                return Ok(());
+            if self.step()? == Progress::End {
+                return self.poll_stats();
             }
             if last_stats.elapsed() >= STATS_INTERVAL {
                 last_stats = Instant::now();
@@ -133,13 +126,7 @@ impl<S: PacketSource> Worker<S> {
         self.source.stop_intake()?;
         let mut quiet_since = Instant::now();
         loop {
-            self.out.announce(self.source.interfaces());
-            let out = &mut self.out;
-            let progress = self
-                .source
-                .next_block(self.cfg.poll_ms, |p| out.on_packet(p))?;
-            self.out.flush();
-            match progress {
+            match self.step()? {
                 Progress::End => break,
                 Progress::Block => quiet_since = Instant::now(),
                 Progress::Idle if quiet_since.elapsed() >= self.cfg.drain_quiet => break,
@@ -147,6 +134,18 @@ impl<S: PacketSource> Worker<S> {
             }
         }
         self.poll_stats()
+    }
+
+    /// Takes one block from the source into batches, and sends what it built.
+    fn step(&mut self) -> Result<Progress, EngineError> {
+        self.out.announce(self.source.interfaces());
+        let max = self.out.remaining();
+        let out = &mut self.out;
+        let progress = self
+            .source
+            .next_block(self.cfg.poll_ms, max, |p| out.on_packet(p))?;
+        self.out.flush();
+        Ok(progress)
     }
 
     fn poll_stats(&mut self) -> Result<(), EngineError> {
@@ -177,6 +176,13 @@ impl Output {
             self.producer.announce(info);
             self.announced += 1;
         }
+    }
+
+    /// Records all workers together may still take (`-c`), or `usize::MAX`.
+    fn remaining(&self) -> usize {
+        self.limit.as_ref().map_or(usize::MAX, |l| {
+            usize::try_from(l.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
+        })
     }
 
     #[inline]

@@ -150,34 +150,57 @@ impl Writer {
             self.report.written += u64::from(b.count);
             return Ok(());
         }
-        if self.file.is_none() {
-            self.open_file()?;
-        }
         let mut dropcount = Some(b.drops_before).filter(|&d| d > 0);
         for r in Records::new(&b.records) {
             // Batches are built by our own worker; a bad record would be a bug, not input.
-            let Ok((ctl, data)) = r else { break };
+            let Ok((ctl, data)) = r else {
+                debug_assert!(false, "worker built a bad record: {r:?}");
+                break;
+            };
+            if self.file.is_none() {
+                self.open_file()?;
+            }
             match self.cfg.format {
                 Format::Pcapng => pcapng::write_epb(
                     &mut self.out,
                     b.interface,
                     ctl.rxtime,
                     data,
-                    u32::from(ctl.len),
+                    ctl.orig_len(),
                     Some(ctl.flags.epb_flags()).filter(|&f| f != 0),
                     dropcount.take(),
                 ),
-                Format::Pcap => pcap::write_record(&mut self.out, ctl.rxtime, data, ctl.len.into()),
+                Format::Pcap => pcap::write_record(&mut self.out, ctl.rxtime, data, ctl.orig_len()),
             }
             self.report.written += 1;
+            if let (Some(limit), Some(f)) = (self.cfg.rotate_bytes, &self.file)
+                && f.bytes + self.out.len() as u64 >= limit
+            {
+                self.rotate()?;
+            }
         }
-        if self.cfg.format == Format::Pcapng && self.last_isb.elapsed() >= self.cfg.isb_every {
-            self.write_isbs();
+        if self.file.is_some() {
+            if self.cfg.format == Format::Pcapng && self.last_isb.elapsed() >= self.cfg.isb_every {
+                self.write_isbs();
+            }
+            if self.out.len() >= FLUSH_AT {
+                self.flush_out()?;
+            }
+            if self
+                .cfg
+                .rotate_every
+                .is_some_and(|d| self.file.as_ref().is_some_and(|f| f.opened.elapsed() >= d))
+            {
+                self.rotate()?;
+            }
         }
-        if self.out.len() >= FLUSH_AT {
-            self.flush_out()?;
-        }
-        self.maybe_rotate()
+        Ok(())
+    }
+
+    fn rotate(&mut self) -> Result<(), EngineError> {
+        self.close_file()?;
+        self.rotation += 1;
+        Ok(())
     }
 
     fn open_file(&mut self) -> Result<(), EngineError> {
@@ -265,23 +288,6 @@ impl Writer {
             }
         }
         self.out.clear();
-        Ok(())
-    }
-
-    fn maybe_rotate(&mut self) -> Result<(), EngineError> {
-        let Some(f) = &self.file else { return Ok(()) };
-        let by_size = self
-            .cfg
-            .rotate_bytes
-            .is_some_and(|n| f.bytes + self.out.len() as u64 >= n);
-        let by_time = self
-            .cfg
-            .rotate_every
-            .is_some_and(|d| f.opened.elapsed() >= d);
-        if by_size || by_time {
-            self.close_file()?;
-            self.rotation += 1;
-        }
         Ok(())
     }
 

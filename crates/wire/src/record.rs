@@ -76,8 +76,9 @@ impl Flags {
     pub const VLAN_RESTORED: u16 = 1 << 7;
     /// The packet is larger than the interface MTU allows: merged by receive offload (GRO/LRO).
     pub const OFFLOAD_MERGED: u16 = 1 << 8;
-    /// The original length exceeded 65535; `len` holds 65535.
-    pub const LEN_CLAMPED: u16 = 1 << 9;
+    /// The original length is 65536 or more: `len` holds its low 16 bits and `cksum` its high
+    /// 16 bits. (Such a packet is never captured whole, so `cksum` is free.)
+    pub const LEN32: u16 = 1 << 9;
 
     /// The timestamp source.
     #[inline]
@@ -174,13 +175,13 @@ pub enum RecordError {
         /// Bytes available after the control field.
         have: usize,
     },
-    /// `caplen` is larger than `len`.
+    /// `caplen` is larger than the original length.
     #[error("header record caplen {caplen} exceeds its original length {len}")]
     CaplenExceedsLen {
         /// The claimed caplen.
         caplen: u16,
         /// The claimed original length.
-        len: u16,
+        len: u32,
     },
 }
 
@@ -193,9 +194,10 @@ pub struct ControlField {
     pub flags: Flags,
     /// Number of packet bytes that follow.
     pub caplen: u16,
-    /// 1's-complement sum of the IP packet, valid when [`Flags::CKSUM_WHOLE`] is set, else 0.
+    /// 1's-complement sum of the IP packet, valid when [`Flags::CKSUM_WHOLE`] is set; the high
+    /// half of the original length when [`Flags::LEN32`] is set; else 0.
     pub cksum: u16,
-    /// Original length of the packet on the wire (65535 at most, see [`Flags::LEN_CLAMPED`]).
+    /// Original length of the packet on the wire (its low 16 bits when [`Flags::LEN32`] is set).
     pub len: u16,
 }
 
@@ -209,21 +211,48 @@ mod field {
 }
 
 impl ControlField {
-    /// Builds a control field, clamping an original length over 65535 and setting
-    /// [`Flags::LEN_CLAMPED`].
+    /// Builds a control field; an original length over 65535 is split between `len` and
+    /// `cksum` with [`Flags::LEN32`] (and `cksum` is then not a sum).
     #[inline]
     pub fn new(rxtime: u64, flags: Flags, caplen: u16, cksum: u16, len: u32) -> ControlField {
-        let (len, flags) = if len > u16::MAX as u32 {
-            (u16::MAX, flags.with(Flags::LEN_CLAMPED))
+        if len > u32::from(u16::MAX) {
+            let flags = Flags((flags.0 | Flags::LEN32) & !Flags::CKSUM_WHOLE);
+            let (cksum, len) = ((len >> 16) as u16, len as u16);
+            ControlField {
+                rxtime,
+                flags,
+                caplen,
+                cksum,
+                len,
+            }
         } else {
-            (len as u16, flags)
-        };
-        ControlField {
-            rxtime,
-            flags,
-            caplen,
-            cksum,
-            len,
+            ControlField {
+                rxtime,
+                flags,
+                caplen,
+                cksum,
+                len: len as u16,
+            }
+        }
+    }
+
+    /// The original length on the wire.
+    #[inline]
+    pub const fn orig_len(&self) -> u32 {
+        if self.flags.contains(Flags::LEN32) {
+            (self.cksum as u32) << 16 | self.len as u32
+        } else {
+            self.len as u32
+        }
+    }
+
+    /// The 1's-complement sum of the whole IP packet, if the record carries one.
+    #[inline]
+    pub const fn ip_sum(&self) -> Option<u16> {
+        if self.flags.contains(Flags::CKSUM_WHOLE) {
+            Some(self.cksum)
+        } else {
+            None
         }
     }
 
@@ -317,11 +346,11 @@ impl<'a> Iterator for Records<'a> {
                 have: body.len(),
             }));
         }
-        if ctl.caplen > ctl.len {
+        if u32::from(ctl.caplen) > ctl.orig_len() {
             self.offset = self.buf.len();
             return Some(Err(RecordError::CaplenExceedsLen {
                 caplen: ctl.caplen,
-                len: ctl.len,
+                len: ctl.orig_len(),
             }));
         }
         // The final record's padding may be absent.
@@ -375,10 +404,15 @@ mod tests {
     }
 
     #[test]
-    fn clamps_long_original_length() {
-        let c = ControlField::new(0, Flags::default(), 0, 0, 65_590);
-        assert_eq!(c.len, u16::MAX);
-        assert!(c.flags.contains(Flags::LEN_CLAMPED));
+    fn long_original_length_is_kept_in_32_bits() {
+        let c = ControlField::new(0, Flags(Flags::CKSUM_WHOLE), 0, 0xbeef, 262_144);
+        assert!(c.flags.contains(Flags::LEN32));
+        assert!(!c.flags.contains(Flags::CKSUM_WHOLE));
+        assert_eq!((c.cksum, c.len), (4, 0));
+        assert_eq!(c.orig_len(), 262_144);
+        assert_eq!(c.ip_sum(), None);
+        let short = ControlField::new(0, Flags(Flags::CKSUM_WHOLE), 0, 0xbeef, 65_535);
+        assert_eq!((short.orig_len(), short.ip_sum()), (65_535, Some(0xbeef)));
     }
 
     #[test]
@@ -423,7 +457,8 @@ mod tests {
         ) {
             let mut out = Vec::new();
             for (t, f, ck, data) in &recs {
-                let ctl = ControlField::new(*t, Flags(*f), 0, *ck, data.len() as u32 + 7);
+                let flags = Flags(*f & !Flags::LEN32);
+                let ctl = ControlField::new(*t, flags, 0, *ck, data.len() as u32 + 7);
                 push_record(&mut out, ctl, data);
                 prop_assert_eq!(out.len() % RECORD_ALIGN, 0);
             }
@@ -431,8 +466,9 @@ mod tests {
             prop_assert_eq!(back.len(), recs.len());
             for ((ctl, data), (t, f, ck, orig)) in back.iter().zip(&recs) {
                 prop_assert_eq!(ctl.rxtime, *t);
-                prop_assert_eq!(ctl.flags, Flags(*f));
+                prop_assert_eq!(ctl.flags, Flags(*f & !Flags::LEN32));
                 prop_assert_eq!(ctl.cksum, *ck);
+                prop_assert_eq!(ctl.orig_len(), orig.len() as u32 + 7);
                 prop_assert_eq!(*data, orig.as_slice());
             }
         }
