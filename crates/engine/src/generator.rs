@@ -86,7 +86,7 @@ impl FrameSource for Synthetic {
         // Slots are handed out in ring order and keep their bytes after sending. When the flow
         // count divides the ring, slot k always carries flow k % flows: after one pass over the
         // ring every slot already holds its frame, and sending is only a status flip.
-        if self.produced > self.ring && self.ring % u64::from(self.flows) == 0 {
+        if self.produced > self.ring && self.ring.is_multiple_of(u64::from(self.flows)) {
             return Some(n);
         }
         dst.copy_from_slice(&self.template);
