@@ -60,33 +60,6 @@ const fn libc_einval() -> i32 {
     22
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn clap_errors_become_one_line() {
-        let e = Cli::try_parse_from(["tapflow", "capture", "-w", "x"]).unwrap_err();
-        let line = one_line(&e.render().to_string());
-        assert!(
-            line.starts_with("the following required arguments were not provided:"),
-            "{line}"
-        );
-        assert!(
-            line.contains("--interface") && line.contains("--read"),
-            "{line}"
-        );
-        assert!(!line.contains('\n'));
-        let e = Cli::try_parse_from(["tapflow", "capture", "-i", "lo", "--block-size", "lots"])
-            .unwrap_err();
-        let line = one_line(&e.render().to_string());
-        assert!(
-            line.starts_with("invalid value 'lots' for '--block-size"),
-            "{line}"
-        );
-    }
-}
-
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -127,5 +100,32 @@ fn main() -> ExitCode {
             eprintln!("tapflow: error: {msg}");
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clap_errors_become_one_line() {
+        let e = Cli::try_parse_from(["tapflow", "capture", "-w", "x"]).unwrap_err();
+        let line = one_line(&e.render().to_string());
+        assert!(
+            line.starts_with("the following required arguments were not provided:"),
+            "{line}"
+        );
+        assert!(
+            line.contains("--interface") && line.contains("--read"),
+            "{line}"
+        );
+        assert!(!line.contains('\n'));
+        let e = Cli::try_parse_from(["tapflow", "capture", "-i", "lo", "--block-size", "lots"])
+            .unwrap_err();
+        let line = one_line(&e.render().to_string());
+        assert!(
+            line.starts_with("invalid value 'lots' for '--block-size"),
+            "{line}"
+        );
     }
 }
