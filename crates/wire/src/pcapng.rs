@@ -700,25 +700,41 @@ pub fn write_epb(
     epb_flags: Option<u32>,
     dropcount: Option<u64>,
 ) {
-    let opts = epb_flags.map_or(0, |_| 8) + dropcount.map_or(0, |_| 12);
-    let opts = if opts == 0 { 0 } else { opts + 4 };
-    let start = begin(out, BLOCK_EPB, 32 + pad4(data.len()) + opts);
-    out.extend_from_slice(&interface_id.to_le_bytes());
-    push_ts(out, ts_ns);
+    // The hot path of every writer: one reservation, then a few fixed-size copies.
     let caplen = data.len() as u32;
-    out.extend_from_slice(&caplen.to_le_bytes());
-    out.extend_from_slice(&orig_len.max(caplen).to_le_bytes());
-    push_padded(out, data);
+    let mut opts = [0u8; 24];
+    let mut n = 0;
     if let Some(f) = epb_flags {
-        push_option(out, EPB_FLAGS, &f.to_le_bytes());
+        opts[0..2].copy_from_slice(&EPB_FLAGS.to_le_bytes());
+        opts[2..4].copy_from_slice(&4u16.to_le_bytes());
+        opts[4..8].copy_from_slice(&f.to_le_bytes());
+        n = 8;
     }
     if let Some(d) = dropcount {
-        push_option(out, EPB_DROPCOUNT, &d.to_le_bytes());
+        opts[n..n + 2].copy_from_slice(&EPB_DROPCOUNT.to_le_bytes());
+        opts[n + 2..n + 4].copy_from_slice(&8u16.to_le_bytes());
+        opts[n + 4..n + 12].copy_from_slice(&d.to_le_bytes());
+        n += 12;
     }
-    if opts != 0 {
-        push_end(out);
+    if n > 0 {
+        n += 4; // opt_endofopt, already zero
     }
-    finish(out, start);
+    let padded = pad4(data.len());
+    let total = (32 + padded + n) as u32;
+    let mut head = [0u8; 28];
+    head[0..4].copy_from_slice(&BLOCK_EPB.to_le_bytes());
+    head[4..8].copy_from_slice(&total.to_le_bytes());
+    head[8..12].copy_from_slice(&interface_id.to_le_bytes());
+    head[12..16].copy_from_slice(&((ts_ns >> 32) as u32).to_le_bytes());
+    head[16..20].copy_from_slice(&(ts_ns as u32).to_le_bytes());
+    head[20..24].copy_from_slice(&caplen.to_le_bytes());
+    head[24..28].copy_from_slice(&orig_len.max(caplen).to_le_bytes());
+    out.reserve(total as usize);
+    out.extend_from_slice(&head);
+    out.extend_from_slice(data);
+    out.extend_from_slice(&[0u8; 3][..padded - data.len()]);
+    out.extend_from_slice(&opts[..n]);
+    out.extend_from_slice(&total.to_le_bytes());
 }
 
 /// Appends an Interface Statistics Block with the counters present in `s` (ns timestamps).
