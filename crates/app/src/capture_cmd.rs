@@ -162,8 +162,8 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
     Ok(CaptureConfig {
         input,
         snaplen: a.snaplen,
-        writer: WriterConfig {
-            path: a.write.clone(),
+        file: a.write.clone().map(|path| WriterConfig {
+            path,
             format: match a.format {
                 FormatArg::Pcapng => Format::Pcapng,
                 FormatArg::Pcap => Format::Pcap,
@@ -172,7 +172,7 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
             rotate_bytes: a.rotate_size,
             rotate_every,
             isb_every: Duration::from_secs(1),
-        },
+        }),
         count: a.count,
         duration,
     })
@@ -180,7 +180,10 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
 
 /// Fails early, before any packet is taken, if the output cannot be created.
 fn check_writable(base: &std::path::Path, cfg: &CaptureConfig) -> Result<(), Failure> {
-    let rotating = cfg.writer.rotate_bytes.is_some() || cfg.writer.rotate_every.is_some();
+    let rotating = cfg
+        .file
+        .as_ref()
+        .is_some_and(|f| f.rotate_bytes.is_some() || f.rotate_every.is_some());
     let multi = matches!(cfg.input, Input::Live { threads, .. } if threads > 1);
     let probe = part_path(&output_path(
         base,

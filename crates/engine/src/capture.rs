@@ -17,9 +17,10 @@ use crate::batch::pipe;
 use crate::counters::{SharedTotals, Totals};
 use crate::file_source::FileSource;
 use crate::live_source::LiveSource;
+use crate::sink::{self, OutputReport, RecordSink};
 use crate::source::PacketSource;
 use crate::worker::{Worker, WorkerConfig};
-use crate::writer::{self, WriterConfig, WriterReport};
+use crate::writer::{FileSink, WriterConfig};
 
 /// Size of one batch buffer.
 const BATCH_BYTES: usize = 1 << 20;
@@ -100,8 +101,8 @@ pub struct CaptureConfig {
     pub input: Input,
     /// Bytes of each packet to keep.
     pub snaplen: u32,
-    /// Output settings (the worker index is filled in per worker).
-    pub writer: WriterConfig,
+    /// File output (`-w`), if any; the worker index is filled in per worker.
+    pub file: Option<WriterConfig>,
     /// Stop after this many records (`-c`).
     pub count: Option<u64>,
     /// Stop after this long.
@@ -258,8 +259,7 @@ fn run_live(
         let mut shared = Vec::new();
         for (k, ring) in rings.into_iter().enumerate() {
             let (producer, consumer) = pipe(PIPE_DEPTH, BATCH_BYTES);
-            let mut wc = cfg.writer.clone();
-            wc.worker = multi.then_some(k);
+            let sinks = sinks_for(cfg, multi.then_some(k));
             let source = LiveSource::new(ring, li.ifname, cfg.snaplen, li.filter.clone());
             let totals = Arc::new(SharedTotals::default());
             shared.push(Arc::clone(&totals));
@@ -277,7 +277,7 @@ fn run_live(
                 .expect("spawning a worker thread");
             let wr = thread::Builder::new()
                 .name(format!("tapflow-wr{k}"))
-                .spawn_scoped(s, move || writer::run(consumer, wc))
+                .spawn_scoped(s, move || sink::run(consumer, sinks))
                 .expect("spawning a writer thread");
             handles.push((w, wr));
         }
@@ -341,10 +341,10 @@ fn run_file(
             .name("tapflow-w0".into())
             .spawn_scoped(s, move || worker.run())
             .expect("spawning a worker thread");
-        let wc = cfg.writer.clone();
+        let sinks = sinks_for(cfg, None);
         let wr = thread::Builder::new()
             .name("tapflow-wr0".into())
-            .spawn_scoped(s, move || writer::run(consumer, wc))
+            .spawn_scoped(s, move || sink::run(consumer, sinks))
             .expect("spawning a writer thread");
         let progress = || Some((position.load(Ordering::Relaxed), total));
         monitor(cfg, stop, tick, started, &[totals], Some(&progress), || {
@@ -354,9 +354,20 @@ fn run_file(
     })
 }
 
+/// The sinks of one worker's output thread.
+fn sinks_for(cfg: &CaptureConfig, worker: Option<usize>) -> Vec<Box<dyn RecordSink>> {
+    let mut sinks: Vec<Box<dyn RecordSink>> = Vec::new();
+    if let Some(file) = &cfg.file {
+        let mut wc = file.clone();
+        wc.worker = worker;
+        sinks.push(Box::new(FileSink::new(wc)));
+    }
+    sinks
+}
+
 type Handles<'s> = Vec<(
     thread::ScopedJoinHandle<'s, (Totals, Result<(), EngineError>)>,
-    thread::ScopedJoinHandle<'s, Result<WriterReport, EngineError>>,
+    thread::ScopedJoinHandle<'s, Result<OutputReport, EngineError>>,
 )>;
 
 /// Calls `tick` every 100 ms until the workers finish, raising `stop` at the duration limit.
@@ -408,7 +419,11 @@ fn collect(handles: Handles<'_>) -> (Summary, Option<EngineError>) {
             first_err.get_or_insert(e);
         }
         match wr.join() {
-            Ok(Ok(report)) => summary.files.extend(report.files),
+            Ok(Ok(report)) => {
+                for r in report.sinks {
+                    summary.files.extend(r.files);
+                }
+            }
             Ok(Err(e)) => {
                 first_err.get_or_insert(e);
             }

@@ -15,6 +15,7 @@ pub mod generator;
 pub mod live_source;
 pub mod naming;
 pub mod record_builder;
+pub mod sink;
 pub mod source;
 pub mod worker;
 pub mod writer;

@@ -1,5 +1,5 @@
-//! The single-writer thread of a worker: turns batches of header records into pcapng (or
-//! classic pcap) files, rotates them, and writes interface statistics blocks.
+//! The file sink: turns batches of header records into pcapng (or classic pcap) files, rotates
+//! them, and writes interface statistics blocks.
 
 use std::fs::File;
 use std::io::Write;
@@ -12,9 +12,10 @@ use tapflow_wire::record::Records;
 use tapflow_wire::{pcap, pcapng};
 
 use crate::EngineError;
-use crate::batch::{Batch, Consumer, Message};
+use crate::batch::Batch;
 use crate::counters::Totals;
 use crate::naming::{output_path, part_path};
+use crate::sink::{RecordSink, SinkReport};
 use crate::source::InterfaceInfo;
 
 /// Output file format.
@@ -26,11 +27,11 @@ pub enum Format {
     Pcap,
 }
 
-/// Where and how a writer writes.
+/// Where and how the file sink writes.
 #[derive(Debug, Clone)]
 pub struct WriterConfig {
-    /// The `-w` path; `None` counts records without writing them.
-    pub path: Option<PathBuf>,
+    /// The `-w` path.
+    pub path: PathBuf,
     /// File format.
     pub format: Format,
     /// Which worker this writer serves, when there are several.
@@ -41,17 +42,6 @@ pub struct WriterConfig {
     pub rotate_every: Option<Duration>,
     /// How often to write an interface statistics block.
     pub isb_every: Duration,
-}
-
-/// What a writer did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct WriterReport {
-    /// Files completed, in order.
-    pub files: Vec<PathBuf>,
-    /// Records written.
-    pub written: u64,
-    /// The worker's final totals.
-    pub totals: Totals,
 }
 
 /// Output is handed to the kernel in writes of at least this size.
@@ -70,53 +60,61 @@ struct OpenFile {
     opened: Instant,
 }
 
-/// The writer's state between messages.
-struct Writer {
+/// Writes a worker's records to pcapng or pcap files.
+pub struct FileSink {
     cfg: WriterConfig,
     interfaces: Vec<InterfaceInfo>,
     out: Vec<u8>,
     file: Option<OpenFile>,
     rotation: u64,
-    report: WriterReport,
+    report: SinkReport,
     last_isb: Instant,
     start_ns: u64,
     last_totals: Totals,
     last_if_stats: Option<(u64, u64)>,
 }
 
-/// Runs a writer until its worker closes the pipe; returns what it wrote.
-pub fn run(consumer: Consumer, cfg: WriterConfig) -> Result<WriterReport, EngineError> {
-    let mut w = Writer {
-        cfg,
-        interfaces: Vec::new(),
-        out: Vec::with_capacity(FLUSH_AT * 2),
-        file: None,
-        rotation: 0,
-        report: WriterReport::default(),
-        last_isb: Instant::now(),
-        start_ns: now_ns(),
-        last_totals: Totals::default(),
-        last_if_stats: None,
-    };
-    while let Some(m) = consumer.recv() {
-        match m {
-            Message::Interface(info) => w.add_interface(info)?,
-            Message::Batch(b) => {
-                let r = w.write_batch(&b);
-                consumer.recycle(b);
-                r?;
-            }
-            Message::Close(totals) => {
-                w.last_totals = totals;
-                w.report.totals = totals;
-                w.close_file()?;
-                return Ok(w.report);
-            }
+impl std::fmt::Debug for FileSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileSink")
+            .field("cfg", &self.cfg)
+            .field("rotation", &self.rotation)
+            .finish()
+    }
+}
+
+impl FileSink {
+    /// A sink writing where `cfg` says; the first file is created with the first record.
+    pub fn new(cfg: WriterConfig) -> FileSink {
+        FileSink {
+            cfg,
+            interfaces: Vec::new(),
+            out: Vec::with_capacity(FLUSH_AT * 2),
+            file: None,
+            rotation: 0,
+            report: SinkReport::default(),
+            last_isb: Instant::now(),
+            start_ns: now_ns(),
+            last_totals: Totals::default(),
+            last_if_stats: None,
         }
     }
-    // The worker vanished without closing (it panicked): keep what was written.
-    w.close_file()?;
-    Ok(w.report)
+}
+
+impl RecordSink for FileSink {
+    fn add_interface(&mut self, info: &InterfaceInfo) -> Result<(), EngineError> {
+        self.add_interface(info.clone())
+    }
+
+    fn write_batch(&mut self, b: &Batch) -> Result<(), EngineError> {
+        self.write_batch(b)
+    }
+
+    fn close(&mut self, totals: &Totals) -> Result<SinkReport, EngineError> {
+        self.last_totals = *totals;
+        self.close_file()?;
+        Ok(std::mem::take(&mut self.report))
+    }
 }
 
 fn now_ns() -> u64 {
@@ -125,7 +123,7 @@ fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-impl Writer {
+impl FileSink {
     fn add_interface(&mut self, info: InterfaceInfo) -> Result<(), EngineError> {
         if self.cfg.format == Format::Pcap
             && let Some(first) = self.interfaces.first()
@@ -146,10 +144,6 @@ impl Writer {
     fn write_batch(&mut self, b: &Batch) -> Result<(), EngineError> {
         self.last_totals = b.totals;
         self.last_if_stats = b.if_stats.or(self.last_if_stats);
-        if self.cfg.path.is_none() {
-            self.report.written += u64::from(b.count);
-            return Ok(());
-        }
         let mut dropcount = Some(b.drops_before).filter(|&d| d > 0);
         for r in Records::new(&b.records) {
             // Batches are built by our own worker; a bad record would be a bug, not input.
@@ -172,7 +166,7 @@ impl Writer {
                 ),
                 Format::Pcap => pcap::write_record(&mut self.out, ctl.rxtime, data, ctl.orig_len()),
             }
-            self.report.written += 1;
+            self.report.records += 1;
             if let (Some(limit), Some(f)) = (self.cfg.rotate_bytes, &self.file)
                 && f.bytes + self.out.len() as u64 >= limit
             {
@@ -204,7 +198,7 @@ impl Writer {
     }
 
     fn open_file(&mut self) -> Result<(), EngineError> {
-        let base = self.cfg.path.as_ref().expect("only called with a path");
+        let base = &self.cfg.path;
         let rotating = self.cfg.rotate_bytes.is_some() || self.cfg.rotate_every.is_some();
         let path = output_path(base, self.cfg.worker, rotating.then_some(self.rotation));
         let part = part_path(&path);
@@ -253,7 +247,7 @@ impl Writer {
                     ifdrop: self.last_if_stats.map(|s| s.1),
                     filteraccept: Some(t.received),
                     osdrop: Some(t.dropped_kernel + t.dropped_ours),
-                    usrdeliv: Some(self.report.written),
+                    usrdeliv: Some(self.report.records),
                 }
             } else {
                 InterfaceStatistics {
@@ -294,10 +288,7 @@ impl Writer {
     /// Finishes the current file: statistics, flush, sync, rename from `.part`.
     fn close_file(&mut self) -> Result<(), EngineError> {
         if self.file.is_none() {
-            if self.cfg.path.is_none()
-                || self.interfaces.is_empty()
-                || !self.report.files.is_empty()
-            {
+            if self.interfaces.is_empty() || !self.report.files.is_empty() {
                 return Ok(());
             }
             // Nothing arrived: still leave a valid, empty file behind, as tcpdump does.

@@ -71,14 +71,14 @@ fn allocations_for(n: usize, dir: &std::path::Path) -> u64 {
     let cfg = CaptureConfig {
         input: Input::File(input),
         snaplen: 64,
-        writer: WriterConfig {
-            path: Some(dir.join(format!("out-{n}.pcapng"))),
+        file: Some(WriterConfig {
+            path: dir.join(format!("out-{n}.pcapng")),
             format: Format::Pcapng,
             worker: None,
             rotate_bytes: None,
             rotate_every: None,
             isb_every: Duration::from_secs(3600),
-        },
+        }),
         count: None,
         duration: None,
     };

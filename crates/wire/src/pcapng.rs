@@ -597,13 +597,6 @@ fn finish(out: &mut Vec<u8>, start: usize) {
     out[start + 4..start + 8].copy_from_slice(&len);
 }
 
-/// Appends `value` and zero padding to 32 bits.
-#[inline(always)]
-fn push_padded(out: &mut Vec<u8>, value: &[u8]) {
-    out.extend_from_slice(value);
-    out.extend_from_slice(&[0u8; 3][..pad4(value.len()) - value.len()]);
-}
-
 /// Appends one option (values longer than 65535 bytes are cut).
 #[inline(always)]
 fn push_option(out: &mut Vec<u8>, code: u16, value: &[u8]) {
