@@ -22,6 +22,7 @@ pub mod ring;
 mod syscall;
 mod tpacket;
 pub mod tx;
+pub mod udp;
 pub mod writeback;
 
 pub use error::SysError;

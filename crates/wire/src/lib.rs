@@ -20,6 +20,8 @@ pub mod udp;
 
 // Capture files.
 pub mod capfile;
+pub mod datagram;
+pub mod flowkey;
 pub mod pcap;
 pub mod pcapng;
 
