@@ -33,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib as bl  # noqa: E402
 import plot  # noqa: E402
@@ -278,7 +279,8 @@ def main() -> None:
                     help="seconds between the generator's exit and SIGINT to the capture tool "
                          "(>1 s so tcpdump's 1 s ring-block timeout can hand over the last block)")
     ap.add_argument("--nsng-full", action="store_true", help="run netsniff-ng without the snaplen BPF")
-    ap.add_argument("--check-snaplen", action="store_true", default=True)
+    ap.add_argument("--no-check-snaplen", dest="check_snaplen", action="store_false",
+                    help="skip reading the caplen range of each output file")
     ap.add_argument("--tapflow", dest="tapflow_bin", default=None,
                     help="tapflow binary (default target/release/tapflow)")
     ap.add_argument("--out", default=str(bl.REPO / "bench" / "out"), help="output directory")

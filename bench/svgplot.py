@@ -89,14 +89,22 @@ def _legend(out: list[str], names: list[str], kind: str = "line") -> None:
 
 def line_chart(path: str, title: str, xlabel: str, ylabel: str, xs: list[float],
                series: dict[str, list[float | None]], ymin: float | None = None,
-               ymax: float | None = None, note: str = "") -> None:
-    """One line per series over numeric xs; None values leave a gap."""
+               ymax: float | None = None, note: str = "", categorical: bool = False) -> None:
+    """One line per series over numeric xs; None values leave a gap. categorical=True spaces the
+    xs evenly (labels keep their values)."""
+    if categorical:
+        labels = list(xs)
+        xs = list(range(len(xs)))
+    else:
+        labels = list(xs)
     vals = [v for ys in series.values() for v in ys if v is not None and math.isfinite(v)]
     lo = ymin if ymin is not None else (min(vals) if vals else 0.0)
     hi = max(vals + ([ymax] if ymax is not None else [])) if vals else (ymax or 1.0)
     ticks = _nice_ticks(lo, hi)
     ylo, yhi = ticks[0], ticks[-1]
     xlo, xhi = min(xs), max(xs)
+    if categorical:
+        xlo, xhi = xlo - 0.3, xhi + 0.3
     if xhi == xlo:
         xhi = xlo + 1
 
@@ -108,10 +116,10 @@ def line_chart(path: str, title: str, xlabel: str, ylabel: str, xs: list[float],
 
     out = _frame(title, xlabel, ylabel)
     _y_axis(out, ylo, yhi, ticks, ymap)
-    for x in xs:
+    for x, label in zip(xs, labels):
         out.append(f'<line x1="{xmap(x):.1f}" y1="{H - BOTTOM}" x2="{xmap(x):.1f}" '
                    f'y2="{H - BOTTOM + 5}" stroke="black"/>')
-        out.append(f'<text x="{xmap(x):.1f}" y="{H - BOTTOM + 18}" text-anchor="middle">{_fmt(x)}</text>')
+        out.append(f'<text x="{xmap(x):.1f}" y="{H - BOTTOM + 18}" text-anchor="middle">{_fmt(label)}</text>')
     for i, (name, ys) in enumerate(series.items()):
         c = PALETTE[i % len(PALETTE)]
         seg: list[str] = []
@@ -126,7 +134,10 @@ def line_chart(path: str, title: str, xlabel: str, ylabel: str, xs: list[float],
         if seg:
             segs.append(seg)
         for s in segs:
-            out.append(f'<polyline points="{" ".join(s)}" fill="none" stroke="{c}" stroke-width="2"/>')
+            # Earlier series are drawn wider, so identical lines stay visible under later ones.
+            sw = 2 + 2.5 * (len(series) - 1 - i)
+            out.append(f'<polyline points="{" ".join(s)}" fill="none" stroke="{c}" stroke-width="{sw}" '
+                       f'stroke-opacity="0.85"/>')
         for x, y in zip(xs, ys):
             if y is not None and math.isfinite(y):
                 out.append(_marker(MARKERS[i % len(MARKERS)], xmap(x), ymap(y), c))

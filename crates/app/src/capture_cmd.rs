@@ -175,6 +175,7 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
         }),
         count: a.count,
         duration,
+        forward: None,
     })
 }
 

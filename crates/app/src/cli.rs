@@ -6,6 +6,14 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::size::parse_size;
 
+fn parse_u32_size(s: &str) -> Result<u32, String> {
+    u32::try_from(parse_size(s)?).map_err(|_| format!("'{s}' is too large"))
+}
+
+fn parse_usize_size(s: &str) -> Result<usize, String> {
+    usize::try_from(parse_size(s)?).map_err(|_| format!("'{s}' is too large"))
+}
+
 /// tapflow: line-rate passive network monitor.
 #[derive(Debug, Parser)]
 #[command(name = "tapflow", version, about, propagate_version = true)]
@@ -59,7 +67,7 @@ pub struct CaptureArgs {
     #[arg(long, value_enum, default_value_t = FormatArg::Pcapng)]
     pub format: FormatArg,
     /// Bytes of each packet to keep.
-    #[arg(short = 's', long, default_value_t = 128)]
+    #[arg(short = 's', long, default_value = "128", value_parser = parse_u32_size)]
     pub snaplen: u32,
     /// Capture filter in tcpdump syntax, compiled to classic BPF and run in the kernel.
     #[arg(short = 'f', long)]
@@ -106,7 +114,7 @@ pub struct GenArgs {
     #[arg(short = 'i', long)]
     pub interface: String,
     /// Ethernet frame length without FCS (60 to 9000).
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value = "60", value_parser = parse_usize_size)]
     pub size: usize,
     /// Frames to send.
     #[arg(short = 'c', long)]
@@ -126,8 +134,8 @@ pub struct GenArgs {
     /// Source MAC address.
     #[arg(long, default_value = "02:00:00:00:00:01")]
     pub src_mac: String,
-    /// Destination MAC address.
-    #[arg(long, default_value = "ff:ff:ff:ff:ff:ff")]
+    /// Destination MAC address (default: one no host has, as traffic on a mirror port).
+    #[arg(long, default_value = "02:00:00:00:00:02")]
     pub dst_mac: String,
     /// Source IP address (v4 or v6).
     #[arg(long, default_value = "198.18.0.1")]

@@ -2,9 +2,10 @@
 //!
 //! A batch holds records of one interface; loss is only ever reported before a batch's first
 //! record, so a worker starts a new batch where it learns of a drop. Buffers circulate between a
-//! worker and its writer through two bounded queues and are never freed on the packet path.
+//! worker and its output thread through two bounded queues and are never freed on the packet
+//! path.
 
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use tapflow_wire::record;
 
@@ -134,16 +135,6 @@ impl Producer {
         }
     }
 
-    /// Hands a full batch to the writer. If its queue is full, the batch comes back.
-    pub fn send(&mut self, b: Batch) -> Result<(), Batch> {
-        match self.full.try_send(Message::Batch(b)) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(Message::Batch(b)))
-            | Err(TrySendError::Disconnected(Message::Batch(b))) => Err(b),
-            Err(_) => unreachable!("only batches are sent here"),
-        }
-    }
-
     /// Tells the writer the worker is done, waiting for queue space.
     pub fn close(&self, totals: Totals) {
         self.send_control(Message::Close(totals));
@@ -179,20 +170,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn full_queue_returns_the_batch_and_recycling_reuses_buffers() {
+    fn buffers_are_bounded_recycled_and_returned_when_the_writer_is_gone() {
         let (mut p, c) = pipe(1, 64);
         let a = p.take().unwrap();
-        let b = p.take().unwrap();
-        let _c3 = p.take().unwrap();
+        let _b = p.take().unwrap();
+        let _c = p.take().unwrap();
         assert!(p.take().is_none(), "depth + 2 buffers at most");
-        assert!(p.send(a).is_ok());
-        let back = p.send(b).unwrap_err();
-        assert_eq!(back.records.capacity(), 64);
+        assert!(p.send_waiting(a).is_ok());
         match c.recv() {
             Some(Message::Batch(x)) => c.recycle(x),
             other => panic!("expected a batch, got {other:?}"),
         }
-        assert!(p.take().is_some());
+        let again = p.take_waiting().expect("the recycled buffer");
+        assert_eq!(again.records.capacity(), 64);
+        drop(c);
+        let back = p.send_waiting(again).unwrap_err();
+        assert_eq!(back.records.capacity(), 64);
     }
 
     #[test]

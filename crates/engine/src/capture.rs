@@ -2,8 +2,8 @@
 //! monitor loop on the caller's thread for the status line and the stop conditions.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -16,16 +16,17 @@ use crate::EngineError;
 use crate::batch::pipe;
 use crate::counters::{SharedTotals, Totals};
 use crate::file_source::FileSource;
+use crate::forward::{ForwardConfig, ForwardReport, ForwardSink};
 use crate::live_source::LiveSource;
 use crate::sink::{self, OutputReport, RecordSink};
 use crate::source::PacketSource;
 use crate::worker::{Worker, WorkerConfig};
 use crate::writer::{FileSink, WriterConfig};
 
-/// Size of one batch buffer.
-const BATCH_BYTES: usize = 1 << 20;
-/// Batches in flight between a worker and its writer.
-const PIPE_DEPTH: usize = 32;
+/// Size of one batch buffer: small enough that the buffers in flight stay in cache.
+const BATCH_BYTES: usize = 256 << 10;
+/// Batches in flight between a worker and its output thread.
+const PIPE_DEPTH: usize = 8;
 
 /// The ring geometry of each fanout member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,6 +108,8 @@ pub struct CaptureConfig {
     pub count: Option<u64>,
     /// Stop after this long.
     pub duration: Option<Duration>,
+    /// Header forwarding (`--forward`), if any; the stream is filled in per worker.
+    pub forward: Option<ForwardConfig>,
 }
 
 /// A moment of a running capture, for status lines and progress bars.
@@ -148,6 +151,8 @@ pub struct Summary {
     pub seconds: f64,
     /// Whether the NIC's clock stamped the packets.
     pub hw_timestamps: bool,
+    /// What forwarding sent, summed over workers.
+    pub forward: Option<ForwardReport>,
 }
 
 /// Runs a capture until its input ends, `count` or `duration` is reached, or `stop` is raised.
@@ -249,17 +254,23 @@ fn run_live(
     let limit = cfg.count.map(|n| Arc::new(AtomicU64::new(n)));
     let wcfg = WorkerConfig {
         snaplen: cfg.snaplen,
-        poll_ms: 50,
+        poll_ms: 100,
         drain_quiet: Duration::from_millis(u64::from(li.ring.retire_ms) * 3 + 20),
-        wait_for_writer: false,
     };
     let multi = rings.len() > 1;
+    let mut all_sinks = Vec::new();
+    for k in 0..rings.len() {
+        match sinks_for(cfg, multi.then_some(k)) {
+            Ok(s) => all_sinks.push(s),
+            Err(e) => return (Summary::default(), Some(e)),
+        }
+    }
+    let (done_tx, done_rx) = mpsc::channel();
     let (mut summary, err) = thread::scope(|s| {
         let mut handles = Vec::new();
         let mut shared = Vec::new();
-        for (k, ring) in rings.into_iter().enumerate() {
+        for ((k, ring), sinks) in rings.into_iter().enumerate().zip(all_sinks) {
             let (producer, consumer) = pipe(PIPE_DEPTH, BATCH_BYTES);
-            let sinks = sinks_for(cfg, multi.then_some(k));
             let source = LiveSource::new(ring, li.ifname, cfg.snaplen, li.filter.clone());
             let totals = Arc::new(SharedTotals::default());
             shared.push(Arc::clone(&totals));
@@ -273,7 +284,10 @@ fn run_live(
             );
             let w = thread::Builder::new()
                 .name(format!("tapflow-w{k}"))
-                .spawn_scoped(s, move || worker.run())
+                .spawn_scoped(s, {
+                    let done = done_tx.clone();
+                    move || run_worker(worker, &done)
+                })
                 .expect("spawning a worker thread");
             let wr = thread::Builder::new()
                 .name(format!("tapflow-wr{k}"))
@@ -281,9 +295,7 @@ fn run_live(
                 .expect("spawning a writer thread");
             handles.push((w, wr));
         }
-        monitor(cfg, stop, tick, started, &shared, None, || {
-            handles.iter().all(|(w, _)| w.is_finished())
-        });
+        monitor(cfg, stop, tick, started, &shared, None, &done_rx);
         collect(handles)
     });
     summary.hw_timestamps = hw_timestamps;
@@ -319,13 +331,17 @@ fn run_file(
         ring: None,
         hw_timestamps: false,
     });
+    let sinks = match sinks_for(cfg, None) {
+        Ok(s) => s,
+        Err(e) => return (Summary::default(), Some(e)),
+    };
     let limit = cfg.count.map(|n| Arc::new(AtomicU64::new(n)));
     let wcfg = WorkerConfig {
         snaplen: cfg.snaplen,
         poll_ms: 0,
         drain_quiet: Duration::ZERO,
-        wait_for_writer: true,
     };
+    let (done_tx, done_rx) = mpsc::channel();
     thread::scope(|s| {
         let (producer, consumer) = pipe(PIPE_DEPTH, BATCH_BYTES);
         let totals = Arc::new(SharedTotals::default());
@@ -339,30 +355,43 @@ fn run_file(
         );
         let w = thread::Builder::new()
             .name("tapflow-w0".into())
-            .spawn_scoped(s, move || worker.run())
+            .spawn_scoped(s, move || run_worker(worker, &done_tx))
             .expect("spawning a worker thread");
-        let sinks = sinks_for(cfg, None);
         let wr = thread::Builder::new()
             .name("tapflow-wr0".into())
             .spawn_scoped(s, move || sink::run(consumer, sinks))
             .expect("spawning a writer thread");
         let progress = || Some((position.load(Ordering::Relaxed), total));
-        monitor(cfg, stop, tick, started, &[totals], Some(&progress), || {
-            w.is_finished()
-        });
+        monitor(
+            cfg,
+            stop,
+            tick,
+            started,
+            &[totals],
+            Some(&progress),
+            &done_rx,
+        );
         collect(vec![(w, wr)])
     })
 }
 
 /// The sinks of one worker's output thread.
-fn sinks_for(cfg: &CaptureConfig, worker: Option<usize>) -> Vec<Box<dyn RecordSink>> {
+fn sinks_for(
+    cfg: &CaptureConfig,
+    worker: Option<usize>,
+) -> Result<Vec<Box<dyn RecordSink>>, EngineError> {
     let mut sinks: Vec<Box<dyn RecordSink>> = Vec::new();
     if let Some(file) = &cfg.file {
         let mut wc = file.clone();
         wc.worker = worker;
         sinks.push(Box::new(FileSink::new(wc)));
     }
-    sinks
+    if let Some(fwd) = &cfg.forward {
+        let mut fc = fwd.clone();
+        fc.stream = worker.unwrap_or(0) as u16;
+        sinks.push(Box::new(ForwardSink::new(fc)?));
+    }
+    Ok(sinks)
 }
 
 type Handles<'s> = Vec<(
@@ -370,8 +399,23 @@ type Handles<'s> = Vec<(
     thread::ScopedJoinHandle<'s, Result<OutputReport, EngineError>>,
 )>;
 
-/// Calls `tick` every 100 ms until the workers finish, raising `stop` at the duration limit.
-/// (A capture ends by itself only at the end of a file or a limit, so a 5 ms nap is not per packet.)
+/// Runs a worker and says so on `done` when it has finished, even by a panic.
+fn run_worker<S: PacketSource>(
+    worker: Worker<S>,
+    done: &mpsc::Sender<()>,
+) -> (Totals, Result<(), EngineError>) {
+    struct Done<'a>(&'a mpsc::Sender<()>);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.send(());
+        }
+    }
+    let _done = Done(done);
+    worker.run()
+}
+
+/// Calls `tick` every 100 ms until every worker has said it is done on `done`, raising `stop`
+/// at the duration limit.
 fn monitor(
     cfg: &CaptureConfig,
     stop: &AtomicBool,
@@ -379,16 +423,18 @@ fn monitor(
     started: Instant,
     shared: &[Arc<SharedTotals>],
     progress: Option<&dyn Fn() -> Option<(u64, u64)>>,
-    finished: impl Fn() -> bool,
+    done: &mpsc::Receiver<()>,
 ) {
-    let mut last_tick = Instant::now();
-    while !finished() {
-        // Short naps so that the end of a short run is seen at once; ticks every 100 ms.
-        thread::sleep(Duration::from_millis(5));
-        if last_tick.elapsed() < Duration::from_millis(100) {
-            continue;
+    let mut running = shared.len();
+    while running > 0 {
+        match done.recv_timeout(Duration::from_millis(100)) {
+            Ok(()) => {
+                running -= 1;
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
-        last_tick = Instant::now();
         if cfg.duration.is_some_and(|d| started.elapsed() >= d) {
             stop.store(true, Ordering::Relaxed);
         }
@@ -422,6 +468,9 @@ fn collect(handles: Handles<'_>) -> (Summary, Option<EngineError>) {
             Ok(Ok(report)) => {
                 for r in report.sinks {
                     summary.files.extend(r.files);
+                    if let Some(f) = r.forward {
+                        summary.forward.get_or_insert_with(Default::default).add(&f);
+                    }
                 }
             }
             Ok(Err(e)) => {

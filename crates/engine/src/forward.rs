@@ -1,1 +1,662 @@
-//! (being written)
+//! The forwarding sink: cuts a worker's batches into batch datagrams and sends them to one or
+//! more collectors over UDP (`header-collection-gigabit` §3.3.3, "header forwarding").
+//!
+//! - `--balance flow` sends each record to the collector its symmetric 5-tuple hash picks, so
+//!   both directions of a connection reach the same collector (frames without a 5-tuple go to
+//!   the first); `--balance rr` hands whole datagrams to the collectors in turn, as the paper.
+//! - A datagram leaves when the next record would not fit, or when its first record is older
+//!   than the flush interval (a small timer thread checks), so quiet links are not held back.
+//! - Sends are batched with `sendmmsg` on non-blocking sockets. A refused send (`EAGAIN`,
+//!   `ENOBUFS`, `ECONNREFUSED`, ...) never waits: its records are counted as failed, and the
+//!   next datagram to that collector carries them in its `drops` field, so the collector still
+//!   knows exactly how many records are missing and where.
+//! - Sequence numbers and record counts are kept per collector, so a collector only sees a gap
+//!   for datagrams it should have received.
+//!
+//! Buffers are pooled per collector; the steady state allocates nothing.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tapflow_sys::udp::{MMSG_BATCH, UdpSocket};
+use tapflow_wire::LinkType;
+use tapflow_wire::datagram::{self, Builder, Header};
+use tapflow_wire::flowkey;
+use tapflow_wire::record::{CONTROL_LEN, ControlField, record_len};
+
+use crate::EngineError;
+use crate::batch::Batch;
+use crate::counters::Totals;
+use crate::sink::{RecordSink, SinkReport};
+use crate::source::InterfaceInfo;
+
+/// How records are spread over collectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balance {
+    /// By the symmetric 5-tuple hash: a connection stays at one collector.
+    Flow,
+    /// Whole datagrams in turn (the paper's load balancing).
+    RoundRobin,
+}
+
+/// Where and how to forward.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardConfig {
+    /// The collectors.
+    pub destinations: Vec<SocketAddr>,
+    /// How records are spread over them.
+    pub balance: Balance,
+    /// Largest UDP payload, i.e. datagram size (see [`payload_for_mtu`]).
+    pub payload_max: usize,
+    /// A datagram leaves at the latest this long after its first record.
+    pub flush_after: Duration,
+    /// The probe's id.
+    pub probe: u32,
+    /// This run's session number.
+    pub session: u32,
+    /// The worker's stream number (filled in per worker).
+    pub stream: u16,
+}
+
+/// Per-collector send buffer asked for: room for bursts while the timer thread sleeps.
+const SNDBUF: usize = 4 << 20;
+
+/// The UDP payload that fits an IP packet of `mtu` bytes to `dest` (IPv4: − 28, IPv6: − 48),
+/// at most [`datagram::MAX_DATAGRAM`].
+pub fn payload_for_mtu(mtu: u32, dest: &SocketAddr) -> usize {
+    let overhead = if dest.is_ipv4() { 28 } else { 48 };
+    (mtu as usize)
+        .saturating_sub(overhead)
+        .min(datagram::MAX_DATAGRAM)
+}
+
+/// The MTU of the route to `dest` (`IP_MTU` on a connected socket).
+pub fn route_mtu(dest: SocketAddr) -> Result<u32, EngineError> {
+    Ok(UdpSocket::connect(dest)?.path_mtu()?)
+}
+
+/// What a forwarding sink did, per collector and in total.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ForwardReport {
+    /// Per collector: address, datagrams sent, records sent.
+    pub destinations: Vec<(SocketAddr, u64, u64)>,
+    /// Datagrams the kernel accepted.
+    pub datagrams: u64,
+    /// Records in them.
+    pub records: u64,
+    /// Records that could not be sent (refused sends, records larger than a datagram).
+    pub failed: u64,
+    /// Refused `sendmmsg` calls.
+    pub send_errors: u64,
+    /// The errno of the last refused send.
+    pub last_errno: Option<i32>,
+}
+
+impl ForwardReport {
+    /// Adds another worker's report (collectors matched by position).
+    pub fn add(&mut self, o: &ForwardReport) {
+        for (i, d) in o.destinations.iter().enumerate() {
+            match self.destinations.get_mut(i) {
+                Some(m) => {
+                    m.1 += d.1;
+                    m.2 += d.2;
+                }
+                None => self.destinations.push(*d),
+            }
+        }
+        self.datagrams += o.datagrams;
+        self.records += o.records;
+        self.failed += o.failed;
+        self.send_errors += o.send_errors;
+        self.last_errno = o.last_errno.or(self.last_errno);
+    }
+}
+
+/// One collector's state.
+#[derive(Debug)]
+struct Dest {
+    addr: SocketAddr,
+    sock: UdpSocket,
+    /// The datagram being filled (header room included).
+    open: Vec<u8>,
+    open_count: u16,
+    open_interface: u32,
+    open_since: Instant,
+    /// Records lost on the probe to be reported just before the open datagram's first record.
+    open_drops: u64,
+    /// Sealed datagrams waiting for `sendmmsg`, with (records, drops) of each.
+    queue: Vec<Vec<u8>>,
+    queue_meta: Vec<(u16, u64)>,
+    free: Vec<Vec<u8>>,
+    /// Datagrams and records sent to this collector so far (the next header's values).
+    sequence: u64,
+    records_before: u64,
+    datagrams: u64,
+    records: u64,
+}
+
+#[derive(Debug)]
+struct Forwarder {
+    cfg: ForwardConfig,
+    dests: Vec<Dest>,
+    rr_next: usize,
+    /// (link type, snaplen) per announced interface.
+    interfaces: Vec<(LinkType, u32)>,
+    failed: u64,
+    send_errors: u64,
+    last_errno: Option<i32>,
+}
+
+/// The forwarding sink of one worker.
+#[derive(Debug)]
+pub struct ForwardSink {
+    inner: Arc<Mutex<Forwarder>>,
+    stop: Arc<AtomicBool>,
+    timer: Option<thread::JoinHandle<()>>,
+}
+
+impl ForwardSink {
+    /// Opens one connected, non-blocking socket per collector and starts the flush timer.
+    pub fn new(cfg: ForwardConfig) -> Result<ForwardSink, EngineError> {
+        if cfg.destinations.is_empty() {
+            return Err(EngineError::Config(
+                "--forward needs at least one HOST:PORT".into(),
+            ));
+        }
+        if cfg.payload_max < datagram::HEADER_LEN + CONTROL_LEN || cfg.payload_max > 65_527 {
+            return Err(EngineError::Config(format!(
+                "datagram size {} is out of range: {} to 65527",
+                cfg.payload_max,
+                datagram::HEADER_LEN + CONTROL_LEN
+            )));
+        }
+        let mut dests = Vec::new();
+        for &addr in &cfg.destinations {
+            let sock = UdpSocket::connect(addr)?;
+            // Best effort: a smaller buffer only means more refused sends, which are counted.
+            let _ = sock.set_sndbuf(SNDBUF);
+            dests.push(Dest {
+                addr,
+                sock,
+                open: Vec::with_capacity(cfg.payload_max),
+                open_count: 0,
+                open_interface: 0,
+                open_since: Instant::now(),
+                open_drops: 0,
+                queue: Vec::with_capacity(MMSG_BATCH),
+                queue_meta: Vec::with_capacity(MMSG_BATCH),
+                free: Vec::with_capacity(MMSG_BATCH),
+                sequence: 0,
+                records_before: 0,
+                datagrams: 0,
+                records: 0,
+            });
+        }
+        let flush_after = cfg.flush_after;
+        let inner = Arc::new(Mutex::new(Forwarder {
+            cfg,
+            dests,
+            rr_next: 0,
+            interfaces: Vec::new(),
+            failed: 0,
+            send_errors: 0,
+            last_errno: None,
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let timer = {
+            let inner = Arc::clone(&inner);
+            let stop = Arc::clone(&stop);
+            let nap = (flush_after / 2).max(Duration::from_millis(1));
+            thread::Builder::new()
+                .name("tapflow-fwd".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        thread::park_timeout(nap);
+                        lock(&inner).flush_old(flush_after);
+                    }
+                })
+                .map_err(|e| EngineError::Config(format!("cannot start the flush timer: {e}")))?
+        };
+        Ok(ForwardSink {
+            inner,
+            stop,
+            timer: Some(timer),
+        })
+    }
+
+    fn stop_timer(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.timer.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ForwardSink {
+    fn drop(&mut self) {
+        self.stop_timer();
+    }
+}
+
+/// The forwarder's state; a panic elsewhere never poisons the counting for good.
+fn lock(m: &Mutex<Forwarder>) -> MutexGuard<'_, Forwarder> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl RecordSink for ForwardSink {
+    fn add_interface(&mut self, info: &InterfaceInfo) -> Result<(), EngineError> {
+        lock(&self.inner)
+            .interfaces
+            .push((info.linktype, info.snaplen));
+        Ok(())
+    }
+
+    fn write_batch(&mut self, b: &Batch) -> Result<(), EngineError> {
+        let mut f = lock(&self.inner);
+        f.write_batch(b);
+        f.send_all();
+        Ok(())
+    }
+
+    fn close(&mut self, _totals: &Totals) -> Result<SinkReport, EngineError> {
+        self.stop_timer();
+        let mut f = lock(&self.inner);
+        f.finish();
+        Ok(SinkReport {
+            forward: Some(f.report()),
+            records: f.dests.iter().map(|d| d.records).sum(),
+            failed: f.failed,
+            ..SinkReport::default()
+        })
+    }
+}
+
+impl Forwarder {
+    fn write_batch(&mut self, b: &Batch) {
+        let (linktype, _) = self
+            .interfaces
+            .get(b.interface as usize)
+            .copied()
+            .unwrap_or((LinkType::Unknown(0), 0));
+        let n = self.dests.len();
+        let payload_max = self.cfg.payload_max;
+        let mut drops = b.drops_before;
+        let buf = &b.records[..];
+        let mut at = 0;
+        while at + CONTROL_LEN <= buf.len() {
+            // Our own worker built these records: the control field is whole.
+            let Ok(ctl) = ControlField::parse(&buf[at..]) else {
+                break;
+            };
+            let len = record_len(usize::from(ctl.caplen)).min(buf.len() - at);
+            let raw = &buf[at..at + len];
+            at += len;
+            if datagram::HEADER_LEN + raw.len() > payload_max {
+                // Cannot be carried at all: lost on the probe, reported before the next record.
+                self.failed += 1;
+                drops += 1;
+                continue;
+            }
+            let mut d = match self.cfg.balance {
+                Balance::RoundRobin => self.rr_next,
+                Balance::Flow if n == 1 => 0,
+                Balance::Flow => {
+                    let data = &raw[CONTROL_LEN..CONTROL_LEN + usize::from(ctl.caplen)];
+                    flowkey::pick(flowkey::symmetric_hash(linktype, data), n)
+                }
+            };
+            let dest = &self.dests[d];
+            if dest.open_count > 0
+                && (dest.open_interface != b.interface
+                    || drops > 0
+                    || dest.open.len() + raw.len() > payload_max)
+            {
+                self.seal(d);
+                if self.cfg.balance == Balance::RoundRobin {
+                    d = self.rr_next;
+                }
+            }
+            let dest = &mut self.dests[d];
+            if dest.open_count == 0 {
+                let mut open = std::mem::take(&mut dest.open);
+                Builder::start(&mut open);
+                dest.open = open;
+                dest.open_interface = b.interface;
+                dest.open_since = Instant::now();
+            }
+            dest.open_drops += std::mem::take(&mut drops);
+            dest.open.extend_from_slice(raw);
+            dest.open_count += 1;
+            if dest.open_count == u16::MAX {
+                self.seal(d);
+            }
+        }
+        // Losses after the last record that reached a datagram: reported with the next one.
+        if drops > 0 {
+            let d = if self.cfg.balance == Balance::RoundRobin {
+                self.rr_next
+            } else {
+                0
+            };
+            if self.dests[d].open_count > 0 {
+                self.seal(d);
+            }
+            self.dests[d].open_drops += drops;
+        }
+    }
+
+    /// Writes the open datagram's header and queues it; sends the queue when it is full.
+    fn seal(&mut self, d: usize) {
+        let linktype_snap = |i: u32| {
+            self.interfaces
+                .get(i as usize)
+                .map_or((0, 0), |&(l, s)| (l.to_u16(), s))
+        };
+        let (linktype, snaplen) = linktype_snap(self.dests[d].open_interface);
+        let dest = &mut self.dests[d];
+        if dest.open_count == 0 && dest.open_drops == 0 {
+            return;
+        }
+        if dest.open.len() < datagram::HEADER_LEN {
+            // A datagram that only carries drops (no record followed them).
+            Builder::start(&mut dest.open);
+        }
+        let h = Header {
+            count: dest.open_count,
+            probe: self.cfg.probe,
+            session: self.cfg.session,
+            stream: self.cfg.stream,
+            linktype,
+            snaplen,
+            interface: dest.open_interface,
+            sequence: dest.sequence,
+            records_before: dest.records_before,
+            drops: dest.open_drops,
+        };
+        h.emit(&mut dest.open);
+        dest.sequence += 1;
+        dest.records_before += u64::from(dest.open_count);
+        let fresh = dest
+            .free
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(self.cfg.payload_max));
+        let full = std::mem::replace(&mut dest.open, fresh);
+        dest.queue.push(full);
+        dest.queue_meta.push((dest.open_count, dest.open_drops));
+        dest.open_count = 0;
+        dest.open_drops = 0;
+        if self.cfg.balance == Balance::RoundRobin {
+            self.rr_next = (d + 1) % self.dests.len();
+        }
+        if self.dests[d].queue.len() >= MMSG_BATCH {
+            self.send(d);
+        }
+    }
+
+    /// Sends collector `d`'s queue. What the kernel refuses is dropped, its sequence numbers are
+    /// taken back, and its records (and the drops it carried) move into the next datagram's
+    /// `drops`: all of them precede every record of the open datagram.
+    fn send(&mut self, d: usize) {
+        let dest = &mut self.dests[d];
+        if dest.queue.is_empty() {
+            return;
+        }
+        let out = dest.sock.send_batch(&dest.queue);
+        for &(count, _) in &dest.queue_meta[..out.sent] {
+            dest.datagrams += 1;
+            dest.records += u64::from(count);
+        }
+        if let Some(e) = out.error {
+            self.send_errors += 1;
+            self.last_errno = e.raw_os_error();
+            for &(count, drops) in &dest.queue_meta[out.sent..] {
+                dest.sequence -= 1;
+                dest.records_before -= u64::from(count);
+                dest.open_drops += u64::from(count) + drops;
+                self.failed += u64::from(count);
+            }
+        }
+        dest.queue_meta.clear();
+        for b in dest.queue.drain(..) {
+            dest.free.push(b);
+        }
+    }
+
+    fn send_all(&mut self) {
+        for d in 0..self.dests.len() {
+            self.send(d);
+        }
+    }
+
+    /// Seals datagrams whose first record waited `after` or longer, and sends everything queued.
+    fn flush_old(&mut self, after: Duration) {
+        for d in 0..self.dests.len() {
+            let dest = &self.dests[d];
+            if dest.open_count > 0 && dest.open_since.elapsed() >= after {
+                self.seal(d);
+            }
+        }
+        self.send_all();
+    }
+
+    /// Sends everything, including datagrams that only carry drops.
+    fn finish(&mut self) {
+        for d in 0..self.dests.len() {
+            self.seal(d);
+        }
+        self.send_all();
+        // Drops of sends refused just now: one last try to tell the collector.
+        for d in 0..self.dests.len() {
+            if self.dests[d].open_drops > 0 {
+                let lost = self.dests[d].open_drops;
+                self.seal(d);
+                self.send(d);
+                // Counted as failed already if refused again; not carried any further.
+                let _ = lost;
+            }
+        }
+    }
+
+    fn report(&self) -> ForwardReport {
+        ForwardReport {
+            destinations: self
+                .dests
+                .iter()
+                .map(|d| (d.addr, d.datagrams, d.records))
+                .collect(),
+            datagrams: self.dests.iter().map(|d| d.datagrams).sum(),
+            records: self.dests.iter().map(|d| d.records).sum(),
+            failed: self.failed,
+            send_errors: self.send_errors,
+            last_errno: self.last_errno,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tapflow_sys::udp::RecvBatch;
+    use tapflow_wire::datagram::Datagram;
+    use tapflow_wire::record::{Flags, Records, push_record};
+
+    fn frame(sport: u16, dport: u16, rev: bool) -> Vec<u8> {
+        let mut f = vec![0u8; 42];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[23] = 17;
+        let (a, b) = ([10, 0, 0, 1], [10, 0, 0, 2]);
+        let (s, d, sp, dp) = if rev {
+            (b, a, dport, sport)
+        } else {
+            (a, b, sport, dport)
+        };
+        f[26..30].copy_from_slice(&s);
+        f[30..34].copy_from_slice(&d);
+        f[34..36].copy_from_slice(&sp.to_be_bytes());
+        f[36..38].copy_from_slice(&dp.to_be_bytes());
+        f
+    }
+
+    fn batch(frames: &[Vec<u8>], first_ts: u64, drops: u64) -> Batch {
+        let mut b = Batch::with_capacity(1 << 16);
+        for (i, f) in frames.iter().enumerate() {
+            let ctl = ControlField::new(first_ts + i as u64, Flags::default(), 0, 0, 60);
+            push_record(&mut b.records, ctl, f);
+        }
+        b.count = frames.len() as u32;
+        b.drops_before = drops;
+        b
+    }
+
+    fn listeners(n: usize) -> Vec<UdpSocket> {
+        (0..n)
+            .map(|_| {
+                let s = UdpSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+                s.set_read_timeout(Duration::from_millis(200)).unwrap();
+                s
+            })
+            .collect()
+    }
+
+    fn drain(s: &UdpSocket) -> Vec<(Header, Vec<u64>)> {
+        let mut b = RecvBatch::new();
+        let mut out = Vec::new();
+        while s.recv_batch(&mut b, true).unwrap() > 0 {
+            for i in 0..b.len() {
+                let (bytes, _, _) = b.get(i).unwrap();
+                let d = Datagram::parse(bytes).unwrap();
+                let ts = Records::new(d.records())
+                    .map(|r| r.unwrap().0.rxtime)
+                    .collect();
+                out.push((*d.header(), ts));
+            }
+        }
+        out
+    }
+
+    fn sink(ls: &[UdpSocket], balance: Balance, payload_max: usize) -> ForwardSink {
+        let mut s = ForwardSink::new(ForwardConfig {
+            destinations: ls.iter().map(|l| l.local_addr().unwrap()).collect(),
+            balance,
+            payload_max,
+            flush_after: Duration::from_secs(10),
+            probe: 7,
+            session: 99,
+            stream: 0,
+        })
+        .unwrap();
+        s.add_interface(&InterfaceInfo {
+            linktype: LinkType::Ethernet,
+            snaplen: 64,
+            name: None,
+            filter: None,
+            max_frame: None,
+        })
+        .unwrap();
+        s
+    }
+
+    #[test]
+    fn flow_balance_keeps_both_directions_together_and_numbers_per_collector() {
+        let ls = listeners(2);
+        let mut s = sink(&ls, Balance::Flow, 1472);
+        let frames: Vec<Vec<u8>> = (0..400u16)
+            .map(|i| frame(1000 + i % 20, 80, i % 2 == 1))
+            .collect();
+        s.write_batch(&batch(&frames, 0, 3)).unwrap();
+        let r = s.close(&Totals::default()).unwrap();
+        let fw = r.forward.unwrap();
+        assert_eq!((fw.records, fw.failed), (400, 0));
+        let got: Vec<_> = ls.iter().map(drain).collect();
+        let mut seen = vec![None; 400];
+        let mut drops = 0;
+        for (c, dgs) in got.iter().enumerate() {
+            let mut before = 0;
+            for (seq, (h, ts)) in dgs.iter().enumerate() {
+                assert_eq!((h.sequence, h.records_before), (seq as u64, before));
+                assert_eq!((h.probe, h.session, h.linktype, h.snaplen), (7, 99, 1, 64));
+                assert!(datagram::HEADER_LEN + ts.len() * 64 <= 1472);
+                before += u64::from(h.count);
+                drops += h.drops;
+                for &t in ts {
+                    assert!(seen[t as usize].is_none());
+                    seen[t as usize] = Some(c);
+                }
+            }
+        }
+        assert_eq!(drops, 3, "the batch's drops reach exactly one collector");
+        assert!(seen.iter().all(Option::is_some));
+        for port in 0..20 {
+            let at: std::collections::BTreeSet<_> = (0..400)
+                .filter(|i| i % 20 == port)
+                .map(|i| seen[i])
+                .collect();
+            assert_eq!(at.len(), 1, "flow {port} split over collectors");
+        }
+        assert!(
+            got.iter().all(|g| !g.is_empty()),
+            "20 flows all hashed to one collector"
+        );
+    }
+
+    #[test]
+    fn round_robin_alternates_whole_datagrams() {
+        let ls = listeners(2);
+        // Room for 4 records of 64 bytes per datagram.
+        let mut s = sink(&ls, Balance::RoundRobin, datagram::HEADER_LEN + 4 * 64);
+        let frames: Vec<Vec<u8>> = (0..40u16).map(|i| frame(i, 80, false)).collect();
+        s.write_batch(&batch(&frames, 0, 0)).unwrap();
+        s.close(&Totals::default()).unwrap();
+        let got: Vec<_> = ls.iter().map(drain).collect();
+        assert_eq!((got[0].len(), got[1].len()), (5, 5));
+        for (c, dgs) in got.iter().enumerate() {
+            for (k, (_, ts)) in dgs.iter().enumerate() {
+                let first = ((2 * k + c) * 4) as u64;
+                assert_eq!(ts, &(first..first + 4).collect::<Vec<_>>());
+            }
+        }
+    }
+
+    #[test]
+    fn refused_sends_become_drops_of_the_next_datagram() {
+        let ls = listeners(1);
+        let to = ls[0].local_addr().unwrap();
+        let mut s = sink(&ls, Balance::Flow, 1472);
+        // Close the collector: sends are refused (ECONNREFUSED) once the ICMP error is back.
+        drop(ls);
+        let mut failed_once = false;
+        for k in 0..50u64 {
+            let frames = vec![frame(1, 2, false); 3];
+            s.write_batch(&batch(&frames, k * 3, 0)).unwrap();
+            s.inner.lock().unwrap().flush_old(Duration::ZERO);
+            if lock(&s.inner).failed > 0 {
+                failed_once = true;
+                break;
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
+        assert!(failed_once);
+        // The collector comes back on the same port.
+        let back = UdpSocket::bind(to).unwrap();
+        back.set_read_timeout(Duration::from_millis(200)).unwrap();
+        let failed = lock(&s.inner).failed;
+        let sent_before = lock(&s.inner).dests[0].records;
+        s.write_batch(&batch(&[frame(1, 2, false)], 1000, 0))
+            .unwrap();
+        let r = s.close(&Totals::default()).unwrap();
+        let got = drain(&back);
+        let (h, ts) = got.last().unwrap();
+        assert_eq!(ts, &vec![1000]);
+        assert_eq!(
+            h.drops, failed,
+            "refused records reported before the next record"
+        );
+        assert_eq!(h.records_before, sent_before);
+        assert_eq!(r.forward.unwrap().failed, failed);
+    }
+}

@@ -29,6 +29,8 @@ pub struct SinkReport {
     pub records: u64,
     /// Records the sink could not deliver (counted, never retried).
     pub failed: u64,
+    /// What a forwarding sink sent, per collector.
+    pub forward: Option<crate::forward::ForwardReport>,
 }
 
 /// What an output thread did.

@@ -23,9 +23,6 @@ pub struct WorkerConfig {
     pub poll_ms: i32,
     /// How long the source must stay idle during a drain before the worker concludes it is empty.
     pub drain_quiet: Duration,
-    /// Wait for the writer when its queue is full (a file can wait), instead of counting a drop
-    /// (a live ring cannot).
-    pub wait_for_writer: bool,
 }
 
 /// Everything the worker owns except its source.
@@ -42,7 +39,6 @@ struct Output {
     limit: Option<Arc<AtomicU64>>,
     stop: Arc<AtomicBool>,
     if_stats: Option<(u64, u64)>,
-    wait_for_writer: bool,
 }
 
 /// One capture pipeline: a source, a record builder per interface, a pipe to the writer.
@@ -81,7 +77,6 @@ impl<S: PacketSource> Worker<S> {
                 limit,
                 stop,
                 if_stats: None,
-                wait_for_writer: cfg.wait_for_writer,
             },
             shared,
             cfg,
@@ -219,14 +214,10 @@ impl Output {
             self.flush();
         }
         if self.batch.is_none() {
-            self.batch = if self.wait_for_writer {
-                self.producer.take_waiting()
-            } else {
-                self.producer.take()
-            };
+            self.batch = self.producer.take_waiting();
         }
         let Some(batch) = self.batch.as_mut() else {
-            // Every buffer is with the writer: this record is lost, and said so.
+            // The writer is gone (it failed and said why): this record is lost, and counted.
             self.totals.dropped_ours += 1;
             self.pending_drops += 1;
             return;
@@ -247,7 +238,9 @@ impl Output {
         self.totals.bytes += u64::from(p.len);
     }
 
-    /// Sends the current batch to the writer, counting it as dropped if the queue is full.
+    /// Sends the current batch to the writer, waiting while its queue is full: the kernel ring
+    /// behind us is the buffer sized for bursts, and loss is counted there, in one place. A
+    /// batch is dropped (and counted) only if the writer is gone.
     fn flush(&mut self) {
         let Some(mut b) = self.batch.take() else {
             return;
@@ -260,12 +253,7 @@ impl Output {
         b.totals = self.totals;
         b.totals.recorded += n;
         b.if_stats = self.if_stats;
-        let sent = if self.wait_for_writer {
-            self.producer.send_waiting(b)
-        } else {
-            self.producer.send(b)
-        };
-        match sent {
+        match self.producer.send_waiting(b) {
             Ok(()) => self.totals.recorded += n,
             Err(mut b) => {
                 self.totals.dropped_ours += n;

@@ -1,12 +1,10 @@
 //! The file sink: turns batches of header records into pcapng (or classic pcap) files, rotates
 //! them, and writes interface statistics blocks.
 
-use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tapflow_sys::writeback;
+use tapflow_sys::direct::DirectFile;
 use tapflow_wire::pcapng::{IdbOptions, InterfaceStatistics};
 use tapflow_wire::record::Records;
 use tapflow_wire::{pcap, pcapng};
@@ -44,16 +42,11 @@ pub struct WriterConfig {
     pub isb_every: Duration,
 }
 
-/// Output is handed to the kernel in writes of at least this size.
-const FLUSH_AT: usize = 4 << 20;
-
-/// Output older than this (behind the newest byte) is waited for and dropped from the cache.
-const WRITEBACK_LAG: u64 = 32 << 20;
+/// The file writes to the device in chunks of this size (direct I/O, past the page cache).
+const CHUNK: usize = 4 << 20;
 
 struct OpenFile {
-    file: File,
-    /// Bytes before this offset are on disk and out of the page cache.
-    forgotten: u64,
+    file: DirectFile,
     part: PathBuf,
     path: PathBuf,
     bytes: u64,
@@ -64,6 +57,7 @@ struct OpenFile {
 pub struct FileSink {
     cfg: WriterConfig,
     interfaces: Vec<InterfaceInfo>,
+    /// Section, interface and statistics blocks on their way to the file.
     out: Vec<u8>,
     file: Option<OpenFile>,
     rotation: u64,
@@ -89,7 +83,7 @@ impl FileSink {
         FileSink {
             cfg,
             interfaces: Vec::new(),
-            out: Vec::with_capacity(FLUSH_AT * 2),
+            out: Vec::with_capacity(64 << 10),
             file: None,
             rotation: 0,
             report: SinkReport::default(),
@@ -154,37 +148,50 @@ impl FileSink {
             if self.file.is_none() {
                 self.open_file()?;
             }
-            match self.cfg.format {
-                Format::Pcapng => pcapng::write_epb(
-                    &mut self.out,
-                    b.interface,
-                    ctl.rxtime,
-                    data,
-                    ctl.orig_len(),
-                    Some(ctl.flags.epb_flags()).filter(|&f| f != 0),
-                    dropcount.take(),
-                ),
-                Format::Pcap => pcap::write_record(&mut self.out, ctl.rxtime, data, ctl.orig_len()),
+            if !self.out.is_empty() {
+                self.flush_out()?;
             }
+            let f = self.file.as_mut().expect("opened above");
+            // Each packet is encoded in place, in the buffer that goes to the device.
+            let n = match self.cfg.format {
+                Format::Pcapng => {
+                    let flags = Some(ctl.flags.epb_flags()).filter(|&f| f != 0);
+                    let drops = dropcount.take();
+                    let n = pcapng::epb_len(data.len(), flags.is_some(), drops.is_some());
+                    let buf = f.file.append(n).map_err(|e| write_err(&f.part, e))?;
+                    pcapng::emit_epb(
+                        buf,
+                        b.interface,
+                        ctl.rxtime,
+                        data,
+                        ctl.orig_len(),
+                        flags,
+                        drops,
+                    );
+                    n
+                }
+                Format::Pcap => {
+                    let n = pcap::record_len(data.len());
+                    let buf = f.file.append(n).map_err(|e| write_err(&f.part, e))?;
+                    pcap::emit_record(buf, ctl.rxtime, data, ctl.orig_len());
+                    n
+                }
+            };
+            f.bytes += n as u64;
             self.report.records += 1;
-            if let (Some(limit), Some(f)) = (self.cfg.rotate_bytes, &self.file)
-                && f.bytes + self.out.len() as u64 >= limit
-            {
+            if self.cfg.rotate_bytes.is_some_and(|limit| f.bytes >= limit) {
                 self.rotate()?;
             }
         }
-        if self.file.is_some() {
+        if let Some(f) = &self.file {
+            let old = self
+                .cfg
+                .rotate_every
+                .is_some_and(|d| f.opened.elapsed() >= d);
             if self.cfg.format == Format::Pcapng && self.last_isb.elapsed() >= self.cfg.isb_every {
                 self.write_isbs();
             }
-            if self.out.len() >= FLUSH_AT {
-                self.flush_out()?;
-            }
-            if self
-                .cfg
-                .rotate_every
-                .is_some_and(|d| self.file.as_ref().is_some_and(|f| f.opened.elapsed() >= d))
-            {
+            if old {
                 self.rotate()?;
             }
         }
@@ -202,10 +209,9 @@ impl FileSink {
         let rotating = self.cfg.rotate_bytes.is_some() || self.cfg.rotate_every.is_some();
         let path = output_path(base, self.cfg.worker, rotating.then_some(self.rotation));
         let part = part_path(&path);
-        let file = File::create(&part).map_err(|e| write_err(&part, e))?;
+        let file = DirectFile::create(&part, CHUNK)?;
         self.file = Some(OpenFile {
             file,
-            forgotten: 0,
             part,
             path,
             bytes: 0,
@@ -269,17 +275,7 @@ impl FileSink {
             f.file
                 .write_all(&self.out)
                 .map_err(|e| write_err(&f.part, e))?;
-            let (start, end) = (f.bytes, f.bytes + self.out.len() as u64);
-            f.bytes = end;
-            // Keep the disk busy while we write: start this chunk's write-back now, and wait for
-            // (then forget) what is a few chunks older, so the final sync has little to do and a
-            // long capture does not fill the page cache with its own output.
-            writeback::start(&f.file, start, end - start);
-            let settled = end.saturating_sub(WRITEBACK_LAG);
-            if settled > f.forgotten {
-                writeback::finish_and_forget(&f.file, f.forgotten, settled - f.forgotten);
-                f.forgotten = settled;
-            }
+            f.bytes += self.out.len() as u64;
         }
         self.out.clear();
         Ok(())
@@ -299,7 +295,7 @@ impl FileSink {
         }
         self.flush_out()?;
         let f = self.file.take().expect("checked above");
-        f.file.sync_data().map_err(|e| write_err(&f.part, e))?;
+        f.file.finish().map_err(|e| write_err(&f.part, e))?;
         std::fs::rename(&f.part, &f.path).map_err(|e| write_err(&f.path, e))?;
         self.report.files.push(f.path);
         Ok(())

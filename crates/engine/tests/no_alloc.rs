@@ -81,6 +81,7 @@ fn allocations_for(n: usize, dir: &std::path::Path) -> u64 {
         }),
         count: None,
         duration: None,
+        forward: None,
     };
     let stop = Arc::new(AtomicBool::new(false));
     let before = ALLOCS.load(Ordering::Relaxed);

@@ -13,6 +13,7 @@
 pub mod bpf;
 pub mod clock;
 pub mod cpu;
+pub mod direct;
 mod error;
 pub mod iface;
 pub mod mmap;
@@ -23,6 +24,5 @@ mod syscall;
 mod tpacket;
 pub mod tx;
 pub mod udp;
-pub mod writeback;
 
 pub use error::SysError;

@@ -232,12 +232,23 @@ pub fn write_header(out: &mut Vec<u8>, linktype: LinkType, snaplen: u32) {
     out.extend_from_slice(&b);
 }
 
-/// Appends one record for a file started by [`write_header`] (nanosecond timestamps).
-///
-/// `len` is written as `max(orig_len, data.len())` so the file stays valid; seconds past
-/// 2106-02-07 (the end of the 32-bit `ts_sec`) saturate. Allocates only if `out` lacks capacity.
+/// Length of the record [`emit_record`] writes for `caplen` bytes.
 #[inline]
-pub fn write_record(out: &mut Vec<u8>, ts_ns: u64, data: &[u8], orig_len: u32) {
+pub const fn record_len(caplen: usize) -> usize {
+    RECORD_HEADER_LEN + caplen
+}
+
+/// Writes a little-endian ns record into `buf`, which must be exactly [`record_len`] bytes.
+///
+/// # Panics
+/// If `buf` has another length: the caller sizes it with [`record_len`].
+#[inline]
+pub fn emit_record(buf: &mut [u8], ts_ns: u64, data: &[u8], orig_len: u32) {
+    assert_eq!(
+        buf.len(),
+        record_len(data.len()),
+        "record buffer sized by record_len"
+    );
     let caplen = data.len() as u32;
     let r = RecordHeader {
         ts_sec: u32::try_from(ts_ns / 1_000_000_000).unwrap_or(u32::MAX),
@@ -245,11 +256,20 @@ pub fn write_record(out: &mut Vec<u8>, ts_ns: u64, data: &[u8], orig_len: u32) {
         caplen,
         len: orig_len.max(caplen),
     };
-    let mut h = [0u8; RECORD_HEADER_LEN];
-    r.emit(&mut h, false);
-    out.reserve(RECORD_HEADER_LEN + data.len());
-    out.extend_from_slice(&h);
-    out.extend_from_slice(data);
+    let (h, body) = buf.split_at_mut(RECORD_HEADER_LEN);
+    r.emit(h.try_into().expect("16 bytes"), false);
+    body.copy_from_slice(data);
+}
+
+/// Appends one record for a file started by [`write_header`] (nanosecond timestamps).
+///
+/// `len` is written as `max(orig_len, data.len())` so the file stays valid; seconds past
+/// 2106-02-07 (the end of the 32-bit `ts_sec`) saturate. Allocates only if `out` lacks capacity.
+#[inline]
+pub fn write_record(out: &mut Vec<u8>, ts_ns: u64, data: &[u8], orig_len: u32) {
+    let start = out.len();
+    out.resize(start + record_len(data.len()), 0);
+    emit_record(&mut out[start..], ts_ns, data, orig_len);
 }
 
 #[cfg(test)]

@@ -679,6 +679,63 @@ pub fn write_idb(out: &mut Vec<u8>, o: &IdbOptions<'_>) {
     finish(out, start);
 }
 
+/// Length of the Enhanced Packet Block [`emit_epb`] writes for `caplen` bytes and the given
+/// options.
+#[inline]
+pub const fn epb_len(caplen: usize, epb_flags: bool, dropcount: bool) -> usize {
+    let opts = if epb_flags { 8 } else { 0 } + if dropcount { 12 } else { 0 };
+    let opts = if opts == 0 { 0 } else { opts + 4 };
+    32 + pad4(caplen) + opts
+}
+
+/// Writes an Enhanced Packet Block (ns timestamps; optional `epb_flags` and `epb_dropcount`)
+/// into `buf`, which must be exactly [`epb_len`] bytes long.
+///
+/// # Panics
+/// If `buf` has another length: the caller sizes it with [`epb_len`].
+#[inline]
+pub fn emit_epb(
+    buf: &mut [u8],
+    interface_id: u32,
+    ts_ns: u64,
+    data: &[u8],
+    orig_len: u32,
+    epb_flags: Option<u32>,
+    dropcount: Option<u64>,
+) {
+    let total = epb_len(data.len(), epb_flags.is_some(), dropcount.is_some());
+    assert_eq!(buf.len(), total, "EPB buffer sized by epb_len");
+    let caplen = data.len() as u32;
+    buf[0..4].copy_from_slice(&BLOCK_EPB.to_le_bytes());
+    buf[4..8].copy_from_slice(&(total as u32).to_le_bytes());
+    buf[8..12].copy_from_slice(&interface_id.to_le_bytes());
+    buf[12..16].copy_from_slice(&((ts_ns >> 32) as u32).to_le_bytes());
+    buf[16..20].copy_from_slice(&(ts_ns as u32).to_le_bytes());
+    buf[20..24].copy_from_slice(&caplen.to_le_bytes());
+    buf[24..28].copy_from_slice(&orig_len.max(caplen).to_le_bytes());
+    let mut at = 28 + data.len();
+    buf[28..at].copy_from_slice(data);
+    let padded = 28 + pad4(data.len());
+    buf[at..padded].fill(0);
+    at = padded;
+    if let Some(f) = epb_flags {
+        buf[at..at + 2].copy_from_slice(&EPB_FLAGS.to_le_bytes());
+        buf[at + 2..at + 4].copy_from_slice(&4u16.to_le_bytes());
+        buf[at + 4..at + 8].copy_from_slice(&f.to_le_bytes());
+        at += 8;
+    }
+    if let Some(d) = dropcount {
+        buf[at..at + 2].copy_from_slice(&EPB_DROPCOUNT.to_le_bytes());
+        buf[at + 2..at + 4].copy_from_slice(&8u16.to_le_bytes());
+        buf[at + 4..at + 12].copy_from_slice(&d.to_le_bytes());
+        at += 12;
+    }
+    if at != total - 4 {
+        buf[at..total - 4].fill(0); // opt_endofopt
+    }
+    buf[total - 4..].copy_from_slice(&(total as u32).to_le_bytes());
+}
+
 /// Appends an Enhanced Packet Block for an interface written by [`write_idb`] (ns timestamps).
 ///
 /// Original Packet Length is written as `max(orig_len, data.len())`; `epb_flags` and
@@ -693,41 +750,20 @@ pub fn write_epb(
     epb_flags: Option<u32>,
     dropcount: Option<u64>,
 ) {
-    // The hot path of every writer: one reservation, then a few fixed-size copies.
-    let caplen = data.len() as u32;
-    let mut opts = [0u8; 24];
-    let mut n = 0;
-    if let Some(f) = epb_flags {
-        opts[0..2].copy_from_slice(&EPB_FLAGS.to_le_bytes());
-        opts[2..4].copy_from_slice(&4u16.to_le_bytes());
-        opts[4..8].copy_from_slice(&f.to_le_bytes());
-        n = 8;
-    }
-    if let Some(d) = dropcount {
-        opts[n..n + 2].copy_from_slice(&EPB_DROPCOUNT.to_le_bytes());
-        opts[n + 2..n + 4].copy_from_slice(&8u16.to_le_bytes());
-        opts[n + 4..n + 12].copy_from_slice(&d.to_le_bytes());
-        n += 12;
-    }
-    if n > 0 {
-        n += 4; // opt_endofopt, already zero
-    }
-    let padded = pad4(data.len());
-    let total = (32 + padded + n) as u32;
-    let mut head = [0u8; 28];
-    head[0..4].copy_from_slice(&BLOCK_EPB.to_le_bytes());
-    head[4..8].copy_from_slice(&total.to_le_bytes());
-    head[8..12].copy_from_slice(&interface_id.to_le_bytes());
-    head[12..16].copy_from_slice(&((ts_ns >> 32) as u32).to_le_bytes());
-    head[16..20].copy_from_slice(&(ts_ns as u32).to_le_bytes());
-    head[20..24].copy_from_slice(&caplen.to_le_bytes());
-    head[24..28].copy_from_slice(&orig_len.max(caplen).to_le_bytes());
-    out.reserve(total as usize);
-    out.extend_from_slice(&head);
-    out.extend_from_slice(data);
-    out.extend_from_slice(&[0u8; 3][..padded - data.len()]);
-    out.extend_from_slice(&opts[..n]);
-    out.extend_from_slice(&total.to_le_bytes());
+    let start = out.len();
+    out.resize(
+        start + epb_len(data.len(), epb_flags.is_some(), dropcount.is_some()),
+        0,
+    );
+    emit_epb(
+        &mut out[start..],
+        interface_id,
+        ts_ns,
+        data,
+        orig_len,
+        epb_flags,
+        dropcount,
+    );
 }
 
 /// Appends an Interface Statistics Block with the counters present in `s` (ns timestamps).
