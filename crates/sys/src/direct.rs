@@ -1,6 +1,7 @@
 //! Direct I/O output files: full, aligned chunks go from our buffer to the device with
-//! `O_DIRECT`, skipping the page-cache copy that dominates the cost of writing a trace; the tail
-//! of the file is written through the cache at the end. Where the filesystem refuses `O_DIRECT`
+//! `O_DIRECT`, skipping the page-cache copy that dominates the cost of writing a trace, from an
+//! I/O thread so that the device works while the next chunk is filled; the tail of the file is
+//! written through the cache at the end. Where the filesystem refuses `O_DIRECT`
 //! (tmpfs, some FUSE), the file is written through the cache.
 #![allow(unsafe_code)]
 
@@ -11,6 +12,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::ptr::NonNull;
+use std::sync::mpsc;
+use std::thread;
 
 use crate::SysError;
 
@@ -57,10 +60,16 @@ impl Drop for AlignedBuf {
 }
 
 /// A file written sequentially, by direct I/O where the filesystem allows it.
+///
+/// Two chunk buffers take turns: while an I/O thread writes one to the device, the caller fills
+/// the other, so encoding and device time overlap.
 pub struct DirectFile {
-    file: File,
     buf: AlignedBuf,
     len: usize,
+    /// Full chunks on their way to the I/O thread, and empty ones coming back.
+    to_io: Option<mpsc::SyncSender<(AlignedBuf, usize)>>,
+    from_io: mpsc::Receiver<AlignedBuf>,
+    io: Option<thread::JoinHandle<io::Result<File>>>,
     direct: bool,
 }
 
@@ -74,7 +83,7 @@ impl std::fmt::Debug for DirectFile {
 }
 
 impl DirectFile {
-    /// Creates (truncates) `path`, buffering `chunk` bytes between writes.
+    /// Creates (truncates) `path`, writing to the device in chunks of `chunk` bytes.
     pub fn create(path: &Path, chunk: usize) -> Result<DirectFile, SysError> {
         let open = |flags: i32| {
             OpenOptions::new()
@@ -91,10 +100,32 @@ impl DirectFile {
             }
             Err(error) => return Err(open_error(path, error)),
         };
+        let (to_io, io_rx) = mpsc::sync_channel::<(AlignedBuf, usize)>(1);
+        let (io_tx, from_io) = mpsc::sync_channel::<AlignedBuf>(2);
+        io_tx
+            .send(AlignedBuf::new(chunk))
+            .expect("the receiver is here");
+        let io = thread::Builder::new()
+            .name("tapflow-io".into())
+            .spawn(move || {
+                for (buf, n) in io_rx {
+                    (&file).write_all(&buf.as_slice()[..n])?;
+                    let _ = io_tx.send(buf);
+                }
+                Ok(file)
+            })
+            .map_err(|error| SysError::File {
+                call: "spawn I/O thread for",
+                path: path.to_path_buf(),
+                detail: String::new(),
+                error,
+            })?;
         Ok(DirectFile {
-            file,
             buf: AlignedBuf::new(chunk),
             len: 0,
+            to_io: Some(to_io),
+            from_io,
+            io: Some(io),
             direct,
         })
     }
@@ -120,7 +151,7 @@ impl DirectFile {
     #[inline]
     pub fn append(&mut self, n: usize) -> io::Result<&mut [u8]> {
         if self.len + n > self.buf.cap {
-            self.write_aligned()?;
+            self.hand_over()?;
             if self.len + n > self.buf.cap {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
@@ -133,55 +164,76 @@ impl DirectFile {
         Ok(&mut self.buf.as_mut_slice()[start..start + n])
     }
 
-    /// Writes the aligned part of the buffer and moves the rest (< 4 KiB) to its front.
-    fn write_aligned(&mut self) -> io::Result<()> {
+    /// Gives the aligned part of the buffer to the I/O thread and continues in the other
+    /// buffer, starting with the unaligned rest (< 4 KiB).
+    fn hand_over(&mut self) -> io::Result<()> {
         let aligned = self.len / ALIGN * ALIGN;
-        if aligned > 0 {
-            self.write_buffer(aligned)?;
-            self.buf.as_mut_slice().copy_within(aligned..self.len, 0);
-            self.len -= aligned;
+        if aligned == 0 {
+            return Ok(());
         }
-        Ok(())
+        let Ok(mut next) = self.from_io.recv() else {
+            return Err(self.io_failure());
+        };
+        let rest = self.len - aligned;
+        next.as_mut_slice()[..rest].copy_from_slice(&self.buf.as_slice()[aligned..self.len]);
+        let full = std::mem::replace(&mut self.buf, next);
+        self.len = rest;
+        let sent = self.to_io.as_ref().map(|tx| tx.send((full, aligned)));
+        match sent {
+            Some(Ok(())) => Ok(()),
+            _ => Err(self.io_failure()),
+        }
     }
 
-    fn write_buffer(&mut self, n: usize) -> io::Result<()> {
-        (&self.file).write_all(&self.buf.as_slice()[..n])
+    /// The I/O thread's error, once it has stopped.
+    fn io_failure(&mut self) -> io::Error {
+        self.to_io = None;
+        match self.io.take().map(|h| h.join()) {
+            Some(Ok(Err(e))) => e,
+            _ => io::Error::other("the I/O thread stopped"),
+        }
     }
 
     /// Writes what is buffered (its aligned part directly, the rest through the cache), syncs
     /// the data to disk and closes the file.
     pub fn finish(mut self) -> io::Result<()> {
         let aligned = self.len / ALIGN * ALIGN;
+        let rest = self.len - aligned;
         if aligned > 0 {
-            self.write_buffer(aligned)?;
+            self.hand_over()?;
         }
-        if self.direct && self.len > aligned {
-            self.clear_direct()?;
-        }
-        if self.len > aligned {
-            (&self.file).write_all(&self.buf.as_slice()[aligned..self.len])?;
-        }
-        self.len = 0;
-        self.file.sync_data()
-    }
-
-    /// Turns `O_DIRECT` off for the unaligned tail (`fcntl(F_SETFL)`).
-    fn clear_direct(&mut self) -> io::Result<()> {
-        let fd = self.file.as_raw_fd();
-        // SAFETY: F_GETFL/F_SETFL on a valid fd owned by self; no memory is passed.
-        let r = unsafe {
-            let flags = libc::fcntl(fd, libc::F_GETFL);
-            if flags < 0 {
-                flags
-            } else {
-                libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_DIRECT)
-            }
+        // Let the I/O thread finish and give the file back.
+        self.to_io = None;
+        let file = match self.io.take().map(|h| h.join()) {
+            Some(Ok(r)) => r?,
+            _ => return Err(io::Error::other("the I/O thread stopped")),
         };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
+        if rest > 0 {
+            if self.direct {
+                clear_direct(&file)?;
+            }
+            (&file).write_all(&self.buf.as_slice()[..rest])?;
         }
+        file.sync_data()
+    }
+}
+
+/// Turns `O_DIRECT` off for the unaligned tail (`fcntl(F_SETFL)`).
+fn clear_direct(file: &File) -> io::Result<()> {
+    let fd = file.as_raw_fd();
+    // SAFETY: F_GETFL/F_SETFL on a valid fd borrowed from `file`; no memory is passed.
+    let r = unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 {
+            flags
+        } else {
+            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_DIRECT)
+        }
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
     }
 }
 
