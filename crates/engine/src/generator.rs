@@ -12,8 +12,9 @@ use tapflow_wire::capfile::Reader;
 
 use crate::EngineError;
 
-/// Frames in the TX ring.
-const RING_FRAMES: u32 = 4096;
+/// Frames in the TX ring: 256 x 2 KiB stays in L2, where the kernel reads each frame; a larger
+/// ring measured slower (a cache miss per frame).
+const RING_FRAMES: u32 = 256;
 
 /// What to send.
 #[derive(Debug, Clone)]

@@ -140,18 +140,30 @@ impl TxRing {
             } else if status != TP_STATUS_AVAILABLE {
                 break;
             }
-            tail = (tail + 1) % self.frame_count;
+            tail = self.next(tail);
             queued -= 1;
         }
         self.tail.set(tail);
         self.queued.set(queued);
     }
 
+    /// The frame after `i`, round the ring (a compare, not a division, on the per-frame path).
+    #[inline]
+    fn next(&self, i: usize) -> usize {
+        if i + 1 == self.frame_count { 0 } else { i + 1 }
+    }
+
     /// The next free frame slot, or `None` while the ring is full (the kernel still sending).
+    ///
+    /// Sent frames are reclaimed lazily, when the ring looks full: one pass then reclaims every
+    /// frame the kernel has released, instead of one check per frame.
+    #[inline]
     pub fn slot(&mut self) -> Option<TxSlot<'_>> {
-        self.reap();
         if self.queued.get() == self.frame_count {
-            return None;
+            self.reap();
+            if self.queued.get() == self.frame_count {
+                return None;
+            }
         }
         if self.status_word(self.head).load(Ordering::Acquire) != TP_STATUS_AVAILABLE {
             return None;
@@ -281,7 +293,7 @@ impl TxSlot<'_> {
         unsafe { frame.add(TP_LEN).cast::<u32>().write(len as u32) };
         ring.status_word(ring.head)
             .store(TP_STATUS_SEND_REQUEST, Ordering::Release);
-        ring.head = (ring.head + 1) % ring.frame_count;
+        ring.head = ring.next(ring.head);
         ring.queued.set(ring.queued.get() + 1);
     }
 }
