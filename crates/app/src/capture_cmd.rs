@@ -1,17 +1,20 @@
 //! `tapflow capture`: checks the request, runs the engine, prints the accounting.
 
+use std::net::ToSocketAddrs;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use tapflow_engine::capture::{self, CaptureConfig, Input, RingGeometry};
+use tapflow_engine::forward::{self, Balance, ForwardConfig};
 use tapflow_engine::naming::{output_path, part_path};
 use tapflow_engine::writer::{Format, WriterConfig};
+use tapflow_wire::{datagram, record};
 
 use crate::Failure;
-use crate::cli::{CaptureArgs, FormatArg};
-use crate::report::{StatusLine, summary_line, write_capture_json};
+use crate::cli::{BalanceArg, CaptureArgs, FormatArg};
+use crate::report::{StatusLine, forward_line, summary_line, write_capture_json};
 
 /// Largest snaplen accepted, as libpcap's `MAXIMUM_SNAPLEN`.
 const MAX_SNAPLEN: u32 = 262_144;
@@ -60,6 +63,9 @@ pub fn run(a: CaptureArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> 
     status.finish();
     if err.is_none() || summary.totals.received > 0 {
         eprintln!("{}", summary_line(&summary.totals));
+        if let Some(f) = &summary.forward {
+            eprintln!("{}", forward_line(f));
+        }
     }
     if let Some(path) = &a.summary_json {
         write_capture_json(path, &summary)
@@ -175,8 +181,67 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
         }),
         count: a.count,
         duration,
-        forward: None,
+        forward: forward_config(a)?,
     })
+}
+
+/// The forwarding settings: collectors resolved, datagram size from `--mtu` or the route.
+fn forward_config(a: &CaptureArgs) -> Result<Option<ForwardConfig>, Failure> {
+    if a.forward.is_empty() {
+        return Ok(None);
+    }
+    let bad = |m: String| Failure::Usage(m);
+    let mut destinations = Vec::new();
+    for d in &a.forward {
+        let addr = d
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut it| it.next())
+            .ok_or_else(|| bad(format!("--forward {d}: not a HOST:PORT that resolves")))?;
+        if addr.port() == 0 {
+            return Err(bad(format!("--forward {d}: port 0")));
+        }
+        destinations.push(addr);
+    }
+    let first = destinations[0];
+    let mtu = match a.mtu {
+        Some(m) if !(576..=65_535).contains(&m) => {
+            return Err(bad(format!("--mtu {m} is out of range: 576 to 65535")));
+        }
+        Some(m) => m,
+        None => forward::route_mtu(first).map_err(Failure::from_engine)?,
+    };
+    let payload_max = forward::payload_for_mtu(mtu, &first);
+    let largest = datagram::HEADER_LEN + record::record_len(a.snaplen.min(65_535) as usize);
+    if largest > payload_max {
+        return Err(bad(format!(
+            "a datagram of {payload_max} bytes (MTU {mtu}) cannot carry a record of snaplen {}: \
+             lower -s or raise --mtu",
+            a.snaplen
+        )));
+    }
+    if a.flush_ms == 0 || a.flush_ms > 60_000 {
+        return Err(bad(format!(
+            "--flush-ms {} is out of range: 1 to 60000",
+            a.flush_ms
+        )));
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let session = ((now ^ now >> 32) as u32 ^ std::process::id().rotate_left(16)).max(1);
+    Ok(Some(ForwardConfig {
+        destinations,
+        balance: match a.balance {
+            BalanceArg::Flow => Balance::Flow,
+            BalanceArg::Rr => Balance::RoundRobin,
+        },
+        payload_max,
+        flush_after: Duration::from_millis(a.flush_ms),
+        probe: a.probe_id,
+        session,
+        stream: 0,
+    }))
 }
 
 /// Fails early, before any packet is taken, if the output cannot be created.

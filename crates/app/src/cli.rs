@@ -28,6 +28,8 @@ pub struct Cli {
 pub enum Command {
     /// Capture packet headers from an interface or a file into pcapng/pcap.
     Capture(CaptureArgs),
+    /// Receive forwarded header datagrams from probes and record them into pcapng.
+    Recv(RecvArgs),
     /// Generate traffic on an interface (AF_PACKET TX ring).
     Gen(GenArgs),
 }
@@ -99,6 +101,63 @@ pub struct CaptureArgs {
     /// Start a new file after this many seconds.
     #[arg(long)]
     pub rotate_seconds: Option<f64>,
+    /// No live status line.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// Write the final accounting as JSON to this file.
+    #[arg(long)]
+    pub summary_json: Option<PathBuf>,
+    /// Forward header records in UDP datagrams to these collectors (`tapflow recv`).
+    #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]", value_delimiter = ',')]
+    pub forward: Vec<String>,
+    /// How records are spread over the collectors.
+    #[arg(long, value_enum, default_value_t = BalanceArg::Flow, requires = "forward")]
+    pub balance: BalanceArg,
+    /// Size of the IP packets carrying the datagrams (default: the route's MTU to the first
+    /// collector; 1500, 4124, 9000, up to 65535 on loopback).
+    #[arg(long, requires = "forward")]
+    pub mtu: Option<u32>,
+    /// A datagram leaves at the latest this many ms after its first record.
+    #[arg(long, default_value_t = 10, requires = "forward")]
+    pub flush_ms: u64,
+    /// This probe's id in the datagrams (the collector names its interface after it).
+    #[arg(long, default_value_t = 0, requires = "forward")]
+    pub probe_id: u32,
+}
+
+/// How forwarded records are spread over collectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BalanceArg {
+    /// By the symmetric 5-tuple hash: both directions of a connection reach one collector.
+    Flow,
+    /// Whole datagrams to each collector in turn.
+    Rr,
+}
+
+/// `tapflow recv`.
+#[derive(Debug, Args)]
+pub struct RecvArgs {
+    /// Address and UDP port to receive datagrams on.
+    #[arg(short = 'l', long, value_name = "ADDR:PORT")]
+    pub listen: std::net::SocketAddr,
+    /// Output file (pcapng; written as NAME.part, renamed when complete).
+    #[arg(short = 'w', long)]
+    pub write: PathBuf,
+    /// Accept datagrams only from these networks (CIDR, e.g. 10.0.0.0/8,192.0.2.7).
+    #[arg(long, value_name = "CIDR[,CIDR...]", value_delimiter = ',')]
+    pub allow: Vec<String>,
+    /// Start a new file after this many bytes.
+    #[arg(long, value_parser = parse_size)]
+    pub rotate_size: Option<u64>,
+    /// Start a new file after this many seconds.
+    #[arg(long)]
+    pub rotate_seconds: Option<f64>,
+    /// Socket receive buffer (SO_RCVBUF).
+    #[arg(long, default_value = "64M", value_parser = parse_usize_size)]
+    pub rcvbuf: usize,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    pub duration: Option<f64>,
     /// No live status line.
     #[arg(short = 'q', long)]
     pub quiet: bool,

@@ -3,6 +3,7 @@
 mod capture_cmd;
 mod cli;
 mod gen_cmd;
+mod recv_cmd;
 mod report;
 mod size;
 
@@ -88,6 +89,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Capture(args) => capture_cmd::run(args, &stop),
+        Command::Recv(args) => recv_cmd::run(args, &stop),
         Command::Gen(args) => gen_cmd::run(args, &stop),
     };
     match result {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tapflow_engine::capture::{Summary, Tick};
 use tapflow_engine::counters::Totals;
+use tapflow_engine::forward::ForwardReport;
 
 /// Prints one status line a second on stderr (rewriting it in place on a terminal).
 #[derive(Debug)]
@@ -115,6 +116,55 @@ pub fn summary_line(t: &Totals) -> String {
     s
 }
 
+/// The exit line of forwarding: what went to each collector, and what could not be sent.
+pub fn forward_line(f: &ForwardReport) -> String {
+    let each: Vec<String> = f
+        .destinations
+        .iter()
+        .map(|(a, d, r)| format!("{a}: {r} in {d}"))
+        .collect();
+    let mut s = format!(
+        "tapflow: forwarded {} records in {} datagrams ({}), {} failed to send",
+        f.records,
+        f.datagrams,
+        each.join(", "),
+        f.failed
+    );
+    if let Some(e) = f.last_errno {
+        s.push_str(&format!(
+            " (last error: {})",
+            std::io::Error::from_raw_os_error(e)
+        ));
+    }
+    s
+}
+
+/// The `"forward"` member of the capture JSON, or nothing.
+fn forward_json(f: Option<&ForwardReport>) -> String {
+    let Some(f) = f else {
+        return String::new();
+    };
+    let each: Vec<String> = f
+        .destinations
+        .iter()
+        .map(|(a, d, r)| {
+            format!(
+                "{{\"collector\":{},\"datagrams\":{d},\"records\":{r}}}",
+                json_string(&a.to_string())
+            )
+        })
+        .collect();
+    format!(
+        ",\"forward\":{{\"forwarded_records\":{},\"forwarded_datagrams\":{},\
+         \"forward_failed\":{},\"send_errors\":{},\"collectors\":[{}]}}",
+        f.records,
+        f.datagrams,
+        f.failed,
+        f.send_errors,
+        each.join(",")
+    )
+}
+
 /// Writes the JSON summary of a capture.
 pub fn write_capture_json(path: &Path, s: &Summary) -> std::io::Result<()> {
     let t = &s.totals;
@@ -126,7 +176,7 @@ pub fn write_capture_json(path: &Path, s: &Summary) -> std::io::Result<()> {
     let text = format!(
         "{{\"received\":{},\"recorded\":{},\"dropped_kernel\":{},\"dropped_ours\":{},\
          \"past_limit\":{},\"freezes\":{},\"bytes\":{},\"seconds\":{:.6},\"hw_timestamps\":{},\
-         \"files\":[{}]}}\n",
+         \"files\":[{}]{}}}\n",
         t.received,
         t.recorded,
         t.dropped_kernel,
@@ -136,7 +186,8 @@ pub fn write_capture_json(path: &Path, s: &Summary) -> std::io::Result<()> {
         t.bytes,
         s.seconds,
         s.hw_timestamps,
-        files.join(",")
+        files.join(","),
+        forward_json(s.forward.as_ref())
     );
     std::fs::write(path, text)
 }

@@ -7,9 +7,9 @@
 //! - A datagram leaves when the next record would not fit, or when its first record is older
 //!   than the flush interval (a small timer thread checks), so quiet links are not held back.
 //! - Sends are batched with `sendmmsg` on non-blocking sockets. A refused send (`EAGAIN`,
-//!   `ENOBUFS`, `ECONNREFUSED`, ...) never waits: its records are counted as failed, and the
-//!   next datagram to that collector carries them in its `drops` field, so the collector still
-//!   knows exactly how many records are missing and where.
+//!   `ENOBUFS`, `ECONNREFUSED`, ...) never waits: its records are counted as failed and added
+//!   to the `drops` the next datagram to that collector carries, so the collector still knows
+//!   exactly how many records are missing and where.
 //! - Sequence numbers and record counts are kept per collector, so a collector only sees a gap
 //!   for datagrams it should have received.
 //!
@@ -125,8 +125,11 @@ struct Dest {
     open_count: u16,
     open_interface: u32,
     open_since: Instant,
-    /// Records lost on the probe to be reported just before the open datagram's first record.
-    open_drops: u64,
+    /// Records lost on the probe so far, for this collector: every one of them precedes the
+    /// open datagram's first record. Sent cumulatively in `drops`.
+    lost: u64,
+    /// The largest `drops` value the kernel took.
+    lost_sent: u64,
     /// Sealed datagrams waiting for `sendmmsg`, with (records, drops) of each.
     queue: Vec<Vec<u8>>,
     queue_meta: Vec<(u16, u64)>,
@@ -185,7 +188,8 @@ impl ForwardSink {
                 open_count: 0,
                 open_interface: 0,
                 open_since: Instant::now(),
-                open_drops: 0,
+                lost: 0,
+                lost_sent: 0,
                 queue: Vec::with_capacity(MMSG_BATCH),
                 queue_meta: Vec::with_capacity(MMSG_BATCH),
                 free: Vec::with_capacity(MMSG_BATCH),
@@ -328,7 +332,7 @@ impl Forwarder {
                 dest.open_interface = b.interface;
                 dest.open_since = Instant::now();
             }
-            dest.open_drops += std::mem::take(&mut drops);
+            dest.lost += std::mem::take(&mut drops);
             dest.open.extend_from_slice(raw);
             dest.open_count += 1;
             if dest.open_count == u16::MAX {
@@ -345,7 +349,7 @@ impl Forwarder {
             if self.dests[d].open_count > 0 {
                 self.seal(d);
             }
-            self.dests[d].open_drops += drops;
+            self.dests[d].lost += drops;
         }
     }
 
@@ -358,7 +362,7 @@ impl Forwarder {
         };
         let (linktype, snaplen) = linktype_snap(self.dests[d].open_interface);
         let dest = &mut self.dests[d];
-        if dest.open_count == 0 && dest.open_drops == 0 {
+        if dest.open_count == 0 && dest.lost == dest.lost_sent {
             return;
         }
         if dest.open.len() < datagram::HEADER_LEN {
@@ -375,7 +379,7 @@ impl Forwarder {
             interface: dest.open_interface,
             sequence: dest.sequence,
             records_before: dest.records_before,
-            drops: dest.open_drops,
+            drops: dest.lost,
         };
         h.emit(&mut dest.open);
         dest.sequence += 1;
@@ -386,9 +390,8 @@ impl Forwarder {
             .unwrap_or_else(|| Vec::with_capacity(self.cfg.payload_max));
         let full = std::mem::replace(&mut dest.open, fresh);
         dest.queue.push(full);
-        dest.queue_meta.push((dest.open_count, dest.open_drops));
+        dest.queue_meta.push((dest.open_count, dest.lost));
         dest.open_count = 0;
-        dest.open_drops = 0;
         if self.cfg.balance == Balance::RoundRobin {
             self.rr_next = (d + 1) % self.dests.len();
         }
@@ -398,25 +401,26 @@ impl Forwarder {
     }
 
     /// Sends collector `d`'s queue. What the kernel refuses is dropped, its sequence numbers are
-    /// taken back, and its records (and the drops it carried) move into the next datagram's
-    /// `drops`: all of them precede every record of the open datagram.
+    /// taken back and its records join the losses the next datagram reports: all of them
+    /// precede every record of the open datagram.
     fn send(&mut self, d: usize) {
         let dest = &mut self.dests[d];
         if dest.queue.is_empty() {
             return;
         }
         let out = dest.sock.send_batch(&dest.queue);
-        for &(count, _) in &dest.queue_meta[..out.sent] {
+        for &(count, lost) in &dest.queue_meta[..out.sent] {
             dest.datagrams += 1;
             dest.records += u64::from(count);
+            dest.lost_sent = dest.lost_sent.max(lost);
         }
         if let Some(e) = out.error {
             self.send_errors += 1;
             self.last_errno = e.raw_os_error();
-            for &(count, drops) in &dest.queue_meta[out.sent..] {
+            for &(count, _) in &dest.queue_meta[out.sent..] {
                 dest.sequence -= 1;
                 dest.records_before -= u64::from(count);
-                dest.open_drops += u64::from(count) + drops;
+                dest.lost += u64::from(count);
                 self.failed += u64::from(count);
             }
         }
@@ -449,15 +453,11 @@ impl Forwarder {
             self.seal(d);
         }
         self.send_all();
-        // Drops of sends refused just now: one last try to tell the collector.
+        // Losses of sends refused just now: one last try to tell the collector (if this one is
+        // refused too, the records are counted as failed here and nowhere else).
         for d in 0..self.dests.len() {
-            if self.dests[d].open_drops > 0 {
-                let lost = self.dests[d].open_drops;
-                self.seal(d);
-                self.send(d);
-                // Counted as failed already if refused again; not carried any further.
-                let _ = lost;
-            }
+            self.seal(d);
+            self.send(d);
         }
     }
 
@@ -576,13 +576,13 @@ mod tests {
         let mut seen = vec![None; 400];
         let mut drops = 0;
         for (c, dgs) in got.iter().enumerate() {
+            drops += dgs.last().map_or(0, |(h, _)| h.drops);
             let mut before = 0;
             for (seq, (h, ts)) in dgs.iter().enumerate() {
                 assert_eq!((h.sequence, h.records_before), (seq as u64, before));
                 assert_eq!((h.probe, h.session, h.linktype, h.snaplen), (7, 99, 1, 64));
                 assert!(datagram::HEADER_LEN + ts.len() * 64 <= 1472);
                 before += u64::from(h.count);
-                drops += h.drops;
                 for &t in ts {
                     assert!(seen[t as usize].is_none());
                     seen[t as usize] = Some(c);

@@ -17,7 +17,7 @@
 //! |                                                               |
 //! |                   records before (64 bits)                    |
 //! |                                                               |
-//! |                      drops (64 bits)                          |
+//! |                  drops, cumulative (64 bits)                  |
 //! |                                                               |
 //! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //! |        record count header records (see `record`)             |
@@ -25,9 +25,9 @@
 //!
 //! All fields are big-endian. `sequence` and `records before` count per (probe, session,
 //! stream, destination), so a collector sees a gap only for datagrams that were sent to it and
-//! lost on the way; `drops` are records lost on the probe since the previous datagram to the
-//! same destination, placed before this datagram's first record. `docs/wire-formats.md` has the
-//! full rules.
+//! lost on the way; `drops` counts, cumulatively, the records lost on the probe before this
+//! datagram's first record, so the difference to the previous datagram received is exact even
+//! when datagrams in between were lost. `docs/wire-formats.md` has the full rules.
 
 use crate::LinkType;
 use crate::record::{self, Records};
@@ -119,9 +119,9 @@ pub struct Header {
     pub sequence: u64,
     /// Records this stream sent to this destination before this datagram.
     pub records_before: u64,
-    /// Records lost on the probe since the previous datagram to this destination (in the
-    /// kernel, in tapflow's queues, or failing to be sent), just before this datagram's first
-    /// record.
+    /// Records lost on the probe (in the kernel, in tapflow's queues, or failing to be sent)
+    /// that this stream attributes to this destination, from the start of the session to just
+    /// before this datagram's first record: a running total.
     pub drops: u64,
 }
 

@@ -1,0 +1,176 @@
+//! `tapflow recv`: checks the request, runs the receiver, prints the per-probe accounting.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use tapflow_engine::receiver::{self, Cidr, ReceiverConfig, ReceiverSummary};
+use tapflow_engine::writer::{Format, WriterConfig};
+
+use crate::Failure;
+use crate::cli::RecvArgs;
+use crate::report::json_string;
+
+pub fn run(a: RecvArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
+    let cfg = config(&a)?;
+    let quiet = a.quiet;
+    let mut ready = |addr: std::net::SocketAddr, rcvbuf: usize| {
+        // Tests and scripts wait for this line.
+        eprintln!(
+            "tapflow: receiving on {addr} (udp), receive buffer {} KiB",
+            rcvbuf / 1024
+        );
+    };
+    let mut tick = |probes: &[receiver::ProbeReport], elapsed: Duration| {
+        if quiet {
+            return;
+        }
+        let (r, t, p) = probes.iter().fold((0, 0, 0), |s, x| {
+            (
+                s.0 + x.records,
+                s.1 + x.lost_in_transit,
+                s.2 + x.lost_on_probe,
+            )
+        });
+        eprintln!(
+            "tapflow recv: {:.0} s, {} probes, {r} records, {t} lost in transit, {p} lost on probes",
+            elapsed.as_secs_f64(),
+            probes.len()
+        );
+    };
+    let (summary, err) = receiver::run(&cfg, stop, &mut ready, &mut tick);
+    for line in summary_lines(&summary) {
+        eprintln!("{line}");
+    }
+    if let Some(path) = &a.summary_json {
+        std::fs::write(path, summary_json(&summary))
+            .map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", path.display())))?;
+    }
+    match err {
+        None => Ok(ExitCode::SUCCESS),
+        Some(e) => Err(Failure::from_engine(e)),
+    }
+}
+
+fn config(a: &RecvArgs) -> Result<ReceiverConfig, Failure> {
+    let bad = |m: String| Failure::Usage(m);
+    let allow = a
+        .allow
+        .iter()
+        .map(|s| Cidr::parse(s).map_err(|e| bad(format!("--allow {e}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let secs = |v: Option<f64>, name: &str| -> Result<Option<Duration>, Failure> {
+        match v {
+            None => Ok(None),
+            Some(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(Some(Duration::from_secs_f64(s))),
+            Some(s) => Err(bad(format!(
+                "{name} {s} is not a positive number of seconds"
+            ))),
+        }
+    };
+    if a.rotate_size.is_some_and(|n| n < 4096) {
+        return Err(bad("--rotate-size must be at least 4K".into()));
+    }
+    Ok(ReceiverConfig {
+        listen: a.listen,
+        file: WriterConfig {
+            path: a.write.clone(),
+            format: Format::Pcapng,
+            worker: None,
+            rotate_bytes: a.rotate_size,
+            rotate_every: secs(a.rotate_seconds, "--rotate-seconds")?,
+            isb_every: Duration::from_secs(1),
+        },
+        allow,
+        rcvbuf: a.rcvbuf,
+        duration: secs(a.duration, "--duration")?,
+    })
+}
+
+/// The exit lines: totals, then one per probe interface and one per bad source.
+fn summary_lines(s: &ReceiverSummary) -> Vec<String> {
+    let (d, r, t, p) = s.totals();
+    let mut out = vec![format!(
+        "tapflow: {r} records received in {d} datagrams from {} probe interfaces, \
+         {t} lost in transit, {p} lost on probes, {} bad datagrams, {} refused",
+        s.probes.len(),
+        s.bad_total(),
+        s.refused
+    )];
+    for x in &s.probes {
+        out.push(format!(
+            "tapflow:   interface {}: probe {} at {} if {}: {} records, {} lost in transit, \
+             {} lost on probe, {} datagrams, {} late",
+            x.index,
+            x.probe,
+            x.source.map_or("?".into(), |a| a.to_string()),
+            x.interface,
+            x.records,
+            x.lost_in_transit,
+            x.lost_on_probe,
+            x.datagrams,
+            x.late
+        ));
+    }
+    for (src, n, why) in &s.bad {
+        out.push(format!(
+            "tapflow:   {n} bad datagrams from {} (last: {why})",
+            src.map_or("other sources".into(), |a| a.to_string())
+        ));
+    }
+    out
+}
+
+fn summary_json(s: &ReceiverSummary) -> String {
+    let (d, r, t, p) = s.totals();
+    let probes: Vec<String> = s
+        .probes
+        .iter()
+        .map(|x| {
+            format!(
+                "{{\"index\":{},\"probe\":{},\"source\":{},\"probe_interface\":{},\
+                 \"linktype\":{},\"datagrams\":{},\"records\":{},\"lost_in_transit\":{},\
+                 \"lost_on_probe\":{},\"late\":{}}}",
+                x.index,
+                x.probe,
+                json_string(&x.source.map_or(String::new(), |a| a.to_string())),
+                x.interface,
+                x.linktype,
+                x.datagrams,
+                x.records,
+                x.lost_in_transit,
+                x.lost_on_probe,
+                x.late
+            )
+        })
+        .collect();
+    let bad: Vec<String> = s
+        .bad
+        .iter()
+        .map(|(src, n, why)| {
+            format!(
+                "{{\"source\":{},\"count\":{n},\"last\":{}}}",
+                json_string(&src.map_or(String::new(), |a| a.to_string())),
+                json_string(why)
+            )
+        })
+        .collect();
+    let files: Vec<String> = s
+        .files
+        .iter()
+        .map(|f| json_string(&f.to_string_lossy()))
+        .collect();
+    format!(
+        "{{\"datagrams\":{d},\"records\":{r},\"lost_in_transit\":{t},\"lost_on_probe\":{p},\
+         \"bad\":{},\"refused\":{},\"seconds\":{:.6},\"rcvbuf\":{},\"files\":[{}],\
+         \"probes\":[{}],\"bad_sources\":[{}]}}\n",
+        s.bad_total(),
+        s.refused,
+        s.seconds,
+        s.rcvbuf,
+        files.join(","),
+        probes.join(","),
+        bad.join(",")
+    )
+}
