@@ -1,5 +1,5 @@
-//! A whole capture: N workers (one per fanout member, or one over a file), a writer each, and a
-//! monitor loop on the caller's thread for the status line and the stop conditions.
+//! A whole capture: N workers (one per fanout member, or one over a file), each with its own
+//! sinks, and a monitor loop on the caller's thread for the status line and the stop conditions.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -13,20 +13,14 @@ use tapflow_sys::ring::{Fanout, FanoutMode, RxRing, RxRingConfig};
 use tapflow_wire::LinkType;
 
 use crate::EngineError;
-use crate::batch::pipe;
 use crate::counters::{SharedTotals, Totals};
 use crate::file_source::FileSource;
 use crate::forward::{ForwardConfig, ForwardReport, ForwardSink};
 use crate::live_source::LiveSource;
-use crate::sink::{self, OutputReport, RecordSink};
+use crate::sink::RecordSink;
 use crate::source::PacketSource;
-use crate::worker::{Worker, WorkerConfig};
+use crate::worker::{Worker, WorkerConfig, WorkerReport};
 use crate::writer::{FileSink, WriterConfig};
-
-/// Size of one batch buffer: small enough that the buffers in flight stay in cache.
-const BATCH_BYTES: usize = 256 << 10;
-/// Batches in flight between a worker and its output thread.
-const PIPE_DEPTH: usize = 8;
 
 /// The ring geometry of each fanout member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,7 +248,11 @@ fn run_live(
     let limit = cfg.count.map(|n| Arc::new(AtomicU64::new(n)));
     let wcfg = WorkerConfig {
         snaplen: cfg.snaplen,
-        poll_ms: 100,
+        // The sinks' timers run at the end of each poll: forwarding's flush interval bounds it.
+        poll_ms: cfg
+            .forward
+            .as_ref()
+            .map_or(100, |f| f.flush_after.as_millis().clamp(1, 100) as i32),
         drain_quiet: Duration::from_millis(u64::from(li.ring.retire_ms) * 3 + 20),
     };
     let multi = rings.len() > 1;
@@ -270,13 +268,12 @@ fn run_live(
         let mut handles = Vec::new();
         let mut shared = Vec::new();
         for ((k, ring), sinks) in rings.into_iter().enumerate().zip(all_sinks) {
-            let (producer, consumer) = pipe(PIPE_DEPTH, BATCH_BYTES);
             let source = LiveSource::new(ring, li.ifname, cfg.snaplen, li.filter.clone());
             let totals = Arc::new(SharedTotals::default());
             shared.push(Arc::clone(&totals));
             let worker = Worker::new(
                 source,
-                producer,
+                sinks,
                 wcfg.clone(),
                 totals,
                 limit.clone(),
@@ -289,11 +286,7 @@ fn run_live(
                     move || run_worker(worker, &done)
                 })
                 .expect("spawning a worker thread");
-            let wr = thread::Builder::new()
-                .name(format!("tapflow-wr{k}"))
-                .spawn_scoped(s, move || sink::run(consumer, sinks))
-                .expect("spawning a writer thread");
-            handles.push((w, wr));
+            handles.push(w);
         }
         monitor(cfg, stop, tick, started, &shared, None, &done_rx);
         collect(handles)
@@ -344,11 +337,10 @@ fn run_file(
     let (done_tx, done_rx) = mpsc::channel();
     let reading = AtomicBool::new(true);
     thread::scope(|s| {
-        let (producer, consumer) = pipe(PIPE_DEPTH, BATCH_BYTES);
         let totals = Arc::new(SharedTotals::default());
         let worker = Worker::new(
             source,
-            producer,
+            sinks,
             wcfg,
             Arc::clone(&totals),
             limit,
@@ -358,10 +350,6 @@ fn run_file(
             .name("tapflow-w0".into())
             .spawn_scoped(s, move || run_worker(worker, &done_tx))
             .expect("spawning a worker thread");
-        let wr = thread::Builder::new()
-            .name("tapflow-wr0".into())
-            .spawn_scoped(s, move || sink::run(consumer, sinks))
-            .expect("spawning a writer thread");
         let window = s.spawn(|| read_window(&map, &position, &reading));
         let progress = || Some((position.load(Ordering::Relaxed), total));
         monitor(
@@ -375,7 +363,7 @@ fn run_file(
         );
         reading.store(false, Ordering::Relaxed);
         let _ = window.join();
-        collect(vec![(w, wr)])
+        collect(vec![w])
     })
 }
 
@@ -398,10 +386,7 @@ fn sinks_for(
     Ok(sinks)
 }
 
-type Handles<'s> = Vec<(
-    thread::ScopedJoinHandle<'s, (Totals, Result<(), EngineError>)>,
-    thread::ScopedJoinHandle<'s, Result<OutputReport, EngineError>>,
-)>;
+type Handles<'s> = Vec<thread::ScopedJoinHandle<'s, WorkerReport>>;
 
 /// Keeps the file's page tables mapped ahead of the reader and unmapped behind it, so that the
 /// worker takes no page faults and the final unmapping is short. Runs beside the worker on the
@@ -429,10 +414,7 @@ fn read_window(map: &MappedFile, position: &AtomicU64, reading: &AtomicBool) {
 }
 
 /// Runs a worker and says so on `done` when it has finished, even by a panic.
-fn run_worker<S: PacketSource>(
-    worker: Worker<S>,
-    done: &mpsc::Sender<()>,
-) -> (Totals, Result<(), EngineError>) {
+fn run_worker<S: PacketSource>(worker: Worker<S>, done: &mpsc::Sender<()>) -> WorkerReport {
     struct Done<'a>(&'a mpsc::Sender<()>);
     impl Drop for Done<'_> {
         fn drop(&mut self) {
@@ -482,31 +464,20 @@ fn monitor(
 fn collect(handles: Handles<'_>) -> (Summary, Option<EngineError>) {
     let mut summary = Summary::default();
     let mut first_err = None;
-    for (w, wr) in handles {
-        let (totals, result) = w.join().unwrap_or_else(|_| {
-            (
-                Totals::default(),
-                Err(EngineError::Config("a worker thread panicked".into())),
-            )
+    for w in handles {
+        let report = w.join().unwrap_or_else(|_| WorkerReport {
+            totals: Totals::default(),
+            sinks: Vec::new(),
+            error: Some(EngineError::Config("a worker thread panicked".into())),
         });
-        summary.totals.add(&totals);
-        if let Err(e) = result {
+        summary.totals.add(&report.totals);
+        if let Some(e) = report.error {
             first_err.get_or_insert(e);
         }
-        match wr.join() {
-            Ok(Ok(report)) => {
-                for r in report.sinks {
-                    summary.files.extend(r.files);
-                    if let Some(f) = r.forward {
-                        summary.forward.get_or_insert_with(Default::default).add(&f);
-                    }
-                }
-            }
-            Ok(Err(e)) => {
-                first_err.get_or_insert(e);
-            }
-            Err(_) => {
-                first_err.get_or_insert(EngineError::Config("a writer thread panicked".into()));
+        for r in report.sinks {
+            summary.files.extend(r.files);
+            if let Some(f) = r.forward {
+                summary.forward.get_or_insert_with(Default::default).add(&f);
             }
         }
     }

@@ -16,19 +16,15 @@
 //! Buffers are pooled per collector; the steady state allocates nothing.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use tapflow_sys::udp::{MMSG_BATCH, UdpSocket};
 use tapflow_wire::LinkType;
 use tapflow_wire::datagram::{self, Builder, Header};
 use tapflow_wire::flowkey;
-use tapflow_wire::record::{CONTROL_LEN, ControlField, record_len};
+use tapflow_wire::record::{CONTROL_LEN, ControlField, push_record, record_len};
 
 use crate::EngineError;
-use crate::batch::Batch;
 use crate::counters::Totals;
 use crate::sink::{RecordSink, SinkReport};
 use crate::source::InterfaceInfo;
@@ -141,28 +137,23 @@ struct Dest {
     records: u64,
 }
 
+/// The forwarding sink of one worker.
 #[derive(Debug)]
-struct Forwarder {
+pub struct ForwardSink {
     cfg: ForwardConfig,
     dests: Vec<Dest>,
     rr_next: usize,
     /// (link type, snaplen) per announced interface.
     interfaces: Vec<(LinkType, u32)>,
+    /// Losses not yet placed before a record in a datagram.
+    drops: u64,
     failed: u64,
     send_errors: u64,
     last_errno: Option<i32>,
 }
 
-/// The forwarding sink of one worker.
-#[derive(Debug)]
-pub struct ForwardSink {
-    inner: Arc<Mutex<Forwarder>>,
-    stop: Arc<AtomicBool>,
-    timer: Option<thread::JoinHandle<()>>,
-}
-
 impl ForwardSink {
-    /// Opens one connected, non-blocking socket per collector and starts the flush timer.
+    /// Opens one connected, non-blocking socket per collector.
     pub fn new(cfg: ForwardConfig) -> Result<ForwardSink, EngineError> {
         if cfg.destinations.is_empty() {
             return Err(EngineError::Config(
@@ -199,148 +190,93 @@ impl ForwardSink {
                 records: 0,
             });
         }
-        let flush_after = cfg.flush_after;
-        let inner = Arc::new(Mutex::new(Forwarder {
+        Ok(ForwardSink {
             cfg,
             dests,
             rr_next: 0,
             interfaces: Vec::new(),
+            drops: 0,
             failed: 0,
             send_errors: 0,
             last_errno: None,
-        }));
-        let stop = Arc::new(AtomicBool::new(false));
-        let timer = {
-            let inner = Arc::clone(&inner);
-            let stop = Arc::clone(&stop);
-            let nap = (flush_after / 2).max(Duration::from_millis(1));
-            thread::Builder::new()
-                .name("tapflow-fwd".into())
-                .spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        thread::park_timeout(nap);
-                        lock(&inner).flush_old(flush_after);
-                    }
-                })
-                .map_err(|e| EngineError::Config(format!("cannot start the flush timer: {e}")))?
-        };
-        Ok(ForwardSink {
-            inner,
-            stop,
-            timer: Some(timer),
         })
     }
-
-    fn stop_timer(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.timer.take() {
-            t.thread().unpark();
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for ForwardSink {
-    fn drop(&mut self) {
-        self.stop_timer();
-    }
-}
-
-/// The forwarder's state; a panic elsewhere never poisons the counting for good.
-fn lock(m: &Mutex<Forwarder>) -> MutexGuard<'_, Forwarder> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl RecordSink for ForwardSink {
     fn add_interface(&mut self, info: &InterfaceInfo) -> Result<(), EngineError> {
-        lock(&self.inner)
-            .interfaces
-            .push((info.linktype, info.snaplen));
+        self.interfaces.push((info.linktype, info.snaplen));
         Ok(())
     }
 
-    fn write_batch(&mut self, b: &Batch) -> Result<(), EngineError> {
-        let mut f = lock(&self.inner);
-        f.write_batch(b);
-        f.send_all();
+    #[inline]
+    fn record(
+        &mut self,
+        interface: u32,
+        drops_before: u64,
+        ctl: &ControlField,
+        data: &[u8],
+    ) -> Result<(), EngineError> {
+        self.drops += drops_before;
+        let len = record_len(data.len());
+        let payload_max = self.cfg.payload_max;
+        if datagram::HEADER_LEN + len > payload_max {
+            // Cannot be carried at all: lost on the probe, reported before the next record.
+            self.failed += 1;
+            self.drops += 1;
+            return Ok(());
+        }
+        let n = self.dests.len();
+        let mut d = match self.cfg.balance {
+            Balance::RoundRobin => self.rr_next,
+            Balance::Flow if n == 1 => 0,
+            Balance::Flow => {
+                let linktype = self
+                    .interfaces
+                    .get(interface as usize)
+                    .map_or(LinkType::Unknown(0), |&(l, _)| l);
+                flowkey::pick(flowkey::symmetric_hash(linktype, data), n)
+            }
+        };
+        let dest = &self.dests[d];
+        if dest.open_count > 0
+            && (dest.open_interface != interface
+                || self.drops > 0
+                || dest.open.len() + len > payload_max)
+        {
+            self.seal(d);
+            if self.cfg.balance == Balance::RoundRobin {
+                d = self.rr_next;
+            }
+        }
+        let dest = &mut self.dests[d];
+        if dest.open_count == 0 {
+            Builder::start(&mut dest.open);
+            dest.open_interface = interface;
+            dest.open_since = Instant::now();
+        }
+        dest.lost += std::mem::take(&mut self.drops);
+        push_record(&mut dest.open, *ctl, data);
+        dest.open_count += 1;
+        if dest.open_count == u16::MAX {
+            self.seal(d);
+        }
+        Ok(())
+    }
+
+    fn end_of_block(
+        &mut self,
+        _totals: &Totals,
+        _if_stats: Option<(u64, u64)>,
+    ) -> Result<(), EngineError> {
+        self.flush_old(self.cfg.flush_after);
         Ok(())
     }
 
     fn close(&mut self, _totals: &Totals) -> Result<SinkReport, EngineError> {
-        self.stop_timer();
-        let mut f = lock(&self.inner);
-        f.finish();
-        Ok(SinkReport {
-            forward: Some(f.report()),
-            records: f.dests.iter().map(|d| d.records).sum(),
-            failed: f.failed,
-            ..SinkReport::default()
-        })
-    }
-}
-
-impl Forwarder {
-    fn write_batch(&mut self, b: &Batch) {
-        let (linktype, _) = self
-            .interfaces
-            .get(b.interface as usize)
-            .copied()
-            .unwrap_or((LinkType::Unknown(0), 0));
-        let n = self.dests.len();
-        let payload_max = self.cfg.payload_max;
-        let mut drops = b.drops_before;
-        let buf = &b.records[..];
-        let mut at = 0;
-        while at + CONTROL_LEN <= buf.len() {
-            // Our own worker built these records: the control field is whole.
-            let Ok(ctl) = ControlField::parse(&buf[at..]) else {
-                break;
-            };
-            let len = record_len(usize::from(ctl.caplen)).min(buf.len() - at);
-            let raw = &buf[at..at + len];
-            at += len;
-            if datagram::HEADER_LEN + raw.len() > payload_max {
-                // Cannot be carried at all: lost on the probe, reported before the next record.
-                self.failed += 1;
-                drops += 1;
-                continue;
-            }
-            let mut d = match self.cfg.balance {
-                Balance::RoundRobin => self.rr_next,
-                Balance::Flow if n == 1 => 0,
-                Balance::Flow => {
-                    let data = &raw[CONTROL_LEN..CONTROL_LEN + usize::from(ctl.caplen)];
-                    flowkey::pick(flowkey::symmetric_hash(linktype, data), n)
-                }
-            };
-            let dest = &self.dests[d];
-            if dest.open_count > 0
-                && (dest.open_interface != b.interface
-                    || drops > 0
-                    || dest.open.len() + raw.len() > payload_max)
-            {
-                self.seal(d);
-                if self.cfg.balance == Balance::RoundRobin {
-                    d = self.rr_next;
-                }
-            }
-            let dest = &mut self.dests[d];
-            if dest.open_count == 0 {
-                let mut open = std::mem::take(&mut dest.open);
-                Builder::start(&mut open);
-                dest.open = open;
-                dest.open_interface = b.interface;
-                dest.open_since = Instant::now();
-            }
-            dest.lost += std::mem::take(&mut drops);
-            dest.open.extend_from_slice(raw);
-            dest.open_count += 1;
-            if dest.open_count == u16::MAX {
-                self.seal(d);
-            }
-        }
-        // Losses after the last record that reached a datagram: reported with the next one.
-        if drops > 0 {
+        // Losses after the last record that reached a datagram go out with a datagram of their
+        // own.
+        if self.drops > 0 {
             let d = if self.cfg.balance == Balance::RoundRobin {
                 self.rr_next
             } else {
@@ -349,10 +285,19 @@ impl Forwarder {
             if self.dests[d].open_count > 0 {
                 self.seal(d);
             }
-            self.dests[d].lost += drops;
+            self.dests[d].lost += std::mem::take(&mut self.drops);
         }
+        self.finish();
+        Ok(SinkReport {
+            forward: Some(self.report()),
+            records: self.dests.iter().map(|d| d.records).sum(),
+            failed: self.failed,
+            ..SinkReport::default()
+        })
     }
+}
 
+impl ForwardSink {
     /// Writes the open datagram's header and queues it; sends the queue when it is full.
     fn seal(&mut self, d: usize) {
         let linktype_snap = |i: u32| {
@@ -482,7 +427,7 @@ mod tests {
     use super::*;
     use tapflow_sys::udp::RecvBatch;
     use tapflow_wire::datagram::Datagram;
-    use tapflow_wire::record::{Flags, Records, push_record};
+    use tapflow_wire::record::{Flags, Records};
 
     fn frame(sport: u16, dport: u16, rev: bool) -> Vec<u8> {
         let mut f = vec![0u8; 42];
@@ -502,15 +447,15 @@ mod tests {
         f
     }
 
-    fn batch(frames: &[Vec<u8>], first_ts: u64, drops: u64) -> Batch {
-        let mut b = Batch::with_capacity(1 << 16);
+    /// Hands `frames` to the sink as a worker would, `drops` lost before the first.
+    fn feed(s: &mut ForwardSink, frames: &[Vec<u8>], first_ts: u64, drops: u64) {
         for (i, f) in frames.iter().enumerate() {
-            let ctl = ControlField::new(first_ts + i as u64, Flags::default(), 0, 0, 60);
-            push_record(&mut b.records, ctl, f);
+            let ctl =
+                ControlField::new(first_ts + i as u64, Flags::default(), f.len() as u16, 0, 60);
+            let d = if i == 0 { drops } else { 0 };
+            s.record(0, d, &ctl, f).unwrap();
         }
-        b.count = frames.len() as u32;
-        b.drops_before = drops;
-        b
+        s.end_of_block(&Totals::default(), None).unwrap();
     }
 
     fn listeners(n: usize) -> Vec<UdpSocket> {
@@ -568,7 +513,7 @@ mod tests {
         let frames: Vec<Vec<u8>> = (0..400u16)
             .map(|i| frame(1000 + i % 20, 80, i % 2 == 1))
             .collect();
-        s.write_batch(&batch(&frames, 0, 3)).unwrap();
+        feed(&mut s, &frames, 0, 3);
         let r = s.close(&Totals::default()).unwrap();
         let fw = r.forward.unwrap();
         assert_eq!((fw.records, fw.failed), (400, 0));
@@ -610,7 +555,7 @@ mod tests {
         // Room for 4 records of 64 bytes per datagram.
         let mut s = sink(&ls, Balance::RoundRobin, datagram::HEADER_LEN + 4 * 64);
         let frames: Vec<Vec<u8>> = (0..40u16).map(|i| frame(i, 80, false)).collect();
-        s.write_batch(&batch(&frames, 0, 0)).unwrap();
+        feed(&mut s, &frames, 0, 0);
         s.close(&Totals::default()).unwrap();
         let got: Vec<_> = ls.iter().map(drain).collect();
         assert_eq!((got[0].len(), got[1].len()), (5, 5));
@@ -632,22 +577,21 @@ mod tests {
         let mut failed_once = false;
         for k in 0..50u64 {
             let frames = vec![frame(1, 2, false); 3];
-            s.write_batch(&batch(&frames, k * 3, 0)).unwrap();
-            s.inner.lock().unwrap().flush_old(Duration::ZERO);
-            if lock(&s.inner).failed > 0 {
+            feed(&mut s, &frames, k * 3, 0);
+            s.flush_old(Duration::ZERO);
+            if s.failed > 0 {
                 failed_once = true;
                 break;
             }
-            thread::sleep(Duration::from_millis(2));
+            std::thread::sleep(Duration::from_millis(2));
         }
         assert!(failed_once);
         // The collector comes back on the same port.
         let back = UdpSocket::bind(to).unwrap();
         back.set_read_timeout(Duration::from_millis(200)).unwrap();
-        let failed = lock(&s.inner).failed;
-        let sent_before = lock(&s.inner).dests[0].records;
-        s.write_batch(&batch(&[frame(1, 2, false)], 1000, 0))
-            .unwrap();
+        let failed = s.failed;
+        let sent_before = s.dests[0].records;
+        feed(&mut s, &[frame(1, 2, false)], 1000, 0);
         let r = s.close(&Totals::default()).unwrap();
         let got = drain(&back);
         let (h, ts) = got.last().unwrap();

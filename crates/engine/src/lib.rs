@@ -1,12 +1,11 @@
 //! tapflow's engine: packet sources, the worker pipeline, record sinks, counters and the
 //! traffic generator.
 //!
-//! One worker owns one source and everything it feeds. Workers copy header records into
-//! [`batch::Batch`]es and hand them to a single-writer thread through a bounded queue; a full
-//! queue is a counted drop, never a block on the capture path.
+//! One worker owns one source and everything it feeds: it builds each packet's header record
+//! (the control field plus the first caplen bytes) and hands it to its sinks in one pass. Loss
+//! happens in one place, the kernel ring, where it is counted exactly.
 #![forbid(unsafe_code)]
 
-pub mod batch;
 pub mod capture;
 pub mod counters;
 pub mod error;

@@ -1,7 +1,7 @@
 //! The receiver behind `tapflow recv`: the paper's file-recording application. It takes batch
 //! datagrams from many probes with `recvmmsg`, gives every probe interface its own pcapng
 //! interface, and writes the records through the [`FileSink`] unchanged: a datagram's records
-//! already are header records, so each datagram becomes one [`Batch`].
+//! already are header records, so each one goes to the file sink as it is.
 //!
 //! Loss is exact and placed: for each (probe address, probe id, session, stream) the receiver
 //! follows the sequence number and the records-before count. Records a missing datagram
@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 use tapflow_sys::udp::{RecvBatch, UdpSocket};
 use tapflow_wire::LinkType;
 use tapflow_wire::datagram::{self, Datagram};
+use tapflow_wire::record::Records;
 
 use crate::EngineError;
-use crate::batch::Batch;
 use crate::counters::Totals;
 use crate::sink::RecordSink;
 use crate::source::InterfaceInfo;
@@ -218,7 +218,8 @@ pub struct Collector {
     /// Loss noted on an interface with no record to put it before yet.
     pending: Vec<u64>,
     bad: HashMap<Option<IpAddr>, (u64, Reject)>,
-    batch: Batch,
+    /// Counts for the statistics blocks (of interface 0, see `accept`).
+    totals: Totals,
 }
 
 impl Collector {
@@ -231,7 +232,7 @@ impl Collector {
             probes: Vec::new(),
             pending: Vec::new(),
             bad: HashMap::new(),
-            batch: Batch::with_capacity(datagram::MAX_DATAGRAM + 8),
+            totals: Totals::default(),
         }
     }
 
@@ -352,28 +353,28 @@ impl Collector {
             return Ok(());
         }
         self.pending[index as usize] = 0;
-        let b = &mut self.batch;
-        b.clear();
-        b.interface = index;
-        b.drops_before = loss;
-        b.count = u32::from(h.count);
-        b.records.extend_from_slice(d.records());
         // Interface statistics blocks describe interface 0: its probe's counts.
         let p0 = &self.probes[0];
-        b.totals = Totals {
+        self.totals = Totals {
             received: p0.records + p0.lost_in_transit + p0.lost_on_probe,
             recorded: p0.records,
             dropped_kernel: p0.lost_on_probe,
             dropped_ours: p0.lost_in_transit,
             ..Totals::default()
         };
-        self.sink.write_batch(&self.batch)
+        // The datagram parser checked every record's length against the datagram.
+        let mut drops = loss;
+        for r in Records::new(d.records()) {
+            let Ok((ctl, data)) = r else { break };
+            self.sink
+                .record(index, std::mem::take(&mut drops), &ctl, data)?;
+        }
+        self.sink.end_of_block(&self.totals, None)
     }
 
     /// Finishes the output and reports.
     pub fn close(mut self) -> Result<ReceiverSummary, EngineError> {
-        let totals = self.batch.totals;
-        let report = self.sink.close(&totals)?;
+        let report = self.sink.close(&self.totals)?;
         let mut bad: Vec<_> = self
             .bad
             .into_iter()

@@ -1,6 +1,6 @@
 //! Turns a [`Packet`] into a header record: the control field plus the first `caplen` bytes.
 
-use tapflow_wire::record::{self, CONTROL_LEN, ControlField, Flags};
+use tapflow_wire::record::{self, ControlField, Flags};
 use tapflow_wire::{LinkType, checksum, link};
 
 use crate::source::Packet;
@@ -23,12 +23,8 @@ impl RecordBuilder {
         }
     }
 
-    /// Bytes the record for `p` will take, padding included.
-    #[inline]
-    pub fn record_len(&self, p: &Packet<'_>) -> usize {
-        record::record_len(self.caplen(p))
-    }
-
+    /// The captured length of `p`'s record: its bytes (plus a restored VLAN tag), cut to the
+    /// snap length.
     #[inline]
     fn caplen(&self, p: &Packet<'_>) -> usize {
         let extra = if p.stripped_vlan.is_some() && self.linktype == LinkType::Ethernet {
@@ -39,51 +35,43 @@ impl RecordBuilder {
         (p.data.len() + extra).min(self.snaplen)
     }
 
-    /// Appends the record for `p` to `out`; `out` must have room (see [`Self::record_len`]).
+    /// The header record of `p`: its control field and captured bytes. The bytes are `p`'s own
+    /// (no copy), or, when the kernel stripped a VLAN tag, a copy in `scratch` with the tag put
+    /// back where the wire had it.
     #[inline]
-    pub fn push(&self, out: &mut Vec<u8>, p: &Packet<'_>) {
+    pub fn build<'s>(&self, p: &Packet<'s>, scratch: &'s mut Vec<u8>) -> (ControlField, &'s [u8]) {
         let caplen = self.caplen(p);
         let mut flags = p.flags;
         let mut len = p.len;
-        let tag = match p.stripped_vlan {
+        let data: &'s [u8] = match p.stripped_vlan {
             Some((tpid, tci)) if self.linktype == LinkType::Ethernet && p.data.len() >= 12 => {
                 flags = flags.with(Flags::VLAN_RESTORED);
                 len += 4;
-                let mut t = [0u8; 4];
-                t[..2].copy_from_slice(&tpid.to_be_bytes());
-                t[2..].copy_from_slice(&tci.to_be_bytes());
-                Some(t)
+                scratch.clear();
+                scratch.extend_from_slice(&p.data[..12]);
+                scratch.extend_from_slice(&tpid.to_be_bytes());
+                scratch.extend_from_slice(&tci.to_be_bytes());
+                scratch.extend_from_slice(&p.data[12..]);
+                &scratch[..caplen]
             }
-            _ => None,
+            _ => &p.data[..caplen],
         };
         if let Some(max) = self.max_frame
             && len > max
         {
             flags = flags.with(Flags::OFFLOAD_MERGED);
         }
-        // The tag is not part of the IP packet, so the sum is taken over the bytes as captured.
-        let cksum = match whole_ip_sum(self.linktype, p.data, caplen as u32 == len) {
+        let cksum = match whole_ip_sum(self.linktype, data, caplen as u32 == len) {
             Some(s) => {
                 flags = flags.with(Flags::CKSUM_WHOLE);
                 s
             }
             None => 0,
         };
-        let mut ctl = [0u8; CONTROL_LEN];
-        ControlField::new(p.ts_ns, flags, caplen as u16, cksum, len).emit(&mut ctl);
-        out.extend_from_slice(&ctl);
-        match tag {
-            // Put the tag back where the wire had it: after the two MAC addresses.
-            Some(t) => {
-                let head = caplen.min(12);
-                out.extend_from_slice(&p.data[..head]);
-                out.extend_from_slice(&t[..caplen.saturating_sub(12).min(4)]);
-                out.extend_from_slice(&p.data[head..caplen.saturating_sub(4).max(head)]);
-            }
-            None => out.extend_from_slice(&p.data[..caplen]),
-        }
-        let pad = record::record_len(caplen) - CONTROL_LEN - caplen;
-        out.extend_from_slice(&[0u8; record::RECORD_ALIGN][..pad]);
+        (
+            ControlField::new(p.ts_ns, flags, caplen as u16, cksum, len),
+            data,
+        )
     }
 }
 
@@ -139,9 +127,8 @@ mod tests {
     fn whole_packet_gets_the_ip_sum() {
         let f = udp_frame();
         let b = RecordBuilder::new(LinkType::Ethernet, 128, Some(1514));
-        let mut out = Vec::new();
-        b.push(&mut out, &packet(&f));
-        let (ctl, data) = Records::new(&out).next().unwrap().unwrap();
+        let mut scratch = Vec::new();
+        let (ctl, data) = b.build(&packet(&f), &mut scratch);
         assert_eq!(data, f.as_slice());
         assert!(ctl.flags.contains(Flags::CKSUM_WHOLE));
         assert_eq!(ctl.cksum, checksum::fold(checksum::sum(&f[14..])));
@@ -152,9 +139,8 @@ mod tests {
     fn cut_packet_has_no_sum_and_keeps_its_length() {
         let f = udp_frame();
         let b = RecordBuilder::new(LinkType::Ethernet, 20, None);
-        let mut out = Vec::new();
-        b.push(&mut out, &packet(&f));
-        let (ctl, data) = Records::new(&out).next().unwrap().unwrap();
+        let mut scratch = Vec::new();
+        let (ctl, data) = b.build(&packet(&f), &mut scratch);
         assert_eq!(data, &f[..20]);
         assert_eq!(ctl.orig_len() as usize, f.len());
         assert!(!ctl.flags.contains(Flags::CKSUM_WHOLE));
@@ -167,9 +153,8 @@ mod tests {
         let mut p = packet(&f);
         p.stripped_vlan = Some((0x8100, 42));
         let b = RecordBuilder::new(LinkType::Ethernet, 128, Some(1518));
-        let mut out = Vec::new();
-        b.push(&mut out, &p);
-        let (ctl, data) = Records::new(&out).next().unwrap().unwrap();
+        let mut scratch = Vec::new();
+        let (ctl, data) = b.build(&p, &mut scratch);
         assert!(ctl.flags.contains(Flags::VLAN_RESTORED));
         assert_eq!(ctl.orig_len() as usize, f.len() + 4);
         assert_eq!(&data[..12], &f[..12]);
@@ -185,9 +170,8 @@ mod tests {
     fn oversized_frame_is_marked_offload_merged() {
         let f = udp_frame();
         let b = RecordBuilder::new(LinkType::Ethernet, 128, Some(40));
-        let mut out = Vec::new();
-        b.push(&mut out, &packet(&f));
-        let (ctl, _) = Records::new(&out).next().unwrap().unwrap();
+        let mut scratch = Vec::new();
+        let (ctl, _) = b.build(&packet(&f), &mut scratch);
         assert!(ctl.flags.contains(Flags::OFFLOAD_MERGED));
     }
 
@@ -204,10 +188,12 @@ mod tests {
             drops_before: 0,
         };
         let b = RecordBuilder::new(LinkType::Ethernet, 64, None);
+        let mut scratch = Vec::new();
+        let (built, bytes) = b.build(&p, &mut scratch);
+        // Through the wire format and back: the 32-bit length survives.
         let mut out = Vec::new();
-        b.push(&mut out, &p);
-        let r = Records::new(&out).next().unwrap();
-        let (ctl, data) = r.unwrap();
+        record::push_record(&mut out, built, bytes);
+        let (ctl, data) = Records::new(&out).next().unwrap().unwrap();
         assert_eq!(ctl.orig_len(), 65_590);
         assert_eq!(data.len(), 64);
     }

@@ -1,20 +1,41 @@
-//! Record sinks: where a worker's batches of header records go (files, collectors, ...), and
-//! the output thread that feeds them. A new output is one new `RecordSink`.
+//! Record sinks: where a worker's header records go (files, collectors, ...). A worker calls
+//! its sinks directly, one record at a time, in its own thread: no queue, no copy in between.
+//! A sink that must wait for a device or a network does that in a thread of its own. A new
+//! output is one new `RecordSink`.
 
 use std::path::PathBuf;
 
+use tapflow_wire::record::ControlField;
+
 use crate::EngineError;
-use crate::batch::{Batch, Consumer, Message};
 use crate::counters::Totals;
 use crate::source::InterfaceInfo;
 
-/// A consumer of batches of header records. Runs on its worker's output thread.
+/// A consumer of header records, owned by one worker.
 pub trait RecordSink: Send + std::fmt::Debug {
     /// A new interface; its index is the number of interfaces announced before it.
     fn add_interface(&mut self, info: &InterfaceInfo) -> Result<(), EngineError>;
 
-    /// Records to handle. The batch goes back to the worker afterwards.
-    fn write_batch(&mut self, b: &Batch) -> Result<(), EngineError>;
+    /// One header record of interface `interface`: the control field and the captured bytes.
+    /// `drops_before` packets were lost just before it (0 almost always). Called per packet:
+    /// no allocation, no lock, no system call.
+    fn record(
+        &mut self,
+        interface: u32,
+        drops_before: u64,
+        ctl: &ControlField,
+        data: &[u8],
+    ) -> Result<(), EngineError>;
+
+    /// The end of a source block (at least every poll interval, even on an idle link): the
+    /// moment for timers (statistics blocks, rotation by time, flushing partial datagrams).
+    /// `totals` are the worker's counts so far; `if_stats` the interface's own (received,
+    /// dropped) counters, if known.
+    fn end_of_block(
+        &mut self,
+        totals: &Totals,
+        if_stats: Option<(u64, u64)>,
+    ) -> Result<(), EngineError>;
 
     /// The worker has drained; `totals` are its final counts. Finish everything.
     fn close(&mut self, totals: &Totals) -> Result<SinkReport, EngineError>;
@@ -31,61 +52,4 @@ pub struct SinkReport {
     pub failed: u64,
     /// What a forwarding sink sent, per collector.
     pub forward: Option<crate::forward::ForwardReport>,
-}
-
-/// What an output thread did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct OutputReport {
-    /// Records received from the worker.
-    pub records: u64,
-    /// Each sink's report, in order.
-    pub sinks: Vec<SinkReport>,
-    /// The worker's final totals.
-    pub totals: Totals,
-}
-
-/// Feeds every batch of a worker to each sink until the worker closes the pipe.
-///
-/// On a sink error the thread stops; the worker then finds the queue full and counts its drops.
-pub fn run(
-    consumer: Consumer,
-    mut sinks: Vec<Box<dyn RecordSink>>,
-) -> Result<OutputReport, EngineError> {
-    let mut report = OutputReport::default();
-    while let Some(m) = consumer.recv() {
-        match m {
-            Message::Interface(info) => {
-                for s in sinks.iter_mut() {
-                    s.add_interface(&info)?;
-                }
-            }
-            Message::Batch(b) => {
-                report.records += u64::from(b.count);
-                let r = sinks.iter_mut().try_for_each(|s| s.write_batch(&b));
-                consumer.recycle(b);
-                r?;
-            }
-            Message::Close(totals) => {
-                close(&mut sinks, totals, &mut report)?;
-                return Ok(report);
-            }
-        }
-    }
-    // The worker vanished without closing (it panicked): keep what was written.
-    let totals = report.totals;
-    close(&mut sinks, totals, &mut report)?;
-    Ok(report)
-}
-
-/// Closes every sink with the worker's final totals.
-fn close(
-    sinks: &mut [Box<dyn RecordSink>],
-    totals: Totals,
-    report: &mut OutputReport,
-) -> Result<(), EngineError> {
-    report.totals = totals;
-    for s in sinks.iter_mut() {
-        report.sinks.push(s.close(&totals)?);
-    }
-    Ok(())
 }

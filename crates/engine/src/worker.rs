@@ -1,14 +1,14 @@
-//! The worker: drains one source block by block, builds header records into batches and hands
-//! them to its writer. No lock, no allocation and no syscall per packet.
+//! The worker: drains one source block by block and hands each packet's header record to its
+//! sinks, in one pass. No lock, no allocation and no syscall per packet.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::EngineError;
-use crate::batch::{Batch, Producer};
 use crate::counters::{SharedTotals, Totals};
 use crate::record_builder::RecordBuilder;
+use crate::sink::{RecordSink, SinkReport};
 use crate::source::{InterfaceInfo, Packet, PacketSource, Progress};
 
 /// How often the worker polls its source's counters (the kernel's are 32-bit and clear on read).
@@ -19,17 +19,28 @@ const STATS_INTERVAL: Duration = Duration::from_millis(500);
 pub struct WorkerConfig {
     /// Bytes of each packet to keep.
     pub snaplen: u32,
-    /// How long one wait for a block may take, in ms (bounds reaction to a stop).
+    /// How long one wait for a block may take, in ms: bounds the reaction to a stop and the
+    /// interval of the sinks' timers on an idle link.
     pub poll_ms: i32,
     /// How long the source must stay idle during a drain before the worker concludes it is empty.
     pub drain_quiet: Duration,
 }
 
+/// What a finished worker reports.
+#[derive(Debug)]
+pub struct WorkerReport {
+    /// Its final totals.
+    pub totals: Totals,
+    /// Each sink's report, in order.
+    pub sinks: Vec<SinkReport>,
+    /// The error that ended the run, if any.
+    pub error: Option<EngineError>,
+}
+
 /// Everything the worker owns except its source.
 #[derive(Debug)]
 struct Output {
-    producer: Producer,
-    batch: Option<Batch>,
+    sinks: Vec<Box<dyn RecordSink>>,
     builders: Vec<RecordBuilder>,
     announced: usize,
     snaplen: u32,
@@ -39,9 +50,13 @@ struct Output {
     limit: Option<Arc<AtomicU64>>,
     stop: Arc<AtomicBool>,
     if_stats: Option<(u64, u64)>,
+    /// Room to put a stripped VLAN tag back into a packet's bytes.
+    scratch: Vec<u8>,
+    /// The first sink failure; later packets are counted as dropped by tapflow.
+    failed: Option<EngineError>,
 }
 
-/// One capture pipeline: a source, a record builder per interface, a pipe to the writer.
+/// One capture pipeline: a source, a record builder per interface, and the sinks.
 #[derive(Debug)]
 pub struct Worker<S> {
     source: S,
@@ -51,13 +66,13 @@ pub struct Worker<S> {
 }
 
 impl<S: PacketSource> Worker<S> {
-    /// A worker over `source` feeding `producer`.
+    /// A worker over `source` feeding `sinks`.
     ///
     /// `limit`, when set, is the number of records all workers together may still take (`-c`);
     /// `stop` is raised by a signal, by the limit, or by the caller.
     pub fn new(
         source: S,
-        producer: Producer,
+        sinks: Vec<Box<dyn RecordSink>>,
         cfg: WorkerConfig,
         shared: Arc<SharedTotals>,
         limit: Option<Arc<AtomicU64>>,
@@ -67,8 +82,7 @@ impl<S: PacketSource> Worker<S> {
         Worker {
             source,
             out: Output {
-                producer,
-                batch: None,
+                sinks,
                 builders: Vec::new(),
                 announced: 0,
                 snaplen,
@@ -77,26 +91,36 @@ impl<S: PacketSource> Worker<S> {
                 limit,
                 stop,
                 if_stats: None,
+                scratch: Vec::with_capacity(snaplen as usize + 4),
+                failed: None,
             },
             shared,
             cfg,
         }
     }
 
-    /// The source, e.g. to ask for its progress.
-    pub fn source(&self) -> &S {
-        &self.source
-    }
-
-    /// Runs until the input ends or a stop is requested, then drains the source, tells the
-    /// writer and returns the final totals, with the error that ended the run if any.
-    pub fn run(mut self) -> (Totals, Result<(), EngineError>) {
-        let result = self.capture();
-        // Whatever happened, the writer gets what was collected and the final count.
-        self.out.flush();
+    /// Runs until the input ends or a stop is requested, drains the source, closes the sinks
+    /// and reports. Everything collected before an error is in the sinks' output.
+    pub fn run(mut self) -> WorkerReport {
+        let mut error = self.capture().err();
+        if let Some(e) = self.out.failed.take() {
+            error.get_or_insert(e);
+        }
         self.shared.publish(&self.out.totals);
-        self.out.producer.close(self.out.totals);
-        (self.out.totals, result)
+        let mut sinks = Vec::new();
+        for s in &mut self.out.sinks {
+            match s.close(&self.out.totals) {
+                Ok(r) => sinks.push(r),
+                Err(e) => {
+                    error.get_or_insert(e);
+                }
+            }
+        }
+        WorkerReport {
+            totals: self.out.totals,
+            sinks,
+            error,
+        }
     }
 
     fn capture(&mut self) -> Result<(), EngineError> {
@@ -131,15 +155,20 @@ impl<S: PacketSource> Worker<S> {
         self.poll_stats()
     }
 
-    /// Takes one block from the source into batches, and sends what it built.
+    /// Takes one block from the source through the sinks, then runs the sinks' timers.
     fn step(&mut self) -> Result<Progress, EngineError> {
-        self.out.announce(self.source.interfaces());
+        self.out.announce(self.source.interfaces())?;
         let max = self.out.remaining();
         let out = &mut self.out;
         let progress = self
             .source
             .next_block(self.cfg.poll_ms, max, |p| out.on_packet(p))?;
-        self.out.flush();
+        if let Some(e) = self.out.failed.take() {
+            return Err(e);
+        }
+        for s in &mut self.out.sinks {
+            s.end_of_block(&self.out.totals, self.out.if_stats)?;
+        }
         Ok(progress)
     }
 
@@ -156,8 +185,8 @@ impl<S: PacketSource> Worker<S> {
 }
 
 impl Output {
-    /// Tells the writer about interfaces it has not seen yet.
-    fn announce(&mut self, interfaces: &[InterfaceInfo]) {
+    /// Tells the sinks about interfaces they have not seen yet.
+    fn announce(&mut self, interfaces: &[InterfaceInfo]) -> Result<(), EngineError> {
         while self.announced < interfaces.len() {
             let info = &interfaces[self.announced];
             self.builders.push(RecordBuilder::new(
@@ -165,12 +194,14 @@ impl Output {
                 self.snaplen.min(info.snaplen.max(1)),
                 info.max_frame,
             ));
-            self.flush();
             let mut info = info.clone();
             info.snaplen = self.snaplen.min(info.snaplen);
-            self.producer.announce(info);
+            for s in &mut self.sinks {
+                s.add_interface(&info)?;
+            }
             self.announced += 1;
         }
+        Ok(())
     }
 
     /// Records all workers together may still take (`-c`), or `usize::MAX`.
@@ -192,75 +223,27 @@ impl Output {
             return;
         }
         self.pending_drops += p.drops_before;
-        // The source's own view of the drops is the kernel's; `drops_before` from a file is
-        // loss noted upstream, which only moves into the output.
-        let Some(builder) = self.builders.get(p.interface as usize).copied() else {
-            // A packet for an interface never announced cannot be described in the output.
-            self.totals.dropped_ours += 1;
-            self.pending_drops += 1;
-            return;
-        };
-        let need = builder.record_len(p);
-        let cut = match &self.batch {
-            Some(b) => {
-                b.count > 0
-                    && (b.interface != p.interface
-                        || self.pending_drops > 0
-                        || b.records.len() + need > b.records.capacity())
+        let builder = match self.builders.get(p.interface as usize) {
+            Some(b) if self.failed.is_none() => *b,
+            // A packet for an interface never announced, or after a sink failed: it cannot be
+            // recorded, and is counted.
+            _ => {
+                self.totals.dropped_ours += 1;
+                self.pending_drops += 1;
+                return;
             }
-            None => false,
         };
-        if cut {
-            self.flush();
+        let (ctl, data) = builder.build(p, &mut self.scratch);
+        let drops = std::mem::take(&mut self.pending_drops);
+        for s in &mut self.sinks {
+            if let Err(e) = s.record(p.interface, drops, &ctl, data) {
+                self.failed = Some(e);
+                self.stop.store(true, Ordering::Relaxed);
+                self.totals.dropped_ours += 1;
+                return;
+            }
         }
-        if self.batch.is_none() {
-            self.batch = self.producer.take_waiting();
-        }
-        let Some(batch) = self.batch.as_mut() else {
-            // The writer is gone (it failed and said why): this record is lost, and counted.
-            self.totals.dropped_ours += 1;
-            self.pending_drops += 1;
-            return;
-        };
-        if batch.count == 0 {
-            batch.interface = p.interface;
-            batch.drops_before = std::mem::take(&mut self.pending_drops);
-        }
-        if batch.records.len() + need > batch.records.capacity() {
-            // A single record larger than a batch: cannot happen with snaplen <= 65535 and
-            // batches of at least 1 MiB, but never grow on the packet path.
-            self.totals.dropped_ours += 1;
-            self.pending_drops += 1;
-            return;
-        }
-        builder.push(&mut batch.records, p);
-        batch.count += 1;
+        self.totals.recorded += 1;
         self.totals.bytes += u64::from(p.len);
-    }
-
-    /// Sends the current batch to the writer, waiting while its queue is full: the kernel ring
-    /// behind us is the buffer sized for bursts, and loss is counted there, in one place. A
-    /// batch is dropped (and counted) only if the writer is gone.
-    fn flush(&mut self) {
-        let Some(mut b) = self.batch.take() else {
-            return;
-        };
-        if b.count == 0 {
-            self.batch = Some(b);
-            return;
-        }
-        let n = u64::from(b.count);
-        b.totals = self.totals;
-        b.totals.recorded += n;
-        b.if_stats = self.if_stats;
-        match self.producer.send_waiting(b) {
-            Ok(()) => self.totals.recorded += n,
-            Err(mut b) => {
-                self.totals.dropped_ours += n;
-                self.pending_drops += n + b.drops_before;
-                b.clear();
-                self.batch = Some(b);
-            }
-        }
     }
 }

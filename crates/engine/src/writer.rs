@@ -6,11 +6,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tapflow_sys::direct::DirectFile;
 use tapflow_wire::pcapng::{IdbOptions, InterfaceStatistics};
-use tapflow_wire::record::Records;
+use tapflow_wire::record::ControlField;
 use tapflow_wire::{pcap, pcapng};
 
 use crate::EngineError;
-use crate::batch::Batch;
 use crate::counters::Totals;
 use crate::naming::{output_path, part_path};
 use crate::sink::{RecordSink, SinkReport};
@@ -43,7 +42,7 @@ pub struct WriterConfig {
 }
 
 /// The file writes to the device in chunks of this size (direct I/O, past the page cache).
-const CHUNK: usize = 4 << 20;
+const CHUNK: usize = 1 << 20;
 
 struct OpenFile {
     file: DirectFile,
@@ -100,8 +99,67 @@ impl RecordSink for FileSink {
         self.add_interface(info.clone())
     }
 
-    fn write_batch(&mut self, b: &Batch) -> Result<(), EngineError> {
-        self.write_batch(b)
+    #[inline]
+    fn record(
+        &mut self,
+        interface: u32,
+        drops_before: u64,
+        ctl: &ControlField,
+        data: &[u8],
+    ) -> Result<(), EngineError> {
+        if self.file.is_none() {
+            self.open_file()?;
+        }
+        if !self.out.is_empty() {
+            self.flush_out()?;
+        }
+        let f = self.file.as_mut().expect("opened above");
+        // Each packet is encoded in place, in the buffer that goes to the device.
+        let n = match self.cfg.format {
+            Format::Pcapng => {
+                let flags = Some(ctl.flags.epb_flags()).filter(|&f| f != 0);
+                let drops = Some(drops_before).filter(|&d| d > 0);
+                let n = pcapng::epb_len(data.len(), flags.is_some(), drops.is_some());
+                let buf = f.file.append(n).map_err(|e| write_err(&f.part, e))?;
+                let len = ctl.orig_len();
+                pcapng::emit_epb(buf, interface, ctl.rxtime, data, len, flags, drops);
+                n
+            }
+            Format::Pcap => {
+                let n = pcap::record_len(data.len());
+                let buf = f.file.append(n).map_err(|e| write_err(&f.part, e))?;
+                pcap::emit_record(buf, ctl.rxtime, data, ctl.orig_len());
+                n
+            }
+        };
+        f.bytes += n as u64;
+        self.report.records += 1;
+        if self.cfg.rotate_bytes.is_some_and(|limit| f.bytes >= limit) {
+            self.rotate()?;
+        }
+        Ok(())
+    }
+
+    fn end_of_block(
+        &mut self,
+        totals: &Totals,
+        if_stats: Option<(u64, u64)>,
+    ) -> Result<(), EngineError> {
+        self.last_totals = *totals;
+        self.last_if_stats = if_stats.or(self.last_if_stats);
+        if let Some(f) = &self.file {
+            let old = self
+                .cfg
+                .rotate_every
+                .is_some_and(|d| f.opened.elapsed() >= d);
+            if self.cfg.format == Format::Pcapng && self.last_isb.elapsed() >= self.cfg.isb_every {
+                self.write_isbs();
+            }
+            if old {
+                self.rotate()?;
+            }
+        }
+        Ok(())
     }
 
     fn close(&mut self, totals: &Totals) -> Result<SinkReport, EngineError> {
@@ -132,69 +190,6 @@ impl FileSink {
             write_idb(&mut self.out, &info);
         }
         self.interfaces.push(info);
-        Ok(())
-    }
-
-    fn write_batch(&mut self, b: &Batch) -> Result<(), EngineError> {
-        self.last_totals = b.totals;
-        self.last_if_stats = b.if_stats.or(self.last_if_stats);
-        let mut dropcount = Some(b.drops_before).filter(|&d| d > 0);
-        for r in Records::new(&b.records) {
-            // Batches are built by our own worker; a bad record would be a bug, not input.
-            let Ok((ctl, data)) = r else {
-                debug_assert!(false, "worker built a bad record: {r:?}");
-                break;
-            };
-            if self.file.is_none() {
-                self.open_file()?;
-            }
-            if !self.out.is_empty() {
-                self.flush_out()?;
-            }
-            let f = self.file.as_mut().expect("opened above");
-            // Each packet is encoded in place, in the buffer that goes to the device.
-            let n = match self.cfg.format {
-                Format::Pcapng => {
-                    let flags = Some(ctl.flags.epb_flags()).filter(|&f| f != 0);
-                    let drops = dropcount.take();
-                    let n = pcapng::epb_len(data.len(), flags.is_some(), drops.is_some());
-                    let buf = f.file.append(n).map_err(|e| write_err(&f.part, e))?;
-                    pcapng::emit_epb(
-                        buf,
-                        b.interface,
-                        ctl.rxtime,
-                        data,
-                        ctl.orig_len(),
-                        flags,
-                        drops,
-                    );
-                    n
-                }
-                Format::Pcap => {
-                    let n = pcap::record_len(data.len());
-                    let buf = f.file.append(n).map_err(|e| write_err(&f.part, e))?;
-                    pcap::emit_record(buf, ctl.rxtime, data, ctl.orig_len());
-                    n
-                }
-            };
-            f.bytes += n as u64;
-            self.report.records += 1;
-            if self.cfg.rotate_bytes.is_some_and(|limit| f.bytes >= limit) {
-                self.rotate()?;
-            }
-        }
-        if let Some(f) = &self.file {
-            let old = self
-                .cfg
-                .rotate_every
-                .is_some_and(|d| f.opened.elapsed() >= d);
-            if self.cfg.format == Format::Pcapng && self.last_isb.elapsed() >= self.cfg.isb_every {
-                self.write_isbs();
-            }
-            if old {
-                self.rotate()?;
-            }
-        }
         Ok(())
     }
 

@@ -713,11 +713,13 @@ pub fn emit_epb(
     buf[16..20].copy_from_slice(&(ts_ns as u32).to_le_bytes());
     buf[20..24].copy_from_slice(&caplen.to_le_bytes());
     buf[24..28].copy_from_slice(&orig_len.max(caplen).to_le_bytes());
-    let mut at = 28 + data.len();
-    buf[28..at].copy_from_slice(data);
     let padded = 28 + pad4(data.len());
-    buf[at..padded].fill(0);
-    at = padded;
+    // Zero the last word before the data lands on it: the padding, without a memset call.
+    if padded > 28 {
+        buf[padded - 4..padded].copy_from_slice(&[0; 4]);
+    }
+    buf[28..28 + data.len()].copy_from_slice(data);
+    let mut at = padded;
     if let Some(f) = epb_flags {
         buf[at..at + 2].copy_from_slice(&EPB_FLAGS.to_le_bytes());
         buf[at + 2..at + 4].copy_from_slice(&4u16.to_le_bytes());
@@ -731,7 +733,7 @@ pub fn emit_epb(
         at += 12;
     }
     if at != total - 4 {
-        buf[at..total - 4].fill(0); // opt_endofopt
+        buf[at..at + 4].copy_from_slice(&[0; 4]); // opt_endofopt
     }
     buf[total - 4..].copy_from_slice(&(total as u32).to_le_bytes());
 }
