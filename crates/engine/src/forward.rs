@@ -1,11 +1,12 @@
-//! The forwarding sink: cuts a worker's batches into batch datagrams and sends them to one or
-//! more collectors over UDP (`header-collection-gigabit` §3.3.3, "header forwarding").
+//! The forwarding sink: packs a worker's header records into batch datagrams and sends them to
+//! one or more collectors over UDP (`header-collection-gigabit` §3.3.3, "header forwarding").
 //!
 //! - `--balance flow` sends each record to the collector its symmetric 5-tuple hash picks, so
 //!   both directions of a connection reach the same collector (frames without a 5-tuple go to
 //!   the first); `--balance rr` hands whole datagrams to the collectors in turn, as the paper.
 //! - A datagram leaves when the next record would not fit, or when its first record is older
-//!   than the flush interval (a small timer thread checks), so quiet links are not held back.
+//!   than the flush interval (checked at the end of every block: the worker polls at least that
+//!   often), so quiet links are not held back.
 //! - Sends are batched with `sendmmsg` on non-blocking sockets. A refused send (`EAGAIN`,
 //!   `ENOBUFS`, `ECONNREFUSED`, ...) never waits: its records are counted as failed and added
 //!   to the `drops` the next datagram to that collector carries, so the collector still knows
@@ -57,7 +58,7 @@ pub struct ForwardConfig {
     pub stream: u16,
 }
 
-/// Per-collector send buffer asked for: room for bursts while the timer thread sleeps.
+/// Per-collector send buffer asked for: room for bursts between two ends of block.
 const SNDBUF: usize = 4 << 20;
 
 /// The UDP payload that fits an IP packet of `mtu` bytes to `dest` (IPv4: − 28, IPv6: − 48),
