@@ -706,36 +706,50 @@ pub fn emit_epb(
     let total = epb_len(data.len(), epb_flags.is_some(), dropcount.is_some());
     assert_eq!(buf.len(), total, "EPB buffer sized by epb_len");
     let caplen = data.len() as u32;
-    buf[0..4].copy_from_slice(&BLOCK_EPB.to_le_bytes());
-    buf[4..8].copy_from_slice(&(total as u32).to_le_bytes());
-    buf[8..12].copy_from_slice(&interface_id.to_le_bytes());
-    buf[12..16].copy_from_slice(&((ts_ns >> 32) as u32).to_le_bytes());
-    buf[16..20].copy_from_slice(&(ts_ns as u32).to_le_bytes());
-    buf[20..24].copy_from_slice(&caplen.to_le_bytes());
-    buf[24..28].copy_from_slice(&orig_len.max(caplen).to_le_bytes());
-    let padded = 28 + pad4(data.len());
-    // Zero the last word before the data lands on it: the padding, without a memset call.
-    if padded > 28 {
-        buf[padded - 4..padded].copy_from_slice(&[0; 4]);
+    // The fixed part as one array: one bounds check, then plain stores.
+    let (head, rest) = buf.split_at_mut(28);
+    let head: &mut [u8; 28] = head.try_into().expect("28 bytes");
+    let words = [
+        BLOCK_EPB,
+        total as u32,
+        interface_id,
+        (ts_ns >> 32) as u32,
+        ts_ns as u32,
+        caplen,
+        orig_len.max(caplen),
+    ];
+    for (chunk, w) in head.chunks_exact_mut(4).zip(words) {
+        chunk.copy_from_slice(&w.to_le_bytes());
     }
-    buf[28..28 + data.len()].copy_from_slice(data);
-    let mut at = padded;
+    let padded = pad4(data.len());
+    let (body, rest) = rest.split_at_mut(padded);
+    if padded > 0 {
+        // Zero the last word before the data lands on it: the padding, without a memset call.
+        body[padded - 4..].copy_from_slice(&[0; 4]);
+    }
+    body[..data.len()].copy_from_slice(data);
+    let (opts, trailer) = rest.split_at_mut(rest.len() - 4);
+    let mut at = 0;
     if let Some(f) = epb_flags {
-        buf[at..at + 2].copy_from_slice(&EPB_FLAGS.to_le_bytes());
-        buf[at + 2..at + 4].copy_from_slice(&4u16.to_le_bytes());
-        buf[at + 4..at + 8].copy_from_slice(&f.to_le_bytes());
-        at += 8;
+        let mut o = [0u8; 8];
+        o[0..2].copy_from_slice(&EPB_FLAGS.to_le_bytes());
+        o[2..4].copy_from_slice(&4u16.to_le_bytes());
+        o[4..8].copy_from_slice(&f.to_le_bytes());
+        opts[..8].copy_from_slice(&o);
+        at = 8;
     }
     if let Some(d) = dropcount {
-        buf[at..at + 2].copy_from_slice(&EPB_DROPCOUNT.to_le_bytes());
-        buf[at + 2..at + 4].copy_from_slice(&8u16.to_le_bytes());
-        buf[at + 4..at + 12].copy_from_slice(&d.to_le_bytes());
+        let mut o = [0u8; 12];
+        o[0..2].copy_from_slice(&EPB_DROPCOUNT.to_le_bytes());
+        o[2..4].copy_from_slice(&8u16.to_le_bytes());
+        o[4..12].copy_from_slice(&d.to_le_bytes());
+        opts[at..at + 12].copy_from_slice(&o);
         at += 12;
     }
-    if at != total - 4 {
-        buf[at..at + 4].copy_from_slice(&[0; 4]); // opt_endofopt
+    if at > 0 {
+        opts[at..at + 4].copy_from_slice(&[0; 4]); // opt_endofopt
     }
-    buf[total - 4..].copy_from_slice(&(total as u32).to_le_bytes());
+    trailer.copy_from_slice(&(total as u32).to_le_bytes());
 }
 
 /// Appends an Enhanced Packet Block for an interface written by [`write_idb`] (ns timestamps).
