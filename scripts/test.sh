@@ -7,6 +7,11 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-# The integration tests drive the release binary, as users do.
+# The release build must compile too: the demo and the benchmarks run it.
 cargo build --release --locked -p tapflow
-cargo test --workspace --locked -- --test-threads=2
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --locked -- --test-threads=2 2>&1 | tee "$log"
+# One closing line for the whole run (cargo's last lines are its empty doc-test runs).
+awk '/^test result:/ { p += $4; f += $6; s += $8 }
+     END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"

@@ -6,15 +6,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tapflow_sys::mmap::MappedFile;
-use tapflow_sys::tx::{TxRing, TxRingConfig};
+use tapflow_sys::tx::{TX_DATA_OFFSET, TxRing, TxRingConfig};
 use tapflow_wire::build::{self, FrameSpec, Layout};
 use tapflow_wire::capfile::Reader;
 
 use crate::EngineError;
 
-/// Frames in the TX ring: 256 x 2 KiB stays in L2, where the kernel reads each frame; a larger
-/// ring measured slower (a cache miss per frame).
-const RING_FRAMES: u32 = 256;
+/// Bytes of TX ring: it stays in L2, where the kernel reads each frame; an 8 MiB ring measured
+/// 20% slower (a cache miss per frame). Frames are sized to the packet, so small packets get
+/// many frames (more per `sendto`) in the same bytes.
+const RING_BYTES: usize = 512 << 10;
 
 /// What to send.
 #[derive(Debug, Clone)]
@@ -215,12 +216,16 @@ fn send(
     stop: &AtomicBool,
     tick: &mut dyn FnMut(u64, Duration),
 ) -> Result<GenReport, EngineError> {
-    let frame_size = (src.max_len() + 128).next_power_of_two().max(2048) as u32;
+    let frame_size = (src.max_len() + TX_DATA_OFFSET)
+        .next_power_of_two()
+        .max(128);
+    let frame_count = (RING_BYTES / frame_size).clamp(256, 4096) as u32;
+    let frame_size = frame_size as u32;
     let mut tx = TxRing::open(
         &cfg.ifname,
         &TxRingConfig {
             frame_size,
-            frame_count: RING_FRAMES,
+            frame_count,
             qdisc_bypass: true,
         },
     )?;
