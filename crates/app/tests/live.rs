@@ -26,6 +26,31 @@ fn stop(g: &mut ChildGuard, sig: i32) -> (std::process::ExitStatus, String) {
     g.wait_output(Duration::from_secs(20))
 }
 
+/// Captures on `p` with `args` plus `-w OUT --summary-json` while `tapflow gen GEN` sends `k`
+/// frames, stops with SIGINT, and returns the summary (checked to add up) and stderr.
+fn capture_while_sending(
+    p: &VethPair,
+    dir: &Path,
+    out: &Path,
+    args: &[&str],
+    sockets: usize,
+    gen_args: &[&str],
+    k: u64,
+) -> (Summary, String) {
+    let json = dir.join("sum.json");
+    let (out, json_s) = (s(out), s(&json));
+    let mut all = args.to_vec();
+    all.extend(["-w", &out, "--summary-json", &json_s]);
+    let mut cap = start_capture(p, &all, sockets);
+    p.send(gen_args, dir, k);
+    std::thread::sleep(Duration::from_millis(700));
+    let (status, err) = stop(&mut cap, libc::SIGINT);
+    assert!(status.success(), "capture exited with {status}: {err}");
+    let sum = Summary::read(&json);
+    sum.assert_adds_up();
+    (sum, err)
+}
+
 fn s(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
@@ -238,24 +263,12 @@ fn timestamps_are_monotone_per_worker_and_flows_stay_on_one_worker() {
     let p = VethPair::new("thr");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.pcapng");
-    let json = dir.path().join("sum.json");
-    let mut cap = start_capture(
+    let (sum, _) = capture_while_sending(
         &p,
-        &[
-            "--threads",
-            "2",
-            "-s",
-            "96",
-            "-w",
-            &s(&out),
-            "--summary-json",
-            &s(&json),
-            "-f",
-            "udp",
-        ],
+        dir.path(),
+        &out,
+        &["--threads", "2", "-s", "96", "-f", "udp"],
         2,
-    );
-    p.send(
         &[
             "--count",
             &K.to_string(),
@@ -266,14 +279,8 @@ fn timestamps_are_monotone_per_worker_and_flows_stay_on_one_worker() {
             "--rate",
             "200000",
         ],
-        dir.path(),
         K,
     );
-    std::thread::sleep(Duration::from_millis(500));
-    let (status, err) = stop(&mut cap, libc::SIGINT);
-    assert!(status.success(), "capture exited with {status}: {err}");
-    let sum = Summary::read(&json);
-    sum.assert_adds_up();
     assert_eq!(sum.recorded, K, "{}", sum.text);
     let want: BTreeSet<String> = ["out-w0.pcapng", "out-w1.pcapng"].map(String::from).into();
     assert_eq!(file_names(&sum.files), want, "{}", sum.text);
@@ -324,29 +331,15 @@ fn drops_in_a_tiny_ring_are_reported_exactly() {
     let p = VethPair::new("drp");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.pcapng");
-    let json = dir.path().join("sum.json");
-    let mut cap = start_capture(
+    let (sum, err) = capture_while_sending(
         &p,
-        &[
-            "--block-size",
-            "4K",
-            "--block-count",
-            "2",
-            "-w",
-            &s(&out),
-            "--summary-json",
-            &s(&json),
-            "-f",
-            "udp",
-        ],
+        dir.path(),
+        &out,
+        &["--block-size", "4K", "--block-count", "2", "-f", "udp"],
         1,
+        &["--count", &K.to_string(), "--size", "60"],
+        K,
     );
-    p.send(&["--count", &K.to_string(), "--size", "60"], dir.path(), K);
-    std::thread::sleep(Duration::from_millis(700));
-    let (status, err) = stop(&mut cap, libc::SIGINT);
-    assert!(status.success(), "capture exited with {status}: {err}");
-    let sum = Summary::read(&json);
-    sum.assert_adds_up();
     sum.assert_matches_exit_line(&err);
     let drops = sum.dropped_kernel + sum.dropped_ours;
     assert!(
@@ -506,24 +499,12 @@ fn rotation_by_size_writes_numbered_complete_files() {
     let p = VethPair::new("rot");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.pcapng");
-    let json = dir.path().join("sum.json");
-    let mut cap = start_capture(
+    let (sum, _) = capture_while_sending(
         &p,
-        &[
-            "-s",
-            "96",
-            "--rotate-size",
-            "64K",
-            "-w",
-            &s(&out),
-            "--summary-json",
-            &s(&json),
-            "-f",
-            "udp",
-        ],
+        dir.path(),
+        &out,
+        &["-s", "96", "--rotate-size", "64K", "-f", "udp"],
         1,
-    );
-    p.send(
         &[
             "--count",
             &K.to_string(),
@@ -532,14 +513,8 @@ fn rotation_by_size_writes_numbered_complete_files() {
             "--rate",
             "100000",
         ],
-        dir.path(),
         K,
     );
-    std::thread::sleep(Duration::from_millis(500));
-    let (status, err) = stop(&mut cap, libc::SIGINT);
-    assert!(status.success(), "capture exited with {status}: {err}");
-    let sum = Summary::read(&json);
-    sum.assert_adds_up();
     assert_eq!(sum.recorded, K, "{}", sum.text);
 
     let files: Vec<String> = names(dir.path())
@@ -600,24 +575,12 @@ fn pcap_format_is_nanosecond_pcap() {
     let p = VethPair::new("fmt");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.pcap");
-    let json = dir.path().join("sum.json");
-    let mut cap = start_capture(
+    let (sum, _) = capture_while_sending(
         &p,
-        &[
-            "-s",
-            "96",
-            "--format",
-            "pcap",
-            "-w",
-            &s(&out),
-            "--summary-json",
-            &s(&json),
-            "-f",
-            "udp",
-        ],
+        dir.path(),
+        &out,
+        &["-s", "96", "--format", "pcap", "-f", "udp"],
         1,
-    );
-    p.send(
         &[
             "--count",
             &K.to_string(),
@@ -626,14 +589,8 @@ fn pcap_format_is_nanosecond_pcap() {
             "--rate",
             "100000",
         ],
-        dir.path(),
         K,
     );
-    std::thread::sleep(Duration::from_millis(500));
-    let (status, err) = stop(&mut cap, libc::SIGINT);
-    assert!(status.success(), "capture exited with {status}: {err}");
-    let sum = Summary::read(&json);
-    sum.assert_adds_up();
     assert_eq!(sum.recorded, K, "{}", sum.text);
     let info = capinfos(&out);
     assert!(
