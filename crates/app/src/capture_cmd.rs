@@ -14,7 +14,7 @@ use tapflow_wire::{datagram, record};
 
 use crate::Failure;
 use crate::cli::{BalanceArg, CaptureArgs, FormatArg};
-use crate::report::{StatusLine, forward_line, summary_line, write_capture_json};
+use crate::report::{StatusLine, capture_json, finish, forward_line, summary_line};
 
 /// Largest snaplen accepted, as libpcap's `MAXIMUM_SNAPLEN`.
 const MAX_SNAPLEN: u32 = 262_144;
@@ -67,14 +67,7 @@ pub fn run(a: CaptureArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> 
             eprintln!("{}", forward_line(f));
         }
     }
-    if let Some(path) = &a.summary_json {
-        write_capture_json(path, &summary)
-            .map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", path.display())))?;
-    }
-    match err {
-        None => Ok(ExitCode::SUCCESS),
-        Some(e) => Err(Failure::from_engine(e)),
-    }
+    finish(a.summary_json.as_deref(), || capture_json(&summary), err)
 }
 
 fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {

@@ -102,13 +102,11 @@ pub fn run(a: GenArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
             String::new()
         }
     );
-    if let Some(path) = &a.summary_json {
-        let text = format!(
+    let json = || {
+        format!(
             "{{\"sent\":{},\"bytes\":{},\"seconds\":{:.6},\"pps\":{:.1},\"failed\":{}}}\n",
             report.sent, report.bytes, report.seconds, pps, report.failed
-        );
-        std::fs::write(path, text)
-            .map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", path.display())))?;
-    }
-    Ok(ExitCode::SUCCESS)
+        )
+    };
+    crate::report::finish(a.summary_json.as_deref(), json, None)
 }

@@ -43,14 +43,7 @@ pub fn run(a: RecvArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
     for line in summary_lines(&summary) {
         eprintln!("{line}");
     }
-    if let Some(path) = &a.summary_json {
-        std::fs::write(path, summary_json(&summary))
-            .map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", path.display())))?;
-    }
-    match err {
-        None => Ok(ExitCode::SUCCESS),
-        Some(e) => Err(Failure::from_engine(e)),
-    }
+    crate::report::finish(a.summary_json.as_deref(), || summary_json(&summary), err)
 }
 
 fn config(a: &RecvArgs) -> Result<ReceiverConfig, Failure> {

@@ -2,11 +2,14 @@
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use tapflow_engine::capture::{Summary, Tick};
 use tapflow_engine::counters::Totals;
 use tapflow_engine::forward::ForwardReport;
+
+use crate::Failure;
 
 /// Prints one status line a second on stderr (rewriting it in place on a terminal).
 #[derive(Debug)]
@@ -165,15 +168,15 @@ fn forward_json(f: Option<&ForwardReport>) -> String {
     )
 }
 
-/// Writes the JSON summary of a capture.
-pub fn write_capture_json(path: &Path, s: &Summary) -> std::io::Result<()> {
+/// The JSON summary of a capture.
+pub fn capture_json(s: &Summary) -> String {
     let t = &s.totals;
     let files: Vec<String> = s
         .files
         .iter()
         .map(|f| json_string(&f.to_string_lossy()))
         .collect();
-    let text = format!(
+    format!(
         "{{\"received\":{},\"recorded\":{},\"dropped_kernel\":{},\"dropped_ours\":{},\
          \"past_limit\":{},\"freezes\":{},\"bytes\":{},\"seconds\":{:.6},\"hw_timestamps\":{},\
          \"files\":[{}]{}}}\n",
@@ -188,8 +191,24 @@ pub fn write_capture_json(path: &Path, s: &Summary) -> std::io::Result<()> {
         s.hw_timestamps,
         files.join(","),
         forward_json(s.forward.as_ref())
-    );
-    std::fs::write(path, text)
+    )
+}
+
+/// Ends a command: writes its JSON summary if asked (`json` is only built then), and turns the
+/// error that ended the run, if any, into the exit code.
+pub fn finish(
+    summary_json: Option<&Path>,
+    json: impl FnOnce() -> String,
+    err: Option<tapflow_engine::EngineError>,
+) -> Result<ExitCode, Failure> {
+    if let Some(path) = summary_json {
+        std::fs::write(path, json())
+            .map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", path.display())))?;
+    }
+    match err {
+        None => Ok(ExitCode::SUCCESS),
+        Some(e) => Err(Failure::from_engine(e)),
+    }
 }
 
 /// A JSON string literal.
