@@ -111,9 +111,6 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
     }
     let input = match (&a.interface, &a.read) {
         (Some(ifname), None) => {
-            if a.write.is_none() && a.threads > 1 {
-                // Fine: counting only.
-            }
             let speed = tapflow_sys::iface::speed_mbps(ifname).unwrap_or(10_000);
             let mut ring = RingGeometry::for_line_rate(speed, a.snaplen, HOLD, a.retire_ms);
             if let Some(bs) = a.block_size {

@@ -34,7 +34,12 @@ impl Failure {
             E::File { .. } | E::Config(_) | E::Unsupported(_) => true,
             E::Sys(S::NoSuchInterface { .. } | S::Filter { .. }) => true,
             E::Sys(S::File { error, .. }) => error.kind() == std::io::ErrorKind::NotFound,
-            E::Sys(s) => s.errno() == Some(libc_einval()),
+            // EINVAL: the kernel (or our own check before it) refused a value the user chose.
+            E::Sys(s) => {
+                s.errno()
+                    .map(|e| std::io::Error::from_raw_os_error(e).kind())
+                    == Some(std::io::ErrorKind::InvalidInput)
+            }
             E::Write { .. } => false,
         };
         if usage {
@@ -54,11 +59,6 @@ fn one_line(text: &str) -> String {
         .take_while(|l| !l.is_empty())
         .collect();
     para.join(" ").trim_start_matches("error: ").to_string()
-}
-
-/// `EINVAL`: the kernel (or our own check before it) refused a value the user chose.
-const fn libc_einval() -> i32 {
-    22
 }
 
 fn main() -> ExitCode {
