@@ -535,7 +535,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(drops, 3, "the batch's drops reach exactly one collector");
+        assert_eq!(drops, 3, "the drops reach exactly one collector");
         assert!(seen.iter().all(Option::is_some));
         for port in 0..20 {
             let at: std::collections::BTreeSet<_> = (0..400)

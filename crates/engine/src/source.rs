@@ -1,4 +1,4 @@
-//! The packet-source trait: live rings, capture files, and (later) batch receivers and AF_XDP.
+//! The packet-source trait: live rings, capture files, and (later) AF_XDP.
 
 use tapflow_wire::{Flags, LinkType};
 

@@ -1,4 +1,4 @@
-//! The file sink: turns batches of header records into pcapng (or classic pcap) files, rotates
+//! The file sink: turns header records into pcapng (or classic pcap) files, rotates
 //! them, and writes interface statistics blocks.
 
 use std::path::{Path, PathBuf};
