@@ -296,11 +296,14 @@ impl ControlField {
 pub fn push_record(out: &mut Vec<u8>, mut ctl: ControlField, data: &[u8]) {
     let data = &data[..data.len().min(MAX_CAPLEN)];
     ctl.caplen = data.len() as u16;
-    let start = out.len();
-    let total = record_len(data.len());
-    out.resize(start + total, 0);
-    ctl.emit(&mut out[start..start + CONTROL_LEN]);
-    out[start + CONTROL_LEN..start + CONTROL_LEN + data.len()].copy_from_slice(data);
+    let mut head = [0u8; CONTROL_LEN];
+    ctl.emit(&mut head);
+    let pad = record_len(data.len()) - CONTROL_LEN - data.len();
+    // Appends only: no zero-fill of what is overwritten at once (this runs per packet).
+    out.reserve(CONTROL_LEN + data.len() + pad);
+    out.extend_from_slice(&head);
+    out.extend_from_slice(data);
+    out.extend_from_slice(&[0u8; RECORD_ALIGN][..pad]);
 }
 
 /// Reads records one after another from a buffer.
