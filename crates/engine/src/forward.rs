@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 
 use tapflow_sys::udp::{MMSG_BATCH, UdpSocket};
 use tapflow_wire::LinkType;
-use tapflow_wire::datagram::{self, Builder, Header};
+use tapflow_wire::datagram::{self, Header};
 use tapflow_wire::flowkey;
-use tapflow_wire::record::{CONTROL_LEN, ControlField, push_record, record_len};
+use tapflow_wire::record::{CONTROL_LEN, ControlField, RECORD_ALIGN, record_len};
 
 use crate::EngineError;
 use crate::counters::Totals;
@@ -112,13 +112,59 @@ impl ForwardReport {
     }
 }
 
+/// A datagram buffer of fixed size, filled in place: records are written where they go, with
+/// no growth check and no zero-fill per record.
+#[derive(Debug)]
+struct DatagramBuf {
+    buf: Box<[u8]>,
+    len: usize,
+}
+
+impl DatagramBuf {
+    fn new(size: usize) -> DatagramBuf {
+        DatagramBuf {
+            buf: vec![0; size].into_boxed_slice(),
+            len: 0,
+        }
+    }
+
+    /// Starts a datagram: room for the header, filled in when it is sealed.
+    fn start(&mut self) {
+        self.len = datagram::HEADER_LEN;
+    }
+
+    /// Appends one header record; the caller checked that it fits.
+    #[inline]
+    fn push_record(&mut self, ctl: &ControlField, data: &[u8]) {
+        let total = record_len(data.len());
+        let rec = &mut self.buf[self.len..self.len + total];
+        let (head, body) = rec.split_at_mut(CONTROL_LEN);
+        let mut ctl = *ctl;
+        ctl.caplen = data.len() as u16;
+        ctl.emit(head);
+        if body.len() >= RECORD_ALIGN {
+            // Zero the last word before the data lands on it: the padding.
+            let end = body.len();
+            body[end - RECORD_ALIGN..].copy_from_slice(&[0; RECORD_ALIGN]);
+        }
+        body[..data.len()].copy_from_slice(data);
+        self.len += total;
+    }
+}
+
+impl AsRef<[u8]> for DatagramBuf {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
 /// One collector's state.
 #[derive(Debug)]
 struct Dest {
     addr: SocketAddr,
     sock: UdpSocket,
     /// The datagram being filled (header room included).
-    open: Vec<u8>,
+    open: DatagramBuf,
     open_count: u16,
     open_interface: u32,
     open_since: Instant,
@@ -128,9 +174,9 @@ struct Dest {
     /// The largest `drops` value the kernel took.
     lost_sent: u64,
     /// Sealed datagrams waiting for `sendmmsg`, with (records, drops) of each.
-    queue: Vec<Vec<u8>>,
+    queue: Vec<DatagramBuf>,
     queue_meta: Vec<(u16, u64)>,
-    free: Vec<Vec<u8>>,
+    free: Vec<DatagramBuf>,
     /// Datagrams and records sent to this collector so far (the next header's values).
     sequence: u64,
     records_before: u64,
@@ -176,7 +222,7 @@ impl ForwardSink {
             dests.push(Dest {
                 addr,
                 sock,
-                open: Vec::with_capacity(cfg.payload_max),
+                open: DatagramBuf::new(cfg.payload_max),
                 open_count: 0,
                 open_interface: 0,
                 open_since: Instant::now(),
@@ -243,7 +289,7 @@ impl RecordSink for ForwardSink {
         if dest.open_count > 0
             && (dest.open_interface != interface
                 || self.drops > 0
-                || dest.open.len() + len > payload_max)
+                || dest.open.len + len > payload_max)
         {
             self.seal(d);
             if self.cfg.balance == Balance::RoundRobin {
@@ -252,12 +298,12 @@ impl RecordSink for ForwardSink {
         }
         let dest = &mut self.dests[d];
         if dest.open_count == 0 {
-            Builder::start(&mut dest.open);
+            dest.open.start();
             dest.open_interface = interface;
             dest.open_since = Instant::now();
         }
         dest.lost += std::mem::take(&mut self.drops);
-        push_record(&mut dest.open, *ctl, data);
+        dest.open.push_record(ctl, data);
         dest.open_count += 1;
         if dest.open_count == u16::MAX {
             self.seal(d);
@@ -311,9 +357,9 @@ impl ForwardSink {
         if dest.open_count == 0 && dest.lost == dest.lost_sent {
             return;
         }
-        if dest.open.len() < datagram::HEADER_LEN {
+        if dest.open.len < datagram::HEADER_LEN {
             // A datagram that only carries drops (no record followed them).
-            Builder::start(&mut dest.open);
+            dest.open.start();
         }
         let h = Header {
             count: dest.open_count,
@@ -327,13 +373,13 @@ impl ForwardSink {
             records_before: dest.records_before,
             drops: dest.lost,
         };
-        h.emit(&mut dest.open);
+        h.emit(&mut dest.open.buf);
         dest.sequence += 1;
         dest.records_before += u64::from(dest.open_count);
         let fresh = dest
             .free
             .pop()
-            .unwrap_or_else(|| Vec::with_capacity(self.cfg.payload_max));
+            .unwrap_or_else(|| DatagramBuf::new(self.cfg.payload_max));
         let full = std::mem::replace(&mut dest.open, fresh);
         dest.queue.push(full);
         dest.queue_meta.push((dest.open_count, dest.lost));
