@@ -23,7 +23,7 @@ use tapflow_sys::udp::{MMSG_BATCH, UdpSocket};
 use tapflow_wire::LinkType;
 use tapflow_wire::datagram::{self, Header};
 use tapflow_wire::flowkey;
-use tapflow_wire::record::{CONTROL_LEN, ControlField, RECORD_ALIGN, record_len};
+use tapflow_wire::record::{CONTROL_LEN, ControlField, emit_record, record_len};
 
 use crate::EngineError;
 use crate::counters::Totals;
@@ -137,17 +137,7 @@ impl DatagramBuf {
     #[inline]
     fn push_record(&mut self, ctl: &ControlField, data: &[u8]) {
         let total = record_len(data.len());
-        let rec = &mut self.buf[self.len..self.len + total];
-        let (head, body) = rec.split_at_mut(CONTROL_LEN);
-        let mut ctl = *ctl;
-        ctl.caplen = data.len() as u16;
-        ctl.emit(head);
-        if body.len() >= RECORD_ALIGN {
-            // Zero the last word before the data lands on it: the padding.
-            let end = body.len();
-            body[end - RECORD_ALIGN..].copy_from_slice(&[0; RECORD_ALIGN]);
-        }
-        body[..data.len()].copy_from_slice(data);
+        emit_record(&mut self.buf[self.len..self.len + total], *ctl, data);
         self.len += total;
     }
 }

@@ -130,11 +130,6 @@ impl DirectFile {
         })
     }
 
-    /// Whether writes bypass the page cache.
-    pub fn is_direct(&self) -> bool {
-        self.direct
-    }
-
     /// Appends `data`.
     pub fn write_all(&mut self, mut data: &[u8]) -> io::Result<()> {
         let piece = self.buf.cap - ALIGN;

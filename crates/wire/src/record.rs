@@ -288,22 +288,43 @@ impl ControlField {
     }
 }
 
+/// Writes one record (control field, `data`, zero padding) into `buf`, which must be exactly
+/// [`record_len`]`(data.len())` bytes; `ctl.caplen` is set from `data.len()`. Encoders that fill
+/// a buffer in place (a datagram) call this per packet: no growth check, no zero-fill.
+///
+/// # Panics
+/// If `buf` has another length, or `data` is longer than [`MAX_CAPLEN`].
+#[inline]
+pub fn emit_record(buf: &mut [u8], mut ctl: ControlField, data: &[u8]) {
+    assert!(
+        data.len() <= MAX_CAPLEN,
+        "record data longer than MAX_CAPLEN"
+    );
+    assert_eq!(
+        buf.len(),
+        record_len(data.len()),
+        "record buffer sized by record_len"
+    );
+    ctl.caplen = data.len() as u16;
+    let (head, body) = buf.split_at_mut(CONTROL_LEN);
+    ctl.emit(head);
+    if body.len() >= RECORD_ALIGN {
+        // Zero the last word before the data lands on it: the padding.
+        let end = body.len();
+        body[end - RECORD_ALIGN..].copy_from_slice(&[0; RECORD_ALIGN]);
+    }
+    body[..data.len()].copy_from_slice(data);
+}
+
 /// Appends one record (control field, `data`, padding) to `out`.
 ///
 /// `ctl.caplen` is set from `data.len()`, which must be at most [`MAX_CAPLEN`]; longer data is
 /// cut. Allocates only if `out` lacks capacity.
-#[inline]
-pub fn push_record(out: &mut Vec<u8>, mut ctl: ControlField, data: &[u8]) {
+pub fn push_record(out: &mut Vec<u8>, ctl: ControlField, data: &[u8]) {
     let data = &data[..data.len().min(MAX_CAPLEN)];
-    ctl.caplen = data.len() as u16;
-    let mut head = [0u8; CONTROL_LEN];
-    ctl.emit(&mut head);
-    let pad = record_len(data.len()) - CONTROL_LEN - data.len();
-    // Appends only: no zero-fill of what is overwritten at once (this runs per packet).
-    out.reserve(CONTROL_LEN + data.len() + pad);
-    out.extend_from_slice(&head);
-    out.extend_from_slice(data);
-    out.extend_from_slice(&[0u8; RECORD_ALIGN][..pad]);
+    let start = out.len();
+    out.resize(start + record_len(data.len()), 0);
+    emit_record(&mut out[start..], ctl, data);
 }
 
 /// Reads records one after another from a buffer.
