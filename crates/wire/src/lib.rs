@@ -18,6 +18,9 @@ pub mod link;
 pub mod tcp;
 pub mod udp;
 
+// Flows.
+pub mod flowrecord;
+
 // Capture files.
 pub mod capfile;
 pub mod datagram;
