@@ -6,6 +6,8 @@
 //! read for TCP, UDP, DCCP, SCTP and UDP-Lite when the transport header's first four bytes were
 //! captured and the packet is not an IP fragment; otherwise they are 0, so all fragments of a
 //! datagram share one key (a 3-tuple). Frames that are not IP have no key.
+//!
+//! [`FlowFields`] is the one parser behind it: the directed fields a flow meter counts.
 
 use crate::LinkType;
 use crate::ipv4::{self, IpProtocol};
@@ -34,13 +36,127 @@ const fn has_ports(proto: u8) -> bool {
     matches!(proto, 6 | 17 | 33 | 132 | 136)
 }
 
-fn ports(l4: &[u8], proto: u8) -> (u16, u16) {
-    match l4.get(..4) {
-        Some(p) if has_ports(proto) => (
-            u16::from_be_bytes([p[0], p[1]]),
-            u16::from_be_bytes([p[2], p[3]]),
-        ),
-        _ => (0, 0),
+const TCP: u8 = 6;
+const ICMP: u8 = 1;
+const ICMPV6: u8 = 58;
+const IPV6_HEADER_LEN: u32 = 40;
+
+/// An IP fragment: which datagram it belongs to and whether it is the first piece.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FragmentId {
+    /// The IP identification (IPv4: 16 bits; IPv6: the fragment header's 32 bits).
+    pub ident: u32,
+    /// Whether this is the first fragment, the one carrying the transport header.
+    pub first: bool,
+}
+
+/// What a flow meter needs from one packet, in the packet's own direction.
+///
+/// Ports are read for TCP, UDP, DCCP, SCTP and UDP-Lite; for ICMP and ICMPv6 `sport` is 0 and
+/// `dport` is `type << 8 | code`; otherwise both are 0. They are also 0 for a fragment other
+/// than the first (its `fragment` says which datagram it belongs to) and when the transport
+/// header was not captured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct FlowFields {
+    /// Whether the addresses are IPv6 (else IPv4 in the first 4 bytes).
+    pub ipv6: bool,
+    /// IP protocol number; for IPv6 the upper layer after the extension headers.
+    pub proto: u8,
+    /// Source address.
+    pub src: [u8; 16],
+    /// Destination address.
+    pub dst: [u8; 16],
+    /// Source port.
+    pub sport: u16,
+    /// Destination port, or ICMP type and code.
+    pub dport: u16,
+    /// The outermost VLAN ID, 0 if untagged.
+    pub vlan: u16,
+    /// IP bytes as the IP header says: IPv4 total length, IPv6 payload length + 40 (for a
+    /// jumbogram, the wire length minus the link header).
+    pub octets: u32,
+    /// TCP control bits (the 12 bits after the data offset), 0 for other protocols.
+    pub tcp_flags: u16,
+    /// Set for IP fragments.
+    pub fragment: Option<FragmentId>,
+}
+
+impl FlowFields {
+    /// The flow fields of a frame captured with `linktype` that was `wire_len` bytes long, or
+    /// `None` if it is not IP or its IP header was not captured whole.
+    #[inline]
+    pub fn of_frame(linktype: LinkType, frame: &[u8], wire_len: u32) -> Option<FlowFields> {
+        let nl = network_layer(linktype, frame)?;
+        let ip = frame.get(nl.offset..)?;
+        let mut f = FlowFields {
+            vlan: nl.vlan.unwrap_or(0),
+            ..FlowFields::default()
+        };
+        let l4 = match nl.proto {
+            NetworkProto::Ipv4 => {
+                let p = ipv4::Packet::new_checked(ip).ok()?;
+                f.proto = p.protocol().to_u8();
+                f.src[..4].copy_from_slice(&p.src_addr().octets());
+                f.dst[..4].copy_from_slice(&p.dst_addr().octets());
+                f.octets = u32::from(p.total_len());
+                if p.is_fragment() {
+                    f.fragment = Some(FragmentId {
+                        ident: u32::from(p.ident()),
+                        first: p.frag_offset() == 0,
+                    });
+                }
+                ip.get(p.header_len()..)
+            }
+            NetworkProto::Ipv6 => {
+                let p = ipv6::Packet::new_checked(ip).ok()?;
+                f.ipv6 = true;
+                f.src = p.src_addr().octets();
+                f.dst = p.dst_addr().octets();
+                f.octets = match p.payload_len() {
+                    0 => wire_len.saturating_sub(nl.offset as u32),
+                    n => u32::from(n) + IPV6_HEADER_LEN,
+                };
+                match p.upper_layer() {
+                    Some((proto, off, frag)) => {
+                        f.proto = proto.to_u8();
+                        f.fragment = frag.map(|fr| FragmentId {
+                            ident: fr.ident,
+                            first: fr.is_first(),
+                        });
+                        ip.get(off..)
+                    }
+                    None => {
+                        f.proto = IpProtocol::from_u8(ip[6]).to_u8();
+                        None
+                    }
+                }
+            }
+        };
+        let l4 = match (l4, f.fragment) {
+            (Some(l4), None) => l4,
+            (Some(l4), Some(fr)) if fr.first => l4,
+            _ => return Some(f),
+        };
+        match (f.proto, f.ipv6) {
+            (ICMP, false) | (ICMPV6, true) => {
+                if let [t, c, ..] = *l4 {
+                    f.dport = u16::from_be_bytes([t, c]);
+                }
+            }
+            (p, _) if has_ports(p) => {
+                if let [a, b, c, d, ..] = *l4 {
+                    f.sport = u16::from_be_bytes([a, b]);
+                    f.dport = u16::from_be_bytes([c, d]);
+                }
+                if p == TCP
+                    && let Some(&[hi, lo]) = l4.get(12..14)
+                {
+                    f.tcp_flags = u16::from_be_bytes([hi, lo]) & 0x0fff;
+                }
+            }
+            _ => {}
+        }
+        Some(f)
     }
 }
 
@@ -70,46 +186,17 @@ impl FlowKey {
     }
 
     /// The key of a frame captured with `linktype`, or `None` if it is not IP or its IP header
-    /// was not captured whole.
+    /// was not captured whole. Fragments and ICMP get ports 0, so every piece of a datagram
+    /// and both directions of an ICMP exchange share one key.
     #[inline]
     pub fn of_frame(linktype: LinkType, frame: &[u8]) -> Option<FlowKey> {
-        let nl = network_layer(linktype, frame)?;
-        let ip = frame.get(nl.offset..)?;
-        match nl.proto {
-            NetworkProto::Ipv4 => {
-                let p = ipv4::Packet::new_checked(ip).ok()?;
-                let proto = p.protocol().to_u8();
-                let (sport, dport) = if p.is_fragment() {
-                    (0, 0)
-                } else {
-                    ports(ip.get(p.header_len()..).unwrap_or(&[]), proto)
-                };
-                let mut s = [0u8; 16];
-                let mut d = [0u8; 16];
-                s[..4].copy_from_slice(&p.src_addr().octets());
-                d[..4].copy_from_slice(&p.dst_addr().octets());
-                Some(FlowKey::new(proto, false, s, d, sport, dport))
-            }
-            NetworkProto::Ipv6 => {
-                let p = ipv6::Packet::new_checked(ip).ok()?;
-                let (proto, (sport, dport)) = match p.upper_layer() {
-                    Some((proto, off, None)) => {
-                        let proto = proto.to_u8();
-                        (proto, ports(ip.get(off..).unwrap_or(&[]), proto))
-                    }
-                    Some((proto, _, Some(_))) => (proto.to_u8(), (0, 0)),
-                    None => (IpProtocol::from_u8(ip[6]).to_u8(), (0, 0)),
-                };
-                Some(FlowKey::new(
-                    proto,
-                    true,
-                    p.src_addr().octets(),
-                    p.dst_addr().octets(),
-                    sport,
-                    dport,
-                ))
-            }
-        }
+        let f = FlowFields::of_frame(linktype, frame, 0)?;
+        let (sport, dport) = if f.fragment.is_some() || !has_ports(f.proto) {
+            (0, 0)
+        } else {
+            (f.sport, f.dport)
+        };
+        Some(FlowKey::new(f.proto, f.ipv6, f.src, f.dst, sport, dport))
     }
 
     /// A 64-bit hash of the key (multiply-xorshift; not keyed, not for untrusted hash tables).
@@ -240,6 +327,83 @@ mod tests {
     }
 
     #[test]
+    fn flow_fields_of_tcp_icmp_and_vlan() {
+        let (x, y) = ([0x20; 16], [0x30; 16]);
+        let mut a = eth_ipv6_tcp(x, y, 443, 5000);
+        a[14 + 40 + 12..14 + 40 + 14].copy_from_slice(&0x5012u16.to_be_bytes()); // SYN+ACK
+        let f = FlowFields::of_frame(LinkType::Ethernet, &a, a.len() as u32).unwrap();
+        assert_eq!((f.ipv6, f.proto, f.sport, f.dport), (true, 6, 443, 5000));
+        assert_eq!((f.src, f.dst, f.octets, f.tcp_flags), (x, y, 60, 0x012));
+        assert_eq!((f.vlan, f.fragment), (0, None));
+
+        let mut icmp = eth_ipv4_udp([10, 0, 0, 1], [10, 0, 0, 2], 0x0b00, 0, false);
+        icmp[14 + 9] = 1;
+        let f = FlowFields::of_frame(LinkType::Ethernet, &icmp, 0).unwrap();
+        assert_eq!((f.proto, f.sport, f.dport, f.octets), (1, 0, 0x0b00, 28));
+        let k = FlowKey::of_frame(LinkType::Ethernet, &icmp).unwrap();
+        assert_eq!((k.port_lo, k.port_hi), (0, 0));
+
+        let plain = eth_ipv4_udp([10, 0, 0, 1], [10, 0, 0, 2], 1234, 53, false);
+        let mut tagged = plain[..12].to_vec();
+        tagged.extend_from_slice(&[0x81, 0x00, 0x20, 0x2a]); // PCP 1, VLAN 42
+        tagged.extend_from_slice(&plain[12..]);
+        let f = FlowFields::of_frame(LinkType::Ethernet, &tagged, 0).unwrap();
+        assert_eq!((f.vlan, f.sport, f.dport), (42, 1234, 53));
+    }
+
+    #[test]
+    fn flow_fields_of_fragments() {
+        let mut first = eth_ipv4_udp([1, 1, 1, 1], [2, 2, 2, 2], 9, 10, true);
+        first[14 + 4..14 + 6].copy_from_slice(&0x1234u16.to_be_bytes());
+        let f = FlowFields::of_frame(LinkType::Ethernet, &first, 0).unwrap();
+        assert_eq!(
+            f.fragment,
+            Some(FragmentId {
+                ident: 0x1234,
+                first: true
+            })
+        );
+        assert_eq!((f.sport, f.dport), (9, 10));
+        let mut later = first.clone();
+        later[14 + 6..14 + 8].copy_from_slice(&0x0003u16.to_be_bytes()); // offset 24, no MF
+        let f = FlowFields::of_frame(LinkType::Ethernet, &later, 0).unwrap();
+        assert_eq!(
+            f.fragment,
+            Some(FragmentId {
+                ident: 0x1234,
+                first: false
+            })
+        );
+        assert_eq!((f.sport, f.dport), (0, 0));
+
+        // IPv6: fragment header (next header UDP, offset 0, M) before the ports.
+        let mut v6 = vec![0u8; 14 + 40 + 8 + 8];
+        v6[12..14].copy_from_slice(&[0x86, 0xdd]);
+        v6[14] = 0x60;
+        v6[14 + 4..14 + 6].copy_from_slice(&16u16.to_be_bytes());
+        v6[14 + 6] = 44;
+        v6[14 + 40] = 17;
+        v6[14 + 40 + 3] = 1;
+        v6[14 + 40 + 4..14 + 40 + 8].copy_from_slice(&7u32.to_be_bytes());
+        v6[14 + 48..14 + 50].copy_from_slice(&53u16.to_be_bytes());
+        v6[14 + 50..14 + 52].copy_from_slice(&99u16.to_be_bytes());
+        let f = FlowFields::of_frame(LinkType::Ethernet, &v6, 0).unwrap();
+        assert_eq!((f.proto, f.sport, f.dport, f.octets), (17, 53, 99, 56));
+        assert_eq!(
+            f.fragment,
+            Some(FragmentId {
+                ident: 7,
+                first: true
+            })
+        );
+
+        // A jumbogram (payload length 0) counts the wire length.
+        v6[14 + 4..14 + 6].copy_from_slice(&0u16.to_be_bytes());
+        let f = FlowFields::of_frame(LinkType::Ethernet, &v6, 70_014).unwrap();
+        assert_eq!(f.octets, 70_000);
+    }
+
+    #[test]
     fn pick_spreads_evenly() {
         let mut n = [0u32; 3];
         for i in 0..3000u16 {
@@ -264,6 +428,7 @@ mod tests {
         #[test]
         fn never_panics(buf in proptest::collection::vec(any::<u8>(), 0..120), lt in 0u16..300) {
             let _ = symmetric_hash(LinkType::from_u16(lt), &buf);
+            let _ = FlowFields::of_frame(LinkType::from_u16(lt), &buf, buf.len() as u32);
         }
     }
 }
