@@ -10,6 +10,7 @@ pub mod capture;
 pub mod counters;
 pub mod error;
 pub mod file_source;
+pub mod flow_table;
 pub mod forward;
 pub mod generator;
 pub mod live_source;

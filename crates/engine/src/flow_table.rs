@@ -1,0 +1,818 @@
+//! One worker's flow table (a shard: fanout is symmetric, so both directions of a connection
+//! reach the same worker and no table is shared).
+//!
+//! Layout, chosen for memory per flow and one cache miss per lookup in the common case:
+//! - a slab of 128-byte [`Flow`] entries (two cache lines), reserved for `max_flows` up front
+//!   but only touched as flows arrive, with a free list threaded through `next`;
+//! - an open-addressing index of `u32` slot numbers (0 = empty), linear probing at a load of at
+//!   most 1/2, backward-shift deletion (no tombstones); each flow keeps its 32-bit hash so
+//!   probes rarely touch a flow that does not match and deletion never rehashes a key;
+//! - one list per timeout class (TCP, UDP, ICMP, other, closed TCP), ordered by the second in
+//!   which each flow was last moved to its tail. A flow moves at most once per second of packet
+//!   time, so a busy flow costs no list work on most packets; the idle sweep walks only list
+//!   heads and is late by less than one second. The heads are also the oldest flows, the ones
+//!   evicted first when the table is full.
+//!
+//! The hash is seeded per table so that an attacker who does not know the seed cannot aim
+//! packets at one probe chain.
+
+use tapflow_wire::flowkey::FlowFields;
+use tapflow_wire::flowrecord::{Counters, EndReason, FlowRecord};
+
+/// Timeout classes: each has its own idle timeout and its own list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Class {
+    /// TCP, not yet closed.
+    Tcp = 0,
+    /// UDP.
+    Udp = 1,
+    /// ICMP and ICMPv6.
+    Icmp = 2,
+    /// Any other IP protocol.
+    Other = 3,
+    /// TCP after FIN in both directions or RST: kept briefly for the last ACKs, then ended
+    /// with reason 3.
+    Closed = 4,
+}
+
+/// Number of [`Class`]es.
+pub const CLASSES: usize = 5;
+
+impl Class {
+    /// Every class, in index order.
+    pub const ALL: [Class; CLASSES] = [
+        Class::Tcp,
+        Class::Udp,
+        Class::Icmp,
+        Class::Other,
+        Class::Closed,
+    ];
+
+    fn of(proto: u8, ipv6: bool) -> Class {
+        match (proto, ipv6) {
+            (6, _) => Class::Tcp,
+            (17, _) => Class::Udp,
+            (1, false) | (58, true) => Class::Icmp,
+            _ => Class::Other,
+        }
+    }
+
+    /// The name used on the command line (`--idle-timeout tcp=300`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Class::Tcp => "tcp",
+            Class::Udp => "udp",
+            Class::Icmp => "icmp",
+            Class::Other => "other",
+            Class::Closed => "closed",
+        }
+    }
+}
+
+/// Timeouts and size of a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableConfig {
+    /// Most flows held at once; the oldest is evicted (reason 5) to make room.
+    pub max_flows: usize,
+    /// A record never spans more than this (ns); the flow then continues in a new record.
+    pub active_ns: u64,
+    /// Idle timeout of each [`Class`] (ns).
+    pub idle_ns: [u64; CLASSES],
+    /// Hash seed.
+    pub seed: u64,
+}
+
+const NIL: u32 = u32::MAX;
+const NS: u64 = 1_000_000_000;
+
+const FIN: u16 = 0x01;
+const SYN: u16 = 0x02;
+const RST: u16 = 0x04;
+const ACK: u16 = 0x10;
+
+const FIN_FWD: u8 = 1;
+const FIN_REV: u8 = 2;
+
+/// One flow: key, both directions' counters, links. 128 bytes.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct Flow {
+    src: [u8; 16],
+    dst: [u8; 16],
+    fwd_first: u64,
+    fwd_last: u64,
+    fwd_octets: u64,
+    rev_first: u64,
+    rev_last: u64,
+    rev_octets: u64,
+    fwd_packets: u32,
+    rev_packets: u32,
+    hash: u32,
+    prev: u32,
+    next: u32,
+    moved_s: u32,
+    sport: u16,
+    dport: u16,
+    vlan: u16,
+    interface: u16,
+    fwd_flags: u16,
+    rev_flags: u16,
+    proto: u8,
+    ipv6: bool,
+    class: u8,
+    fins: u8,
+}
+
+const _: () = assert!(size_of::<Flow>() == 128);
+
+impl Flow {
+    #[inline]
+    fn last(&self) -> u64 {
+        self.fwd_last.max(self.rev_last)
+    }
+
+    #[inline]
+    fn start(&self) -> u64 {
+        match (self.fwd_packets, self.rev_packets) {
+            (_, 0) => self.fwd_first,
+            (0, _) => self.rev_first,
+            _ => self.fwd_first.min(self.rev_first),
+        }
+    }
+
+    /// Which way a packet with these fields goes, if it belongs to this flow.
+    #[inline]
+    fn direction(&self, p: &FlowFields, interface: u16) -> Option<bool> {
+        if self.proto != p.proto
+            || self.ipv6 != p.ipv6
+            || self.vlan != p.vlan
+            || self.interface != interface
+        {
+            return None;
+        }
+        if self.sport == p.sport && self.dport == p.dport && self.src == p.src && self.dst == p.dst
+        {
+            Some(true)
+        } else if self.sport == p.dport
+            && self.dport == p.sport
+            && self.src == p.dst
+            && self.dst == p.src
+        {
+            Some(false)
+        } else {
+            None
+        }
+    }
+
+    #[inline]
+    fn count(&mut self, forward: bool, ts: u64, octets: u64, flags: u16) {
+        let (first, last, oct, pk, fl) = if forward {
+            (
+                &mut self.fwd_first,
+                &mut self.fwd_last,
+                &mut self.fwd_octets,
+                &mut self.fwd_packets,
+                &mut self.fwd_flags,
+            )
+        } else {
+            (
+                &mut self.rev_first,
+                &mut self.rev_last,
+                &mut self.rev_octets,
+                &mut self.rev_packets,
+                &mut self.rev_flags,
+            )
+        };
+        if *pk == 0 {
+            *first = ts;
+            *last = ts;
+        } else {
+            *first = (*first).min(ts);
+            *last = (*last).max(ts);
+        }
+        *pk += 1;
+        *oct += octets;
+        *fl |= flags;
+    }
+
+    fn reset_counters(&mut self) {
+        self.fwd_packets = 0;
+        self.rev_packets = 0;
+        self.fwd_octets = 0;
+        self.rev_octets = 0;
+        self.fwd_flags = 0;
+        self.rev_flags = 0;
+        self.fwd_first = 0;
+        self.fwd_last = 0;
+        self.rev_first = 0;
+        self.rev_last = 0;
+    }
+
+    fn record(&self, end_reason: EndReason) -> FlowRecord {
+        FlowRecord {
+            ipv6: self.ipv6,
+            proto: self.proto,
+            src: self.src,
+            dst: self.dst,
+            sport: self.sport,
+            dport: self.dport,
+            vlan: self.vlan,
+            interface: u32::from(self.interface),
+            fwd: Counters {
+                packets: u64::from(self.fwd_packets),
+                octets: self.fwd_octets,
+                tcp_flags: self.fwd_flags,
+                first_ns: self.fwd_first,
+                last_ns: self.fwd_last,
+            },
+            rev: Counters {
+                packets: u64::from(self.rev_packets),
+                octets: self.rev_octets,
+                tcp_flags: self.rev_flags,
+                first_ns: self.rev_first,
+                last_ns: self.rev_last,
+            },
+            end_reason,
+        }
+    }
+}
+
+/// What a table has done.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TableStats {
+    /// Flows created.
+    pub created: u64,
+    /// Records exported, by end reason (index = IANA value − 1).
+    pub ended: [u64; 5],
+}
+
+/// A flow table; see the module documentation.
+#[derive(Debug)]
+pub struct FlowTable {
+    cfg: TableConfig,
+    flows: Vec<Flow>,
+    free: u32,
+    index: Vec<u32>,
+    mask: usize,
+    len: usize,
+    head: [u32; CLASSES],
+    tail: [u32; CLASSES],
+    stats: TableStats,
+}
+
+impl FlowTable {
+    /// An empty table. Memory is reserved for `max_flows` but touched only as flows arrive.
+    pub fn new(cfg: TableConfig) -> FlowTable {
+        let max = cfg.max_flows.clamp(1, NIL as usize - 1);
+        let slots = (max * 2).next_power_of_two();
+        FlowTable {
+            cfg: TableConfig {
+                max_flows: max,
+                ..cfg
+            },
+            flows: Vec::with_capacity(max),
+            free: NIL,
+            index: vec![0; slots],
+            mask: slots - 1,
+            len: 0,
+            head: [NIL; CLASSES],
+            tail: [NIL; CLASSES],
+            stats: TableStats::default(),
+        }
+    }
+
+    /// Flows held now.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the table holds no flow.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// What the table has done so far.
+    pub fn stats(&self) -> TableStats {
+        self.stats
+    }
+
+    /// The symmetric, seeded hash of a packet's key.
+    #[inline]
+    fn hash(&self, p: &FlowFields, interface: u16) -> u32 {
+        let w = |b: &[u8; 16]| {
+            let (lo, hi) = b.split_at(8);
+            u64::from_le_bytes(lo.try_into().unwrap_or_default())
+                ^ u64::from_le_bytes(hi.try_into().unwrap_or_default()).rotate_left(29)
+        };
+        let (a, b) = (
+            w(&p.src) ^ u64::from(p.sport) << 48,
+            w(&p.dst) ^ u64::from(p.dport) << 48,
+        );
+        // Symmetric: the two ends combine commutatively, each mixed first.
+        let ends = mix(a ^ self.cfg.seed).wrapping_add(mix(b ^ self.cfg.seed));
+        let rest = u64::from(p.proto)
+            | u64::from(p.ipv6) << 8
+            | u64::from(p.vlan) << 16
+            | u64::from(interface) << 32;
+        (mix(ends ^ rest) >> 32) as u32
+    }
+
+    /// Counts one packet seen at `ts` (ns). Records the packet ends are passed to `out`.
+    #[inline]
+    pub fn update(
+        &mut self,
+        p: &FlowFields,
+        interface: u32,
+        ts: u64,
+        out: &mut impl FnMut(FlowRecord),
+    ) {
+        let interface = u16::try_from(interface).unwrap_or(u16::MAX);
+        let hash = self.hash(p, interface);
+        let (slot, found) = self.find(hash, p, interface);
+        let Some((i, forward)) = found else {
+            self.insert(slot, hash, p, interface, ts, out);
+            return;
+        };
+        let f = &mut self.flows[i as usize];
+        let flags = p.tcp_flags;
+        if f.class == Class::Closed as u8 && flags & (SYN | ACK) == SYN {
+            // A new connection on the same ports: end the old one first.
+            self.end(i, EndReason::EndOfFlow, out);
+            let (slot, _) = self.find(hash, p, interface);
+            self.insert(slot, hash, p, interface, ts, out);
+            return;
+        }
+        if ts.saturating_sub(f.start()) >= self.cfg.active_ns
+            || f.fwd_packets == u32::MAX
+            || f.rev_packets == u32::MAX
+        {
+            out(f.record(EndReason::ActiveTimeout));
+            f.reset_counters();
+            self.stats.ended[EndReason::ActiveTimeout as usize - 1] += 1;
+        }
+        let f = &mut self.flows[i as usize];
+        f.count(forward, ts, u64::from(p.octets), flags);
+        let s = (ts / NS) as u32;
+        if f.proto == 6 && flags & (FIN | RST) != 0 && f.class != Class::Closed as u8 {
+            f.fins |= if flags & FIN == 0 {
+                0
+            } else if forward {
+                FIN_FWD
+            } else {
+                FIN_REV
+            };
+            if flags & RST != 0 || f.fins == FIN_FWD | FIN_REV {
+                self.unlink(i);
+                let f = &mut self.flows[i as usize];
+                f.class = Class::Closed as u8;
+                f.moved_s = s;
+                self.push_tail(i);
+                return;
+            }
+        }
+        let f = &mut self.flows[i as usize];
+        if f.moved_s != s {
+            f.moved_s = s;
+            if self.tail[usize::from(f.class)] != i {
+                self.unlink(i);
+                self.push_tail(i);
+            }
+        }
+    }
+
+    /// Ends every flow idle at `now` (ns).
+    pub fn expire(&mut self, now: u64, out: &mut impl FnMut(FlowRecord)) {
+        for c in Class::ALL {
+            let idle = self.cfg.idle_ns[c as usize];
+            let reason = if c == Class::Closed {
+                EndReason::EndOfFlow
+            } else {
+                EndReason::IdleTimeout
+            };
+            loop {
+                let h = self.head[c as usize];
+                if h == NIL || self.flows[h as usize].last().saturating_add(idle) > now {
+                    break;
+                }
+                self.end(h, reason, out);
+            }
+        }
+    }
+
+    /// Ends every flow with `reason` (shutdown: 4).
+    pub fn drain(&mut self, reason: EndReason, out: &mut impl FnMut(FlowRecord)) {
+        for c in Class::ALL {
+            while self.head[c as usize] != NIL {
+                self.end(self.head[c as usize], reason, out);
+            }
+        }
+    }
+
+    /// The slot where the key is or would go, and the flow and direction if it is there.
+    #[inline]
+    fn find(&self, hash: u32, p: &FlowFields, interface: u16) -> (usize, Option<(u32, bool)>) {
+        let mut slot = hash as usize & self.mask;
+        loop {
+            let v = self.index[slot];
+            if v == 0 {
+                return (slot, None);
+            }
+            let f = &self.flows[v as usize - 1];
+            if f.hash == hash
+                && let Some(forward) = f.direction(p, interface)
+            {
+                return (slot, Some((v - 1, forward)));
+            }
+            slot = (slot + 1) & self.mask;
+        }
+    }
+
+    fn insert(
+        &mut self,
+        mut slot: usize,
+        hash: u32,
+        p: &FlowFields,
+        interface: u16,
+        ts: u64,
+        out: &mut impl FnMut(FlowRecord),
+    ) {
+        if self.len >= self.cfg.max_flows {
+            self.evict_oldest(out);
+            slot = self.find(hash, p, interface).0;
+        }
+        // A SYN-ACK first means its receiver initiated: keep the initiator forward.
+        let swap = p.tcp_flags & (SYN | ACK) == SYN | ACK && p.proto == 6;
+        let (src, dst, sport, dport) = if swap {
+            (p.dst, p.src, p.dport, p.sport)
+        } else {
+            (p.src, p.dst, p.sport, p.dport)
+        };
+        let class = Class::of(p.proto, p.ipv6);
+        let mut f = Flow {
+            src,
+            dst,
+            sport,
+            dport,
+            proto: p.proto,
+            ipv6: p.ipv6,
+            vlan: p.vlan,
+            interface,
+            hash,
+            class: class as u8,
+            moved_s: (ts / NS) as u32,
+            prev: NIL,
+            next: NIL,
+            ..Flow::default()
+        };
+        f.count(!swap, ts, u64::from(p.octets), p.tcp_flags);
+        if p.proto == 6 && p.tcp_flags & RST != 0 {
+            f.class = Class::Closed as u8;
+        }
+        let i = if self.free == NIL {
+            self.flows.push(f);
+            (self.flows.len() - 1) as u32
+        } else {
+            let i = self.free;
+            self.free = self.flows[i as usize].next;
+            self.flows[i as usize] = f;
+            i
+        };
+        self.index[slot] = i + 1;
+        self.push_tail(i);
+        self.len += 1;
+        self.stats.created += 1;
+    }
+
+    fn evict_oldest(&mut self, out: &mut impl FnMut(FlowRecord)) {
+        let oldest = self
+            .head
+            .iter()
+            .filter(|&&h| h != NIL)
+            .min_by_key(|&&h| self.flows[h as usize].moved_s)
+            .copied();
+        if let Some(h) = oldest {
+            self.end(h, EndReason::LackOfResources, out);
+        }
+    }
+
+    /// Exports flow `i` with `reason` and removes it.
+    fn end(&mut self, i: u32, reason: EndReason, out: &mut impl FnMut(FlowRecord)) {
+        let f = &self.flows[i as usize];
+        if f.fwd_packets != 0 || f.rev_packets != 0 {
+            out(f.record(reason));
+            self.stats.ended[reason as usize - 1] += 1;
+        }
+        self.unlink(i);
+        self.remove_from_index(i);
+        self.flows[i as usize].reset_counters();
+        self.flows[i as usize].next = self.free;
+        self.free = i;
+        self.len -= 1;
+    }
+
+    fn remove_from_index(&mut self, i: u32) {
+        let mut hole = self.flows[i as usize].hash as usize & self.mask;
+        while self.index[hole] != i + 1 {
+            hole = (hole + 1) & self.mask;
+        }
+        let mut j = (hole + 1) & self.mask;
+        loop {
+            let v = self.index[j];
+            if v == 0 {
+                break;
+            }
+            let home = self.flows[v as usize - 1].hash as usize & self.mask;
+            // Move `v` back into the hole unless its home lies cyclically in (hole, j].
+            if (j.wrapping_sub(home) & self.mask) >= (j.wrapping_sub(hole) & self.mask) {
+                self.index[hole] = v;
+                hole = j;
+            }
+            j = (j + 1) & self.mask;
+        }
+        self.index[hole] = 0;
+    }
+
+    fn unlink(&mut self, i: u32) {
+        let (prev, next, c) = {
+            let f = &self.flows[i as usize];
+            (f.prev, f.next, usize::from(f.class))
+        };
+        if prev == NIL {
+            self.head[c] = next;
+        } else {
+            self.flows[prev as usize].next = next;
+        }
+        if next == NIL {
+            self.tail[c] = prev;
+        } else {
+            self.flows[next as usize].prev = prev;
+        }
+    }
+
+    fn push_tail(&mut self, i: u32) {
+        let c = usize::from(self.flows[i as usize].class);
+        let t = self.tail[c];
+        {
+            let f = &mut self.flows[i as usize];
+            f.prev = t;
+            f.next = NIL;
+        }
+        if t == NIL {
+            self.head[c] = i;
+        } else {
+            self.flows[t as usize].next = i;
+        }
+        self.tail[c] = i;
+    }
+}
+
+/// The murmur3 64-bit finaliser.
+#[inline]
+fn mix(x: u64) -> u64 {
+    let mut z = x;
+    z = (z ^ (z >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+    z = (z ^ (z >> 33)).wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    z ^ (z >> 33)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = NS;
+
+    fn cfg(max_flows: usize) -> TableConfig {
+        TableConfig {
+            max_flows,
+            active_ns: 300 * S,
+            idle_ns: [300 * S, 60 * S, 60 * S, 60 * S, 5 * S],
+            seed: 0x1234_5678,
+        }
+    }
+
+    fn pkt(proto: u8, a: u8, b: u8, sport: u16, dport: u16, flags: u16) -> FlowFields {
+        let mut f = FlowFields {
+            proto,
+            sport,
+            dport,
+            octets: 100,
+            tcp_flags: flags,
+            ..FlowFields::default()
+        };
+        f.src[..4].copy_from_slice(&[10, 0, 0, a]);
+        f.dst[..4].copy_from_slice(&[10, 0, 0, b]);
+        f
+    }
+
+    fn run(t: &mut FlowTable, p: &FlowFields, ts: u64) -> Vec<FlowRecord> {
+        let mut v = Vec::new();
+        t.update(p, 0, ts, &mut |r| v.push(r));
+        v
+    }
+
+    #[test]
+    fn both_directions_make_one_biflow() {
+        let mut t = FlowTable::new(cfg(16));
+        assert!(run(&mut t, &pkt(17, 1, 2, 5000, 53, 0), S).is_empty());
+        assert!(run(&mut t, &pkt(17, 2, 1, 53, 5000, 0), 2 * S).is_empty());
+        assert!(run(&mut t, &pkt(17, 1, 2, 5000, 53, 0), 3 * S).is_empty());
+        assert_eq!(t.len(), 1);
+        let mut v = Vec::new();
+        t.drain(EndReason::ForcedEnd, &mut |r| v.push(r));
+        assert_eq!(v.len(), 1);
+        let r = v[0];
+        assert_eq!((r.sport, r.dport, &r.src[..4]), (5000, 53, &[10, 0, 0, 1][..]));
+        assert_eq!((r.fwd.packets, r.fwd.octets, r.rev.packets), (2, 200, 1));
+        assert_eq!((r.fwd.first_ns, r.fwd.last_ns), (S, 3 * S));
+        assert_eq!((r.rev.first_ns, r.rev.last_ns), (2 * S, 2 * S));
+        assert_eq!(r.end_reason, EndReason::ForcedEnd);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn idle_timeouts_follow_the_protocol() {
+        let mut t = FlowTable::new(cfg(16));
+        run(&mut t, &pkt(17, 1, 2, 1, 2, 0), S);
+        run(&mut t, &pkt(6, 1, 2, 1, 2, 0x10), S);
+        let mut v = Vec::new();
+        t.expire(61 * S - 1, &mut |r| v.push(r));
+        assert!(v.is_empty());
+        t.expire(61 * S, &mut |r| v.push(r));
+        assert_eq!(v.len(), 1);
+        assert_eq!((v[0].proto, v[0].end_reason), (17, EndReason::IdleTimeout));
+        t.expire(301 * S, &mut |r| v.push(r));
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[1].proto, 6);
+    }
+
+    #[test]
+    fn idle_sweep_is_late_by_less_than_a_second_for_busy_flows() {
+        // A flow whose packets come every 0.4 s moves on the list at most once a second; the
+        // sweep must still find it idle behind an older one.
+        let mut t = FlowTable::new(cfg(16));
+        let a = pkt(17, 1, 2, 1, 2, 0);
+        let b = pkt(17, 3, 4, 1, 2, 0);
+        run(&mut t, &a, 10 * S);
+        run(&mut t, &b, 10 * S);
+        for k in 1..10 {
+            run(&mut t, &a, 10 * S + k * 4 * S / 10);
+        }
+        let a_last = 10 * S + 36 * S / 10;
+        let mut v = Vec::new();
+        t.expire(a_last + 60 * S - 1, &mut |r| v.push(r));
+        assert_eq!(v.len(), 1, "b is idle since 10 s");
+        t.expire(a_last + 60 * S, &mut |r| v.push(r));
+        assert_eq!(v.len(), 2);
+    }
+
+    #[test]
+    fn no_record_spans_more_than_the_active_timeout() {
+        let mut t = FlowTable::new(cfg(16));
+        let mut v = Vec::new();
+        for k in 0..100u64 {
+            let p = if k % 2 == 0 {
+                pkt(6, 1, 2, 40000, 80, 0x10)
+            } else {
+                pkt(6, 2, 1, 80, 40000, 0x10)
+            };
+            t.update(&p, 0, k * 10 * S, &mut |r| v.push(r));
+        }
+        t.drain(EndReason::ForcedEnd, &mut |r| v.push(r));
+        assert_eq!(v.len(), 4, "0-290, 300-590, 600-890, 900-990");
+        let total: u64 = v.iter().map(|r| r.fwd.packets + r.rev.packets).sum();
+        assert_eq!(total, 100);
+        for r in &v {
+            assert!(r.end_ns() - r.start_ns() < 300 * S);
+            assert_eq!((r.sport, r.dport), (40000, 80));
+        }
+        assert!(v[..3].iter().all(|r| r.end_reason == EndReason::ActiveTimeout));
+        assert_eq!(v[1].start_ns(), 300 * S);
+    }
+
+    #[test]
+    fn fin_both_ways_or_rst_end_the_flow_after_the_closing_wait() {
+        let mut t = FlowTable::new(cfg(16));
+        run(&mut t, &pkt(6, 1, 2, 1000, 80, 0x02), S);
+        run(&mut t, &pkt(6, 2, 1, 80, 1000, 0x12), S);
+        run(&mut t, &pkt(6, 1, 2, 1000, 80, 0x11), 2 * S);
+        run(&mut t, &pkt(6, 2, 1, 80, 1000, 0x11), 2 * S);
+        run(&mut t, &pkt(6, 1, 2, 1000, 80, 0x10), 2 * S); // last ACK, same record
+        run(&mut t, &pkt(6, 3, 4, 1000, 80, 0x04), 2 * S); // lone RST
+        let mut v = Vec::new();
+        t.expire(7 * S - 1, &mut |r| v.push(r));
+        assert!(v.is_empty());
+        t.expire(7 * S, &mut |r| v.push(r));
+        assert_eq!(v.len(), 2);
+        assert!(v.iter().all(|r| r.end_reason == EndReason::EndOfFlow));
+        assert_eq!((v[0].fwd.packets, v[0].rev.packets), (3, 2));
+        assert_eq!((v[0].fwd.tcp_flags, v[0].rev.tcp_flags), (0x13, 0x13));
+    }
+
+    #[test]
+    fn a_new_syn_on_a_closed_flow_starts_a_new_record() {
+        let mut t = FlowTable::new(cfg(16));
+        run(&mut t, &pkt(6, 1, 2, 1000, 80, 0x02), S);
+        run(&mut t, &pkt(6, 2, 1, 80, 1000, 0x14), S); // RST-ACK
+        let v = run(&mut t, &pkt(6, 1, 2, 1000, 80, 0x02), 2 * S);
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].end_reason, EndReason::EndOfFlow);
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn syn_ack_first_keeps_the_initiator_forward() {
+        let mut t = FlowTable::new(cfg(16));
+        run(&mut t, &pkt(6, 2, 1, 80, 1000, 0x12), S);
+        run(&mut t, &pkt(6, 1, 2, 1000, 80, 0x10), S);
+        let mut v = Vec::new();
+        t.drain(EndReason::ForcedEnd, &mut |r| v.push(r));
+        assert_eq!((v[0].sport, v[0].dport), (1000, 80));
+        assert_eq!((v[0].fwd.tcp_flags, v[0].rev.tcp_flags), (0x10, 0x12));
+    }
+
+    #[test]
+    fn a_full_table_evicts_the_oldest() {
+        let mut t = FlowTable::new(cfg(3));
+        for (k, port) in [1u16, 2, 3].into_iter().enumerate() {
+            run(&mut t, &pkt(17, 1, 2, port, 9, 0), (k as u64 + 1) * S);
+        }
+        run(&mut t, &pkt(17, 1, 2, 1, 9, 0), 4 * S); // port 1 is now the newest
+        let v = run(&mut t, &pkt(17, 1, 2, 4, 9, 0), 5 * S);
+        assert_eq!(v.len(), 1);
+        assert_eq!((v[0].sport, v[0].end_reason), (2, EndReason::LackOfResources));
+        assert_eq!(t.len(), 3);
+    }
+
+    #[test]
+    fn vlan_and_interface_are_part_of_the_key() {
+        let mut t = FlowTable::new(cfg(16));
+        let p = pkt(17, 1, 2, 1, 2, 0);
+        let mut q = p;
+        q.vlan = 7;
+        let mut v = Vec::new();
+        t.update(&p, 0, S, &mut |r| v.push(r));
+        t.update(&q, 0, S, &mut |r| v.push(r));
+        t.update(&p, 1, S, &mut |r| v.push(r));
+        assert_eq!(t.len(), 3);
+    }
+
+    /// Many flows through a small table with collisions, removals and evictions: every packet
+    /// is in exactly one record, and every flow still held can be found.
+    #[test]
+    fn random_churn_loses_no_packet() {
+        let mut t = FlowTable::new(TableConfig {
+            idle_ns: [3 * S; CLASSES],
+            ..cfg(200)
+        });
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut exported = 0u64;
+        let mut records = 0u64;
+        for k in 0..200_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let a = (x % 5) as u8;
+            let b = (x >> 8) as u8 % 5;
+            let port = (x >> 16) as u16 % 8;
+            let flags = if x >> 40 & 31 == 0 { RST } else { ACK };
+            let proto = [6u8, 17, 1, 47][(x >> 32) as usize % 4];
+            let ts = k * S / 100;
+            t.update(&pkt(proto, a, b, port, 80, flags), 0, ts, &mut |r| {
+                exported += r.fwd.packets + r.rev.packets;
+                records += 1;
+            });
+            if k % 100 == 0 {
+                t.expire(ts, &mut |r| {
+                    exported += r.fwd.packets + r.rev.packets;
+                    records += 1;
+                });
+                assert!(t.len() <= 200);
+                for i in 0..t.flows.len() as u32 {
+                    let f = t.flows[i as usize];
+                    if f.fwd_packets + f.rev_packets == 0 {
+                        continue; // free
+                    }
+                    let q = FlowFields {
+                        proto: f.proto,
+                        src: f.src,
+                        dst: f.dst,
+                        sport: f.sport,
+                        dport: f.dport,
+                        ..FlowFields::default()
+                    };
+                    let h = t.hash(&q, 0);
+                    assert_eq!(t.find(h, &q, 0).1, Some((i, true)));
+                }
+            }
+        }
+        t.drain(EndReason::ForcedEnd, &mut |r| {
+            exported += r.fwd.packets + r.rev.packets;
+            records += 1;
+        });
+        assert_eq!(exported, 200_000);
+        let st = t.stats();
+        assert_eq!(st.ended.iter().sum::<u64>(), records);
+        assert!(st.ended[4] > 0 && st.ended[0] > 0 && st.ended[2] > 0, "{st:?}");
+    }
+}
