@@ -1,28 +1,39 @@
 //! `tapflow capture`: checks the request, runs the engine, prints the accounting.
 
 use std::net::ToSocketAddrs;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use tapflow_engine::capture::{self, CaptureConfig, Input, RingGeometry};
+use tapflow_engine::capture::{self, CaptureConfig, FlowConfig, Input, RingGeometry};
+use tapflow_engine::flow_export::{ExportConfig, ExportTarget, MeterClock, TextDest};
+use tapflow_engine::flow_table::{CLASSES, Class, TableConfig};
+use tapflow_engine::flow_text::TextFormat;
 use tapflow_engine::forward::{self, Balance, ForwardConfig};
 use tapflow_engine::naming::{output_path, part_path};
 use tapflow_engine::writer::{Format, WriterConfig};
 use tapflow_wire::{datagram, record};
 
 use crate::Failure;
-use crate::cli::{BalanceArg, CaptureArgs, FormatArg};
-use crate::report::{StatusLine, capture_json, finish, forward_line, summary_line};
+use crate::cli::{BalanceArg, CaptureArgs, FlowArgs, FormatArg};
+use crate::report::{StatusLine, capture_json, finish, flow_lines, forward_line, summary_line};
 
 /// Largest snaplen accepted, as libpcap's `MAXIMUM_SNAPLEN`.
 const MAX_SNAPLEN: u32 = 262_144;
 /// Ring memory the defaults aim to hold, per worker.
 const HOLD: Duration = Duration::from_millis(50);
+/// Idle timeouts (s) per class: TCP, UDP, ICMP, other, closed TCP (Zeek's inactivity
+/// timeouts; docs/flows.md compares them with softflowd's, nfpcapd's and YAF's).
+const DEFAULT_IDLE: [u64; CLASSES] = [300, 60, 60, 60, 5];
+const NS: u64 = 1_000_000_000;
 
-pub fn run(a: CaptureArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
-    let cfg = config(&a)?;
+/// Runs `tapflow capture`, or `tapflow flows` when `flows` is set (metering always on, a
+/// table on stdout unless another flow output is given).
+pub fn run(a: CaptureArgs, stop: &Arc<AtomicBool>, flows: bool) -> Result<ExitCode, Failure> {
+    let mut cfg = config(&a)?;
+    cfg.flows = flow_config(&a.flows, flows)?;
     if let Some(base) = &a.write {
         check_writable(base, &cfg)?;
     }
@@ -65,6 +76,11 @@ pub fn run(a: CaptureArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> 
         eprintln!("{}", summary_line(&summary.totals));
         if let Some(f) = &summary.forward {
             eprintln!("{}", forward_line(f));
+        }
+        if let Some(f) = &summary.flows {
+            for line in flow_lines(f) {
+                eprintln!("{line}");
+            }
         }
     }
     finish(a.summary_json.as_deref(), || capture_json(&summary), err)
@@ -172,7 +188,117 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
         count: a.count,
         duration,
         forward: forward_config(a)?,
+        flows: None,
     })
+}
+
+/// The flow meter's settings and outputs, if metering is on.
+fn flow_config(a: &FlowArgs, flows_cmd: bool) -> Result<Option<FlowConfig>, Failure> {
+    if !flows_cmd && !a.any_output() {
+        return Ok(None);
+    }
+    let bad = |m: String| Failure::Usage(m);
+    const SECS_MAX: u64 = 30 * 86_400;
+    if a.active_timeout == 0 || a.active_timeout > SECS_MAX {
+        return Err(bad(format!(
+            "--active-timeout {} is out of range: 1 to {SECS_MAX} seconds",
+            a.active_timeout
+        )));
+    }
+    let mut idle = DEFAULT_IDLE;
+    for spec in &a.idle_timeout {
+        let (classes, secs) = match spec.split_once('=') {
+            None => (&Class::ALL[..], spec.as_str()),
+            Some((name, secs)) => match Class::ALL.iter().position(|c| c.name() == name) {
+                Some(i) => (&Class::ALL[i..=i], secs),
+                None => {
+                    return Err(bad(format!(
+                        "--idle-timeout {spec}: unknown class '{name}' (tcp, udp, icmp, other, closed)"
+                    )));
+                }
+            },
+        };
+        let secs: u64 = secs
+            .parse()
+            .ok()
+            .filter(|&n| n > 0 && n <= SECS_MAX)
+            .ok_or_else(|| {
+                bad(format!(
+                    "--idle-timeout {spec}: not a number of seconds from 1 to {SECS_MAX}"
+                ))
+            })?;
+        for c in classes {
+            idle[*c as usize] = secs;
+        }
+    }
+    if a.max_flows == 0 || a.max_flows > u32::MAX as usize - 2 {
+        return Err(bad(format!(
+            "--max-flows {} is out of range: 1 to {}",
+            a.max_flows,
+            u32::MAX - 2
+        )));
+    }
+    if !(576..=65_535).contains(&a.export_mtu) {
+        return Err(bad(format!(
+            "--export-mtu {} is out of range: 576 to 65535",
+            a.export_mtu
+        )));
+    }
+    let mut targets = Vec::new();
+    for url in &a.export {
+        targets.push(ExportTarget::parse_url(url).map_err(|m| bad(format!("--export {m}")))?);
+    }
+    let text = |p: &PathBuf, format| ExportTarget::Text {
+        format,
+        dest: if p.as_os_str() == "-" {
+            TextDest::Stdout
+        } else {
+            TextDest::File(p.clone())
+        },
+    };
+    if let Some(p) = &a.json {
+        targets.push(text(p, TextFormat::Json));
+    }
+    if let Some(p) = &a.csv {
+        targets.push(text(p, TextFormat::Csv));
+    }
+    if !a.any_output() {
+        targets.push(ExportTarget::Text {
+            format: TextFormat::Table,
+            dest: TextDest::Stdout,
+        });
+    }
+    let stdout = targets
+        .iter()
+        .filter(|t| {
+            matches!(
+                t,
+                ExportTarget::Text {
+                    dest: TextDest::Stdout,
+                    ..
+                }
+            )
+        })
+        .count();
+    if stdout > 1 {
+        return Err(bad(
+            "only one of --json and --csv can write to stdout".into()
+        ));
+    }
+    Ok(Some(FlowConfig {
+        table: TableConfig {
+            max_flows: a.max_flows,
+            active_ns: a.active_timeout * NS,
+            idle_ns: idle.map(|s| s * NS),
+            seed: 0,
+        },
+        export: ExportConfig {
+            targets,
+            mtu: a.export_mtu,
+            observation_domain: a.observation_domain,
+            clock: MeterClock::Packets,
+        },
+    }))
 }
 
 /// The forwarding settings: collectors resolved, datagram size from `--mtu` or the route.

@@ -28,6 +28,9 @@ pub struct Cli {
 pub enum Command {
     /// Capture packet headers from an interface or a file into pcapng/pcap.
     Capture(CaptureArgs),
+    /// Meter bidirectional flows from an interface or a file and export them (IPFIX, NetFlow,
+    /// JSON, CSV; a table on stdout by default). Takes every option of `capture`.
+    Flows(CaptureArgs),
     /// Receive forwarded header datagrams from probes and record them into pcapng.
     Recv(RecvArgs),
     /// Generate traffic on an interface (AF_PACKET TX ring).
@@ -123,6 +126,48 @@ pub struct CaptureArgs {
     /// This probe's id in the datagrams (the collector names its interface after it).
     #[arg(long, default_value_t = 0, requires = "forward")]
     pub probe_id: u32,
+    /// Flow metering and export.
+    #[command(flatten)]
+    pub flows: FlowArgs,
+}
+
+/// Flow metering options, shared by `capture` (where any output turns metering on) and `flows`.
+#[derive(Debug, Args)]
+pub struct FlowArgs {
+    /// Export flow records to collectors: ipfix://HOST:PORT (UDP), ipfix+tcp://HOST:PORT,
+    /// nfv9://HOST:PORT, nfv5://HOST:PORT.
+    #[arg(long, value_name = "URL[,URL...]", value_delimiter = ',')]
+    pub export: Vec<String>,
+    /// Write flow records as JSON lines to this file ('-' for stdout).
+    #[arg(long, value_name = "PATH|-")]
+    pub json: Option<PathBuf>,
+    /// Write flow records as CSV to this file ('-' for stdout).
+    #[arg(long, value_name = "PATH|-")]
+    pub csv: Option<PathBuf>,
+    /// A flow record never spans more than this many seconds; the flow continues in a new one.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    pub active_timeout: u64,
+    /// End a flow after this many seconds without a packet; repeat with PROTO= for one
+    /// protocol class (tcp, udp, icmp, other, closed = TCP after FIN both ways or RST).
+    /// Defaults: tcp=300 udp=60 icmp=60 other=60 closed=5.
+    #[arg(long, value_name = "[PROTO=]SECS", value_delimiter = ',')]
+    pub idle_timeout: Vec<String>,
+    /// Most flows held at once, over all workers; the oldest is ended (reason 5) for a new one.
+    #[arg(long, default_value = "2000000", value_parser = parse_usize_size)]
+    pub max_flows: usize,
+    /// IPFIX observation domain (NetFlow v9 source id).
+    #[arg(long, default_value_t = 1)]
+    pub observation_domain: u32,
+    /// Largest IP packet sent to a UDP collector (IPFIX/NetFlow messages are sized to fit).
+    #[arg(long, default_value_t = 1500)]
+    pub export_mtu: u32,
+}
+
+impl FlowArgs {
+    /// Whether any flow output was asked for.
+    pub fn any_output(&self) -> bool {
+        !self.export.is_empty() || self.json.is_some() || self.csv.is_some()
+    }
 }
 
 /// How forwarded records are spread over collectors.

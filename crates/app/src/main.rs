@@ -88,7 +88,8 @@ fn main() -> ExitCode {
         }
     }
     let result = match cli.command {
-        Command::Capture(args) => capture_cmd::run(args, &stop),
+        Command::Capture(args) => capture_cmd::run(args, &stop, false),
+        Command::Flows(args) => capture_cmd::run(args, &stop, true),
         Command::Recv(args) => recv_cmd::run(args, &stop),
         Command::Gen(args) => gen_cmd::run(args, &stop),
     };

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use tapflow_engine::capture::{Summary, Tick};
+use tapflow_engine::capture::{FlowSummary, Summary, Tick};
 use tapflow_engine::counters::Totals;
 use tapflow_engine::forward::ForwardReport;
 
@@ -142,6 +142,81 @@ pub fn forward_line(f: &ForwardReport) -> String {
     s
 }
 
+/// The exit lines of flow metering: flows counted, records ended by reason, and what each output
+/// delivered.
+pub fn flow_lines(f: &FlowSummary) -> Vec<String> {
+    let m = &f.meter;
+    let e = &m.table.ended;
+    let mut lines = vec![format!(
+        "tapflow: {} flows, {} records ({} idle, {} active, {} end, {} forced, {} evicted), \
+         {} packets not IP, {} later fragments joined, {} not",
+        m.table.created,
+        f.export.records,
+        e[0],
+        e[1],
+        e[2],
+        e[3],
+        e[4],
+        m.not_ip,
+        m.fragments_joined,
+        m.fragments_unjoined
+    )];
+    for o in &f.export.outputs {
+        let mut l = format!("tapflow: {}: {} records", o.name, o.records);
+        if o.messages > 0 {
+            l.push_str(&format!(" in {} messages", o.messages));
+        }
+        if o.failed > 0 {
+            l.push_str(&format!(", {} not delivered", o.failed));
+        }
+        if let Some(err) = &o.error {
+            l.push_str(&format!(" (error: {err})"));
+        }
+        lines.push(l);
+    }
+    lines
+}
+
+/// The `"flows"` member of the capture JSON, or nothing.
+fn flows_json(f: Option<&FlowSummary>) -> String {
+    let Some(f) = f else {
+        return String::new();
+    };
+    let m = &f.meter;
+    let e = &m.table.ended;
+    let outputs: Vec<String> = f
+        .export
+        .outputs
+        .iter()
+        .map(|o| {
+            format!(
+                "{{\"output\":{},\"records\":{},\"messages\":{},\"failed\":{},\"error\":{}}}",
+                json_string(&o.name),
+                o.records,
+                o.messages,
+                o.failed,
+                o.error.as_deref().map_or("null".into(), json_string)
+            )
+        })
+        .collect();
+    format!(
+        ",\"flows\":{{\"flows\":{},\"records\":{},\"ended_idle\":{},\"ended_active\":{},\
+         \"ended_end\":{},\"ended_forced\":{},\"ended_evicted\":{},\"not_ip\":{},\
+         \"fragments_joined\":{},\"fragments_unjoined\":{},\"outputs\":[{}]}}",
+        m.table.created,
+        f.export.records,
+        e[0],
+        e[1],
+        e[2],
+        e[3],
+        e[4],
+        m.not_ip,
+        m.fragments_joined,
+        m.fragments_unjoined,
+        outputs.join(",")
+    )
+}
+
 /// The `"forward"` member of the capture JSON, or nothing.
 fn forward_json(f: Option<&ForwardReport>) -> String {
     let Some(f) = f else {
@@ -179,7 +254,7 @@ pub fn capture_json(s: &Summary) -> String {
     format!(
         "{{\"received\":{},\"recorded\":{},\"dropped_kernel\":{},\"dropped_ours\":{},\
          \"past_limit\":{},\"freezes\":{},\"bytes\":{},\"seconds\":{:.6},\"hw_timestamps\":{},\
-         \"files\":[{}]{}}}\n",
+         \"files\":[{}]{}{}}}\n",
         t.received,
         t.recorded,
         t.dropped_kernel,
@@ -190,7 +265,8 @@ pub fn capture_json(s: &Summary) -> String {
         s.seconds,
         s.hw_timestamps,
         files.join(","),
-        forward_json(s.forward.as_ref())
+        forward_json(s.forward.as_ref()),
+        flows_json(s.flows.as_ref())
     )
 }
 

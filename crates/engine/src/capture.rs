@@ -1,6 +1,7 @@
 //! A whole capture: N workers (one per fanout member, or one over a file), each with its own
 //! sinks, and a monitor loop on the caller's thread for the status line and the stop conditions.
 
+use std::hash::{BuildHasher, RandomState};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
@@ -15,6 +16,9 @@ use tapflow_wire::LinkType;
 use crate::EngineError;
 use crate::counters::{SharedTotals, Totals};
 use crate::file_source::FileSource;
+use crate::flow_export::{ExportConfig, ExportReport, Exporter, MeterClock};
+use crate::flow_meter::{FlowMeter, MeterStats};
+use crate::flow_table::TableConfig;
 use crate::forward::{ForwardConfig, ForwardReport, ForwardSink};
 use crate::live_source::LiveSource;
 use crate::sink::RecordSink;
@@ -104,6 +108,26 @@ pub struct CaptureConfig {
     pub duration: Option<Duration>,
     /// Header forwarding (`--forward`), if any; the stream is filled in per worker.
     pub forward: Option<ForwardConfig>,
+    /// Flow metering and export (`--export`, `tapflow flows`), if any.
+    pub flows: Option<FlowConfig>,
+}
+
+/// The flow meters (one per worker) and their exporter.
+#[derive(Debug, Clone)]
+pub struct FlowConfig {
+    /// Timeouts and size, for all workers together (each gets its share of `max_flows`).
+    pub table: TableConfig,
+    /// The outputs; the clock is set from the input (packet time for files, wall time live).
+    pub export: ExportConfig,
+}
+
+/// What the flow meters and the exporter did.
+#[derive(Debug, Clone, Default)]
+pub struct FlowSummary {
+    /// Summed over the workers' meters.
+    pub meter: MeterStats,
+    /// The exporter's outputs.
+    pub export: ExportReport,
 }
 
 /// A moment of a running capture, for status lines and progress bars.
@@ -147,6 +171,8 @@ pub struct Summary {
     pub hw_timestamps: bool,
     /// What forwarding sent, summed over workers.
     pub forward: Option<ForwardReport>,
+    /// What flow metering counted and exported.
+    pub flows: Option<FlowSummary>,
 }
 
 /// Runs a capture until its input ends, `count` or `duration` is reached, or `stop` is raised.
@@ -163,6 +189,20 @@ pub fn run(
     tick: &mut dyn FnMut(&Tick),
 ) -> (Summary, Option<EngineError>) {
     let started = Instant::now();
+    let exporter = match &cfg.flows {
+        Some(f) => {
+            let mut export = f.export.clone();
+            export.clock = match cfg.input {
+                Input::Live { .. } => MeterClock::Wall,
+                Input::File(_) => MeterClock::Packets,
+            };
+            match Exporter::start(&export) {
+                Ok(x) => Some(x),
+                Err(e) => return (Summary::default(), Some(e)),
+            }
+        }
+        None => None,
+    };
     let (mut summary, err) = match &cfg.input {
         Input::Live {
             ifname,
@@ -179,13 +219,20 @@ pub fn run(
                 filter,
                 fanout_group: *fanout_group,
             },
+            exporter.as_ref(),
             stop,
             ready,
             tick,
             started,
         ),
-        Input::File(path) => run_file(cfg, path, stop, ready, tick, started),
+        Input::File(path) => run_file(cfg, path, exporter.as_ref(), stop, ready, tick, started),
     };
+    if let Some(x) = exporter {
+        summary
+            .flows
+            .get_or_insert_with(FlowSummary::default)
+            .export = x.finish();
+    }
     summary.seconds = started.elapsed().as_secs_f64();
     (summary, err)
 }
@@ -227,6 +274,7 @@ fn open_rings(cfg: &CaptureConfig, li: &LiveInput<'_>) -> Result<Vec<RxRing>, En
 fn run_live(
     cfg: &CaptureConfig,
     li: LiveInput<'_>,
+    exporter: Option<&Exporter>,
     stop: &Arc<AtomicBool>,
     ready: &mut dyn FnMut(&Ready),
     tick: &mut dyn FnMut(&Tick),
@@ -258,7 +306,7 @@ fn run_live(
     let multi = rings.len() > 1;
     let mut all_sinks = Vec::new();
     for k in 0..rings.len() {
-        match sinks_for(cfg, multi.then_some(k)) {
+        match sinks_for(cfg, multi.then_some(k), rings.len(), exporter) {
             Ok(s) => all_sinks.push(s),
             Err(e) => return (Summary::default(), Some(e)),
         }
@@ -298,6 +346,7 @@ fn run_live(
 fn run_file(
     cfg: &CaptureConfig,
     path: &Path,
+    exporter: Option<&Exporter>,
     stop: &Arc<AtomicBool>,
     ready: &mut dyn FnMut(&Ready),
     tick: &mut dyn FnMut(&Tick),
@@ -324,7 +373,7 @@ fn run_file(
         ring: None,
         hw_timestamps: false,
     });
-    let sinks = match sinks_for(cfg, None) {
+    let sinks = match sinks_for(cfg, None, 1, exporter) {
         Ok(s) => s,
         Err(e) => return (Summary::default(), Some(e)),
     };
@@ -371,6 +420,8 @@ fn run_file(
 fn sinks_for(
     cfg: &CaptureConfig,
     worker: Option<usize>,
+    workers: usize,
+    exporter: Option<&Exporter>,
 ) -> Result<Vec<Box<dyn RecordSink>>, EngineError> {
     let mut sinks: Vec<Box<dyn RecordSink>> = Vec::new();
     if let Some(file) = &cfg.file {
@@ -382,6 +433,18 @@ fn sinks_for(
         let mut fc = fwd.clone();
         fc.stream = worker.unwrap_or(0) as u16;
         sinks.push(Box::new(ForwardSink::new(fc)?));
+    }
+    if let (Some(flows), Some(x)) = (&cfg.flows, exporter) {
+        let table = TableConfig {
+            max_flows: flows.table.max_flows.div_ceil(workers.max(1)),
+            seed: RandomState::new().hash_one(worker),
+            ..flows.table
+        };
+        let clock = match cfg.input {
+            Input::Live { .. } => MeterClock::Wall,
+            Input::File(_) => MeterClock::Packets,
+        };
+        sinks.push(Box::new(FlowMeter::new(table, clock, x.queue())));
     }
     Ok(sinks)
 }
@@ -478,6 +541,13 @@ fn collect(handles: Handles<'_>) -> (Summary, Option<EngineError>) {
             summary.files.extend(r.files);
             if let Some(f) = r.forward {
                 summary.forward.get_or_insert_with(Default::default).add(&f);
+            }
+            if let Some(m) = r.flows {
+                summary
+                    .flows
+                    .get_or_insert_with(FlowSummary::default)
+                    .meter
+                    .add(&m);
             }
         }
     }

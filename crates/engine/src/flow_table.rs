@@ -622,7 +622,10 @@ mod tests {
         t.drain(EndReason::ForcedEnd, &mut |r| v.push(r));
         assert_eq!(v.len(), 1);
         let r = v[0];
-        assert_eq!((r.sport, r.dport, &r.src[..4]), (5000, 53, &[10, 0, 0, 1][..]));
+        assert_eq!(
+            (r.sport, r.dport, &r.src[..4]),
+            (5000, 53, &[10, 0, 0, 1][..])
+        );
         assert_eq!((r.fwd.packets, r.fwd.octets, r.rev.packets), (2, 200, 1));
         assert_eq!((r.fwd.first_ns, r.fwd.last_ns), (S, 3 * S));
         assert_eq!((r.rev.first_ns, r.rev.last_ns), (2 * S, 2 * S));
@@ -686,7 +689,11 @@ mod tests {
             assert!(r.end_ns() - r.start_ns() < 300 * S);
             assert_eq!((r.sport, r.dport), (40000, 80));
         }
-        assert!(v[..3].iter().all(|r| r.end_reason == EndReason::ActiveTimeout));
+        assert!(
+            v[..3]
+                .iter()
+                .all(|r| r.end_reason == EndReason::ActiveTimeout)
+        );
         assert_eq!(v[1].start_ns(), 300 * S);
     }
 
@@ -740,7 +747,10 @@ mod tests {
         run(&mut t, &pkt(17, 1, 2, 1, 9, 0), 4 * S); // port 1 is now the newest
         let v = run(&mut t, &pkt(17, 1, 2, 4, 9, 0), 5 * S);
         assert_eq!(v.len(), 1);
-        assert_eq!((v[0].sport, v[0].end_reason), (2, EndReason::LackOfResources));
+        assert_eq!(
+            (v[0].sport, v[0].end_reason),
+            (2, EndReason::LackOfResources)
+        );
         assert_eq!(t.len(), 3);
     }
 
@@ -813,6 +823,9 @@ mod tests {
         assert_eq!(exported, 200_000);
         let st = t.stats();
         assert_eq!(st.ended.iter().sum::<u64>(), records);
-        assert!(st.ended[4] > 0 && st.ended[0] > 0 && st.ended[2] > 0, "{st:?}");
+        assert!(
+            st.ended[4] > 0 && st.ended[0] > 0 && st.ended[2] > 0,
+            "{st:?}"
+        );
     }
 }

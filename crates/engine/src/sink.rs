@@ -52,4 +52,6 @@ pub struct SinkReport {
     pub failed: u64,
     /// What a forwarding sink sent, per collector.
     pub forward: Option<crate::forward::ForwardReport>,
+    /// What a flow meter counted.
+    pub flows: Option<crate::flow_meter::MeterStats>,
 }

@@ -1,0 +1,237 @@
+//! The flow meter: a record sink that turns one worker's header records into bidirectional
+//! flow records (RFC 5103) and hands them to the exporter.
+//!
+//! Per packet: the flow fields are parsed from the captured bytes ([`FlowFields`]), fragments
+//! get their ports from the first fragment, and the worker's own [`FlowTable`] counts the
+//! packet. No lock, no allocation, no system call; finished records are batched.
+//!
+//! Fragments. The first fragment carries the transport header: the meter remembers its ports
+//! under (source, destination, protocol, IP identification) for 30 s (Linux's `ipfrag_time`),
+//! and later fragments of that datagram take them, so the whole datagram counts in its flow.
+//! Limits: a later fragment that arrives before the first (reordering), or whose entry was
+//! overwritten in the 4096-entry cache, is counted in the flow with ports 0 for its addresses
+//! and protocol; a live capture with `--threads` > 1 never sees fragments, because the fanout's
+//! defrag flag makes the kernel reassemble them first.
+
+use tapflow_wire::LinkType;
+use tapflow_wire::flowkey::FlowFields;
+use tapflow_wire::flowrecord::{EndReason, FlowRecord};
+use tapflow_wire::record::ControlField;
+
+use crate::EngineError;
+use crate::counters::Totals;
+use crate::flow_export::{BATCH, ExportQueue, MeterClock};
+use crate::flow_table::{FlowTable, TableConfig, TableStats};
+use crate::sink::{RecordSink, SinkReport};
+use crate::source::InterfaceInfo;
+
+const FRAGMENT_SLOTS: usize = 4096;
+const FRAGMENT_TTL_NS: u64 = 30_000_000_000;
+
+/// Where the first fragment of a datagram said its ports are.
+#[derive(Debug, Clone, Copy, Default)]
+struct FragmentPorts {
+    tag: u64,
+    sport: u16,
+    dport: u16,
+    expires: u64,
+}
+
+/// What a meter counted besides its flows.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct MeterStats {
+    /// Packets that are not IP (or whose IP header was not captured), not in any flow.
+    pub not_ip: u64,
+    /// Later fragments that found the first fragment's ports.
+    pub fragments_joined: u64,
+    /// Later fragments counted with ports 0.
+    pub fragments_unjoined: u64,
+    /// The flow table's own counts.
+    pub table: TableStats,
+}
+
+impl MeterStats {
+    /// Adds another meter's counts.
+    pub fn add(&mut self, o: &MeterStats) {
+        self.not_ip += o.not_ip;
+        self.fragments_joined += o.fragments_joined;
+        self.fragments_unjoined += o.fragments_unjoined;
+        self.table.created += o.table.created;
+        for (a, b) in self.table.ended.iter_mut().zip(o.table.ended) {
+            *a += b;
+        }
+    }
+}
+
+/// One worker's flow meter.
+#[derive(Debug)]
+pub struct FlowMeter {
+    table: FlowTable,
+    linktypes: Vec<LinkType>,
+    fragments: Box<[FragmentPorts]>,
+    out: Batcher,
+    clock: MeterClock,
+    stats: MeterStats,
+}
+
+impl FlowMeter {
+    /// A meter with its own table, sending finished records through `queue`.
+    pub fn new(table: TableConfig, clock: MeterClock, queue: ExportQueue) -> FlowMeter {
+        FlowMeter {
+            table: FlowTable::new(table),
+            linktypes: Vec::new(),
+            fragments: vec![FragmentPorts::default(); FRAGMENT_SLOTS].into_boxed_slice(),
+            out: Batcher {
+                batch: Vec::with_capacity(BATCH),
+                queue,
+                now: 0,
+                epoch: 0,
+                error: None,
+            },
+            clock,
+            stats: MeterStats::default(),
+        }
+    }
+
+    /// What the meter counted so far.
+    pub fn stats(&self) -> MeterStats {
+        MeterStats {
+            table: self.table.stats(),
+            ..self.stats
+        }
+    }
+
+    /// Gives a later fragment the ports of its datagram's first fragment, or remembers the
+    /// first fragment's.
+    #[inline]
+    fn join_fragment(&mut self, f: &mut FlowFields, ts: u64) {
+        let Some(frag) = f.fragment else { return };
+        let tag = fragment_tag(f, frag.ident);
+        let slot = &mut self.fragments[tag as usize % FRAGMENT_SLOTS];
+        if frag.first {
+            *slot = FragmentPorts {
+                tag,
+                sport: f.sport,
+                dport: f.dport,
+                expires: ts.saturating_add(FRAGMENT_TTL_NS),
+            };
+        } else if slot.tag == tag && ts <= slot.expires {
+            f.sport = slot.sport;
+            f.dport = slot.dport;
+            self.stats.fragments_joined += 1;
+        } else {
+            self.stats.fragments_unjoined += 1;
+        }
+    }
+}
+
+/// Collects finished records into batches and hands each full one to the exporter.
+#[derive(Debug)]
+struct Batcher {
+    batch: Vec<FlowRecord>,
+    queue: ExportQueue,
+    /// The meter's clock: newest packet time (or wall time, live).
+    now: u64,
+    /// The meter's first packet time.
+    epoch: u64,
+    error: Option<EngineError>,
+}
+
+impl Batcher {
+    #[inline]
+    fn push(&mut self, r: FlowRecord) {
+        self.batch.push(r);
+        if self.batch.len() >= BATCH {
+            self.send();
+        }
+    }
+
+    fn send(&mut self) {
+        if let Err(e) = self.queue.send(&mut self.batch, self.now, self.epoch) {
+            self.error.get_or_insert(e);
+        }
+    }
+
+    /// Sends what is collected; reports a failure of this or an earlier send.
+    fn flush(&mut self) -> Result<(), EngineError> {
+        if !self.batch.is_empty() {
+            self.send();
+        }
+        self.error.take().map_or(Ok(()), Err)
+    }
+
+    fn result(&mut self) -> Result<(), EngineError> {
+        self.error.take().map_or(Ok(()), Err)
+    }
+}
+
+/// A hash of the fields that name one IP datagram.
+fn fragment_tag(f: &FlowFields, ident: u32) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for b in f.src.iter().chain(&f.dst) {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+    }
+    h ^= u64::from(ident) << 8 | u64::from(f.proto);
+    h = (h ^ (h >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 33)
+}
+
+impl RecordSink for FlowMeter {
+    fn add_interface(&mut self, info: &InterfaceInfo) -> Result<(), EngineError> {
+        self.linktypes.push(info.linktype);
+        Ok(())
+    }
+
+    #[inline]
+    fn record(
+        &mut self,
+        interface: u32,
+        _drops_before: u64,
+        ctl: &ControlField,
+        data: &[u8],
+    ) -> Result<(), EngineError> {
+        let linktype = self
+            .linktypes
+            .get(interface as usize)
+            .copied()
+            .unwrap_or(LinkType::Unknown(0));
+        let ts = ctl.rxtime;
+        if self.out.epoch == 0 {
+            self.out.epoch = ts;
+        }
+        self.out.now = self.out.now.max(ts);
+        let Some(mut f) = FlowFields::of_frame(linktype, data, ctl.orig_len()) else {
+            self.stats.not_ip += 1;
+            return Ok(());
+        };
+        self.join_fragment(&mut f, ts);
+        let out = &mut self.out;
+        self.table.update(&f, interface, ts, &mut |r| out.push(r));
+        out.result()
+    }
+
+    fn end_of_block(
+        &mut self,
+        _totals: &Totals,
+        _if_stats: Option<(u64, u64)>,
+    ) -> Result<(), EngineError> {
+        if self.clock == MeterClock::Wall {
+            self.out.now = self.out.now.max(tapflow_sys::clock::realtime_ns());
+        }
+        let out = &mut self.out;
+        self.table.expire(out.now, &mut |r| out.push(r));
+        out.flush()
+    }
+
+    fn close(&mut self, _totals: &Totals) -> Result<SinkReport, EngineError> {
+        let out = &mut self.out;
+        self.table.drain(EndReason::ForcedEnd, &mut |r| out.push(r));
+        out.flush()?;
+        let st = self.stats();
+        Ok(SinkReport {
+            records: st.table.ended.iter().sum(),
+            flows: Some(st),
+            ..SinkReport::default()
+        })
+    }
+}

@@ -1,0 +1,262 @@
+//! Flow records as text: a table for people (`tapflow flows` on a terminal), CSV and JSON lines
+//! for scripts. The CSV columns and JSON keys are the same and stable:
+//!
+//! `proto,src,sport,dst,dport,vlan,interface,first_ns,last_ns,packets,octets,tcp_flags,
+//! rev_first_ns,rev_last_ns,rev_packets,rev_octets,rev_tcp_flags,end_reason`
+//!
+//! `src` is the initiator; times are ns since 1970 (0 for a direction without packets); for
+//! ICMP `sport` is 0 and `dport` is `type << 8 | code`; `end_reason` is one of idle, active,
+//! end, forced, evicted.
+
+use std::fmt::Write as _;
+
+use tapflow_wire::flowrecord::FlowRecord;
+
+/// A text format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextFormat {
+    /// Aligned columns with a header, like `nfdump`'s default output.
+    Table,
+    /// Comma-separated values with a header line.
+    Csv,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The CSV header line (without newline).
+pub const CSV_HEADER: &str = "proto,src,sport,dst,dport,vlan,interface,first_ns,last_ns,packets,octets,tcp_flags,rev_first_ns,rev_last_ns,rev_packets,rev_octets,rev_tcp_flags,end_reason";
+
+impl TextFormat {
+    /// The lines written before the first record (each ending in a newline).
+    pub fn header(self) -> &'static str {
+        match self {
+            TextFormat::Table => concat!(
+                "Start (UTC)                    Duration Proto Initiator                    ",
+                "Responder                    Packets     Bytes  RPackets    RBytes Flags    ",
+                "RFlags   End\n"
+            ),
+            TextFormat::Csv => concat!(
+                "proto,src,sport,dst,dport,vlan,interface,first_ns,last_ns,packets,octets,",
+                "tcp_flags,rev_first_ns,rev_last_ns,rev_packets,rev_octets,rev_tcp_flags,",
+                "end_reason\n"
+            ),
+            TextFormat::Json => "",
+        }
+    }
+
+    /// Appends one record as one line (with its newline) to `out`.
+    pub fn write(self, r: &FlowRecord, out: &mut String) {
+        match self {
+            TextFormat::Table => table_line(r, out),
+            TextFormat::Csv => {
+                let _ = writeln!(
+                    out,
+                    "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                    r.proto,
+                    r.src_addr(),
+                    r.sport,
+                    r.dst_addr(),
+                    r.dport,
+                    r.vlan,
+                    r.interface,
+                    r.fwd.first_ns,
+                    r.fwd.last_ns,
+                    r.fwd.packets,
+                    r.fwd.octets,
+                    r.fwd.tcp_flags,
+                    r.rev.first_ns,
+                    r.rev.last_ns,
+                    r.rev.packets,
+                    r.rev.octets,
+                    r.rev.tcp_flags,
+                    r.end_reason.name()
+                );
+            }
+            TextFormat::Json => {
+                let _ = writeln!(
+                    out,
+                    concat!(
+                        r#"{{"proto":{},"src":"{}","sport":{},"dst":"{}","dport":{},"vlan":{},"#,
+                        r#""interface":{},"first_ns":{},"last_ns":{},"packets":{},"octets":{},"#,
+                        r#""tcp_flags":{},"rev_first_ns":{},"rev_last_ns":{},"rev_packets":{},"#,
+                        r#""rev_octets":{},"rev_tcp_flags":{},"end_reason":"{}"}}"#
+                    ),
+                    r.proto,
+                    r.src_addr(),
+                    r.sport,
+                    r.dst_addr(),
+                    r.dport,
+                    r.vlan,
+                    r.interface,
+                    r.fwd.first_ns,
+                    r.fwd.last_ns,
+                    r.fwd.packets,
+                    r.fwd.octets,
+                    r.fwd.tcp_flags,
+                    r.rev.first_ns,
+                    r.rev.last_ns,
+                    r.rev.packets,
+                    r.rev.octets,
+                    r.rev.tcp_flags,
+                    r.end_reason.name()
+                );
+            }
+        }
+    }
+}
+
+fn table_line(r: &FlowRecord, out: &mut String) {
+    let start = r.start_ns();
+    let dur = r.end_ns().saturating_sub(start);
+    let ends = |a: std::net::IpAddr, port: u16| -> String {
+        if r.is_icmp() || matches!(r.proto, 6 | 17 | 33 | 132 | 136) {
+            match a {
+                std::net::IpAddr::V6(_) => format!("[{a}]:{port}"),
+                std::net::IpAddr::V4(_) => format!("{a}:{port}"),
+            }
+        } else {
+            a.to_string()
+        }
+    };
+    let (src, dst) = if r.is_icmp() {
+        (
+            r.src_addr().to_string(),
+            format!("{} t{}c{}", r.dst_addr(), r.dport >> 8, r.dport & 0xff),
+        )
+    } else {
+        (ends(r.src_addr(), r.sport), ends(r.dst_addr(), r.dport))
+    };
+    let _ = writeln!(
+        out,
+        "{} {:>8}.{:03} {:<5} {:<28} {:<28} {:>7} {:>9} {:>9} {:>9} {:<8} {:<8} {}",
+        utc(start),
+        dur / 1_000_000_000,
+        dur / 1_000_000 % 1000,
+        proto_name(r.proto, r.ipv6),
+        src,
+        dst,
+        r.fwd.packets,
+        r.fwd.octets,
+        r.rev.packets,
+        r.rev.octets,
+        tcp_flags(r.proto, r.fwd.tcp_flags),
+        tcp_flags(r.proto, r.rev.tcp_flags),
+        r.end_reason.name()
+    );
+}
+
+fn proto_name(proto: u8, ipv6: bool) -> String {
+    match (proto, ipv6) {
+        (6, _) => "TCP".into(),
+        (17, _) => "UDP".into(),
+        (1, false) => "ICMP".into(),
+        (58, true) => "ICMP6".into(),
+        (47, _) => "GRE".into(),
+        (50, _) => "ESP".into(),
+        (132, _) => "SCTP".into(),
+        (p, _) => p.to_string(),
+    }
+}
+
+/// TCP flags as nfdump writes them: `CEUAPRSF` with `.` for a clear bit; `-` for non-TCP.
+fn tcp_flags(proto: u8, f: u16) -> String {
+    if proto != 6 {
+        return "-".into();
+    }
+    "CEUAPRSF"
+        .chars()
+        .enumerate()
+        .map(|(i, c)| if f & (0x80 >> i) != 0 { c } else { '.' })
+        .collect()
+}
+
+/// `YYYY-MM-DD hh:mm:ss.nnnnnnnnn` in UTC.
+fn utc(ns: u64) -> String {
+    let secs = ns / 1_000_000_000;
+    let (days, sod) = ((secs / 86_400) as i64, secs % 86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:09}",
+        sod / 3600,
+        sod / 60 % 60,
+        sod % 60,
+        ns % 1_000_000_000
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tapflow_wire::flowrecord::EndReason;
+
+    fn record() -> FlowRecord {
+        let mut r = FlowRecord {
+            proto: 6,
+            sport: 40000,
+            dport: 443,
+            end_reason: EndReason::EndOfFlow,
+            ..FlowRecord::default()
+        };
+        r.src[..4].copy_from_slice(&[192, 0, 2, 1]);
+        r.dst[..4].copy_from_slice(&[198, 51, 100, 7]);
+        r.fwd.add(1_700_000_000_123_456_789, 60, 0x02);
+        r.fwd.add(1_700_000_001_123_456_789, 52, 0x11);
+        r.rev.add(1_700_000_000_200_000_000, 60, 0x12);
+        r
+    }
+
+    #[test]
+    fn csv_and_json_carry_every_field() {
+        let mut s = String::new();
+        TextFormat::Csv.write(&record(), &mut s);
+        assert_eq!(
+            s,
+            "6,192.0.2.1,40000,198.51.100.7,443,0,0,1700000000123456789,1700000001123456789,2,112,19,1700000000200000000,1700000000200000000,1,60,18,end\n"
+        );
+        assert_eq!(
+            TextFormat::Csv.header().trim_end(),
+            CSV_HEADER,
+            "header and constant agree"
+        );
+        assert_eq!(CSV_HEADER.split(',').count(), s.split(',').count());
+        let mut j = String::new();
+        TextFormat::Json.write(&record(), &mut j);
+        assert!(j.starts_with(r#"{"proto":6,"src":"192.0.2.1","sport":40000,"#));
+        assert!(j.ends_with("\"rev_tcp_flags\":18,\"end_reason\":\"end\"}\n"));
+        for key in CSV_HEADER.split(',') {
+            assert!(j.contains(&format!("\"{key}\":")), "{key} missing in {j}");
+        }
+    }
+
+    #[test]
+    fn table_reads_like_nfdump() {
+        let mut s = String::new();
+        TextFormat::Table.write(&record(), &mut s);
+        assert!(
+            s.starts_with("2023-11-14 22:13:20.123456789        1.000 TCP   192.0.2.1:40000"),
+            "{s}"
+        );
+        assert!(s.contains("198.51.100.7:443"));
+        assert!(s.ends_with("...A..SF ...A..S. end\n"), "{s}");
+    }
+
+    #[test]
+    fn dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00.000000000");
+        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+}
