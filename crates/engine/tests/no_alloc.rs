@@ -6,7 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tapflow_engine::capture::{self, CaptureConfig, Input};
+use tapflow_engine::capture::{self, CaptureConfig, FlowConfig, Input};
+use tapflow_engine::flow_export::{ExportConfig, ExportTarget, MeterClock, TextDest};
+use tapflow_engine::flow_table::{CLASSES, TableConfig};
+use tapflow_engine::flow_text::TextFormat;
 use tapflow_engine::writer::{Format, WriterConfig};
 use tapflow_wire::LinkType;
 use tapflow_wire::build::{self, FrameSpec, L4};
@@ -56,7 +59,7 @@ fn trace(n: usize, path: &std::path::Path) {
         build::vary_flow(&mut frame, &layout, 1024 + (i % 64) as u16);
         tapflow_wire::pcap::write_record(
             &mut out,
-            1_700_000_000_000_000_000 + i as u64,
+            1_700_000_000_000_000_000 + i as u64 * 1000,
             &frame,
             200,
         );
@@ -64,8 +67,9 @@ fn trace(n: usize, path: &std::path::Path) {
     std::fs::write(path, out).unwrap();
 }
 
-/// Allocations made by a whole offline capture of `n` packets to pcapng.
-fn allocations_for(n: usize, dir: &std::path::Path) -> u64 {
+/// Allocations made by a whole offline capture of `n` packets to pcapng (and, with `flows`,
+/// through flow meter and exporter to CSV, with timeouts so short that flows end all the time).
+fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
     let input = dir.join(format!("in-{n}.pcap"));
     trace(n, &input);
     let cfg = CaptureConfig {
@@ -82,6 +86,23 @@ fn allocations_for(n: usize, dir: &std::path::Path) -> u64 {
         count: None,
         duration: None,
         forward: None,
+        flows: flows.then(|| FlowConfig {
+            table: TableConfig {
+                max_flows: 1000,
+                active_ns: 2_000_000,
+                idle_ns: [500_000; CLASSES],
+                seed: 1,
+            },
+            export: ExportConfig {
+                targets: vec![ExportTarget::Text {
+                    format: TextFormat::Csv,
+                    dest: TextDest::File(dir.join(format!("flows-{n}.csv"))),
+                }],
+                mtu: 1500,
+                observation_domain: 1,
+                clock: MeterClock::Packets,
+            },
+        }),
     };
     let stop = Arc::new(AtomicBool::new(false));
     let before = ALLOCS.load(Ordering::Relaxed);
@@ -89,6 +110,11 @@ fn allocations_for(n: usize, dir: &std::path::Path) -> u64 {
     let after = ALLOCS.load(Ordering::Relaxed);
     assert!(err.is_none(), "{err:?}");
     assert_eq!(summary.totals.recorded, n as u64);
+    if flows {
+        let f = summary.flows.expect("flow summary");
+        assert!(f.export.records > n as u64 / 100, "{f:?}");
+        assert_eq!(f.export.outputs[0].records, f.export.records);
+    }
     after - before
 }
 
@@ -96,9 +122,18 @@ fn allocations_for(n: usize, dir: &std::path::Path) -> u64 {
 fn packet_path_does_not_allocate() {
     let dir = std::env::temp_dir().join(format!("tapflow-noalloc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let small = allocations_for(20_000, &dir);
-    let large = allocations_for(200_000, &dir);
+    let small = allocations_for(20_000, &dir, false);
+    let large = allocations_for(200_000, &dir, false);
+    let flows_small = allocations_for(20_000, &dir, true);
+    let flows_large = allocations_for(200_000, &dir, true);
     std::fs::remove_dir_all(&dir).unwrap();
+    eprintln!("with flows: {flows_small} for 20k, {flows_large} for 200k");
+    // The exporter's batch pool: at most QUEUE + 2 batches per worker.
+    assert!(
+        flows_large <= flows_small + 40,
+        "{flows_small} allocations for 20k packets but {flows_large} for 200k with flow \
+         metering: the flow path allocates"
+    );
     eprintln!("allocations: {small} for 20k, {large} for 200k");
     // 180,000 more packets; at most the bounded batch pool (34 buffers) more allocations.
     assert!(
