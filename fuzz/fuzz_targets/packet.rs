@@ -3,6 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use tapflow_wire::flowkey::{FlowFields, FlowKey};
 use tapflow_wire::link::{NetworkProto, network_layer};
 use tapflow_wire::{LinkType, ethernet, icmp, ipv4, ipv6, tcp, udp};
 
@@ -107,8 +108,19 @@ fn exercise(lt: LinkType, data: &[u8]) {
     }
 }
 
+/// The flow meter's parser: both directions of a parsed packet give one symmetric key.
+fn flow_fields(lt: LinkType, data: &[u8]) {
+    let Some(f) = FlowFields::of_frame(lt, data, data.len() as u32) else {
+        return;
+    };
+    let k = FlowKey::of_frame(lt, data).expect("FlowFields and FlowKey agree on what is IP");
+    assert_eq!(k.proto, f.proto);
+    assert_eq!(k.ipv6, f.ipv6);
+}
+
 fuzz_target!(|data: &[u8]| {
     for lt in LINK_TYPES {
         exercise(lt, data);
+        flow_fields(lt, data);
     }
 });
