@@ -20,6 +20,9 @@ pub mod udp;
 
 // Flows.
 pub mod flowrecord;
+pub mod ipfix;
+pub mod netflow5;
+pub mod netflow9;
 
 // Capture files.
 pub mod capfile;

@@ -1,0 +1,1106 @@
+//! IPFIX export (RFC 7011) of biflow records (RFC 5103): a stateful encoder the exporter thread
+//! owns, one per collector, that writes whole messages into one reusable buffer.
+//!
+//! ```text
+//! +--------------------------------------------------------------+
+//! | header (16): version 10 | length | export time | sequence    |
+//! |              | observation domain id                         |
+//! +--------------------------------------------------------------+
+//! | Template Set (id 2): template 256 (IPv4), 257 (IPv6)         |  when templates are due
+//! +--------------------------------------------------------------+
+//! | Data Set 256: IPv4 records, 91 octets each                   |  if the message has any
+//! +--------------------------------------------------------------+
+//! | Data Set 257: IPv6 records, 115 octets each                  |  if the message has any
+//! +--------------------------------------------------------------+
+//! ```
+//!
+//! Each call to [`Encoder::encode`] cuts its records into consecutive runs, one per message,
+//! each as long as fits in `max_message_len`; within a message the IPv4 records of the run go
+//! in one Data Set and the IPv6 records in another, each in input order. Sets are not padded
+//! (padding is optional, RFC 7011 §3.3.1). The sequence number is the count of data records
+//! sent before the message in this session, so a template-only message does not advance it.
+//!
+//! Templates ride in the same message as the data, before it (RFC 7011 §8: the Template Set
+//! comes first). Over UDP they go in the first message of the session and again in the next
+//! message once [`Refresh::secs`] have passed or [`Refresh::messages`] messages have gone out
+//! since the last one that carried them; [`Encoder::tick`] sends a template-only message when
+//! the refresh is due and there is no data. Over TCP they go once, at the start of the session.
+//! Templates are never withdrawn (RFC 7011 §8.1 forbids withdrawals over UDP; over TCP the end
+//! of the session withdraws them).
+//!
+//! The record's forward direction is the initiator (`biflowDirection` = 1); flow keys are never
+//! reversed. Reverse elements are the forward ones with PEN 29305 (RFC 5103 §6.1). The reverse
+//! `tcpControlBits` and times come *before* their forward counterparts: nfdump 1.7.1 decodes
+//! every reverse element other than the counters as the forward one, so the forward value,
+//! written last, wins there.
+
+use crate::flowrecord::FlowRecord;
+
+/// `version` in the message header.
+pub const VERSION: u16 = 10;
+
+/// Length of the message header.
+pub const HEADER_LEN: usize = 16;
+
+/// Length of a set header (set id, length).
+pub const SET_HEADER_LEN: usize = 4;
+
+/// Set id of a Template Set.
+pub const TEMPLATE_SET_ID: u16 = 2;
+
+/// Template id (and Data Set id) of IPv4 records.
+pub const TEMPLATE_ID_V4: u16 = 256;
+
+/// Template id (and Data Set id) of IPv6 records.
+pub const TEMPLATE_ID_V6: u16 = 257;
+
+/// Private Enterprise Number of the reverse Information Elements (RFC 5103 §6.1).
+pub const REVERSE_PEN: u32 = 29305;
+
+/// `biflowDirection` value for "the forward direction is the initiator" (RFC 5103 §6.3).
+pub const BIFLOW_INITIATOR: u8 = 1;
+
+/// Default time between template resends over UDP, in seconds.
+pub const DEFAULT_REFRESH_SECS: u32 = 60;
+
+/// Default message count between template resends over UDP (ipt_NETFLOW's default).
+pub const DEFAULT_REFRESH_MESSAGES: u32 = 20;
+
+/// Default largest message: a 1500-byte MTU less an IPv6 (40) and a UDP (8) header, so it also
+/// fits under IPv4. Use 512 when the path MTU is unknown (RFC 7011 §10.3.3).
+pub const DEFAULT_MAX_MESSAGE_LEN: usize = 1452;
+
+/// Largest message the 16-bit length field can describe.
+pub const MAX_MESSAGE_LEN: usize = 65535;
+
+/// IANA Information Element ids used in the templates (RFC 7012 names).
+pub mod ie {
+    /// `octetDeltaCount`.
+    pub const OCTET_DELTA_COUNT: u16 = 1;
+    /// `packetDeltaCount`.
+    pub const PACKET_DELTA_COUNT: u16 = 2;
+    /// `protocolIdentifier`.
+    pub const PROTOCOL_IDENTIFIER: u16 = 4;
+    /// `tcpControlBits`.
+    pub const TCP_CONTROL_BITS: u16 = 6;
+    /// `sourceTransportPort`.
+    pub const SOURCE_TRANSPORT_PORT: u16 = 7;
+    /// `sourceIPv4Address`.
+    pub const SOURCE_IPV4_ADDRESS: u16 = 8;
+    /// `ingressInterface`.
+    pub const INGRESS_INTERFACE: u16 = 10;
+    /// `destinationTransportPort`.
+    pub const DESTINATION_TRANSPORT_PORT: u16 = 11;
+    /// `destinationIPv4Address`.
+    pub const DESTINATION_IPV4_ADDRESS: u16 = 12;
+    /// `sourceIPv6Address`.
+    pub const SOURCE_IPV6_ADDRESS: u16 = 27;
+    /// `destinationIPv6Address`.
+    pub const DESTINATION_IPV6_ADDRESS: u16 = 28;
+    /// `icmpTypeCodeIPv4`.
+    pub const ICMP_TYPE_CODE_IPV4: u16 = 32;
+    /// `vlanId`.
+    pub const VLAN_ID: u16 = 58;
+    /// `flowEndReason`.
+    pub const FLOW_END_REASON: u16 = 136;
+    /// `icmpTypeCodeIPv6`.
+    pub const ICMP_TYPE_CODE_IPV6: u16 = 139;
+    /// `flowStartMilliseconds`.
+    pub const FLOW_START_MILLISECONDS: u16 = 152;
+    /// `flowEndMilliseconds`.
+    pub const FLOW_END_MILLISECONDS: u16 = 153;
+    /// `biflowDirection`.
+    pub const BIFLOW_DIRECTION: u16 = 239;
+}
+
+/// One field specifier of a template: Information Element, length, enterprise number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FieldSpec {
+    /// Information Element id (without the enterprise bit).
+    pub id: u16,
+    /// Length in octets.
+    pub len: u16,
+    /// Private Enterprise Number; 0 for an IANA element.
+    pub pen: u32,
+}
+
+impl FieldSpec {
+    /// Octets the specifier takes in a template record.
+    pub const fn wire_len(&self) -> usize {
+        if self.pen == 0 { 4 } else { 8 }
+    }
+}
+
+/// Fields in each template.
+pub const FIELD_COUNT: usize = 20;
+
+const fn iana(id: u16, len: u16) -> FieldSpec {
+    FieldSpec { id, len, pen: 0 }
+}
+
+const fn reverse(id: u16, len: u16) -> FieldSpec {
+    FieldSpec {
+        id,
+        len,
+        pen: REVERSE_PEN,
+    }
+}
+
+const fn template(ipv6: bool) -> [FieldSpec; FIELD_COUNT] {
+    let (src, dst, icmp, alen) = if ipv6 {
+        (
+            ie::SOURCE_IPV6_ADDRESS,
+            ie::DESTINATION_IPV6_ADDRESS,
+            ie::ICMP_TYPE_CODE_IPV6,
+            16,
+        )
+    } else {
+        (
+            ie::SOURCE_IPV4_ADDRESS,
+            ie::DESTINATION_IPV4_ADDRESS,
+            ie::ICMP_TYPE_CODE_IPV4,
+            4,
+        )
+    };
+    [
+        reverse(ie::TCP_CONTROL_BITS, 2),
+        reverse(ie::FLOW_START_MILLISECONDS, 8),
+        reverse(ie::FLOW_END_MILLISECONDS, 8),
+        iana(src, alen),
+        iana(dst, alen),
+        iana(ie::SOURCE_TRANSPORT_PORT, 2),
+        iana(ie::DESTINATION_TRANSPORT_PORT, 2),
+        iana(icmp, 2),
+        iana(ie::PROTOCOL_IDENTIFIER, 1),
+        iana(ie::TCP_CONTROL_BITS, 2),
+        iana(ie::FLOW_START_MILLISECONDS, 8),
+        iana(ie::FLOW_END_MILLISECONDS, 8),
+        iana(ie::OCTET_DELTA_COUNT, 8),
+        iana(ie::PACKET_DELTA_COUNT, 8),
+        reverse(ie::OCTET_DELTA_COUNT, 8),
+        reverse(ie::PACKET_DELTA_COUNT, 8),
+        iana(ie::INGRESS_INTERFACE, 4),
+        iana(ie::VLAN_ID, 2),
+        iana(ie::FLOW_END_REASON, 1),
+        iana(ie::BIFLOW_DIRECTION, 1),
+    ]
+}
+
+/// Template 256, for IPv4 records, in wire order.
+pub const TEMPLATE_V4: [FieldSpec; FIELD_COUNT] = template(false);
+
+/// Template 257, for IPv6 records, in wire order.
+pub const TEMPLATE_V6: [FieldSpec; FIELD_COUNT] = template(true);
+
+const fn record_len(t: &[FieldSpec; FIELD_COUNT]) -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i < FIELD_COUNT {
+        n += t[i].len as usize;
+        i += 1;
+    }
+    n
+}
+
+const fn template_record_len(t: &[FieldSpec; FIELD_COUNT]) -> usize {
+    let mut n = 4;
+    let mut i = 0;
+    while i < FIELD_COUNT {
+        n += t[i].wire_len();
+        i += 1;
+    }
+    n
+}
+
+/// Length of an IPv4 data record.
+pub const RECORD_LEN_V4: usize = record_len(&TEMPLATE_V4);
+
+/// Length of an IPv6 data record.
+pub const RECORD_LEN_V6: usize = record_len(&TEMPLATE_V6);
+
+/// Length of the Template Set carrying both templates.
+pub const TEMPLATE_SET_LEN: usize =
+    SET_HEADER_LEN + template_record_len(&TEMPLATE_V4) + template_record_len(&TEMPLATE_V6);
+
+/// Smallest `max_message_len`: a header, the templates and one Data Set with one IPv6 record,
+/// so every message makes progress.
+pub const MIN_MESSAGE_LEN: usize = HEADER_LEN + TEMPLATE_SET_LEN + SET_HEADER_LEN + RECORD_LEN_V6;
+
+// The RFC 7011 §10.3.3 default when the path MTU is unknown must be usable.
+const _: () = assert!(MIN_MESSAGE_LEN <= 512);
+
+/// The transport to the collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Transport {
+    /// UDP: templates are resent on a timer and every few messages.
+    #[default]
+    Udp,
+    /// TCP: templates are sent once at the start of the session.
+    Tcp,
+}
+
+/// When templates are resent over UDP (RFC 6728 `templateRefreshTimeout`); a message carries
+/// them when either limit is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Refresh {
+    /// Seconds after the last message with templates; 0 turns the timer off.
+    pub secs: u32,
+    /// At least one message in every `messages` carries the templates; 0 turns the count off.
+    pub messages: u32,
+}
+
+impl Default for Refresh {
+    fn default() -> Refresh {
+        Refresh {
+            secs: DEFAULT_REFRESH_SECS,
+            messages: DEFAULT_REFRESH_MESSAGES,
+        }
+    }
+}
+
+/// How an [`Encoder`] writes to one collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Config {
+    /// Largest message in octets: the UDP payload the path MTU allows (the whole message over
+    /// TCP). [`MIN_MESSAGE_LEN`]..=[`MAX_MESSAGE_LEN`].
+    pub max_message_len: usize,
+    /// Observation Domain ID in every header (RFC 7011 §3.1: unique per exporting process).
+    pub observation_domain_id: u32,
+    /// UDP or TCP.
+    pub transport: Transport,
+    /// Template resends over UDP (ignored over TCP).
+    pub refresh: Refresh,
+}
+
+impl Config {
+    /// UDP export with the default message size and template refresh.
+    pub fn new(observation_domain_id: u32) -> Config {
+        Config {
+            max_message_len: DEFAULT_MAX_MESSAGE_LEN,
+            observation_domain_id,
+            transport: Transport::Udp,
+            refresh: Refresh::default(),
+        }
+    }
+}
+
+/// Why an encoder could not be built from its configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The largest message cannot hold a full first message.
+    #[error(
+        "{format}: maximum message length {len} is below {min}, the least that holds a header, the templates (if any) and one record"
+    )]
+    MessageTooShort {
+        /// "IPFIX", "NetFlow v9" or "NetFlow v5".
+        format: &'static str,
+        /// The configured length.
+        len: usize,
+        /// The least length that works.
+        min: usize,
+    },
+    /// The largest message exceeds what the format or UDP can carry.
+    #[error("{format}: maximum message length {len} exceeds {max}")]
+    MessageTooLong {
+        /// "IPFIX", "NetFlow v9" or "NetFlow v5".
+        format: &'static str,
+        /// The configured length.
+        len: usize,
+        /// The largest length that works.
+        max: usize,
+    },
+    /// Export over UDP with both refresh limits off would never resend the templates.
+    #[error("{format} over UDP needs a template refresh: refresh seconds and messages are both 0")]
+    NoRefresh {
+        /// "IPFIX" or "NetFlow v9".
+        format: &'static str,
+    },
+}
+
+/// What an encoder has done since it was built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Stats {
+    /// Messages (export packets) handed to `out`, template-only ones included.
+    pub messages: u64,
+    /// Messages that carried the templates.
+    pub template_messages: u64,
+    /// Data records written (NetFlow v5: one per direction that had packets).
+    pub records: u64,
+    /// Flow records the format cannot carry, skipped (NetFlow v5: IPv6 or no packets).
+    pub unencodable: u64,
+}
+
+/// When templates are due: first message of a session, then by time and message count.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TemplateClock {
+    /// `None`: send once per session (TCP).
+    refresh: Option<Refresh>,
+    /// Templates went out in this session.
+    sent: bool,
+    /// Export time of the last message with templates.
+    last_ns: u64,
+    /// Messages since the last one with templates, that one included.
+    messages: u32,
+}
+
+impl TemplateClock {
+    pub(crate) fn new(refresh: Option<Refresh>) -> TemplateClock {
+        TemplateClock {
+            refresh,
+            sent: false,
+            last_ns: 0,
+            messages: 0,
+        }
+    }
+
+    /// Whether a message sent at `now_ns` must carry the templates.
+    pub(crate) fn due(&self, now_ns: u64) -> bool {
+        if !self.sent {
+            return true;
+        }
+        let Some(r) = self.refresh else {
+            return false;
+        };
+        let by_count = r.messages != 0 && self.messages >= r.messages;
+        // A clock that stepped back also resends: cheaper than reasoning about it.
+        let by_time = r.secs != 0
+            && now_ns
+                .checked_sub(self.last_ns)
+                .is_none_or(|d| d >= u64::from(r.secs) * 1_000_000_000);
+        by_count || by_time
+    }
+
+    /// Records that a message went out at `now_ns`, with or without templates.
+    pub(crate) fn sent(&mut self, templates: bool, now_ns: u64) {
+        if templates {
+            self.sent = true;
+            self.last_ns = now_ns;
+            self.messages = 1;
+        } else {
+            self.messages = self.messages.saturating_add(1);
+        }
+    }
+
+    /// Starts a new session: templates are due again.
+    pub(crate) fn reset(&mut self) {
+        *self = TemplateClock::new(self.refresh);
+    }
+}
+
+/// A big-endian writer over a buffer the caller has sized; panics only on a sizing bug.
+#[derive(Debug)]
+pub(crate) struct Put<'a> {
+    buf: &'a mut [u8],
+    pos: usize,
+}
+
+impl<'a> Put<'a> {
+    /// Writes into `buf` from `pos` on.
+    #[inline]
+    pub(crate) fn at(buf: &'a mut [u8], pos: usize) -> Put<'a> {
+        Put { buf, pos }
+    }
+
+    /// The offset of the next byte.
+    #[inline]
+    pub(crate) fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// Overwrites the 16 bits at `at`, behind the cursor (a length written last).
+    #[inline]
+    pub(crate) fn set_u16(&mut self, at: usize, v: u16) {
+        self.buf[at..at + 2].copy_from_slice(&v.to_be_bytes());
+    }
+
+    #[inline]
+    pub(crate) fn bytes(&mut self, b: &[u8]) {
+        self.buf[self.pos..self.pos + b.len()].copy_from_slice(b);
+        self.pos += b.len();
+    }
+
+    #[inline]
+    pub(crate) fn u8(&mut self, v: u8) {
+        self.buf[self.pos] = v;
+        self.pos += 1;
+    }
+
+    #[inline]
+    pub(crate) fn u16(&mut self, v: u16) {
+        self.bytes(&v.to_be_bytes());
+    }
+
+    #[inline]
+    pub(crate) fn u32(&mut self, v: u32) {
+        self.bytes(&v.to_be_bytes());
+    }
+
+    #[inline]
+    pub(crate) fn u64(&mut self, v: u64) {
+        self.bytes(&v.to_be_bytes());
+    }
+}
+
+/// Whole seconds since 1970 in 32 bits, saturating in 2106.
+#[inline]
+pub(crate) fn unix_secs(ns: u64) -> u32 {
+    u32::try_from(ns / 1_000_000_000).unwrap_or(u32::MAX)
+}
+
+/// The IPFIX encoder for one collector: a reusable message buffer, the sequence number and the
+/// template schedule.
+#[derive(Debug)]
+pub struct Encoder {
+    cfg: Config,
+    buf: Box<[u8]>,
+    /// Data records sent in this session, modulo 2^32.
+    sequence: u32,
+    templates: TemplateClock,
+    stats: Stats,
+}
+
+impl Encoder {
+    /// Checks `cfg` and allocates the message buffer.
+    pub fn new(cfg: Config) -> Result<Encoder, ConfigError> {
+        const FORMAT: &str = "IPFIX";
+        if cfg.max_message_len < MIN_MESSAGE_LEN {
+            return Err(ConfigError::MessageTooShort {
+                format: FORMAT,
+                len: cfg.max_message_len,
+                min: MIN_MESSAGE_LEN,
+            });
+        }
+        if cfg.max_message_len > MAX_MESSAGE_LEN {
+            return Err(ConfigError::MessageTooLong {
+                format: FORMAT,
+                len: cfg.max_message_len,
+                max: MAX_MESSAGE_LEN,
+            });
+        }
+        let refresh = match cfg.transport {
+            Transport::Udp if cfg.refresh.secs == 0 && cfg.refresh.messages == 0 => {
+                return Err(ConfigError::NoRefresh { format: FORMAT });
+            }
+            Transport::Udp => Some(cfg.refresh),
+            Transport::Tcp => None,
+        };
+        Ok(Encoder {
+            cfg,
+            buf: vec![0; cfg.max_message_len].into_boxed_slice(),
+            sequence: 0,
+            templates: TemplateClock::new(refresh),
+            stats: Stats::default(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// What the encoder has done so far.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// The sequence number the next message will carry.
+    pub fn sequence(&self) -> u32 {
+        self.sequence
+    }
+
+    /// Starts a new transport session (a TCP reconnect): the sequence restarts at 0 and the
+    /// next message carries the templates.
+    pub fn reset_session(&mut self) {
+        self.sequence = 0;
+        self.templates.reset();
+    }
+
+    /// Encodes `records` into one or more messages of at most `max_message_len` octets and
+    /// calls `out` with each; `now_ns` (ns since 1970) is the export time.
+    pub fn encode(&mut self, records: &[FlowRecord], now_ns: u64, out: &mut dyn FnMut(&[u8])) {
+        let mut rest = records;
+        while !rest.is_empty() {
+            let templates = self.templates.due(now_ns);
+            let n = self.fit(rest, templates);
+            let len = self.write_message(&rest[..n], templates, now_ns);
+            out(&self.buf[..len]);
+            self.sent(n, templates, now_ns);
+            rest = &rest[n..];
+        }
+    }
+
+    /// Sends a template-only message if templates are due (none sent yet in this session, or
+    /// the UDP refresh is due), so collectors learn them even when no flow ends. Call it
+    /// periodically, e.g. once a second.
+    pub fn tick(&mut self, now_ns: u64, out: &mut dyn FnMut(&[u8])) {
+        if self.templates.due(now_ns) {
+            let len = self.write_message(&[], true, now_ns);
+            out(&self.buf[..len]);
+            self.sent(0, true, now_ns);
+        }
+    }
+
+    fn sent(&mut self, records: usize, templates: bool, now_ns: u64) {
+        self.sequence = self.sequence.wrapping_add(records as u32);
+        self.templates.sent(templates, now_ns);
+        self.stats.messages += 1;
+        self.stats.template_messages += u64::from(templates);
+        self.stats.records += records as u64;
+    }
+
+    /// How many of `records`, taken in order, fit in one message.
+    fn fit(&self, records: &[FlowRecord], templates: bool) -> usize {
+        let mut len = HEADER_LEN + if templates { TEMPLATE_SET_LEN } else { 0 };
+        let (mut v4, mut v6) = (false, false);
+        for (i, r) in records.iter().enumerate() {
+            let (rec, open) = if r.ipv6 {
+                (RECORD_LEN_V6, &mut v6)
+            } else {
+                (RECORD_LEN_V4, &mut v4)
+            };
+            let add = rec + if *open { 0 } else { SET_HEADER_LEN };
+            if len + add > self.cfg.max_message_len {
+                // MIN_MESSAGE_LEN guarantees room for the first record.
+                debug_assert!(i > 0);
+                return i;
+            }
+            len += add;
+            *open = true;
+        }
+        records.len()
+    }
+
+    /// Writes one message with `batch` (all of which fit) and returns its length.
+    fn write_message(&mut self, batch: &[FlowRecord], templates: bool, now_ns: u64) -> usize {
+        let mut w = Put::at(&mut self.buf, HEADER_LEN);
+        if templates {
+            write_template_set(&mut w);
+        }
+        for ipv6 in [false, true] {
+            if !batch.iter().any(|r| r.ipv6 == ipv6) {
+                continue;
+            }
+            let start = w.pos();
+            w.u16(0); // set id and length, filled in below
+            w.u16(0);
+            for r in batch.iter().filter(|r| r.ipv6 == ipv6) {
+                write_record(&mut w, r);
+            }
+            let set_len = w.pos() - start;
+            let id = if ipv6 { TEMPLATE_ID_V6 } else { TEMPLATE_ID_V4 };
+            w.set_u16(start, id);
+            w.set_u16(start + 2, set_len as u16);
+        }
+        let len = w.pos();
+        let mut h = Put::at(&mut self.buf, 0);
+        h.u16(VERSION);
+        h.u16(len as u16);
+        h.u32(unix_secs(now_ns));
+        h.u32(self.sequence);
+        h.u32(self.cfg.observation_domain_id);
+        len
+    }
+}
+
+fn write_template_set(w: &mut Put<'_>) {
+    w.u16(TEMPLATE_SET_ID);
+    w.u16(TEMPLATE_SET_LEN as u16);
+    for (id, fields) in [
+        (TEMPLATE_ID_V4, &TEMPLATE_V4),
+        (TEMPLATE_ID_V6, &TEMPLATE_V6),
+    ] {
+        w.u16(id);
+        w.u16(FIELD_COUNT as u16);
+        for f in fields {
+            if f.pen == 0 {
+                w.u16(f.id);
+                w.u16(f.len);
+            } else {
+                w.u16(0x8000 | f.id); // the enterprise bit
+                w.u16(f.len);
+                w.u32(f.pen);
+            }
+        }
+    }
+}
+
+/// ns since 1970 to `dateTimeMilliseconds`.
+#[inline]
+fn millis(ns: u64) -> u64 {
+    ns / 1_000_000
+}
+
+/// Writes `r` in the order of [`TEMPLATE_V4`] / [`TEMPLATE_V6`].
+fn write_record(w: &mut Put<'_>, r: &FlowRecord) {
+    let start = w.pos();
+    let (fwd_first, fwd_last) = if r.fwd.packets > 0 {
+        (r.fwd.first_ns, r.fwd.last_ns)
+    } else {
+        (r.start_ns(), r.end_ns())
+    };
+    let (rev_first, rev_last) = if r.rev.packets > 0 {
+        (r.rev.first_ns, r.rev.last_ns)
+    } else {
+        (0, 0)
+    };
+    w.u16(r.rev.tcp_flags);
+    w.u64(millis(rev_first));
+    w.u64(millis(rev_last));
+    if r.ipv6 {
+        w.bytes(&r.src);
+        w.bytes(&r.dst);
+    } else {
+        w.bytes(&r.src[..4]);
+        w.bytes(&r.dst[..4]);
+    }
+    w.u16(r.sport);
+    w.u16(r.dport);
+    w.u16(if r.is_icmp() { r.dport } else { 0 });
+    w.u8(r.proto);
+    w.u16(r.fwd.tcp_flags);
+    w.u64(millis(fwd_first));
+    w.u64(millis(fwd_last));
+    w.u64(r.fwd.octets);
+    w.u64(r.fwd.packets);
+    w.u64(r.rev.octets);
+    w.u64(r.rev.packets);
+    w.u32(r.interface);
+    w.u16(r.vlan);
+    w.u8(r.end_reason.to_u8());
+    w.u8(BIFLOW_INITIATOR);
+    debug_assert_eq!(
+        w.pos() - start,
+        if r.ipv6 { RECORD_LEN_V6 } else { RECORD_LEN_V4 }
+    );
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::flowrecord::{Counters, EndReason};
+    use proptest::prelude::*;
+
+    const T0: u64 = 1_700_000_000_000_000_000;
+    const SEC: u64 = 1_000_000_000;
+
+    fn be16(b: &[u8], at: usize) -> u16 {
+        u16::from_be_bytes([b[at], b[at + 1]])
+    }
+
+    fn be32(b: &[u8], at: usize) -> u32 {
+        u32::from_be_bytes(b[at..at + 4].try_into().unwrap())
+    }
+
+    /// A TCP biflow 10.0.0.1:40000 → 10.0.0.2:443 (or 2001:db8::1 → 2001:db8::2).
+    pub(crate) fn tcp(ipv6: bool) -> FlowRecord {
+        let mut r = FlowRecord {
+            ipv6,
+            proto: 6,
+            sport: 40000,
+            dport: 443,
+            vlan: 42,
+            interface: 3,
+            end_reason: EndReason::EndOfFlow,
+            ..FlowRecord::default()
+        };
+        if ipv6 {
+            r.src = "2001:db8::1"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets();
+            r.dst = "2001:db8::2"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets();
+        } else {
+            r.src[..4].copy_from_slice(&[10, 0, 0, 1]);
+            r.dst[..4].copy_from_slice(&[10, 0, 0, 2]);
+        }
+        r.fwd = Counters {
+            packets: 12,
+            octets: 1500,
+            tcp_flags: 0x1b,
+            first_ns: T0 + 1_000_000,
+            last_ns: T0 + 9_000_000,
+        };
+        r.rev = Counters {
+            packets: 70,
+            octets: 90000,
+            tcp_flags: 0x13,
+            first_ns: T0 + 2_000_000,
+            last_ns: T0 + 8_000_000,
+        };
+        r
+    }
+
+    /// The sets of a message: (set id, body).
+    fn sets(msg: &[u8]) -> Vec<(u16, &[u8])> {
+        assert_eq!(be16(msg, 0), VERSION);
+        assert_eq!(usize::from(be16(msg, 2)), msg.len());
+        let mut v = Vec::new();
+        let mut p = HEADER_LEN;
+        while p < msg.len() {
+            let id = be16(msg, p);
+            let len = usize::from(be16(msg, p + 2));
+            assert!(
+                len >= SET_HEADER_LEN && p + len <= msg.len(),
+                "set overruns"
+            );
+            v.push((id, &msg[p + SET_HEADER_LEN..p + len]));
+            p += len;
+        }
+        v
+    }
+
+    /// (carries templates, IPv4 records, IPv6 records) of a message.
+    fn shape(msg: &[u8]) -> (bool, usize, usize) {
+        let mut s = (false, 0, 0);
+        for (id, body) in sets(msg) {
+            match id {
+                TEMPLATE_SET_ID => s.0 = true,
+                TEMPLATE_ID_V4 => {
+                    assert_eq!(body.len() % RECORD_LEN_V4, 0);
+                    s.1 += body.len() / RECORD_LEN_V4;
+                }
+                TEMPLATE_ID_V6 => {
+                    assert_eq!(body.len() % RECORD_LEN_V6, 0);
+                    s.2 += body.len() / RECORD_LEN_V6;
+                }
+                _ => panic!("unexpected set {id}"),
+            }
+        }
+        s
+    }
+
+    fn collect(enc: &mut Encoder, records: &[FlowRecord], now_ns: u64) -> Vec<Vec<u8>> {
+        let mut v = Vec::new();
+        enc.encode(records, now_ns, &mut |m| v.push(m.to_vec()));
+        v
+    }
+
+    fn udp(max: usize, refresh: Refresh) -> Encoder {
+        Encoder::new(Config {
+            max_message_len: max,
+            observation_domain_id: 7,
+            transport: Transport::Udp,
+            refresh,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn template_sizes_follow_the_field_list() {
+        assert_eq!(RECORD_LEN_V4, 91);
+        assert_eq!(RECORD_LEN_V6, 115);
+        // 20 specifiers, 5 of them with a PEN, per template.
+        assert_eq!(TEMPLATE_SET_LEN, 4 + 2 * (4 + 20 * 4 + 5 * 4));
+        assert_eq!(MIN_MESSAGE_LEN, 16 + 212 + 4 + 115);
+    }
+
+    #[test]
+    fn header_and_template_set_are_as_rfc_7011_says() {
+        let mut enc = udp(1400, Refresh::default());
+        let msgs = collect(&mut enc, &[tcp(false)], T0 + 500_000_000);
+        assert_eq!(msgs.len(), 1);
+        let m = &msgs[0];
+        assert_eq!(be16(m, 0), 10);
+        assert_eq!(usize::from(be16(m, 2)), m.len());
+        assert_eq!(be32(m, 4), 1_700_000_000, "export time in whole seconds");
+        assert_eq!(be32(m, 8), 0, "no data record before the first message");
+        assert_eq!(be32(m, 12), 7);
+        assert_eq!(m.len(), HEADER_LEN + TEMPLATE_SET_LEN + 4 + RECORD_LEN_V4);
+
+        let s = sets(m);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].0, TEMPLATE_SET_ID, "the Template Set comes first");
+        let t = s[0].1;
+        // Template 256, 20 fields; first a reverse tcpControlBits: E-bit | 6, length 2, 29305.
+        assert_eq!(&t[..4], &[1, 0, 0, 20]);
+        assert_eq!(&t[4..12], &[0x80, 6, 0, 2, 0, 0, 0x72, 0x79]);
+        // Then reverse flowStartMilliseconds and flowEndMilliseconds, then sourceIPv4Address.
+        assert_eq!(&t[12..20], &[0x80, 152, 0, 8, 0, 0, 0x72, 0x79]);
+        assert_eq!(&t[20..28], &[0x80, 153, 0, 8, 0, 0, 0x72, 0x79]);
+        assert_eq!(&t[28..32], &[0, 8, 0, 4]);
+        // Template 257 starts right after 256 and carries 16-octet addresses.
+        let t6 = &t[4 + 20 * 4 + 5 * 4..];
+        assert_eq!(&t6[..4], &[1, 1, 0, 20]);
+        assert_eq!(&t6[28..36], &[0, 27, 0, 16, 0, 28, 0, 16]);
+        assert_eq!(s[1].0, TEMPLATE_ID_V4);
+    }
+
+    #[test]
+    fn data_record_matches_the_fixture() {
+        let mut r = tcp(false);
+        r.fwd.tcp_flags = 0x0102; // a bit above the low byte survives
+        let mut buf = [0u8; RECORD_LEN_V4];
+        write_record(&mut Put::at(&mut buf, 0), &r);
+        let ms = |ns: u64| (ns / 1_000_000).to_be_bytes();
+        let mut want = Vec::new();
+        want.extend_from_slice(&[0x00, 0x13]); // reverse tcpControlBits
+        want.extend_from_slice(&ms(T0 + 2_000_000)); // reverse flowStartMilliseconds
+        want.extend_from_slice(&ms(T0 + 8_000_000)); // reverse flowEndMilliseconds
+        want.extend_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        want.extend_from_slice(&[0x9c, 0x40, 0x01, 0xbb]); // 40000, 443
+        want.extend_from_slice(&[0, 0]); // icmpTypeCodeIPv4: not ICMP
+        want.push(6);
+        want.extend_from_slice(&[0x01, 0x02]);
+        want.extend_from_slice(&ms(T0 + 1_000_000));
+        want.extend_from_slice(&ms(T0 + 9_000_000));
+        want.extend_from_slice(&1500u64.to_be_bytes());
+        want.extend_from_slice(&12u64.to_be_bytes());
+        want.extend_from_slice(&90000u64.to_be_bytes());
+        want.extend_from_slice(&70u64.to_be_bytes());
+        want.extend_from_slice(&[0, 0, 0, 3, 0, 42, 3, 1]); // interface, vlan, reason, direction
+        assert_eq!(&buf[..], &want[..]);
+        assert_eq!(
+            &ms(T0 + 1_000_000)[..],
+            &[0, 0, 1, 0x8b, 0xcf, 0xe5, 0x68, 0x01]
+        );
+    }
+
+    #[test]
+    fn icmp_one_way_and_no_forward_packets() {
+        let mut r = tcp(false);
+        r.proto = 1;
+        r.sport = 0;
+        r.dport = 0x0800;
+        r.rev = Counters::default();
+        let mut buf = [0u8; RECORD_LEN_V4];
+        write_record(&mut Put::at(&mut buf, 0), &r);
+        assert_eq!(
+            &buf[..18],
+            &[0; 18],
+            "no reverse packets: reverse flags and times 0"
+        );
+        assert_eq!(&buf[26..32], &[0, 0, 8, 0, 8, 0], "ports, icmpTypeCodeIPv4");
+
+        // Defensive: no forward packets → forward times are the record's span.
+        let mut r = tcp(false);
+        r.fwd = Counters::default();
+        write_record(&mut Put::at(&mut buf, 0), &r);
+        let ms = |at: usize| u64::from_be_bytes(buf[at..at + 8].try_into().unwrap());
+        assert_eq!(ms(35), (T0 + 2_000_000) / 1_000_000);
+        assert_eq!(ms(43), (T0 + 8_000_000) / 1_000_000);
+    }
+
+    #[test]
+    fn sequence_counts_data_records_before_each_message() {
+        // Room for the templates and 2 IPv4 records, or 4 records without templates.
+        let max = HEADER_LEN + TEMPLATE_SET_LEN + 4 + 2 * RECORD_LEN_V4;
+        let mut enc = udp(max, Refresh::default());
+        let recs = vec![tcp(false); 9];
+        let msgs = collect(&mut enc, &recs, T0);
+        let seqs: Vec<u32> = msgs.iter().map(|m| be32(m, 8)).collect();
+        let shapes: Vec<_> = msgs.iter().map(|m| shape(m)).collect();
+        assert_eq!(seqs, [0, 2, 6]);
+        assert_eq!(shapes, [(true, 2, 0), (false, 4, 0), (false, 3, 0)]);
+        // A template-only message does not advance the sequence.
+        let mut t = Vec::new();
+        enc.tick(T0 + 60 * SEC, &mut |m| t.push(m.to_vec()));
+        assert_eq!(t.len(), 1);
+        assert_eq!(be32(&t[0], 8), 9);
+        assert_eq!(shape(&t[0]), (true, 0, 0));
+        let msgs = collect(&mut enc, &recs[..1], T0 + 61 * SEC);
+        assert_eq!(be32(&msgs[0], 8), 9);
+        assert_eq!(enc.sequence(), 10);
+        let s = enc.stats();
+        assert_eq!((s.messages, s.template_messages, s.records), (5, 2, 10));
+    }
+
+    #[test]
+    fn sequence_wraps_modulo_2_32() {
+        let mut enc = udp(1400, Refresh::default());
+        enc.sequence = u32::MAX;
+        let msgs = collect(&mut enc, &[tcp(false), tcp(true)], T0);
+        assert_eq!(be32(&msgs[0], 8), u32::MAX);
+        assert_eq!(enc.sequence(), 1);
+    }
+
+    #[test]
+    fn families_go_in_one_set_each_in_input_order() {
+        let mut enc = udp(1400, Refresh::default());
+        let mut recs = Vec::new();
+        for i in 0..6u16 {
+            let mut r = tcp(i % 2 == 1);
+            r.sport = i;
+            recs.push(r);
+        }
+        let msgs = collect(&mut enc, &recs, T0);
+        assert_eq!(msgs.len(), 1);
+        let s = sets(&msgs[0]);
+        assert_eq!(s.iter().map(|x| x.0).collect::<Vec<_>>(), [2, 256, 257]);
+        let sport_at = 18 + 8; // after reverse flags/times and the IPv4 addresses
+        let v4: Vec<u16> = s[1]
+            .1
+            .chunks(RECORD_LEN_V4)
+            .map(|c| be16(c, sport_at))
+            .collect();
+        let v6: Vec<u16> = s[2]
+            .1
+            .chunks(RECORD_LEN_V6)
+            .map(|c| be16(c, sport_at + 24))
+            .collect();
+        assert_eq!((v4, v6), (vec![0, 2, 4], vec![1, 3, 5]));
+    }
+
+    #[test]
+    fn refresh_by_time() {
+        let mut enc = udp(
+            1400,
+            Refresh {
+                secs: 60,
+                messages: 0,
+            },
+        );
+        let r = [tcp(false)];
+        let with = |enc: &mut Encoder, t| shape(&collect(enc, &r, t)[0]).0;
+        assert!(with(&mut enc, T0), "first message");
+        assert!(!with(&mut enc, T0 + 59 * SEC));
+        assert!(!with(&mut enc, T0 + 59 * SEC + 999_999_999));
+        assert!(with(&mut enc, T0 + 60 * SEC));
+        for _ in 0..100 {
+            assert!(!with(&mut enc, T0 + 61 * SEC), "no count limit");
+        }
+        assert!(with(&mut enc, T0 + 30 * SEC), "the clock stepped back");
+    }
+
+    #[test]
+    fn refresh_by_count() {
+        let mut enc = udp(
+            1400,
+            Refresh {
+                secs: 0,
+                messages: 3,
+            },
+        );
+        let r = [tcp(false)];
+        let got: Vec<bool> = (0..10)
+            .map(|i| shape(&collect(&mut enc, &r, T0 + i * 3600 * SEC)[0]).0)
+            .collect();
+        let want = [
+            true, false, false, true, false, false, true, false, false, true,
+        ];
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn tick_sends_templates_only_when_due() {
+        let mut enc = udp(1400, Refresh::default());
+        let mut n = 0;
+        enc.tick(T0, &mut |m| {
+            assert_eq!(shape(m), (true, 0, 0));
+            assert_eq!(m.len(), HEADER_LEN + TEMPLATE_SET_LEN);
+            n += 1;
+        });
+        enc.tick(T0 + 59 * SEC, &mut |_| n += 1);
+        assert_eq!(n, 1, "not due before 60 s");
+        collect(&mut enc, &[tcp(false)], T0 + 10 * SEC);
+        enc.tick(T0 + 60 * SEC, &mut |_| n += 1);
+        assert_eq!(n, 2);
+    }
+
+    #[test]
+    fn tcp_sends_templates_once_per_session() {
+        let mut enc = Encoder::new(Config {
+            transport: Transport::Tcp,
+            refresh: Refresh {
+                secs: 0,
+                messages: 0,
+            },
+            ..Config::new(1)
+        })
+        .unwrap();
+        let r = [tcp(false)];
+        let got: Vec<bool> = (0..30)
+            .map(|i| shape(&collect(&mut enc, &r, T0 + i * 3600 * SEC)[0]).0)
+            .collect();
+        assert!(got[0] && got[1..].iter().all(|t| !t));
+        enc.tick(T0 + 86400 * SEC, &mut |_| panic!("nothing due over TCP"));
+        enc.reset_session();
+        assert_eq!(enc.sequence(), 0);
+        let m = collect(&mut enc, &r, T0);
+        assert_eq!(shape(&m[0]), (true, 1, 0));
+        assert_eq!(be32(&m[0], 8), 0);
+    }
+
+    #[test]
+    fn config_is_checked() {
+        let cfg = |max| Config {
+            max_message_len: max,
+            ..Config::new(1)
+        };
+        assert!(Encoder::new(cfg(MIN_MESSAGE_LEN)).is_ok());
+        assert_eq!(
+            Encoder::new(cfg(MIN_MESSAGE_LEN - 1)).unwrap_err(),
+            ConfigError::MessageTooShort {
+                format: "IPFIX",
+                len: MIN_MESSAGE_LEN - 1,
+                min: MIN_MESSAGE_LEN
+            }
+        );
+        assert!(matches!(
+            Encoder::new(cfg(65536)),
+            Err(ConfigError::MessageTooLong { .. })
+        ));
+        let none = Refresh {
+            secs: 0,
+            messages: 0,
+        };
+        assert_eq!(
+            Encoder::new(Config {
+                refresh: none,
+                ..Config::new(1)
+            })
+            .unwrap_err()
+            .to_string(),
+            "IPFIX over UDP needs a template refresh: refresh seconds and messages are both 0"
+        );
+    }
+
+    #[test]
+    fn empty_input_sends_nothing() {
+        let mut enc = udp(1400, Refresh::default());
+        enc.encode(&[], T0, &mut |_| panic!("no message for no records"));
+        assert_eq!(enc.stats(), Stats::default());
+    }
+
+    proptest! {
+        #[test]
+        fn messages_fit_and_carry_every_record_once(
+            families in proptest::collection::vec(any::<bool>(), 0..200),
+            max in MIN_MESSAGE_LEN..3000usize,
+            refresh_messages in 1..5u32,
+        ) {
+            let mut enc = udp(max, Refresh { secs: 60, messages: refresh_messages });
+            let recs: Vec<FlowRecord> = families.iter().enumerate().map(|(i, &v6)| {
+                let mut r = tcp(v6);
+                r.sport = i as u16;
+                r
+            }).collect();
+            let mut seq = 0u32;
+            let (mut n4, mut n6) = (0, 0);
+            let mut first = true;
+            enc.encode(&recs, T0, &mut |m| {
+                assert!(m.len() <= max, "message of {} > {max}", m.len());
+                assert_eq!(be32(m, 8), seq);
+                let (t, a, b) = shape(m);
+                assert!(a + b > 0);
+                assert!(!first || t, "templates in the first message");
+                first = false;
+                seq += (a + b) as u32;
+                // A message that stops early had no room for the next record.
+                if let Some(next) = recs.get(seq as usize) {
+                    let open = if next.ipv6 { b > 0 } else { a > 0 };
+                    let rec = if next.ipv6 { RECORD_LEN_V6 } else { RECORD_LEN_V4 };
+                    let need = m.len() + rec + if open { 0 } else { SET_HEADER_LEN };
+                    assert!(need > max, "record {seq} would have fit");
+                }
+                n4 += a;
+                n6 += b;
+            });
+            prop_assert_eq!(n4, families.iter().filter(|v| !**v).count());
+            prop_assert_eq!(n6, families.iter().filter(|v| **v).count());
+            prop_assert_eq!(enc.stats().records, recs.len() as u64);
+        }
+    }
+}

@@ -1,0 +1,678 @@
+//! NetFlow version 9 export (RFC 3954): the IPFIX encoder's older sibling, for collectors that
+//! speak only v9.
+//!
+//! ```text
+//! +--------------------------------------------------------------+
+//! | header (20): version 9 | count | sysUptime | unix secs       |
+//! |              | sequence | source id                          |
+//! +--------------------------------------------------------------+
+//! | Template FlowSet (id 0): template 256 (IPv4), 257 (IPv6)     |  when templates are due
+//! +--------------------------------------------------------------+
+//! | Data FlowSet 256: IPv4 records, 62 octets each, padded to 4  |  if the packet has any
+//! +--------------------------------------------------------------+
+//! | Data FlowSet 257: IPv6 records, 86 octets each, padded to 4  |  if the packet has any
+//! +--------------------------------------------------------------+
+//! ```
+//!
+//! Packing, template placement and refresh are the IPFIX encoder's (see [`crate::ipfix`]);
+//! v9 differs in the header: `count` is the number of records in the packet, template records
+//! included, and `sequence` counts export packets sent before this one (template-only ones
+//! too). Data FlowSets are zero-padded to a multiple of 4 octets (RFC 3954 §5.3).
+//!
+//! One biflow is one record: `IN_*` counters are the initiator's direction, `OUT_*` the
+//! responder's (the convention nfdump and nProbe read), `TCP_FLAGS` is the initiator's low 8
+//! bits, and `FIRST_SWITCHED`/`LAST_SWITCHED` span both directions. Times are sysUptime
+//! milliseconds, counted from [`Config::start_ns`] and wrapping at 2^32 (49.7 days) as on a
+//! router. The header's unix secs are whole seconds, so a collector's
+//! `unix_secs * 1000 - (sysUptime - FIRST_SWITCHED)` comes out early by the export time's
+//! milliseconds (< 1 s); that is v9's resolution. RFC 3954 has no flow end reason, so the
+//! record carries none.
+
+use crate::flowrecord::FlowRecord;
+use crate::ipfix::{Put, TemplateClock, unix_secs};
+
+pub use crate::ipfix::{ConfigError, Refresh, Stats};
+
+/// `version` in the packet header.
+pub const VERSION: u16 = 9;
+
+/// Length of the packet header.
+pub const HEADER_LEN: usize = 20;
+
+/// Length of a FlowSet header (FlowSet id, length).
+pub const FLOWSET_HEADER_LEN: usize = 4;
+
+/// FlowSet id of a Template FlowSet.
+pub const TEMPLATE_FLOWSET_ID: u16 = 0;
+
+/// Template id (and Data FlowSet id) of IPv4 records.
+pub const TEMPLATE_ID_V4: u16 = 256;
+
+/// Template id (and Data FlowSet id) of IPv6 records.
+pub const TEMPLATE_ID_V6: u16 = 257;
+
+/// Default largest packet (see [`crate::ipfix::DEFAULT_MAX_MESSAGE_LEN`]).
+pub const DEFAULT_MAX_MESSAGE_LEN: usize = crate::ipfix::DEFAULT_MAX_MESSAGE_LEN;
+
+/// Largest packet: what one UDP datagram carries.
+pub const MAX_MESSAGE_LEN: usize = 65535;
+
+/// Field type numbers used in the templates (RFC 3954 §8 names).
+pub mod field_type {
+    /// `IN_BYTES`.
+    pub const IN_BYTES: u16 = 1;
+    /// `IN_PKTS`.
+    pub const IN_PKTS: u16 = 2;
+    /// `PROTOCOL`.
+    pub const PROTOCOL: u16 = 4;
+    /// `TCP_FLAGS`.
+    pub const TCP_FLAGS: u16 = 6;
+    /// `L4_SRC_PORT`.
+    pub const L4_SRC_PORT: u16 = 7;
+    /// `IPV4_SRC_ADDR`.
+    pub const IPV4_SRC_ADDR: u16 = 8;
+    /// `INPUT_SNMP`.
+    pub const INPUT_SNMP: u16 = 10;
+    /// `L4_DST_PORT`.
+    pub const L4_DST_PORT: u16 = 11;
+    /// `IPV4_DST_ADDR`.
+    pub const IPV4_DST_ADDR: u16 = 12;
+    /// `LAST_SWITCHED`.
+    pub const LAST_SWITCHED: u16 = 21;
+    /// `FIRST_SWITCHED`.
+    pub const FIRST_SWITCHED: u16 = 22;
+    /// `OUT_BYTES`.
+    pub const OUT_BYTES: u16 = 23;
+    /// `OUT_PKTS`.
+    pub const OUT_PKTS: u16 = 24;
+    /// `IPV6_SRC_ADDR`.
+    pub const IPV6_SRC_ADDR: u16 = 27;
+    /// `IPV6_DST_ADDR`.
+    pub const IPV6_DST_ADDR: u16 = 28;
+    /// `ICMP_TYPE` (type × 256 + code).
+    pub const ICMP_TYPE: u16 = 32;
+    /// `SRC_VLAN`.
+    pub const SRC_VLAN: u16 = 58;
+}
+
+/// One field of a template: type and length in octets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TemplateField {
+    /// Field type number.
+    pub field_type: u16,
+    /// Length in octets.
+    pub len: u16,
+}
+
+/// Fields in each template.
+pub const FIELD_COUNT: usize = 15;
+
+const fn field(field_type: u16, len: u16) -> TemplateField {
+    TemplateField { field_type, len }
+}
+
+const fn template(ipv6: bool) -> [TemplateField; FIELD_COUNT] {
+    use field_type::*;
+    let (src, dst, alen) = if ipv6 {
+        (IPV6_SRC_ADDR, IPV6_DST_ADDR, 16)
+    } else {
+        (IPV4_SRC_ADDR, IPV4_DST_ADDR, 4)
+    };
+    [
+        field(IN_BYTES, 8),
+        field(IN_PKTS, 8),
+        field(OUT_BYTES, 8),
+        field(OUT_PKTS, 8),
+        field(PROTOCOL, 1),
+        field(TCP_FLAGS, 1),
+        field(L4_SRC_PORT, 2),
+        field(src, alen),
+        field(INPUT_SNMP, 4),
+        field(L4_DST_PORT, 2),
+        field(dst, alen),
+        field(LAST_SWITCHED, 4),
+        field(FIRST_SWITCHED, 4),
+        field(SRC_VLAN, 2),
+        field(ICMP_TYPE, 2),
+    ]
+}
+
+/// Template 256, for IPv4 records, in wire order.
+pub const TEMPLATE_V4: [TemplateField; FIELD_COUNT] = template(false);
+
+/// Template 257, for IPv6 records, in wire order.
+pub const TEMPLATE_V6: [TemplateField; FIELD_COUNT] = template(true);
+
+const fn record_len(t: &[TemplateField; FIELD_COUNT]) -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i < FIELD_COUNT {
+        n += t[i].len as usize;
+        i += 1;
+    }
+    n
+}
+
+/// Length of an IPv4 data record.
+pub const RECORD_LEN_V4: usize = record_len(&TEMPLATE_V4);
+
+/// Length of an IPv6 data record.
+pub const RECORD_LEN_V6: usize = record_len(&TEMPLATE_V6);
+
+/// Length of the Template FlowSet carrying both templates.
+pub const TEMPLATE_FLOWSET_LEN: usize = FLOWSET_HEADER_LEN + 2 * (4 + 4 * FIELD_COUNT);
+
+/// Records in the Template FlowSet.
+const TEMPLATE_RECORDS: u16 = 2;
+
+/// Length of a Data FlowSet of `n` records of `record_len` octets, padding included.
+pub const fn data_flowset_len(n: usize, record_len: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        (FLOWSET_HEADER_LEN + n * record_len).next_multiple_of(4)
+    }
+}
+
+/// Smallest `max_message_len`: a header, the templates and one Data FlowSet with one IPv6
+/// record, so every packet makes progress.
+pub const MIN_MESSAGE_LEN: usize =
+    HEADER_LEN + TEMPLATE_FLOWSET_LEN + data_flowset_len(1, RECORD_LEN_V6);
+
+/// How an [`Encoder`] writes to one collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Config {
+    /// Largest packet in octets (the UDP payload), [`MIN_MESSAGE_LEN`]..=[`MAX_MESSAGE_LEN`].
+    pub max_message_len: usize,
+    /// Source ID in every header (the exporting device's observation domain).
+    pub source_id: u32,
+    /// When the exporter "booted", ns since 1970: sysUptime and the switched times count
+    /// from here.
+    pub start_ns: u64,
+    /// Template resends.
+    pub refresh: Refresh,
+}
+
+impl Config {
+    /// Export with the default packet size and template refresh.
+    pub fn new(source_id: u32, start_ns: u64) -> Config {
+        Config {
+            max_message_len: DEFAULT_MAX_MESSAGE_LEN,
+            source_id,
+            start_ns,
+            refresh: Refresh::default(),
+        }
+    }
+}
+
+/// Milliseconds from `start_ns` to `ns`, modulo 2^32: the sysUptime clock.
+#[inline]
+pub(crate) fn uptime_ms(ns: u64, start_ns: u64) -> u32 {
+    // A difference of whole milliseconds: `uptime(a) - uptime(b)` is then exactly the
+    // difference of `a` and `b` in whole milliseconds, which a collector relies on.
+    ((ns / 1_000_000) as u32).wrapping_sub((start_ns / 1_000_000) as u32)
+}
+
+/// The NetFlow v9 encoder for one collector: a reusable packet buffer, the sequence number
+/// and the template schedule.
+#[derive(Debug)]
+pub struct Encoder {
+    cfg: Config,
+    buf: Box<[u8]>,
+    /// Export packets sent, modulo 2^32.
+    sequence: u32,
+    templates: TemplateClock,
+    stats: Stats,
+}
+
+impl Encoder {
+    /// Checks `cfg` and allocates the packet buffer.
+    pub fn new(cfg: Config) -> Result<Encoder, ConfigError> {
+        const FORMAT: &str = "NetFlow v9";
+        if cfg.max_message_len < MIN_MESSAGE_LEN {
+            return Err(ConfigError::MessageTooShort {
+                format: FORMAT,
+                len: cfg.max_message_len,
+                min: MIN_MESSAGE_LEN,
+            });
+        }
+        if cfg.max_message_len > MAX_MESSAGE_LEN {
+            return Err(ConfigError::MessageTooLong {
+                format: FORMAT,
+                len: cfg.max_message_len,
+                max: MAX_MESSAGE_LEN,
+            });
+        }
+        if cfg.refresh.secs == 0 && cfg.refresh.messages == 0 {
+            return Err(ConfigError::NoRefresh { format: FORMAT });
+        }
+        Ok(Encoder {
+            cfg,
+            buf: vec![0; cfg.max_message_len].into_boxed_slice(),
+            sequence: 0,
+            templates: TemplateClock::new(Some(cfg.refresh)),
+            stats: Stats::default(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// What the encoder has done so far.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// The sequence number the next packet will carry.
+    pub fn sequence(&self) -> u32 {
+        self.sequence
+    }
+
+    /// Encodes `records` into one or more packets of at most `max_message_len` octets and
+    /// calls `out` with each; `now_ns` (ns since 1970) is the export time.
+    pub fn encode(&mut self, records: &[FlowRecord], now_ns: u64, out: &mut dyn FnMut(&[u8])) {
+        let mut rest = records;
+        while !rest.is_empty() {
+            let templates = self.templates.due(now_ns);
+            let n = self.fit(rest, templates);
+            let len = self.write_packet(&rest[..n], templates, now_ns);
+            out(&self.buf[..len]);
+            self.sent(n, templates, now_ns);
+            rest = &rest[n..];
+        }
+    }
+
+    /// Sends a template-only packet if templates are due (none sent yet, or the refresh is
+    /// due), so collectors learn them even when no flow ends. Call it periodically.
+    pub fn tick(&mut self, now_ns: u64, out: &mut dyn FnMut(&[u8])) {
+        if self.templates.due(now_ns) {
+            let len = self.write_packet(&[], true, now_ns);
+            out(&self.buf[..len]);
+            self.sent(0, true, now_ns);
+        }
+    }
+
+    fn sent(&mut self, records: usize, templates: bool, now_ns: u64) {
+        self.sequence = self.sequence.wrapping_add(1);
+        self.templates.sent(templates, now_ns);
+        self.stats.messages += 1;
+        self.stats.template_messages += u64::from(templates);
+        self.stats.records += records as u64;
+    }
+
+    /// How many of `records`, taken in order, fit in one packet.
+    fn fit(&self, records: &[FlowRecord], templates: bool) -> usize {
+        let fixed = HEADER_LEN + if templates { TEMPLATE_FLOWSET_LEN } else { 0 };
+        let (mut n4, mut n6) = (0, 0);
+        for (i, r) in records.iter().enumerate() {
+            let (a, b) = if r.ipv6 { (n4, n6 + 1) } else { (n4 + 1, n6) };
+            let len =
+                fixed + data_flowset_len(a, RECORD_LEN_V4) + data_flowset_len(b, RECORD_LEN_V6);
+            if len > self.cfg.max_message_len {
+                // MIN_MESSAGE_LEN guarantees room for the first record.
+                debug_assert!(i > 0);
+                return i;
+            }
+            (n4, n6) = (a, b);
+        }
+        records.len()
+    }
+
+    /// Writes one packet with `batch` (all of which fit) and returns its length.
+    fn write_packet(&mut self, batch: &[FlowRecord], templates: bool, now_ns: u64) -> usize {
+        let start_ns = self.cfg.start_ns;
+        let mut w = Put::at(&mut self.buf, HEADER_LEN);
+        if templates {
+            write_template_flowset(&mut w);
+        }
+        for ipv6 in [false, true] {
+            if !batch.iter().any(|r| r.ipv6 == ipv6) {
+                continue;
+            }
+            let start = w.pos();
+            w.u16(0); // FlowSet id and length, filled in below
+            w.u16(0);
+            for r in batch.iter().filter(|r| r.ipv6 == ipv6) {
+                write_record(&mut w, r, start_ns);
+            }
+            let len = w.pos() - start;
+            w.bytes(&[0; 3][..len.next_multiple_of(4) - len]);
+            let id = if ipv6 { TEMPLATE_ID_V6 } else { TEMPLATE_ID_V4 };
+            w.set_u16(start, id);
+            w.set_u16(start + 2, (w.pos() - start) as u16);
+        }
+        let len = w.pos();
+        let count = batch.len() as u16 + if templates { TEMPLATE_RECORDS } else { 0 };
+        let mut h = Put::at(&mut self.buf, 0);
+        h.u16(VERSION);
+        h.u16(count);
+        h.u32(uptime_ms(now_ns, start_ns));
+        h.u32(unix_secs(now_ns));
+        h.u32(self.sequence);
+        h.u32(self.cfg.source_id);
+        len
+    }
+}
+
+fn write_template_flowset(w: &mut Put<'_>) {
+    w.u16(TEMPLATE_FLOWSET_ID);
+    w.u16(TEMPLATE_FLOWSET_LEN as u16);
+    for (id, fields) in [
+        (TEMPLATE_ID_V4, &TEMPLATE_V4),
+        (TEMPLATE_ID_V6, &TEMPLATE_V6),
+    ] {
+        w.u16(id);
+        w.u16(FIELD_COUNT as u16);
+        for f in fields {
+            w.u16(f.field_type);
+            w.u16(f.len);
+        }
+    }
+}
+
+/// Writes `r` in the order of [`TEMPLATE_V4`] / [`TEMPLATE_V6`].
+fn write_record(w: &mut Put<'_>, r: &FlowRecord, start_ns: u64) {
+    let start = w.pos();
+    w.u64(r.fwd.octets);
+    w.u64(r.fwd.packets);
+    w.u64(r.rev.octets);
+    w.u64(r.rev.packets);
+    w.u8(r.proto);
+    w.u8(r.fwd.tcp_flags as u8);
+    w.u16(r.sport);
+    if r.ipv6 {
+        w.bytes(&r.src);
+    } else {
+        w.bytes(&r.src[..4]);
+    }
+    w.u32(r.interface);
+    w.u16(r.dport);
+    if r.ipv6 {
+        w.bytes(&r.dst);
+    } else {
+        w.bytes(&r.dst[..4]);
+    }
+    w.u32(uptime_ms(r.end_ns(), start_ns));
+    w.u32(uptime_ms(r.start_ns(), start_ns));
+    w.u16(r.vlan);
+    w.u16(if r.is_icmp() { r.dport } else { 0 });
+    debug_assert_eq!(
+        w.pos() - start,
+        if r.ipv6 { RECORD_LEN_V6 } else { RECORD_LEN_V4 }
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flowrecord::Counters;
+    use crate::ipfix::tests::tcp;
+    use proptest::prelude::*;
+
+    const T0: u64 = 1_700_000_000_000_000_000;
+    const SEC: u64 = 1_000_000_000;
+    /// The exporter started 1000.25 s before T0.
+    const START: u64 = T0 - 1_000_250_000_000;
+
+    fn be16(b: &[u8], at: usize) -> u16 {
+        u16::from_be_bytes([b[at], b[at + 1]])
+    }
+
+    fn be32(b: &[u8], at: usize) -> u32 {
+        u32::from_be_bytes(b[at..at + 4].try_into().unwrap())
+    }
+
+    /// The FlowSets of a packet: (id, body with padding).
+    fn flowsets(p: &[u8]) -> Vec<(u16, &[u8])> {
+        assert_eq!(be16(p, 0), VERSION);
+        let mut v = Vec::new();
+        let mut at = HEADER_LEN;
+        while at < p.len() {
+            let id = be16(p, at);
+            let len = usize::from(be16(p, at + 2));
+            assert!(
+                len >= 4 && len % 4 == 0,
+                "FlowSet length {len} not padded to 4"
+            );
+            assert!(at + len <= p.len(), "FlowSet overruns");
+            v.push((id, &p[at + 4..at + len]));
+            at += len;
+        }
+        v
+    }
+
+    /// (carries templates, IPv4 records, IPv6 records); checks the padding and `count`.
+    fn shape(p: &[u8]) -> (bool, usize, usize) {
+        let mut s = (false, 0, 0);
+        for (id, body) in flowsets(p) {
+            let rec = match id {
+                TEMPLATE_FLOWSET_ID => {
+                    s.0 = true;
+                    continue;
+                }
+                TEMPLATE_ID_V4 => RECORD_LEN_V4,
+                TEMPLATE_ID_V6 => RECORD_LEN_V6,
+                _ => panic!("unexpected FlowSet {id}"),
+            };
+            let n = body.len() / rec;
+            let pad = &body[n * rec..];
+            assert!(
+                pad.len() < 4 && pad.iter().all(|b| *b == 0),
+                "padding {pad:?}"
+            );
+            if id == TEMPLATE_ID_V4 {
+                s.1 += n;
+            } else {
+                s.2 += n;
+            }
+        }
+        let templates = if s.0 { 2 } else { 0 };
+        assert_eq!(usize::from(be16(p, 2)), templates + s.1 + s.2, "count");
+        s
+    }
+
+    fn encoder(max: usize, refresh: Refresh) -> Encoder {
+        Encoder::new(Config {
+            max_message_len: max,
+            source_id: 9,
+            start_ns: START,
+            refresh,
+        })
+        .unwrap()
+    }
+
+    fn collect(enc: &mut Encoder, records: &[FlowRecord], now_ns: u64) -> Vec<Vec<u8>> {
+        let mut v = Vec::new();
+        enc.encode(records, now_ns, &mut |m| v.push(m.to_vec()));
+        v
+    }
+
+    #[test]
+    fn sizes_follow_the_field_list() {
+        assert_eq!(RECORD_LEN_V4, 62);
+        assert_eq!(RECORD_LEN_V6, 86);
+        assert_eq!(TEMPLATE_FLOWSET_LEN, 4 + 2 * (4 + 15 * 4));
+        assert_eq!(data_flowset_len(1, RECORD_LEN_V4), 68);
+        assert_eq!(data_flowset_len(2, RECORD_LEN_V4), 128);
+        assert_eq!(MIN_MESSAGE_LEN, 20 + 132 + 92);
+    }
+
+    #[test]
+    fn header_fields() {
+        let mut enc = encoder(1400, Refresh::default());
+        let now = T0 + 5 * SEC + 700_000_000;
+        let p = &collect(&mut enc, &[tcp(false), tcp(true)], now)[0];
+        assert_eq!(be16(p, 0), 9);
+        assert_eq!(be16(p, 2), 4, "2 template records + 2 data records");
+        // sysUptime at the export time: 1000.25 s + 5.7 s.
+        assert_eq!(be32(p, 4), 1_005_950);
+        assert_eq!(be32(p, 8), 1_700_000_005);
+        assert_eq!(be32(p, 12), 0);
+        assert_eq!(be32(p, 16), 9);
+        assert_eq!(shape(p), (true, 1, 1));
+        let fs = flowsets(p);
+        assert_eq!(fs.iter().map(|f| f.0).collect::<Vec<_>>(), [0, 256, 257]);
+        // Template 256: 15 fields, IN_BYTES/8 first, ICMP_TYPE/2 last.
+        let t = fs[0].1;
+        assert_eq!(&t[..8], &[1, 0, 0, 15, 0, 1, 0, 8]);
+        assert_eq!(&t[60..64], &[0, 32, 0, 2]);
+        assert_eq!(&t[64..68], &[1, 1, 0, 15]);
+    }
+
+    #[test]
+    fn data_record_matches_the_fixture() {
+        let mut r = tcp(false);
+        r.fwd.tcp_flags = 0x0112; // only the low 8 bits fit
+        let mut buf = [0u8; RECORD_LEN_V4];
+        write_record(&mut Put::at(&mut buf, 0), &r, START);
+        let mut want = Vec::new();
+        for v in [1500u64, 12, 90000, 70] {
+            want.extend_from_slice(&v.to_be_bytes());
+        }
+        want.extend_from_slice(&[6, 0x12, 0x9c, 0x40, 10, 0, 0, 1, 0, 0, 0, 3, 0x01, 0xbb]);
+        want.extend_from_slice(&[10, 0, 0, 2]);
+        // LAST then FIRST: 1000.25 s + 9 ms and + 1 ms.
+        want.extend_from_slice(&1_000_259u32.to_be_bytes());
+        want.extend_from_slice(&1_000_251u32.to_be_bytes());
+        want.extend_from_slice(&[0, 42, 0, 0]);
+        assert_eq!(&buf[..], &want[..]);
+    }
+
+    #[test]
+    fn icmp_type_and_times_before_start_wrap() {
+        let mut r = tcp(false);
+        r.proto = 1;
+        r.sport = 0;
+        r.dport = 0x0303;
+        r.rev = Counters::default();
+        let mut buf = [0u8; RECORD_LEN_V4];
+        // Started 1 ms after the flow's first packet: sysUptime wraps like a router's.
+        write_record(&mut Put::at(&mut buf, 0), &r, T0 + 2_000_000);
+        assert_eq!(&buf[60..62], &[3, 3]);
+        assert_eq!(be32(&buf, 54), u32::MAX, "first switched 1 ms before start");
+        assert_eq!(be32(&buf, 50), 7, "last switched");
+    }
+
+    #[test]
+    fn padding_is_zero_and_to_4() {
+        let mut enc = encoder(1400, Refresh::default());
+        for n in 1..6 {
+            let p = &collect(&mut enc, &vec![tcp(false); n], T0)[0];
+            let fs = flowsets(p);
+            let d = fs.iter().find(|f| f.0 == TEMPLATE_ID_V4).unwrap();
+            assert_eq!(d.1.len() + 4, data_flowset_len(n, RECORD_LEN_V4));
+            assert_eq!(
+                d.1.len() - n * RECORD_LEN_V4,
+                if n % 2 == 1 { 2 } else { 0 }
+            );
+            assert_eq!(p.len() % 4, 0);
+            shape(p);
+        }
+    }
+
+    #[test]
+    fn sequence_counts_packets_before() {
+        let max = HEADER_LEN + TEMPLATE_FLOWSET_LEN + data_flowset_len(2, RECORD_LEN_V4);
+        let mut enc = encoder(max, Refresh::default());
+        let mut seqs = Vec::new();
+        let mut shapes = Vec::new();
+        let mut f = |p: &[u8]| {
+            seqs.push(be32(p, 12));
+            shapes.push(shape(p));
+        };
+        enc.encode(&vec![tcp(false); 9], T0, &mut f);
+        enc.tick(T0 + 60 * SEC, &mut f);
+        enc.encode(&[tcp(true)], T0 + 60 * SEC, &mut f);
+        assert_eq!(seqs, [0, 1, 2, 3, 4]);
+        // With the templates 2 records fit, without them 4; the tick's packet counts too.
+        assert_eq!(
+            shapes,
+            [
+                (true, 2, 0),
+                (false, 4, 0),
+                (false, 3, 0),
+                (true, 0, 0),
+                (false, 0, 1)
+            ]
+        );
+        assert_eq!(enc.sequence(), 5);
+        let s = enc.stats();
+        assert_eq!((s.messages, s.template_messages, s.records), (5, 2, 10));
+    }
+
+    #[test]
+    fn refresh_by_time_and_count() {
+        let mut enc = encoder(
+            1400,
+            Refresh {
+                secs: 60,
+                messages: 4,
+            },
+        );
+        let r = [tcp(false)];
+        let got: Vec<bool> = [0, 1, 2, 3, 4, 5, 70, 71]
+            .iter()
+            .map(|&s| shape(&collect(&mut enc, &r, T0 + s * SEC)[0]).0)
+            .collect();
+        assert_eq!(got, [true, false, false, false, true, false, true, false]);
+    }
+
+    #[test]
+    fn config_is_checked() {
+        let cfg = |max| Config {
+            max_message_len: max,
+            ..Config::new(1, T0)
+        };
+        assert!(Encoder::new(cfg(MIN_MESSAGE_LEN)).is_ok());
+        assert!(matches!(
+            Encoder::new(cfg(MIN_MESSAGE_LEN - 1)),
+            Err(ConfigError::MessageTooShort { .. })
+        ));
+        assert!(matches!(
+            Encoder::new(cfg(MAX_MESSAGE_LEN + 1)),
+            Err(ConfigError::MessageTooLong { .. })
+        ));
+        let none = Config {
+            refresh: Refresh {
+                secs: 0,
+                messages: 0,
+            },
+            ..Config::new(1, T0)
+        };
+        assert!(matches!(
+            Encoder::new(none),
+            Err(ConfigError::NoRefresh { .. })
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn packets_fit_and_carry_every_record_once(
+            families in proptest::collection::vec(any::<bool>(), 0..200),
+            max in MIN_MESSAGE_LEN..3000usize,
+        ) {
+            let mut enc = encoder(max, Refresh { secs: 60, messages: 3 });
+            let recs: Vec<FlowRecord> = families.iter().map(|&v6| tcp(v6)).collect();
+            let (mut seq, mut done) = (0u32, 0usize);
+            enc.encode(&recs, T0, &mut |p| {
+                assert!(p.len() <= max, "packet of {} > {max}", p.len());
+                assert_eq!(be32(p, 12), seq);
+                let (t, a, b) = shape(p);
+                assert_eq!(t, seq % 3 == 0, "templates in one packet of every 3");
+                seq += 1;
+                done += a + b;
+                if let Some(next) = recs.get(done) {
+                    let (a, b) = if next.ipv6 { (a, b + 1) } else { (a + 1, b) };
+                    let need = HEADER_LEN
+                        + if t { TEMPLATE_FLOWSET_LEN } else { 0 }
+                        + data_flowset_len(a, RECORD_LEN_V4)
+                        + data_flowset_len(b, RECORD_LEN_V6);
+                    assert!(need > max, "record {done} would have fit");
+                }
+            });
+            prop_assert_eq!(done, recs.len());
+        }
+    }
+}
