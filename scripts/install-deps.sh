@@ -18,6 +18,10 @@ PKGS=(
     util-linux                 # taskset (CPU pinning in the benchmarks)
     procps                     # sysctl
     python3                    # benchmark harness (standard library only)
+    nfdump                     # flow oracle and anchor: nfpcapd (pcap -> flows), nfcapd (IPFIX collector), nfdump
+    softflowd                  # flow benchmark anchor (pcap -> NetFlow/IPFIX)
+    argus-server               # flow benchmark anchor: argus (pcap -> bidirectional flow records)
+    argus-client               # ra: reads argus records
 )
 
 export DEBIAN_FRONTEND=noninteractive
@@ -50,6 +54,14 @@ else
     echo "install-deps: all packages already installed"
 fi
 
+# We need the flow tools' binaries, not their daemons: on a host booted with systemd, argus-server
+# starts argus on the default interface (logging to /var/log/argus) and nfdump starts an nfcapd on
+# port 2055 (from /etc/nfdump/default.conf), which would load the machine and hold a collector port.
+if [[ -d /run/systemd/system ]]; then
+    systemctl disable --now argus.service >/dev/null 2>&1 || true
+    systemctl stop 'nfdump@*.service' 'softflowd@*.service' >/dev/null 2>&1 || true
+fi
+
 # Rust comes from rustup on the image (rust-toolchain.toml pins the version), not from apt.
 if ! command -v cargo >/dev/null 2>&1; then
     for d in "${CARGO_HOME:-$HOME/.cargo}/bin" /root/.cargo/bin /usr/local/cargo/bin; do
@@ -78,4 +90,7 @@ printf '  %-12s %s\n' \
     trafgen "$(first_line trafgen -v)" \
     tcprewrite "$(tcprewrite -V 2>&1 | grep -m1 -i version || true)" \
     ip "$(first_line ip -V)" \
+    nfdump "$(first_line nfdump -V)" \
+    softflowd "$(softflowd -h 2>&1 | grep -m1 -o 'version [0-9.]*[0-9]' || true)" \
+    argus "$(argus -h 2>&1 | grep -m1 'Argus Version' || true)" \
     python3 "$(first_line python3 --version)"

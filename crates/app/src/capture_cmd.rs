@@ -297,6 +297,7 @@ fn flow_config(a: &FlowArgs, flows_cmd: bool) -> Result<Option<FlowConfig>, Fail
             mtu: a.export_mtu,
             observation_domain: a.observation_domain,
             clock: MeterClock::Packets,
+            rate: a.export_rate,
         },
     }))
 }

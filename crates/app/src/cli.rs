@@ -161,6 +161,10 @@ pub struct FlowArgs {
     /// Largest IP packet sent to a UDP collector (IPFIX/NetFlow messages are sized to fit).
     #[arg(long, default_value_t = 1500)]
     pub export_mtu: u32,
+    /// Most messages per second to each UDP collector (default: as fast as the socket takes
+    /// them); a collector's receive buffer holds a burst of a few thousand at best.
+    #[arg(long, value_name = "MSGS")]
+    pub export_rate: Option<u32>,
 }
 
 impl FlowArgs {

@@ -167,7 +167,10 @@ pub fn flow_lines(f: &FlowSummary) -> Vec<String> {
             l.push_str(&format!(" in {} messages", o.messages));
         }
         if o.failed > 0 {
-            l.push_str(&format!(", {} not delivered", o.failed));
+            l.push_str(&format!(", {} not encodable", o.failed));
+        }
+        if o.lost_messages > 0 {
+            l.push_str(&format!(", {} messages lost", o.lost_messages));
         }
         if let Some(err) = &o.error {
             l.push_str(&format!(" (error: {err})"));
@@ -190,11 +193,13 @@ fn flows_json(f: Option<&FlowSummary>) -> String {
         .iter()
         .map(|o| {
             format!(
-                "{{\"output\":{},\"records\":{},\"messages\":{},\"failed\":{},\"error\":{}}}",
+                "{{\"output\":{},\"records\":{},\"messages\":{},\"failed\":{},\
+                 \"lost_messages\":{},\"error\":{}}}",
                 json_string(&o.name),
                 o.records,
                 o.messages,
                 o.failed,
+                o.lost_messages,
                 o.error.as_deref().map_or("null".into(), json_string)
             )
         })

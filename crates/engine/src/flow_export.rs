@@ -14,7 +14,9 @@ use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
+use tapflow_sys::udp::UdpSocket;
 use tapflow_wire::flowrecord::FlowRecord;
+use tapflow_wire::{ipfix, netflow5, netflow9};
 
 use crate::EngineError;
 use crate::flow_text::TextFormat;
@@ -159,6 +161,10 @@ pub struct ExportConfig {
     pub observation_domain: u32,
     /// Which clock stamps the messages.
     pub clock: MeterClock,
+    /// Most messages per second to each UDP collector (`None`: as fast as the socket takes
+    /// them). A collector's receive buffer holds a burst of a few thousand datagrams at best;
+    /// a trace replayed at full speed ends 300k flows in a second.
+    pub rate: Option<u32>,
 }
 
 /// What one output did.
@@ -170,8 +176,11 @@ pub struct OutputReport {
     pub records: u64,
     /// Messages (datagrams, TCP messages) sent; 0 for text.
     pub messages: u64,
-    /// Records that could not be delivered (send errors, IPv6 in NetFlow v5).
+    /// Records the format cannot carry (IPv6 in NetFlow v5), or text that could not be written.
     pub failed: u64,
+    /// Messages the network refused (no collector listening, no buffer room after waiting a
+    /// second, a broken TCP session); the collector sees them as a sequence gap.
+    pub lost_messages: u64,
     /// The first delivery error, if any.
     pub error: Option<String>,
 }
@@ -321,6 +330,258 @@ enum OutputKind {
         w: BufWriter<Box<dyn Write + Send>>,
         line: String,
     },
+    Collector(Box<Collector>),
+}
+
+/// Messages queued for one `sendmmsg`.
+const SEND_BATCH: usize = 32;
+/// How long a UDP send waits for room in the socket buffer before the messages count as lost.
+const SEND_PATIENCE: Duration = Duration::from_secs(1);
+/// RFC 7011 §10.4.2.3: reconnect a TCP session at most once a minute.
+const RECONNECT_EVERY_NS: u64 = 60_000_000_000;
+
+/// An encoder for one collector; NetFlow ones are made when the first records arrive, since
+/// their "boot time" is the first packet's.
+#[derive(Debug)]
+enum Wire {
+    Ipfix(ipfix::Encoder),
+    V9(netflow9::Encoder),
+    V5(netflow5::Encoder),
+}
+
+impl Wire {
+    fn encode(&mut self, records: &[FlowRecord], now: u64, out: &mut dyn FnMut(&[u8])) {
+        match self {
+            Wire::Ipfix(e) => e.encode(records, now, out),
+            Wire::V9(e) => e.encode(records, now, out),
+            Wire::V5(e) => e.encode(records, now, out),
+        }
+    }
+
+    fn tick(&mut self, now: u64, out: &mut dyn FnMut(&[u8])) {
+        match self {
+            Wire::Ipfix(e) => e.tick(now, out),
+            Wire::V9(e) => e.tick(now, out),
+            Wire::V5(e) => e.tick(now, out),
+        }
+    }
+
+    fn stats(&self) -> ipfix::Stats {
+        match self {
+            Wire::Ipfix(e) => e.stats(),
+            Wire::V9(e) => e.stats(),
+            Wire::V5(e) => e.stats(),
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Link {
+    Udp(UdpSocket),
+    Tcp(Option<TcpStream>),
+}
+
+/// A collector: its encoder, its socket and the messages waiting to be sent.
+#[derive(Debug)]
+struct Collector {
+    protocol: Protocol,
+    addr: SocketAddr,
+    max_len: usize,
+    observation_domain: u32,
+    wire: Option<Wire>,
+    link: Link,
+    pending: Vec<Vec<u8>>,
+    queued: usize,
+    /// Messages the socket refused or that could not be written.
+    lost: u64,
+    last_connect_ns: u64,
+    error: Option<String>,
+    /// Pacing: messages per second, the time the first paced message left, and messages since.
+    rate: Option<u32>,
+    paced_since: Option<std::time::Instant>,
+    paced: u64,
+}
+
+impl Collector {
+    fn open(protocol: Protocol, addr: SocketAddr, cfg: &ExportConfig) -> Result<Collector, String> {
+        let link = match protocol {
+            Protocol::IpfixTcp => Link::Tcp(Some(
+                TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+                    .map_err(|e| format!("cannot connect: {e}"))?,
+            )),
+            _ => {
+                let s = UdpSocket::connect(addr).map_err(|e| e.to_string())?;
+                let _ = s.set_sndbuf(4 << 20);
+                Link::Udp(s)
+            }
+        };
+        let headers = match addr {
+            SocketAddr::V4(_) => 20 + 8,
+            SocketAddr::V6(_) => 40 + 8,
+        };
+        let max_len = match protocol {
+            // A TCP stream is not cut into datagrams: messages may be as large as IPFIX allows.
+            Protocol::IpfixTcp => ipfix::MAX_MESSAGE_LEN,
+            _ => cfg.mtu as usize - headers,
+        };
+        let mut c = Collector {
+            protocol,
+            addr,
+            max_len,
+            observation_domain: cfg.observation_domain,
+            wire: None,
+            link,
+            pending: (0..SEND_BATCH).map(|_| Vec::with_capacity(max_len)).collect(),
+            queued: 0,
+            lost: 0,
+            last_connect_ns: tapflow_sys::clock::realtime_ns(),
+            error: None,
+            rate: cfg.rate.filter(|&r| r > 0),
+            paced_since: None,
+            paced: 0,
+        };
+        if matches!(protocol, Protocol::Ipfix | Protocol::IpfixTcp) {
+            c.wire = Some(c.encoder(0)?);
+        }
+        Ok(c)
+    }
+
+    fn encoder(&self, start_ns: u64) -> Result<Wire, String> {
+        let e = |e: ipfix::ConfigError| e.to_string();
+        Ok(match self.protocol {
+            Protocol::Ipfix | Protocol::IpfixTcp => {
+                let mut c = ipfix::Config::new(self.observation_domain);
+                c.max_message_len = self.max_len;
+                if self.protocol == Protocol::IpfixTcp {
+                    c.transport = ipfix::Transport::Tcp;
+                }
+                Wire::Ipfix(ipfix::Encoder::new(c).map_err(e)?)
+            }
+            Protocol::Netflow9 => {
+                let mut c = netflow9::Config::new(self.observation_domain, start_ns);
+                c.max_message_len = self.max_len.min(netflow9::MAX_MESSAGE_LEN);
+                Wire::V9(netflow9::Encoder::new(c).map_err(e)?)
+            }
+            Protocol::Netflow5 => {
+                let mut c = netflow5::Config::new(start_ns);
+                c.max_message_len = self.max_len.min(netflow5::MAX_MESSAGE_LEN);
+                Wire::V5(netflow5::Encoder::new(c).map_err(e)?)
+            }
+        })
+    }
+
+    fn export(&mut self, records: &[FlowRecord], now: u64, epoch: u64) {
+        if self.wire.is_none() {
+            match self.encoder(epoch) {
+                Ok(w) => self.wire = Some(w),
+                Err(e) => {
+                    self.error.get_or_insert(e);
+                    return;
+                }
+            }
+        }
+        self.reconnect_if_due();
+        let Some(mut wire) = self.wire.take() else {
+            return;
+        };
+        wire.encode(records, now, &mut |m| self.queue(m));
+        self.wire = Some(wire);
+        self.send();
+    }
+
+    fn tick(&mut self, now: u64) {
+        if let Some(mut wire) = self.wire.take() {
+            wire.tick(now, &mut |m| self.queue(m));
+            self.wire = Some(wire);
+        }
+        self.send();
+    }
+
+    /// Copies one finished message into the send queue, sending when the queue is full.
+    fn queue(&mut self, m: &[u8]) {
+        if self.queued == SEND_BATCH {
+            self.send();
+        }
+        let buf = &mut self.pending[self.queued];
+        buf.clear();
+        buf.extend_from_slice(m);
+        self.queued += 1;
+    }
+
+    /// Sends the queued messages: UDP in `sendmmsg` batches, waiting up to [`SEND_PATIENCE`]
+    /// for room in the socket buffer; TCP with blocking writes.
+    fn send(&mut self) {
+        self.pace();
+        let msgs = &self.pending[..self.queued];
+        self.queued = 0;
+        match &mut self.link {
+            Link::Udp(sock) => {
+                let mut done = 0;
+                let mut waited = Duration::ZERO;
+                while done < msgs.len() {
+                    let o = sock.send_batch(&msgs[done..]);
+                    done += o.sent;
+                    let Some(e) = o.error else { continue };
+                    if e.kind() == io::ErrorKind::WouldBlock && waited < SEND_PATIENCE {
+                        thread::sleep(Duration::from_micros(200));
+                        waited += Duration::from_micros(200);
+                        continue;
+                    }
+                    // Refused (no collector yet) or no room after waiting: this one is lost,
+                    // and the collector sees it in the sequence numbers.
+                    self.lost += 1;
+                    self.error.get_or_insert_with(|| e.to_string());
+                    done += 1;
+                }
+            }
+            Link::Tcp(stream) => {
+                for m in msgs {
+                    let Some(s) = stream else {
+                        self.lost += 1;
+                        continue;
+                    };
+                    if let Err(e) = s.write_all(m) {
+                        self.error.get_or_insert_with(|| e.to_string());
+                        self.lost += 1;
+                        *stream = None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits until the queued messages may leave under `--export-rate`.
+    fn pace(&mut self) {
+        let Some(rate) = self.rate else { return };
+        if self.queued == 0 {
+            return;
+        }
+        let start = *self.paced_since.get_or_insert_with(std::time::Instant::now);
+        self.paced += self.queued as u64;
+        let due = Duration::from_secs_f64(self.paced as f64 / f64::from(rate));
+        if let Some(wait) = due.checked_sub(start.elapsed()) {
+            thread::sleep(wait);
+        }
+    }
+
+    /// After a broken TCP session, tries once a minute to open a new one (a new session
+    /// starts with the templates and sequence 0).
+    fn reconnect_if_due(&mut self) {
+        let Link::Tcp(stream @ None) = &mut self.link else {
+            return;
+        };
+        let now = tapflow_sys::clock::realtime_ns();
+        if now.saturating_sub(self.last_connect_ns) < RECONNECT_EVERY_NS {
+            return;
+        }
+        self.last_connect_ns = now;
+        if let Ok(s) = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5)) {
+            *stream = Some(s);
+            if let Some(Wire::Ipfix(e)) = &mut self.wire {
+                e.reset_session();
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Output {
@@ -331,7 +592,7 @@ impl std::fmt::Debug for Output {
     }
 }
 
-fn open(t: &ExportTarget, _cfg: &ExportConfig) -> Result<Output, EngineError> {
+fn open(t: &ExportTarget, cfg: &ExportConfig) -> Result<Output, EngineError> {
     let name = t.name();
     let kind = match t {
         ExportTarget::Text { format, dest } => {
@@ -350,13 +611,10 @@ fn open(t: &ExportTarget, _cfg: &ExportConfig) -> Result<Output, EngineError> {
                 line: String::with_capacity(512),
             }
         }
-        ExportTarget::Collector { protocol, addr } => {
-            let _ = (
-                protocol,
-                TcpStream::connect_timeout(addr, Duration::from_secs(5)),
-            );
-            return Err(EngineError::Config(format!("{name}: not implemented yet")));
-        }
+        ExportTarget::Collector { protocol, addr } => OutputKind::Collector(Box::new(
+            Collector::open(*protocol, *addr, cfg)
+                .map_err(|e| EngineError::Config(format!("--export {name}: {e}")))?,
+        )),
     };
     Ok(Output {
         report: OutputReport {
@@ -368,7 +626,7 @@ fn open(t: &ExportTarget, _cfg: &ExportConfig) -> Result<Output, EngineError> {
 }
 
 impl Output {
-    fn export(&mut self, records: &[FlowRecord], _now: u64, _epoch: u64) {
+    fn export(&mut self, records: &[FlowRecord], now: u64, epoch: u64) {
         if self.report.error.is_some() {
             self.report.failed += records.len() as u64;
             return;
@@ -386,16 +644,18 @@ impl Output {
                     self.report.records += 1;
                 }
             }
+            OutputKind::Collector(c) => c.export(records, now, epoch),
         }
     }
 
-    fn tick(&mut self, _now: u64) {
+    fn tick(&mut self, now: u64) {
         match &mut self.kind {
             OutputKind::Text { w, .. } => {
                 if let Err(e) = w.flush() {
                     self.report.error.get_or_insert(e.to_string());
                 }
             }
+            OutputKind::Collector(c) => c.tick(now),
         }
     }
 
@@ -404,6 +664,19 @@ impl Output {
             OutputKind::Text { w, .. } => {
                 if let Err(e) = w.flush() {
                     self.report.error.get_or_insert(e.to_string());
+                }
+            }
+            OutputKind::Collector(c) => {
+                c.send();
+                if let Some(w) = &c.wire {
+                    let st = w.stats();
+                    self.report.records = st.records;
+                    self.report.messages = st.messages - c.lost.min(st.messages);
+                    self.report.failed = st.unencodable;
+                }
+                self.report.lost_messages = c.lost;
+                if let Some(e) = c.error.take() {
+                    self.report.error.get_or_insert(e);
                 }
             }
         }

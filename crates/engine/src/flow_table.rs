@@ -336,9 +336,17 @@ impl FlowTable {
         };
         let f = &mut self.flows[i as usize];
         let flags = p.tcp_flags;
-        if f.class == Class::Closed as u8 && flags & (SYN | ACK) == SYN {
-            // A new connection on the same ports: end the old one first.
-            self.end(i, EndReason::EndOfFlow, out);
+        let closed = f.class == Class::Closed as u8;
+        let idle = f.last().saturating_add(self.cfg.idle_ns[usize::from(f.class)]) <= ts;
+        if idle || (closed && flags & (SYN | ACK) == SYN) {
+            // The flow timed out before this packet (the sweep had not run yet), or a new
+            // connection reuses the ports of a closed one: end the old record, start anew.
+            let reason = if closed {
+                EndReason::EndOfFlow
+            } else {
+                EndReason::IdleTimeout
+            };
+            self.end(i, reason, out);
             let (slot, _) = self.find(hash, p, interface);
             self.insert(slot, hash, p, interface, ts, out);
             return;
@@ -647,6 +655,20 @@ mod tests {
         t.expire(301 * S, &mut |r| v.push(r));
         assert_eq!(v.len(), 2);
         assert_eq!(v[1].proto, 6);
+    }
+
+    #[test]
+    fn a_packet_after_the_idle_timeout_starts_a_new_record_even_before_the_sweep() {
+        let mut t = FlowTable::new(cfg(16));
+        assert!(run(&mut t, &pkt(17, 1, 2, 7, 53, 0), S).is_empty());
+        assert!(run(&mut t, &pkt(17, 1, 2, 7, 53, 0), 60 * S).is_empty());
+        let v = run(&mut t, &pkt(17, 2, 1, 53, 7, 0), 120 * S);
+        assert_eq!(v.len(), 1);
+        assert_eq!((v[0].fwd.packets, v[0].end_reason), (2, EndReason::IdleTimeout));
+        let mut rest = Vec::new();
+        t.drain(EndReason::ForcedEnd, &mut |r| rest.push(r));
+        // The new record's initiator is the sender of its own first packet.
+        assert_eq!((rest[0].sport, rest[0].fwd.packets), (53, 1));
     }
 
     #[test]

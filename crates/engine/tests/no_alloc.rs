@@ -101,6 +101,7 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
                 mtu: 1500,
                 observation_domain: 1,
                 clock: MeterClock::Packets,
+                rate: None,
             },
         }),
     };
