@@ -431,7 +431,9 @@ impl Collector {
             observation_domain: cfg.observation_domain,
             wire: None,
             link,
-            pending: (0..SEND_BATCH).map(|_| Vec::with_capacity(max_len)).collect(),
+            pending: (0..SEND_BATCH)
+                .map(|_| Vec::with_capacity(max_len))
+                .collect(),
             queued: 0,
             lost: 0,
             last_connect_ns: tapflow_sys::clock::realtime_ns(),

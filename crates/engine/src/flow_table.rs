@@ -84,6 +84,10 @@ pub struct TableConfig {
 }
 
 const NIL: u32 = u32::MAX;
+/// Index slots to start with (256 KiB); the index doubles whenever it would pass half full, so
+/// it stays as small as the flows held need (a large, sparse index misses the cache on every
+/// lookup).
+const INITIAL_SLOTS: usize = 1 << 16;
 const NS: u64 = 1_000_000_000;
 
 const FIN: u16 = 0x01;
@@ -265,7 +269,7 @@ impl FlowTable {
     /// An empty table. Memory is reserved for `max_flows` but touched only as flows arrive.
     pub fn new(cfg: TableConfig) -> FlowTable {
         let max = cfg.max_flows.clamp(1, NIL as usize - 1);
-        let slots = (max * 2).next_power_of_two();
+        let slots = (max * 2).next_power_of_two().min(INITIAL_SLOTS);
         FlowTable {
             cfg: TableConfig {
                 max_flows: max,
@@ -337,7 +341,10 @@ impl FlowTable {
         let f = &mut self.flows[i as usize];
         let flags = p.tcp_flags;
         let closed = f.class == Class::Closed as u8;
-        let idle = f.last().saturating_add(self.cfg.idle_ns[usize::from(f.class)]) <= ts;
+        let idle = f
+            .last()
+            .saturating_add(self.cfg.idle_ns[usize::from(f.class)])
+            <= ts;
         if idle || (closed && flags & (SYN | ACK) == SYN) {
             // The flow timed out before this packet (the sweep had not run yet), or a new
             // connection reuses the ports of a closed one: end the old record, start anew.
@@ -448,6 +455,9 @@ impl FlowTable {
         if self.len >= self.cfg.max_flows {
             self.evict_oldest(out);
             slot = self.find(hash, p, interface).0;
+        } else if (self.len + 1) * 2 > self.index.len() {
+            self.grow_index();
+            slot = self.find(hash, p, interface).0;
         }
         // A SYN-ACK first means its receiver initiated: keep the initiator forward.
         let swap = p.tcp_flags & (SYN | ACK) == SYN | ACK && p.proto == 6;
@@ -490,6 +500,20 @@ impl FlowTable {
         self.push_tail(i);
         self.len += 1;
         self.stats.created += 1;
+    }
+
+    /// Doubles the index and puts every flow back by its stored hash.
+    fn grow_index(&mut self) {
+        let slots = self.index.len() * 2;
+        let old = std::mem::replace(&mut self.index, vec![0; slots]);
+        self.mask = slots - 1;
+        for v in old.into_iter().filter(|&v| v != 0) {
+            let mut slot = self.flows[v as usize - 1].hash as usize & self.mask;
+            while self.index[slot] != 0 {
+                slot = (slot + 1) & self.mask;
+            }
+            self.index[slot] = v;
+        }
     }
 
     fn evict_oldest(&mut self, out: &mut impl FnMut(FlowRecord)) {
@@ -664,7 +688,10 @@ mod tests {
         assert!(run(&mut t, &pkt(17, 1, 2, 7, 53, 0), 60 * S).is_empty());
         let v = run(&mut t, &pkt(17, 2, 1, 53, 7, 0), 120 * S);
         assert_eq!(v.len(), 1);
-        assert_eq!((v[0].fwd.packets, v[0].end_reason), (2, EndReason::IdleTimeout));
+        assert_eq!(
+            (v[0].fwd.packets, v[0].end_reason),
+            (2, EndReason::IdleTimeout)
+        );
         let mut rest = Vec::new();
         t.drain(EndReason::ForcedEnd, &mut |r| rest.push(r));
         // The new record's initiator is the sender of its own first packet.
@@ -787,6 +814,28 @@ mod tests {
         t.update(&q, 0, S, &mut |r| v.push(r));
         t.update(&p, 1, S, &mut |r| v.push(r));
         assert_eq!(t.len(), 3);
+    }
+
+    #[test]
+    fn the_index_grows_and_keeps_every_flow() {
+        let mut t = FlowTable::new(cfg(1_000_000));
+        assert_eq!(t.index.len(), INITIAL_SLOTS);
+        let p = |i: u32| {
+            let mut f = pkt(17, 0, 0, (i >> 16) as u16, 53, 0);
+            f.src[..4].copy_from_slice(&i.to_be_bytes());
+            f
+        };
+        for i in 0..200_000 {
+            assert!(run(&mut t, &p(i), S).is_empty());
+        }
+        assert!(t.index.len() >= 400_000 && t.index.len() <= 1 << 19);
+        for i in (0..200_000).rev() {
+            assert!(run(&mut t, &p(i), 2 * S).is_empty());
+        }
+        assert_eq!((t.len(), t.stats().created), (200_000, 200_000));
+        let mut two = 0;
+        t.drain(EndReason::ForcedEnd, &mut |r| two += usize::from(r.fwd.packets == 2));
+        assert_eq!(two, 200_000);
     }
 
     /// Many flows through a small table with collisions, removals and evictions: every packet
