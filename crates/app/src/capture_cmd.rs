@@ -193,7 +193,7 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
 }
 
 /// The flow meter's settings and outputs, if metering is on.
-fn flow_config(a: &FlowArgs, flows_cmd: bool) -> Result<Option<FlowConfig>, Failure> {
+pub(crate) fn flow_config(a: &FlowArgs, flows_cmd: bool) -> Result<Option<FlowConfig>, Failure> {
     if !flows_cmd && !a.any_output() {
         return Ok(None);
     }

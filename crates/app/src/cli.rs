@@ -213,6 +213,9 @@ pub struct RecvArgs {
     /// Write the final accounting as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
+    /// Flow metering of the received records (any flow output turns it on).
+    #[command(flatten)]
+    pub flows: FlowArgs,
 }
 
 /// `tapflow gen`.

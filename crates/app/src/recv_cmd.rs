@@ -43,6 +43,11 @@ pub fn run(a: RecvArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
     for line in summary_lines(&summary) {
         eprintln!("{line}");
     }
+    if let Some(f) = &summary.flows {
+        for line in crate::report::flow_lines(f) {
+            eprintln!("{line}");
+        }
+    }
     crate::report::finish(a.summary_json.as_deref(), || summary_json(&summary), err)
 }
 
@@ -78,6 +83,7 @@ fn config(a: &RecvArgs) -> Result<ReceiverConfig, Failure> {
         allow,
         rcvbuf: a.rcvbuf,
         duration: secs(a.duration, "--duration")?,
+        flows: crate::capture_cmd::flow_config(&a.flows, false)?,
     })
 }
 

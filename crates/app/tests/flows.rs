@@ -568,3 +568,72 @@ fn per_flow_results_agree_with_nfpcapd() {
         );
     }
 }
+
+/// `tapflow recv --csv` meters the records probes forward: the same flows as metering the
+/// probe's input directly (loopback only).
+#[test]
+fn recv_meters_forwarded_records_like_the_probe_input() {
+    let trace = corpus_dir().join("nfstream-skype.pcap");
+    let (direct, _) = flows_of(&trace, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("recv.csv");
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut g = VethPair::spawn(&mut tapflow([
+        "recv",
+        "--listen",
+        &listen,
+        "-w",
+        &dir.path().join("r.pcapng").to_string_lossy(),
+        "-q",
+        "--csv",
+        &csv.to_string_lossy(),
+    ]));
+    let start = std::time::Instant::now();
+    while std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "recv did not bind"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    run_ok(&mut tapflow([
+        "capture",
+        "-r",
+        &trace.to_string_lossy(),
+        "-q",
+        "--forward",
+        &listen,
+        "--mtu",
+        "9000",
+    ]));
+    std::thread::sleep(Duration::from_millis(500));
+    g.signal(libc::SIGINT);
+    let (status, err) = g.wait_output(Duration::from_secs(20));
+    assert!(status.success(), "{err}");
+    let received = read_csv(&csv);
+    assert_eq!(our_totals(&received), our_totals(&direct), "{err}");
+    let keys = |rows: &[Row]| -> BTreeSet<String> {
+        rows.iter()
+            .map(|r| {
+                format!(
+                    "{} {}:{} {}:{}",
+                    r["proto"], r["src"], r["sport"], r["dst"], r["dport"]
+                )
+            })
+            .collect()
+    };
+    assert_eq!(keys(&received), keys(&direct));
+    assert!(
+        err.contains(&format!(
+            "csv:{}: {} records",
+            csv.display(),
+            received.len()
+        )),
+        "{err}"
+    );
+}

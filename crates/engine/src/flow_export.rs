@@ -28,12 +28,15 @@ pub const BATCH: usize = 512;
 const QUEUE: usize = 32;
 
 /// Which clock "now" is for a meter: the packets' own (files: a trace from last year ends its
-/// flows by trace time) or the wall clock (live: flows end while the link is quiet).
+/// flows by trace time), or the packets' advanced by the wall clock while none arrive (live
+/// capture and `tapflow recv`: flows end while the link is quiet, even when the probe replays
+/// an old trace).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MeterClock {
     /// The newest packet time seen.
     Packets,
-    /// `CLOCK_REALTIME`.
+    /// The newest packet time plus the time (`CLOCK_MONOTONIC`) since it was seen; the
+    /// exporter stamps its messages with `CLOCK_REALTIME`.
     Wall,
 }
 

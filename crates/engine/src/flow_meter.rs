@@ -71,6 +71,8 @@ pub struct FlowMeter {
     fragments: Box<[FragmentPorts]>,
     out: Batcher,
     clock: MeterClock,
+    /// For [`MeterClock::Wall`]: the meter's time at the last block and the monotonic time then.
+    seen: (u64, u64),
     stats: MeterStats,
 }
 
@@ -89,6 +91,7 @@ impl FlowMeter {
                 error: None,
             },
             clock,
+            seen: (0, 0),
             stats: MeterStats::default(),
         }
     }
@@ -216,7 +219,15 @@ impl RecordSink for FlowMeter {
         _if_stats: Option<(u64, u64)>,
     ) -> Result<(), EngineError> {
         if self.clock == MeterClock::Wall {
-            self.out.now = self.out.now.max(tapflow_sys::clock::realtime_ns());
+            // Packet time, moved on by the wall clock while no packet moves it.
+            let mono = tapflow_sys::clock::monotonic_ns();
+            if self.out.now != self.seen.0 {
+                self.seen = (self.out.now, mono);
+            } else if self.seen.0 != 0 {
+                self.out.now = self.seen.0 + mono.saturating_sub(self.seen.1);
+                self.seen.0 = self.out.now;
+                self.seen.1 = mono;
+            }
         }
         let out = &mut self.out;
         self.table.expire(out.now, &mut |r| out.push(r));

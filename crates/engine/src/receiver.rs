@@ -11,6 +11,7 @@
 //! stop the receiver.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -22,6 +23,9 @@ use tapflow_wire::record::Records;
 
 use crate::EngineError;
 use crate::counters::Totals;
+use crate::flow_export::{ExportConfig, Exporter, MeterClock};
+use crate::flow_meter::FlowMeter;
+use crate::flow_table::TableConfig;
 use crate::sink::RecordSink;
 use crate::source::InterfaceInfo;
 use crate::writer::{FileSink, WriterConfig};
@@ -96,6 +100,8 @@ pub struct ReceiverConfig {
     pub rcvbuf: usize,
     /// Stop after this long.
     pub duration: Option<Duration>,
+    /// Flow metering of the received records (`--export`, `--json`, `--csv`), if any.
+    pub flows: Option<crate::capture::FlowConfig>,
 }
 
 /// One probe interface as the receiver saw it.
@@ -141,6 +147,8 @@ pub struct ReceiverSummary {
     pub files: Vec<std::path::PathBuf>,
     /// Wall-clock seconds.
     pub seconds: f64,
+    /// What flow metering counted and exported, if it was on.
+    pub flows: Option<crate::capture::FlowSummary>,
 }
 
 impl ReceiverSummary {
@@ -212,6 +220,7 @@ impl std::fmt::Display for Reject {
 #[derive(Debug)]
 pub struct Collector {
     sink: FileSink,
+    meter: Option<FlowMeter>,
     interfaces: HashMap<IfKey, u32>,
     streams: HashMap<StreamKey, StreamState>,
     probes: Vec<ProbeReport>,
@@ -227,6 +236,7 @@ impl Collector {
     pub fn new(file: WriterConfig) -> Collector {
         Collector {
             sink: FileSink::new(file),
+            meter: None,
             interfaces: HashMap::new(),
             streams: HashMap::new(),
             probes: Vec::new(),
@@ -234,6 +244,12 @@ impl Collector {
             bad: HashMap::new(),
             totals: Totals::default(),
         }
+    }
+
+    /// Meters flows from the received records too.
+    pub fn with_meter(mut self, meter: FlowMeter) -> Collector {
+        self.meter = Some(meter);
+        self
     }
 
     fn count_bad(&mut self, from: Option<IpAddr>, why: Reject) {
@@ -311,6 +327,9 @@ impl Collector {
                     max_frame: None,
                 };
                 self.sink.add_interface(&info)?;
+                if let Some(m) = &mut self.meter {
+                    m.add_interface(&info)?;
+                }
                 self.interfaces.insert(ikey, i);
                 self.probes.push(ProbeReport {
                     source: Some(ip),
@@ -366,8 +385,14 @@ impl Collector {
         let mut drops = loss;
         for r in Records::new(d.records()) {
             let Ok((ctl, data)) = r else { break };
-            self.sink
-                .record(index, std::mem::take(&mut drops), &ctl, data)?;
+            let drops = std::mem::take(&mut drops);
+            self.sink.record(index, drops, &ctl, data)?;
+            if let Some(m) = &mut self.meter {
+                m.record(index, drops, &ctl, data)?;
+            }
+        }
+        if let Some(m) = &mut self.meter {
+            m.end_of_block(&self.totals, None)?;
         }
         self.sink.end_of_block(&self.totals, None)
     }
@@ -375,6 +400,10 @@ impl Collector {
     /// Finishes the output and reports.
     pub fn close(mut self) -> Result<ReceiverSummary, EngineError> {
         let report = self.sink.close(&self.totals)?;
+        let flows = match &mut self.meter {
+            Some(m) => m.close(&self.totals)?.flows,
+            None => None,
+        };
         let mut bad: Vec<_> = self
             .bad
             .into_iter()
@@ -385,6 +414,10 @@ impl Collector {
             probes: self.probes,
             bad,
             files: report.files,
+            flows: flows.map(|meter| crate::capture::FlowSummary {
+                meter,
+                ..Default::default()
+            }),
             ..ReceiverSummary::default()
         })
     }
@@ -417,7 +450,24 @@ pub fn run(
         Err(e) => return (ReceiverSummary::default(), Some(e.into())),
     };
     ready(local, rcvbuf);
+    let exporter = match &cfg.flows {
+        Some(f) => match Exporter::start(&ExportConfig {
+            clock: MeterClock::Wall,
+            ..f.export.clone()
+        }) {
+            Ok(x) => Some(x),
+            Err(e) => return (ReceiverSummary::default(), Some(e)),
+        },
+        None => None,
+    };
     let mut c = Collector::new(cfg.file.clone());
+    if let (Some(f), Some(x)) = (&cfg.flows, &exporter) {
+        let table = TableConfig {
+            seed: RandomState::new().hash_one(cfg.listen),
+            ..f.table
+        };
+        c = c.with_meter(FlowMeter::new(table, MeterClock::Wall, x.queue()));
+    }
     let mut refused = 0u64;
     let mut rb = RecvBatch::new();
     let mut last_tick = Instant::now();
@@ -470,6 +520,12 @@ pub fn run(
             ReceiverSummary::default()
         }
     };
+    if let Some(x) = exporter {
+        summary
+            .flows
+            .get_or_insert_with(Default::default)
+            .export = x.finish();
+    }
     summary.listen = Some(local);
     summary.rcvbuf = rcvbuf;
     summary.refused = refused;
