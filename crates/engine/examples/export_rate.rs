@@ -19,7 +19,7 @@ use tapflow_wire::flowrecord::{EndReason, FlowRecord};
 fn record(i: u64) -> FlowRecord {
     let mut r = FlowRecord {
         ipv6: i % 4 == 3,
-        proto: if i % 2 == 0 { 6 } else { 17 },
+        proto: if i.is_multiple_of(2) { 6 } else { 17 },
         sport: 1024 + (i % 60_000) as u16,
         dport: 443,
         end_reason: EndReason::IdleTimeout,
@@ -60,8 +60,8 @@ fn main() {
                                 257 => 115,
                                 _ => 0,
                             };
-                            if per > 0 {
-                                r.fetch_add(((sl - 4) / per) as u64, Ordering::Relaxed);
+                            if let Some(k) = sl.saturating_sub(4).checked_div(per) {
+                                r.fetch_add(k as u64, Ordering::Relaxed);
                             }
                             s += sl.max(4);
                         }
