@@ -834,7 +834,9 @@ mod tests {
         }
         assert_eq!((t.len(), t.stats().created), (200_000, 200_000));
         let mut two = 0;
-        t.drain(EndReason::ForcedEnd, &mut |r| two += usize::from(r.fwd.packets == 2));
+        t.drain(EndReason::ForcedEnd, &mut |r| {
+            two += usize::from(r.fwd.packets == 2)
+        });
         assert_eq!(two, 200_000);
     }
 

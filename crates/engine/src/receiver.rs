@@ -521,10 +521,7 @@ pub fn run(
         }
     };
     if let Some(x) = exporter {
-        summary
-            .flows
-            .get_or_insert_with(Default::default)
-            .export = x.finish();
+        summary.flows.get_or_insert_with(Default::default).export = x.finish();
     }
     summary.listen = Some(local);
     summary.rcvbuf = rcvbuf;
