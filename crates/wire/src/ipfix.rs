@@ -317,6 +317,36 @@ pub enum ConfigError {
     },
 }
 
+impl ConfigError {
+    /// Checks a configured largest message against the least a format needs and the most it
+    /// allows.
+    pub(crate) fn check_len(
+        format: &'static str,
+        len: usize,
+        min: usize,
+        max: usize,
+    ) -> Result<(), ConfigError> {
+        if len < min {
+            Err(ConfigError::MessageTooShort { format, len, min })
+        } else if len > max {
+            Err(ConfigError::MessageTooLong { format, len, max })
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Refresh {
+    /// The refresh, if it ever resends the templates.
+    pub(crate) fn check(self, format: &'static str) -> Result<Refresh, ConfigError> {
+        if self.secs == 0 && self.messages == 0 {
+            Err(ConfigError::NoRefresh { format })
+        } else {
+            Ok(self)
+        }
+    }
+}
+
 /// What an encoder has done since it was built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Stats {
@@ -463,25 +493,14 @@ impl Encoder {
     /// Checks `cfg` and allocates the message buffer.
     pub fn new(cfg: Config) -> Result<Encoder, ConfigError> {
         const FORMAT: &str = "IPFIX";
-        if cfg.max_message_len < MIN_MESSAGE_LEN {
-            return Err(ConfigError::MessageTooShort {
-                format: FORMAT,
-                len: cfg.max_message_len,
-                min: MIN_MESSAGE_LEN,
-            });
-        }
-        if cfg.max_message_len > MAX_MESSAGE_LEN {
-            return Err(ConfigError::MessageTooLong {
-                format: FORMAT,
-                len: cfg.max_message_len,
-                max: MAX_MESSAGE_LEN,
-            });
-        }
+        ConfigError::check_len(
+            FORMAT,
+            cfg.max_message_len,
+            MIN_MESSAGE_LEN,
+            MAX_MESSAGE_LEN,
+        )?;
         let refresh = match cfg.transport {
-            Transport::Udp if cfg.refresh.secs == 0 && cfg.refresh.messages == 0 => {
-                return Err(ConfigError::NoRefresh { format: FORMAT });
-            }
-            Transport::Udp => Some(cfg.refresh),
+            Transport::Udp => Some(cfg.refresh.check(FORMAT)?),
             Transport::Tcp => None,
         };
         Ok(Encoder {

@@ -85,13 +85,13 @@ pub struct Encoder {
 impl Encoder {
     /// Checks `cfg` and allocates the packet buffer.
     pub fn new(cfg: Config) -> Result<Encoder, ConfigError> {
-        if cfg.max_message_len < MIN_MESSAGE_LEN {
-            return Err(ConfigError::MessageTooShort {
-                format: "NetFlow v5",
-                len: cfg.max_message_len,
-                min: MIN_MESSAGE_LEN,
-            });
-        }
+        // Longer packets are fine: at most MAX_RECORDS records go in one.
+        ConfigError::check_len(
+            "NetFlow v5",
+            cfg.max_message_len,
+            MIN_MESSAGE_LEN,
+            usize::MAX,
+        )?;
         let capacity = ((cfg.max_message_len - HEADER_LEN) / RECORD_LEN).min(MAX_RECORDS);
         Ok(Encoder {
             cfg,

@@ -229,23 +229,13 @@ impl Encoder {
     /// Checks `cfg` and allocates the packet buffer.
     pub fn new(cfg: Config) -> Result<Encoder, ConfigError> {
         const FORMAT: &str = "NetFlow v9";
-        if cfg.max_message_len < MIN_MESSAGE_LEN {
-            return Err(ConfigError::MessageTooShort {
-                format: FORMAT,
-                len: cfg.max_message_len,
-                min: MIN_MESSAGE_LEN,
-            });
-        }
-        if cfg.max_message_len > MAX_MESSAGE_LEN {
-            return Err(ConfigError::MessageTooLong {
-                format: FORMAT,
-                len: cfg.max_message_len,
-                max: MAX_MESSAGE_LEN,
-            });
-        }
-        if cfg.refresh.secs == 0 && cfg.refresh.messages == 0 {
-            return Err(ConfigError::NoRefresh { format: FORMAT });
-        }
+        ConfigError::check_len(
+            FORMAT,
+            cfg.max_message_len,
+            MIN_MESSAGE_LEN,
+            MAX_MESSAGE_LEN,
+        )?;
+        cfg.refresh.check(FORMAT)?;
         Ok(Encoder {
             cfg,
             buf: vec![0; cfg.max_message_len].into_boxed_slice(),
