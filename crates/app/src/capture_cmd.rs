@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use tapflow_engine::capture::{self, CaptureConfig, FlowConfig, Input, RingGeometry};
-use tapflow_engine::flow_export::{ExportConfig, ExportTarget, MeterClock, TextDest};
+use tapflow_engine::capture::{self, CaptureConfig, Input, RingGeometry};
+use tapflow_engine::flow_export::{ExportConfig, ExportTarget, TextDest};
+use tapflow_engine::flow_meter::FlowConfig;
 use tapflow_engine::flow_table::{CLASSES, Class, TableConfig};
 use tapflow_engine::flow_text::TextFormat;
 use tapflow_engine::forward::{self, Balance, ForwardConfig};
@@ -296,7 +297,6 @@ pub(crate) fn flow_config(a: &FlowArgs, flows_cmd: bool) -> Result<Option<FlowCo
             targets,
             mtu: a.export_mtu,
             observation_domain: a.observation_domain,
-            clock: MeterClock::Packets,
             rate: a.export_rate,
         },
     }))

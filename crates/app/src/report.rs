@@ -5,8 +5,9 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use tapflow_engine::capture::{FlowSummary, Summary, Tick};
+use tapflow_engine::capture::{Summary, Tick};
 use tapflow_engine::counters::Totals;
+use tapflow_engine::flow_meter::FlowSummary;
 use tapflow_engine::forward::ForwardReport;
 
 use crate::Failure;

@@ -72,16 +72,18 @@ fn main() {
             }
         })
     };
-    let x = Exporter::start(&ExportConfig {
-        targets: vec![ExportTarget::Collector {
-            protocol: Protocol::Ipfix,
-            addr,
-        }],
-        mtu,
-        observation_domain: 1,
-        clock: MeterClock::Packets,
-        rate: None,
-    })
+    let x = Exporter::start(
+        &ExportConfig {
+            targets: vec![ExportTarget::Collector {
+                protocol: Protocol::Ipfix,
+                addr,
+            }],
+            mtu,
+            observation_domain: 1,
+            rate: None,
+        },
+        MeterClock::Packets,
+    )
     .expect("exporter");
     let q = x.queue();
     let records: Vec<FlowRecord> = (0..BATCH as u64 * 64).map(record).collect();

@@ -1,7 +1,6 @@
 //! A whole capture: N workers (one per fanout member, or one over a file), each with its own
 //! sinks, and a monitor loop on the caller's thread for the status line and the stop conditions.
 
-use std::hash::{BuildHasher, RandomState};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
@@ -16,9 +15,8 @@ use tapflow_wire::LinkType;
 use crate::EngineError;
 use crate::counters::{SharedTotals, Totals};
 use crate::file_source::FileSource;
-use crate::flow_export::{ExportConfig, ExportReport, Exporter, MeterClock};
-use crate::flow_meter::{FlowMeter, MeterStats};
-use crate::flow_table::TableConfig;
+use crate::flow_export::{Exporter, MeterClock};
+use crate::flow_meter::{FlowConfig, FlowSummary};
 use crate::forward::{ForwardConfig, ForwardReport, ForwardSink};
 use crate::live_source::LiveSource;
 use crate::sink::RecordSink;
@@ -112,24 +110,6 @@ pub struct CaptureConfig {
     pub flows: Option<FlowConfig>,
 }
 
-/// The flow meters (one per worker) and their exporter.
-#[derive(Debug, Clone)]
-pub struct FlowConfig {
-    /// Timeouts and size, for all workers together (each gets its share of `max_flows`).
-    pub table: TableConfig,
-    /// The outputs; the clock is set from the input (packet time for files, wall time live).
-    pub export: ExportConfig,
-}
-
-/// What the flow meters and the exporter did.
-#[derive(Debug, Clone, Default)]
-pub struct FlowSummary {
-    /// Summed over the workers' meters.
-    pub meter: MeterStats,
-    /// The exporter's outputs.
-    pub export: ExportReport,
-}
-
 /// A moment of a running capture, for status lines and progress bars.
 #[derive(Debug, Clone, Copy)]
 pub struct Tick {
@@ -190,17 +170,10 @@ pub fn run(
 ) -> (Summary, Option<EngineError>) {
     let started = Instant::now();
     let exporter = match &cfg.flows {
-        Some(f) => {
-            let mut export = f.export.clone();
-            export.clock = match cfg.input {
-                Input::Live { .. } => MeterClock::Wall,
-                Input::File(_) => MeterClock::Packets,
-            };
-            match Exporter::start(&export) {
-                Ok(x) => Some(x),
-                Err(e) => return (Summary::default(), Some(e)),
-            }
-        }
+        Some(f) => match Exporter::start(&f.export, meter_clock(&cfg.input)) {
+            Ok(x) => Some(x),
+            Err(e) => return (Summary::default(), Some(e)),
+        },
         None => None,
     };
     let (mut summary, err) = match &cfg.input {
@@ -416,6 +389,14 @@ fn run_file(
     })
 }
 
+/// A file's flows end by the file's own clock; a live link's also while it is quiet.
+fn meter_clock(input: &Input) -> MeterClock {
+    match input {
+        Input::Live { .. } => MeterClock::Wall,
+        Input::File(_) => MeterClock::Packets,
+    }
+}
+
 /// The sinks of one worker's output thread.
 fn sinks_for(
     cfg: &CaptureConfig,
@@ -435,16 +416,8 @@ fn sinks_for(
         sinks.push(Box::new(ForwardSink::new(fc)?));
     }
     if let (Some(flows), Some(x)) = (&cfg.flows, exporter) {
-        let table = TableConfig {
-            max_flows: flows.table.max_flows.div_ceil(workers.max(1)),
-            seed: RandomState::new().hash_one(worker),
-            ..flows.table
-        };
-        let clock = match cfg.input {
-            Input::Live { .. } => MeterClock::Wall,
-            Input::File(_) => MeterClock::Packets,
-        };
-        sinks.push(Box::new(FlowMeter::new(table, clock, x.queue())));
+        let clock = meter_clock(&cfg.input);
+        sinks.push(Box::new(flows.meter(workers, worker, clock, x)));
     }
     Ok(sinks)
 }

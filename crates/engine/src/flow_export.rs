@@ -162,8 +162,6 @@ pub struct ExportConfig {
     pub mtu: u32,
     /// IPFIX observation domain / NetFlow v9 source id.
     pub observation_domain: u32,
-    /// Which clock stamps the messages.
-    pub clock: MeterClock,
     /// Most messages per second to each UDP collector (`None`: as fast as the socket takes
     /// them). A collector's receive buffer holds a burst of a few thousand datagrams at best;
     /// a trace replayed at full speed ends 300k flows in a second.
@@ -249,14 +247,13 @@ pub struct Exporter {
 
 impl Exporter {
     /// Opens every output (so a bad address or path fails before capture starts) and starts
-    /// the exporter thread.
-    pub fn start(cfg: &ExportConfig) -> Result<Exporter, EngineError> {
+    /// the exporter thread; its "now" follows the meters' `clock`.
+    pub fn start(cfg: &ExportConfig, clock: MeterClock) -> Result<Exporter, EngineError> {
         let mut outputs = Vec::with_capacity(cfg.targets.len());
         for t in &cfg.targets {
             outputs.push(open(t, cfg)?);
         }
         let (tx, rx) = mpsc::sync_channel(QUEUE);
-        let clock = cfg.clock;
         let thread = thread::Builder::new()
             .name("tapflow-export".into())
             .spawn(move || run(rx, outputs, clock))

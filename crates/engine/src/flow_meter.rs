@@ -13,6 +13,8 @@
 //! and protocol; a live capture with `--threads` > 1 never sees fragments, because the fanout's
 //! defrag flag makes the kernel reassemble them first.
 
+use std::hash::{BuildHasher, Hash, RandomState};
+
 use tapflow_wire::LinkType;
 use tapflow_wire::flowkey::FlowFields;
 use tapflow_wire::flowrecord::{EndReason, FlowRecord};
@@ -20,7 +22,7 @@ use tapflow_wire::record::ControlField;
 
 use crate::EngineError;
 use crate::counters::Totals;
-use crate::flow_export::{BATCH, ExportQueue, MeterClock};
+use crate::flow_export::{BATCH, ExportConfig, ExportQueue, ExportReport, Exporter, MeterClock};
 use crate::flow_table::{FlowTable, TableConfig, TableStats};
 use crate::sink::{RecordSink, SinkReport};
 use crate::source::InterfaceInfo;
@@ -61,6 +63,43 @@ impl MeterStats {
             *a += b;
         }
     }
+}
+
+/// The flow meters (one per worker) and their exporter.
+#[derive(Debug, Clone)]
+pub struct FlowConfig {
+    /// Timeouts and size, for all meters together (each gets its share of `max_flows`).
+    pub table: TableConfig,
+    /// The outputs.
+    pub export: ExportConfig,
+}
+
+impl FlowConfig {
+    /// The meter of one of `shards` workers: its share of the table, a hash seed of its own
+    /// (from the OS's randomness and `shard`), a queue to `exporter`.
+    pub fn meter(
+        &self,
+        shards: usize,
+        shard: impl Hash,
+        clock: MeterClock,
+        exporter: &Exporter,
+    ) -> FlowMeter {
+        let table = TableConfig {
+            max_flows: self.table.max_flows.div_ceil(shards.max(1)),
+            seed: RandomState::new().hash_one(shard),
+            ..self.table
+        };
+        FlowMeter::new(table, clock, exporter.queue())
+    }
+}
+
+/// What the flow meters and the exporter did.
+#[derive(Debug, Clone, Default)]
+pub struct FlowSummary {
+    /// Summed over the meters.
+    pub meter: MeterStats,
+    /// The exporter's outputs.
+    pub export: ExportReport,
 }
 
 /// One worker's flow meter.

@@ -11,7 +11,6 @@
 //! stop the receiver.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -23,9 +22,8 @@ use tapflow_wire::record::Records;
 
 use crate::EngineError;
 use crate::counters::Totals;
-use crate::flow_export::{ExportConfig, Exporter, MeterClock};
-use crate::flow_meter::FlowMeter;
-use crate::flow_table::TableConfig;
+use crate::flow_export::{Exporter, MeterClock};
+use crate::flow_meter::{FlowConfig, FlowMeter, FlowSummary};
 use crate::sink::RecordSink;
 use crate::source::InterfaceInfo;
 use crate::writer::{FileSink, WriterConfig};
@@ -101,7 +99,7 @@ pub struct ReceiverConfig {
     /// Stop after this long.
     pub duration: Option<Duration>,
     /// Flow metering of the received records (`--export`, `--json`, `--csv`), if any.
-    pub flows: Option<crate::capture::FlowConfig>,
+    pub flows: Option<FlowConfig>,
 }
 
 /// One probe interface as the receiver saw it.
@@ -148,7 +146,7 @@ pub struct ReceiverSummary {
     /// Wall-clock seconds.
     pub seconds: f64,
     /// What flow metering counted and exported, if it was on.
-    pub flows: Option<crate::capture::FlowSummary>,
+    pub flows: Option<FlowSummary>,
 }
 
 impl ReceiverSummary {
@@ -414,7 +412,7 @@ impl Collector {
             probes: self.probes,
             bad,
             files: report.files,
-            flows: flows.map(|meter| crate::capture::FlowSummary {
+            flows: flows.map(|meter| FlowSummary {
                 meter,
                 ..Default::default()
             }),
@@ -451,10 +449,7 @@ pub fn run(
     };
     ready(local, rcvbuf);
     let exporter = match &cfg.flows {
-        Some(f) => match Exporter::start(&ExportConfig {
-            clock: MeterClock::Wall,
-            ..f.export.clone()
-        }) {
+        Some(f) => match Exporter::start(&f.export, MeterClock::Wall) {
             Ok(x) => Some(x),
             Err(e) => return (ReceiverSummary::default(), Some(e)),
         },
@@ -462,11 +457,7 @@ pub fn run(
     };
     let mut c = Collector::new(cfg.file.clone());
     if let (Some(f), Some(x)) = (&cfg.flows, &exporter) {
-        let table = TableConfig {
-            seed: RandomState::new().hash_one(cfg.listen),
-            ..f.table
-        };
-        c = c.with_meter(FlowMeter::new(table, MeterClock::Wall, x.queue()));
+        c = c.with_meter(f.meter(1, cfg.listen, MeterClock::Wall, x));
     }
     let mut refused = 0u64;
     let mut rb = RecvBatch::new();

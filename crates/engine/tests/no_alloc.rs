@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tapflow_engine::capture::{self, CaptureConfig, FlowConfig, Input};
-use tapflow_engine::flow_export::{ExportConfig, ExportTarget, MeterClock, TextDest};
+use tapflow_engine::capture::{self, CaptureConfig, Input};
+use tapflow_engine::flow_export::{ExportConfig, ExportTarget, TextDest};
+use tapflow_engine::flow_meter::FlowConfig;
 use tapflow_engine::flow_table::{CLASSES, TableConfig};
 use tapflow_engine::flow_text::TextFormat;
 use tapflow_engine::writer::{Format, WriterConfig};
@@ -100,7 +101,6 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
                 }],
                 mtu: 1500,
                 observation_domain: 1,
-                clock: MeterClock::Packets,
                 rate: None,
             },
         }),
