@@ -8,7 +8,7 @@
 //! ICMP `sport` is 0 and `dport` is `type << 8 | code`; `end_reason` is one of idle, active,
 //! end, forced, evicted.
 
-use std::fmt::Write as _;
+use std::fmt::{Display, Write as _};
 
 use tapflow_wire::flowrecord::FlowRecord;
 
@@ -23,8 +23,16 @@ pub enum TextFormat {
     Json,
 }
 
+/// The column names, in order (CSV header, JSON keys).
+macro_rules! columns {
+    () => {
+        "proto,src,sport,dst,dport,vlan,interface,first_ns,last_ns,packets,octets,tcp_flags,\
+         rev_first_ns,rev_last_ns,rev_packets,rev_octets,rev_tcp_flags,end_reason"
+    };
+}
+
 /// The CSV header line (without newline).
-pub const CSV_HEADER: &str = "proto,src,sport,dst,dport,vlan,interface,first_ns,last_ns,packets,octets,tcp_flags,rev_first_ns,rev_last_ns,rev_packets,rev_octets,rev_tcp_flags,end_reason";
+pub const CSV_HEADER: &str = columns!();
 
 impl TextFormat {
     /// The lines written before the first record (each ending in a newline).
@@ -35,73 +43,53 @@ impl TextFormat {
                 "Responder                    Packets     Bytes  RPackets    RBytes Flags    ",
                 "RFlags   End\n"
             ),
-            TextFormat::Csv => concat!(
-                "proto,src,sport,dst,dport,vlan,interface,first_ns,last_ns,packets,octets,",
-                "tcp_flags,rev_first_ns,rev_last_ns,rev_packets,rev_octets,rev_tcp_flags,",
-                "end_reason\n"
-            ),
+            TextFormat::Csv => concat!(columns!(), "\n"),
             TextFormat::Json => "",
         }
     }
 
     /// Appends one record as one line (with its newline) to `out`.
     pub fn write(self, r: &FlowRecord, out: &mut String) {
-        match self {
-            TextFormat::Table => table_line(r, out),
-            TextFormat::Csv => {
-                let _ = writeln!(
-                    out,
-                    "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-                    r.proto,
-                    r.src_addr(),
-                    r.sport,
-                    r.dst_addr(),
-                    r.dport,
-                    r.vlan,
-                    r.interface,
-                    r.fwd.first_ns,
-                    r.fwd.last_ns,
-                    r.fwd.packets,
-                    r.fwd.octets,
-                    r.fwd.tcp_flags,
-                    r.rev.first_ns,
-                    r.rev.last_ns,
-                    r.rev.packets,
-                    r.rev.octets,
-                    r.rev.tcp_flags,
-                    r.end_reason.name()
-                );
-            }
-            TextFormat::Json => {
-                let _ = writeln!(
-                    out,
-                    concat!(
-                        r#"{{"proto":{},"src":"{}","sport":{},"dst":"{}","dport":{},"vlan":{},"#,
-                        r#""interface":{},"first_ns":{},"last_ns":{},"packets":{},"octets":{},"#,
-                        r#""tcp_flags":{},"rev_first_ns":{},"rev_last_ns":{},"rev_packets":{},"#,
-                        r#""rev_octets":{},"rev_tcp_flags":{},"end_reason":"{}"}}"#
-                    ),
-                    r.proto,
-                    r.src_addr(),
-                    r.sport,
-                    r.dst_addr(),
-                    r.dport,
-                    r.vlan,
-                    r.interface,
-                    r.fwd.first_ns,
-                    r.fwd.last_ns,
-                    r.fwd.packets,
-                    r.fwd.octets,
-                    r.fwd.tcp_flags,
-                    r.rev.first_ns,
-                    r.rev.last_ns,
-                    r.rev.packets,
-                    r.rev.octets,
-                    r.rev.tcp_flags,
-                    r.end_reason.name()
-                );
-            }
+        if self == TextFormat::Table {
+            return table_line(r, out);
         }
+        let (src, dst) = (r.src_addr(), r.dst_addr());
+        // The values in column order; `true` for the ones JSON quotes.
+        let values: [(&dyn Display, bool); 18] = [
+            (&r.proto, false),
+            (&src, true),
+            (&r.sport, false),
+            (&dst, true),
+            (&r.dport, false),
+            (&r.vlan, false),
+            (&r.interface, false),
+            (&r.fwd.first_ns, false),
+            (&r.fwd.last_ns, false),
+            (&r.fwd.packets, false),
+            (&r.fwd.octets, false),
+            (&r.fwd.tcp_flags, false),
+            (&r.rev.first_ns, false),
+            (&r.rev.last_ns, false),
+            (&r.rev.packets, false),
+            (&r.rev.octets, false),
+            (&r.rev.tcp_flags, false),
+            (&r.end_reason.name(), true),
+        ];
+        let json = self == TextFormat::Json;
+        if json {
+            out.push('{');
+        }
+        for (k, (name, (v, quoted))) in CSV_HEADER.split(',').zip(values).enumerate() {
+            if k > 0 {
+                out.push(',');
+            }
+            let _ = match (json, quoted) {
+                (false, _) => write!(out, "{v}"),
+                (true, false) => write!(out, "\"{name}\":{v}"),
+                (true, true) => write!(out, "\"{name}\":\"{v}\""),
+            };
+        }
+        out.push_str(if json { "}\n" } else { "\n" });
     }
 }
 
