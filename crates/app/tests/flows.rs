@@ -34,10 +34,8 @@ fn num(r: &Row, k: &str) -> u64 {
     r[k].parse().unwrap_or_else(|_| panic!("{k} = {:?}", r[k]))
 }
 
-/// Runs `tapflow flows -r FILE -q --csv OUT EXTRA…` and returns the records and stderr.
-fn flows_of(file: &Path, extra: &[&str]) -> (Vec<Row>, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let csv = dir.path().join("f.csv");
+/// Runs `tapflow flows -r FILE -q --csv CSV EXTRA…`.
+fn run_flows(file: &Path, csv: &Path, extra: &[&str]) -> std::process::Output {
     let mut args = vec![
         "flows".to_string(),
         "-r".into(),
@@ -47,10 +45,40 @@ fn flows_of(file: &Path, extra: &[&str]) -> (Vec<Row>, String) {
         csv.to_string_lossy().into(),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
-    let o = run_limited(&mut tapflow(&args), Duration::from_secs(120));
+    run_limited(&mut tapflow(&args), Duration::from_secs(120))
+}
+
+/// Runs `tapflow flows -r FILE -q --csv OUT EXTRA…` and returns the records and stderr.
+fn flows_of(file: &Path, extra: &[&str]) -> (Vec<Row>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("f.csv");
+    let o = run_flows(file, &csv, extra);
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(o.status.success(), "tapflow {args:?}: {err}");
+    assert!(o.status.success(), "tapflow flows {extra:?}: {err}");
     (read_csv(&csv), err)
+}
+
+/// A loopback UDP port nobody uses: bind, read it, let go.
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until `g`'s process has bound loopback UDP `port`.
+fn wait_udp_bound(g: &mut ChildGuard, port: u16) {
+    let start = std::time::Instant::now();
+    while std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+        assert!(g.try_wait().is_none(), "{} exited", g.what);
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{} did not bind {port}",
+            g.what
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Packets and IP bytes per (IPv6?, protocol).
@@ -162,17 +190,7 @@ fn corpus_totals_per_protocol_match_tshark() {
         }
         let dir = tempfile::tempdir().unwrap();
         let csv = dir.path().join("f.csv");
-        let o = run_limited(
-            &mut tapflow([
-                "flows",
-                "-r",
-                &path.to_string_lossy(),
-                "-q",
-                "--csv",
-                &csv.to_string_lossy(),
-            ]),
-            Duration::from_secs(120),
-        );
+        let o = run_flows(&path, &csv, &[]);
         if !o.status.success() {
             // A damaged file: a clean error, and the flows before the damage are written.
             assert_clean_error(&o, Some(2), &[&name, "byte offset"], &name);
@@ -353,12 +371,7 @@ struct Nfcapd {
 impl Nfcapd {
     fn start() -> Nfcapd {
         let dir = tempfile::tempdir().unwrap();
-        // A port nobody uses: bind, read it, let go.
-        let port = std::net::UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_udp_port();
         let child = std::process::Command::new("nfcapd")
             .args([
                 "-b",
@@ -376,16 +389,7 @@ impl Nfcapd {
             .spawn()
             .expect("nfcapd (apt-get install nfdump)");
         let mut guard = ChildGuard::new(child, "nfcapd");
-        // Ready when its socket is bound.
-        let start = std::time::Instant::now();
-        while std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-            assert!(guard.try_wait().is_none(), "nfcapd exited");
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "nfcapd did not bind"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_udp_bound(&mut guard, port);
         Nfcapd { guard, dir, port }
     }
 
@@ -532,20 +536,10 @@ fn per_flow_results_agree_with_nfpcapd() {
         let pcap = corpus_dir().join(name);
         let dir = tempfile::tempdir().unwrap();
         let csv = dir.path().join("t.csv");
-        let o = run_limited(
-            &mut tapflow([
-                "flows",
-                "-r",
-                &pcap.to_string_lossy(),
-                "-q",
-                "--csv",
-                &csv.to_string_lossy(),
-                "--active-timeout",
-                "3600",
-                "--idle-timeout",
-                "3600",
-            ]),
-            Duration::from_secs(60),
+        let o = run_flows(
+            &pcap,
+            &csv,
+            &["--active-timeout", "3600", "--idle-timeout", "3600"],
         );
         assert!(
             o.status.success(),
@@ -577,11 +571,7 @@ fn recv_meters_forwarded_records_like_the_probe_input() {
     let (direct, _) = flows_of(&trace, &[]);
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("recv.csv");
-    let port = std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_udp_port();
     let listen = format!("127.0.0.1:{port}");
     let mut g = VethPair::spawn(&mut tapflow([
         "recv",
@@ -593,14 +583,7 @@ fn recv_meters_forwarded_records_like_the_probe_input() {
         "--csv",
         &csv.to_string_lossy(),
     ]));
-    let start = std::time::Instant::now();
-    while std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "recv did not bind"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_udp_bound(&mut g, port);
     run_ok(&mut tapflow([
         "capture",
         "-r",
