@@ -98,20 +98,52 @@ const ACK: u16 = 0x10;
 const FIN_FWD: u8 = 1;
 const FIN_REV: u8 = 2;
 
+/// What one direction carried in the current record (32 bytes; `Counters` with a 32-bit
+/// packet count, so that a flow fits two cache lines).
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C)]
+struct Side {
+    first: u64,
+    last: u64,
+    octets: u64,
+    packets: u32,
+    flags: u16,
+}
+
+impl Side {
+    #[inline]
+    fn add(&mut self, ts: u64, octets: u64, flags: u16) {
+        if self.packets == 0 {
+            self.first = ts;
+            self.last = ts;
+        } else {
+            self.first = self.first.min(ts);
+            self.last = self.last.max(ts);
+        }
+        self.packets += 1;
+        self.octets += octets;
+        self.flags |= flags;
+    }
+
+    fn counters(&self) -> Counters {
+        Counters {
+            packets: u64::from(self.packets),
+            octets: self.octets,
+            tcp_flags: self.flags,
+            first_ns: self.first,
+            last_ns: self.last,
+        }
+    }
+}
+
 /// One flow: key, both directions' counters, links. 128 bytes.
 #[derive(Debug, Clone, Copy, Default)]
 #[repr(C, align(64))]
 struct Flow {
     src: [u8; 16],
     dst: [u8; 16],
-    fwd_first: u64,
-    fwd_last: u64,
-    fwd_octets: u64,
-    rev_first: u64,
-    rev_last: u64,
-    rev_octets: u64,
-    fwd_packets: u32,
-    rev_packets: u32,
+    fwd: Side,
+    rev: Side,
     hash: u32,
     prev: u32,
     next: u32,
@@ -120,8 +152,6 @@ struct Flow {
     dport: u16,
     vlan: u16,
     interface: u16,
-    fwd_flags: u16,
-    rev_flags: u16,
     proto: u8,
     ipv6: bool,
     class: u8,
@@ -133,15 +163,15 @@ const _: () = assert!(size_of::<Flow>() == 128);
 impl Flow {
     #[inline]
     fn last(&self) -> u64 {
-        self.fwd_last.max(self.rev_last)
+        self.fwd.last.max(self.rev.last)
     }
 
     #[inline]
     fn start(&self) -> u64 {
-        match (self.fwd_packets, self.rev_packets) {
-            (_, 0) => self.fwd_first,
-            (0, _) => self.rev_first,
-            _ => self.fwd_first.min(self.rev_first),
+        match (self.fwd.packets, self.rev.packets) {
+            (_, 0) => self.fwd.first,
+            (0, _) => self.rev.first,
+            _ => self.fwd.first.min(self.rev.first),
         }
     }
 
@@ -171,46 +201,17 @@ impl Flow {
 
     #[inline]
     fn count(&mut self, forward: bool, ts: u64, octets: u64, flags: u16) {
-        let (first, last, oct, pk, fl) = if forward {
-            (
-                &mut self.fwd_first,
-                &mut self.fwd_last,
-                &mut self.fwd_octets,
-                &mut self.fwd_packets,
-                &mut self.fwd_flags,
-            )
+        let side = if forward {
+            &mut self.fwd
         } else {
-            (
-                &mut self.rev_first,
-                &mut self.rev_last,
-                &mut self.rev_octets,
-                &mut self.rev_packets,
-                &mut self.rev_flags,
-            )
+            &mut self.rev
         };
-        if *pk == 0 {
-            *first = ts;
-            *last = ts;
-        } else {
-            *first = (*first).min(ts);
-            *last = (*last).max(ts);
-        }
-        *pk += 1;
-        *oct += octets;
-        *fl |= flags;
+        side.add(ts, octets, flags);
     }
 
     fn reset_counters(&mut self) {
-        self.fwd_packets = 0;
-        self.rev_packets = 0;
-        self.fwd_octets = 0;
-        self.rev_octets = 0;
-        self.fwd_flags = 0;
-        self.rev_flags = 0;
-        self.fwd_first = 0;
-        self.fwd_last = 0;
-        self.rev_first = 0;
-        self.rev_last = 0;
+        self.fwd = Side::default();
+        self.rev = Side::default();
     }
 
     fn record(&self, end_reason: EndReason) -> FlowRecord {
@@ -223,20 +224,8 @@ impl Flow {
             dport: self.dport,
             vlan: self.vlan,
             interface: u32::from(self.interface),
-            fwd: Counters {
-                packets: u64::from(self.fwd_packets),
-                octets: self.fwd_octets,
-                tcp_flags: self.fwd_flags,
-                first_ns: self.fwd_first,
-                last_ns: self.fwd_last,
-            },
-            rev: Counters {
-                packets: u64::from(self.rev_packets),
-                octets: self.rev_octets,
-                tcp_flags: self.rev_flags,
-                first_ns: self.rev_first,
-                last_ns: self.rev_last,
-            },
+            fwd: self.fwd.counters(),
+            rev: self.rev.counters(),
             end_reason,
         }
     }
@@ -359,8 +348,8 @@ impl FlowTable {
             return;
         }
         if ts.saturating_sub(f.start()) >= self.cfg.active_ns
-            || f.fwd_packets == u32::MAX
-            || f.rev_packets == u32::MAX
+            || f.fwd.packets == u32::MAX
+            || f.rev.packets == u32::MAX
         {
             out(f.record(EndReason::ActiveTimeout));
             f.reset_counters();
@@ -531,7 +520,7 @@ impl FlowTable {
     /// Exports flow `i` with `reason` and removes it.
     fn end(&mut self, i: u32, reason: EndReason, out: &mut impl FnMut(FlowRecord)) {
         let f = &self.flows[i as usize];
-        if f.fwd_packets != 0 || f.rev_packets != 0 {
+        if f.fwd.packets != 0 || f.rev.packets != 0 {
             out(f.record(reason));
             self.stats.ended[reason as usize - 1] += 1;
         }
@@ -873,7 +862,7 @@ mod tests {
                 assert!(t.len() <= 200);
                 for i in 0..t.flows.len() as u32 {
                     let f = t.flows[i as usize];
-                    if f.fwd_packets + f.rev_packets == 0 {
+                    if f.fwd.packets + f.rev.packets == 0 {
                         continue; // free
                     }
                     let q = FlowFields {
