@@ -219,6 +219,10 @@ fn fragment_tag(f: &FlowFields, ident: u32) -> u64 {
 }
 
 impl RecordSink for FlowMeter {
+    fn wants_ip_sum(&self) -> bool {
+        false
+    }
+
     fn add_interface(&mut self, info: &InterfaceInfo) -> Result<(), EngineError> {
         self.linktypes.push(info.linktype);
         Ok(())

@@ -11,6 +11,7 @@ pub struct RecordBuilder {
     linktype: LinkType,
     snaplen: usize,
     max_frame: Option<u32>,
+    ip_sum: bool,
 }
 
 impl RecordBuilder {
@@ -20,7 +21,14 @@ impl RecordBuilder {
             linktype,
             snaplen: (snaplen as usize).min(record::MAX_CAPLEN),
             max_frame,
+            ip_sum: true,
         }
+    }
+
+    /// The same builder, leaving the whole-IP checksum out when `ip_sum` is false (no
+    /// consumer of the records reads it).
+    pub fn with_ip_sum(self, ip_sum: bool) -> RecordBuilder {
+        RecordBuilder { ip_sum, ..self }
     }
 
     /// The captured length of `p`'s record: its bytes (plus a restored VLAN tag), cut to the
@@ -61,7 +69,8 @@ impl RecordBuilder {
         {
             flags = flags.with(Flags::OFFLOAD_MERGED);
         }
-        let cksum = match whole_ip_sum(self.linktype, data, caplen as u32 == len) {
+        let whole = self.ip_sum && caplen as u32 == len;
+        let cksum = match whole_ip_sum(self.linktype, data, whole) {
             Some(s) => {
                 flags = flags.with(Flags::CKSUM_WHOLE);
                 s
@@ -196,5 +205,24 @@ mod tests {
         let (ctl, data) = Records::new(&out).next().unwrap().unwrap();
         assert_eq!(ctl.orig_len(), 65_590);
         assert_eq!(data.len(), 64);
+    }
+
+    #[test]
+    fn no_sum_when_no_consumer_reads_it() {
+        let f = udp_frame();
+        let p = Packet {
+            data: &f,
+            ts_ns: 1,
+            len: f.len() as u32,
+            flags: Flags::default(),
+            interface: 0,
+            stripped_vlan: None,
+            drops_before: 0,
+        };
+        let b = RecordBuilder::new(LinkType::Ethernet, 128, None);
+        let mut scratch = Vec::new();
+        assert!(b.build(&p, &mut scratch).0.ip_sum().is_some());
+        let (ctl, data) = b.with_ip_sum(false).build(&p, &mut scratch);
+        assert_eq!((ctl.ip_sum(), ctl.cksum, data.len()), (None, 0, f.len()));
     }
 }

@@ -13,6 +13,12 @@ use crate::source::InterfaceInfo;
 
 /// A consumer of header records, owned by one worker.
 pub trait RecordSink: Send + std::fmt::Debug {
+    /// Whether this sink reads the control field's whole-IP checksum (`CKSUM_WHOLE`). The
+    /// worker sums the IP packet only if one of its sinks does.
+    fn wants_ip_sum(&self) -> bool {
+        true
+    }
+
     /// A new interface; its index is the number of interfaces announced before it.
     fn add_interface(&mut self, info: &InterfaceInfo) -> Result<(), EngineError>;
 

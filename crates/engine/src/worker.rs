@@ -189,11 +189,15 @@ impl Output {
     fn announce(&mut self, interfaces: &[InterfaceInfo]) -> Result<(), EngineError> {
         while self.announced < interfaces.len() {
             let info = &interfaces[self.announced];
-            self.builders.push(RecordBuilder::new(
-                info.linktype,
-                self.snaplen.min(info.snaplen.max(1)),
-                info.max_frame,
-            ));
+            let ip_sum = self.sinks.iter().any(|s| s.wants_ip_sum());
+            self.builders.push(
+                RecordBuilder::new(
+                    info.linktype,
+                    self.snaplen.min(info.snaplen.max(1)),
+                    info.max_frame,
+                )
+                .with_ip_sum(ip_sum),
+            );
             let mut info = info.clone();
             info.snaplen = self.snaplen.min(info.snaplen);
             for s in &mut self.sinks {
