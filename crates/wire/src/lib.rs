@@ -26,10 +26,14 @@ pub mod netflow9;
 
 // Capture files.
 pub mod capfile;
+pub mod cbpf;
 pub mod datagram;
 pub mod flowkey;
 pub mod pcap;
 pub mod pcapng;
+pub mod rule_bpf;
+pub mod rule_match;
+pub mod rules;
 
 pub use linktype::LinkType;
 pub use record::{ControlField, Direction, Flags, TsSource};
