@@ -113,6 +113,9 @@ pub fn summary_line(t: &Totals) -> String {
         "tapflow: {} received, {} recorded, {} dropped by kernel, {} dropped by tapflow",
         t.received, t.recorded, t.dropped_kernel, t.dropped_ours
     );
+    if t.filtered > 0 {
+        s.push_str(&format!(", {} filtered by rules", t.filtered));
+    }
     if t.past_limit > 0 {
         s.push_str(&format!(", {} past the -c limit", t.past_limit));
     }
@@ -258,11 +261,12 @@ pub fn capture_json(s: &Summary) -> String {
         .map(|f| json_string(&f.to_string_lossy()))
         .collect();
     format!(
-        "{{\"received\":{},\"recorded\":{},\"dropped_kernel\":{},\"dropped_ours\":{},\
+        "{{\"received\":{},\"recorded\":{},\"filtered\":{},\"dropped_kernel\":{},\"dropped_ours\":{},\
          \"past_limit\":{},\"freezes\":{},\"bytes\":{},\"seconds\":{:.6},\"hw_timestamps\":{},\
          \"files\":[{}]{}{}}}\n",
         t.received,
         t.recorded,
+        t.filtered,
         t.dropped_kernel,
         t.dropped_ours,
         t.past_limit,

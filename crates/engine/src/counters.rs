@@ -6,8 +6,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Totals of one worker. `received = recorded + dropped_kernel + dropped_ours + past_limit`
-/// holds once the worker has drained.
+/// Totals of one worker. `received = recorded + filtered + dropped_kernel + dropped_ours +
+/// past_limit` holds once the worker has drained.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Totals {
     /// Packets the kernel handed to the socket, drops included (Σ `tp_packets`), or packets read
@@ -15,6 +15,9 @@ pub struct Totals {
     pub received: u64,
     /// Records written to the output (or counted, without output).
     pub recorded: u64,
+    /// Packets the kernel passed that no rule matched in user space (behind a rule prefilter,
+    /// or judged by the old rules during a change).
+    pub filtered: u64,
     /// Packets the kernel dropped because the ring was full (Σ `tp_drops`).
     pub dropped_kernel: u64,
     /// Records tapflow dropped because the writer's queue was full.
@@ -32,6 +35,7 @@ impl Totals {
     pub fn add(&mut self, o: &Totals) {
         self.received += o.received;
         self.recorded += o.recorded;
+        self.filtered += o.filtered;
         self.dropped_kernel += o.dropped_kernel;
         self.dropped_ours += o.dropped_ours;
         self.past_limit += o.past_limit;
@@ -42,15 +46,20 @@ impl Totals {
     /// Packets not yet accounted for (0 after a drained stop).
     pub fn unaccounted(&self) -> i128 {
         self.received as i128
-            - (self.recorded + self.dropped_kernel + self.dropped_ours + self.past_limit) as i128
+            - (self.recorded
+                + self.filtered
+                + self.dropped_kernel
+                + self.dropped_ours
+                + self.past_limit) as i128
     }
 
-    /// Fraction of received packets that were recorded, in percent.
+    /// Fraction of the packets the filters passed that were recorded, in percent.
     pub fn collected_percent(&self) -> f64 {
-        if self.received == 0 {
+        let wanted = self.received.saturating_sub(self.filtered);
+        if wanted == 0 {
             100.0
         } else {
-            (self.recorded + self.past_limit) as f64 * 100.0 / self.received as f64
+            (self.recorded + self.past_limit) as f64 * 100.0 / wanted as f64
         }
     }
 }
@@ -60,6 +69,7 @@ impl Totals {
 pub struct SharedTotals {
     received: AtomicU64,
     recorded: AtomicU64,
+    filtered: AtomicU64,
     dropped_kernel: AtomicU64,
     dropped_ours: AtomicU64,
     past_limit: AtomicU64,
@@ -72,6 +82,7 @@ impl SharedTotals {
     pub fn publish(&self, t: &Totals) {
         self.received.store(t.received, Relaxed);
         self.recorded.store(t.recorded, Relaxed);
+        self.filtered.store(t.filtered, Relaxed);
         self.dropped_kernel.store(t.dropped_kernel, Relaxed);
         self.dropped_ours.store(t.dropped_ours, Relaxed);
         self.past_limit.store(t.past_limit, Relaxed);
@@ -84,6 +95,7 @@ impl SharedTotals {
         Totals {
             received: self.received.load(Relaxed),
             recorded: self.recorded.load(Relaxed),
+            filtered: self.filtered.load(Relaxed),
             dropped_kernel: self.dropped_kernel.load(Relaxed),
             dropped_ours: self.dropped_ours.load(Relaxed),
             past_limit: self.past_limit.load(Relaxed),
@@ -103,6 +115,7 @@ mod tests {
         let t = Totals {
             received: 10,
             recorded: 6,
+            filtered: 0,
             dropped_kernel: 3,
             dropped_ours: 1,
             past_limit: 0,

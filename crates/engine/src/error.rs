@@ -30,4 +30,7 @@ pub enum EngineError {
     /// A setting is out of range.
     #[error("{0}")]
     Config(String),
+    /// The control socket failed, or refused a request.
+    #[error("{0}")]
+    Control(String),
 }

@@ -24,7 +24,7 @@ use crate::EngineError;
 use crate::counters::Totals;
 use crate::flow_export::{BATCH, ExportConfig, ExportQueue, ExportReport, Exporter, MeterClock};
 use crate::flow_table::{FlowTable, TableConfig, TableStats};
-use crate::sink::{RecordSink, SinkReport};
+use crate::sink::{RecordSink, SinkLive, SinkReport};
 use crate::source::InterfaceInfo;
 
 const FRAGMENT_SLOTS: usize = 4096;
@@ -275,6 +275,14 @@ impl RecordSink for FlowMeter {
         let out = &mut self.out;
         self.table.expire(out.now, &mut |r| out.push(r));
         out.flush()
+    }
+
+    fn live(&self) -> SinkLive {
+        SinkLive {
+            flows_active: self.table.len() as u64,
+            flows_exported: self.table.stats().ended.iter().sum(),
+            ..SinkLive::default()
+        }
     }
 
     fn close(&mut self, _totals: &Totals) -> Result<SinkReport, EngineError> {

@@ -27,7 +27,7 @@ use tapflow_wire::record::{CONTROL_LEN, ControlField, emit_record, record_len};
 
 use crate::EngineError;
 use crate::counters::Totals;
-use crate::sink::{RecordSink, SinkReport};
+use crate::sink::{RecordSink, SinkLive, SinkReport};
 use crate::source::InterfaceInfo;
 
 /// How records are spread over collectors.
@@ -308,6 +308,13 @@ impl RecordSink for ForwardSink {
     ) -> Result<(), EngineError> {
         self.flush_old(self.cfg.flush_after);
         Ok(())
+    }
+
+    fn live(&self) -> SinkLive {
+        SinkLive {
+            forward_failed: self.failed,
+            ..SinkLive::default()
+        }
     }
 
     fn close(&mut self, _totals: &Totals) -> Result<SinkReport, EngineError> {

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod capture;
+pub mod control;
 pub mod counters;
 pub mod error;
 pub mod file_source;
@@ -17,11 +18,15 @@ pub mod flow_text;
 pub mod forward;
 pub mod generator;
 pub mod live_source;
+pub mod metrics;
 pub mod naming;
+pub mod probe;
 pub mod receiver;
 pub mod record_builder;
+pub mod rules;
 pub mod sink;
 pub mod source;
+pub mod traffic;
 pub mod worker;
 pub mod writer;
 

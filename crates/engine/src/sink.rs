@@ -43,8 +43,33 @@ pub trait RecordSink: Send + std::fmt::Debug {
         if_stats: Option<(u64, u64)>,
     ) -> Result<(), EngineError>;
 
+    /// What the sink counts while it runs, for statistics; read once per block.
+    fn live(&self) -> SinkLive {
+        SinkLive::default()
+    }
+
     /// The worker has drained; `totals` are its final counts. Finish everything.
     fn close(&mut self, totals: &Totals) -> Result<SinkReport, EngineError>;
+}
+
+/// A running sink's counters, summed over a worker's sinks.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SinkLive {
+    /// Records a forwarding sink failed to send.
+    pub forward_failed: u64,
+    /// Flows in a meter's table.
+    pub flows_active: u64,
+    /// Flow records a meter has ended and handed to the exporter.
+    pub flows_exported: u64,
+}
+
+impl SinkLive {
+    /// Adds another sink's counters.
+    pub fn add(&mut self, o: &SinkLive) {
+        self.forward_failed += o.forward_failed;
+        self.flows_active += o.flows_active;
+        self.flows_exported += o.flows_exported;
+    }
 }
 
 /// What a sink did.

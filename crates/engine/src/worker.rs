@@ -8,8 +8,11 @@ use std::time::{Duration, Instant};
 use crate::EngineError;
 use crate::counters::{SharedTotals, Totals};
 use crate::record_builder::RecordBuilder;
-use crate::sink::{RecordSink, SinkReport};
+use crate::rules::RuleReader;
+use crate::sink::{RecordSink, SinkLive, SinkReport};
 use crate::source::{InterfaceInfo, Packet, PacketSource, Progress};
+use crate::traffic::{SharedStats, Traffic};
+use tapflow_wire::LinkType;
 
 /// How often the worker polls its source's counters (the kernel's are 32-bit and clear on read).
 const STATS_INTERVAL: Duration = Duration::from_millis(500);
@@ -42,6 +45,11 @@ pub struct WorkerReport {
 struct Output {
     sinks: Vec<Box<dyn RecordSink>>,
     builders: Vec<RecordBuilder>,
+    /// Link type of each interface announced.
+    linktypes: Vec<LinkType>,
+    /// The live rules, if the capture has any: a packet no rule matches is filtered.
+    rules: Option<RuleReader>,
+    traffic: Traffic,
     announced: usize,
     snaplen: u32,
     totals: Totals,
@@ -62,6 +70,7 @@ pub struct Worker<S> {
     source: S,
     out: Output,
     shared: Arc<SharedTotals>,
+    stats: Option<Arc<SharedStats>>,
     cfg: WorkerConfig,
 }
 
@@ -84,6 +93,9 @@ impl<S: PacketSource> Worker<S> {
             out: Output {
                 sinks,
                 builders: Vec::new(),
+                linktypes: Vec::new(),
+                rules: None,
+                traffic: Traffic::default(),
                 announced: 0,
                 snaplen,
                 totals: Totals::default(),
@@ -95,7 +107,31 @@ impl<S: PacketSource> Worker<S> {
                 failed: None,
             },
             shared,
+            stats: None,
             cfg,
+        }
+    }
+
+    /// Matches every packet against live rules first.
+    pub fn with_rules(mut self, rules: RuleReader) -> Worker<S> {
+        self.out.rules = Some(rules);
+        self
+    }
+
+    /// Publishes traffic statistics and the sinks' counters to `stats` once per block.
+    pub fn with_stats(mut self, stats: Arc<SharedStats>) -> Worker<S> {
+        self.stats = Some(stats);
+        self
+    }
+
+    fn publish(&self) {
+        self.shared.publish(&self.out.totals);
+        if let Some(s) = &self.stats {
+            let mut live = SinkLive::default();
+            for sink in &self.out.sinks {
+                live.add(&sink.live());
+            }
+            s.publish(&self.out.traffic, &live);
         }
     }
 
@@ -106,7 +142,7 @@ impl<S: PacketSource> Worker<S> {
         if let Some(e) = self.out.failed.take() {
             error.get_or_insert(e);
         }
-        self.shared.publish(&self.out.totals);
+        self.publish();
         let mut sinks = Vec::new();
         for s in &mut self.out.sinks {
             match s.close(&self.out.totals) {
@@ -136,7 +172,7 @@ impl<S: PacketSource> Worker<S> {
                 last_stats = Instant::now();
                 self.poll_stats()?;
             }
-            self.shared.publish(&self.out.totals);
+            self.publish();
         }
     }
 
@@ -158,6 +194,9 @@ impl<S: PacketSource> Worker<S> {
     /// Takes one block from the source through the sinks, then runs the sinks' timers.
     fn step(&mut self) -> Result<Progress, EngineError> {
         self.out.announce(self.source.interfaces())?;
+        if let Some(r) = &mut self.out.rules {
+            r.refresh();
+        }
         let max = self.out.remaining();
         let out = &mut self.out;
         let progress = self
@@ -198,6 +237,7 @@ impl Output {
                 )
                 .with_ip_sum(ip_sum),
             );
+            self.linktypes.push(info.linktype);
             let mut info = info.clone();
             info.snaplen = self.snaplen.min(info.snaplen);
             for s in &mut self.sinks {
@@ -217,6 +257,17 @@ impl Output {
 
     #[inline]
     fn on_packet(&mut self, p: &Packet<'_>) {
+        let linktype = self
+            .linktypes
+            .get(p.interface as usize)
+            .copied()
+            .unwrap_or(LinkType::Unknown(0));
+        if let Some(rules) = &self.rules
+            && !rules.admit(linktype, p.data, p.len)
+        {
+            self.totals.filtered += 1;
+            return;
+        }
         if let Some(limit) = &self.limit
             && limit
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
@@ -237,6 +288,7 @@ impl Output {
                 return;
             }
         };
+        self.traffic.count(linktype, p.data, p.len, p.ts_ns);
         let (ctl, data) = builder.build(p, &mut self.scratch);
         let drops = std::mem::take(&mut self.pending_drops);
         for s in &mut self.sinks {

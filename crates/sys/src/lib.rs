@@ -19,6 +19,7 @@ pub mod iface;
 pub mod mmap;
 pub mod netns;
 mod packet;
+pub mod peer;
 pub mod ring;
 mod syscall;
 mod tpacket;

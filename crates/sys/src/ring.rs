@@ -307,6 +307,19 @@ impl RxRing {
         attach_filter(self.fd.as_fd(), &self.iface, prog)
     }
 
+    /// A second handle on the ring's socket, for replacing its filter from another thread
+    /// while this one reads the ring.
+    pub fn filter_handle(&self) -> Result<FilterHandle, SysError> {
+        let fd = self
+            .fd
+            .try_clone()
+            .map_err(|e| SysError::call_with("dup", &self.iface, String::new(), e))?;
+        Ok(FilterHandle {
+            fd,
+            iface: self.iface.clone(),
+        })
+    }
+
     /// The interface's index.
     pub fn ifindex(&self) -> u32 {
         self.ifindex
@@ -468,6 +481,23 @@ fn check_geometry(ifname: &str, cfg: &RxRingConfig) -> Result<(), SysError> {
                 cfg.block_count
             ),
         )),
+    }
+}
+
+/// The socket of a ring, for its filter only (see [`RxRing::filter_handle`]).
+#[derive(Debug)]
+pub struct FilterHandle {
+    fd: OwnedFd,
+    iface: String,
+}
+
+impl FilterHandle {
+    /// Replaces the socket filter (`SO_ATTACH_FILTER`): the kernel swaps the program at once,
+    /// each packet is judged by the old or the new one.
+    #[doc(alias = "SO_ATTACH_FILTER")]
+    pub fn set_filter(&self, prog: &[bpf::Instruction]) -> Result<(), SysError> {
+        check_filter(&self.iface, prog)?;
+        attach_filter(self.fd.as_fd(), &self.iface, prog)
     }
 }
 

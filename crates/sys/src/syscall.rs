@@ -79,6 +79,8 @@ pub(crate) unsafe trait Pod: Copy {}
 unsafe impl Pod for libc::tpacket_stats_v3 {}
 // SAFETY: an integer.
 unsafe impl Pod for libc::c_int {}
+// SAFETY: three integers (pid, uid, gid).
+unsafe impl Pod for libc::ucred {}
 
 /// `getsockopt(fd, level, name, out, sizeof out)`. Under the fake, `out` is left unchanged.
 pub(crate) fn getsockopt<T: Pod>(
@@ -102,6 +104,12 @@ pub(crate) fn getsockopt<T: Pod>(
         )
     })
     .map(drop)
+}
+
+/// `geteuid()`.
+pub(crate) fn geteuid() -> u32 {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    unsafe { libc::geteuid() }
 }
 
 /// `bind(fd, sockaddr_ll)`.

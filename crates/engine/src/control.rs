@@ -1,0 +1,259 @@
+//! The control socket of a running capture: a Unix stream socket, mode 0600, that answers one
+//! request per connection — statistics, and listing and changing the live rules.
+//!
+//! A request is a command line, then a body (rule text) until the client shuts its side; the
+//! reply is `ok` or `error: WHY` on the first line, then the content. Only root and the probe's
+//! own user may connect: the file mode keeps others out, and the server checks the peer's user
+//! (`SO_PEERCRED`) as well.
+//!
+//! | command | body | reply |
+//! |---|---|---|
+//! | `stats` | | the Prometheus text of `/metrics` |
+//! | `rules list` | | a listing (below) |
+//! | `rules add` | one rule line | the listing after the change |
+//! | `rules del NAME` | | the listing after the change |
+//! | `rules load` | a rule file | the listing after the change |
+//!
+//! A listing is a header `# active=yes|no precision=P instructions=N rules=M`, then one line per
+//! rule: name, packets, bytes, rule text, separated by tabs.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use tapflow_sys::peer;
+use tapflow_wire::rule_bpf::Precision;
+use tapflow_wire::rules::{Rule, parse_rules};
+
+use crate::EngineError;
+use crate::metrics;
+use crate::probe::ProbeState;
+use crate::rules::RuleListing;
+
+/// Where a capture on `iface` serves its control socket unless told otherwise.
+pub fn default_path(iface: &str) -> PathBuf {
+    PathBuf::from(format!("/run/tapflow/{iface}.sock"))
+}
+
+/// A serving control socket; stops and removes the socket file when dropped.
+#[derive(Debug)]
+pub struct ControlServer {
+    path: PathBuf,
+    done: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl ControlServer {
+    /// Serves `probe` at `path`. A stale socket file is replaced; one a live probe answers on
+    /// is an error.
+    pub fn start(path: &Path, probe: Arc<ProbeState>) -> Result<ControlServer, EngineError> {
+        let err = |what: String| EngineError::Control(format!("{}: {what}", path.display()));
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+            && !dir.exists()
+        {
+            std::fs::create_dir_all(dir)
+                .and_then(|()| std::fs::set_permissions(dir, PermissionsExt::from_mode(0o700)))
+                .map_err(|e| err(format!("cannot create the directory: {e}")))?;
+        }
+        if path.exists() {
+            if UnixStream::connect(path).is_ok() {
+                return Err(err(
+                    "another tapflow capture is serving this control socket".into(),
+                ));
+            }
+            std::fs::remove_file(path)
+                .map_err(|e| err(format!("cannot remove the stale socket: {e}")))?;
+        }
+        let listener = UnixListener::bind(path).map_err(|e| err(format!("cannot listen: {e}")))?;
+        std::fs::set_permissions(path, PermissionsExt::from_mode(0o600))
+            .and_then(|()| listener.set_nonblocking(true))
+            .map_err(|e| err(e.to_string()))?;
+        let done = Arc::new(AtomicBool::new(false));
+        let thread = thread::Builder::new()
+            .name("tapflow-control".into())
+            .spawn({
+                let done = Arc::clone(&done);
+                move || {
+                    while !done.load(Ordering::Relaxed) {
+                        match listener.accept() {
+                            Ok((s, _)) => {
+                                let _ = serve(s, &probe);
+                            }
+                            Err(_) => thread::sleep(Duration::from_millis(20)),
+                        }
+                    }
+                }
+            })
+            .map_err(|e| err(format!("cannot start the control thread: {e}")))?;
+        Ok(ControlServer {
+            path: path.to_path_buf(),
+            done,
+            thread: Some(thread),
+        })
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn serve(mut s: UnixStream, probe: &ProbeState) -> std::io::Result<()> {
+    s.set_nonblocking(false)?;
+    let me = peer::effective_uid();
+    let allowed = peer::peer_uid(&s).is_ok_and(|uid| uid == 0 || uid == me);
+    if !allowed {
+        return s.write_all(b"error: permission denied\n");
+    }
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut request = String::new();
+    (&mut s).take(64 << 20).read_to_string(&mut request)?;
+    let (command, body) = request.split_once('\n').unwrap_or((&request, ""));
+    let reply = match answer(command.trim(), body, probe) {
+        Ok(text) => format!("ok\n{text}"),
+        Err(e) => format!("error: {e}\n"),
+    };
+    s.write_all(reply.as_bytes())
+}
+
+fn answer(command: &str, body: &str, probe: &ProbeState) -> Result<String, String> {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    if words == ["stats"] {
+        return Ok(metrics::render(probe));
+    }
+    let rules = || {
+        probe
+            .rules()
+            .ok_or_else(|| "this capture has no live rules (it reads a file)".to_string())
+    };
+    let listing = match words.as_slice() {
+        ["rules", "list"] => rules()?.list(),
+        ["rules", "add"] => {
+            let rule = Rule::parse(body.trim())?;
+            rules()?.add(rule).map_err(|e| e.to_string())?
+        }
+        ["rules", "del", name] => rules()?.delete(name).map_err(|e| e.to_string())?,
+        ["rules", "load"] => {
+            let set = parse_rules(body).map_err(|e| e.to_string())?;
+            rules()?.replace(set).map_err(|e| e.to_string())?
+        }
+        _ => return Err(format!("unknown request '{command}'")),
+    };
+    Ok(listing_text(&listing))
+}
+
+fn precision_word(p: Precision) -> &'static str {
+    match p {
+        Precision::Exact => "exact",
+        Precision::Ports => "ports",
+        Precision::Protocols => "protocols",
+        Precision::Family => "family",
+    }
+}
+
+/// A listing as the control socket sends it.
+pub fn listing_text(l: &RuleListing) -> String {
+    let mut out = format!(
+        "# active={} precision={} instructions={} rules={}\n",
+        if l.active { "yes" } else { "no" },
+        precision_word(l.precision),
+        l.instructions,
+        l.rules.len()
+    );
+    for r in &l.rules {
+        out += &format!("{}\t{}\t{}\t{}\n", r.rule.name, r.packets, r.bytes, r.rule);
+    }
+    out
+}
+
+/// Sends one request to the control socket at `path` and returns the reply's content.
+pub fn request(path: &Path, command: &str, body: &str) -> Result<String, EngineError> {
+    let err = |what: String| EngineError::Control(format!("{}: {what}", path.display()));
+    let mut s = UnixStream::connect(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+            err("no tapflow capture is serving this control socket".into())
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            err("permission denied (only root and the capture's user may use it)".into())
+        }
+        _ => err(format!("cannot connect: {e}")),
+    })?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(|e| err(e.to_string()))?;
+    s.write_all(format!("{command}\n{body}").as_bytes())
+        .and_then(|()| s.shutdown(std::net::Shutdown::Write))
+        .map_err(|e| err(format!("cannot send the request: {e}")))?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply)
+        .map_err(|e| err(format!("cannot read the reply: {e}")))?;
+    match reply.split_once('\n') {
+        Some(("ok", rest)) => Ok(rest.to_string()),
+        Some((line, _)) if line.starts_with("error: ") => {
+            Err(EngineError::Control(line["error: ".len()..].to_string()))
+        }
+        _ => Err(err("the reply is not from a tapflow capture".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::LiveRules;
+    use crate::traffic::SharedStats;
+
+    #[test]
+    fn requests_round_trip() {
+        let dir = std::env::temp_dir().join(format!("tapflow-control-{}", std::process::id()));
+        let path = dir.join("t.sock");
+        let rules = LiveRules::new(None, 1, 64, None).unwrap();
+        let probe = Arc::new(ProbeState::new(
+            vec![(Arc::default(), Arc::<SharedStats>::default())],
+            Some(rules),
+        ));
+        let server = ControlServer::start(&path, probe).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert!(ControlServer::start(&path, Arc::new(ProbeState::new(vec![], None))).is_err());
+        let stats = request(&path, "stats", "").unwrap();
+        assert!(stats.contains("tapflow_received_packets_total{worker=\"0\"} 0\n"));
+        let l = request(&path, "rules list", "").unwrap();
+        assert_eq!(l, "# active=no precision=exact instructions=0 rules=0\n");
+        let l = request(&path, "rules add", "web proto tcp dport 80 both\n").unwrap();
+        assert!(l.starts_with("# active=yes precision=exact"), "{l}");
+        assert!(
+            l.ends_with("web\t0\t0\tweb proto tcp dport 80 both\n"),
+            "{l}"
+        );
+        let e = request(&path, "rules add", "web2 proto tcp dport 80-1\n").unwrap_err();
+        assert_eq!(e.to_string(), "port range '80-1' is backwards");
+        let l = request(&path, "rules load", "a proto udp\nb proto icmp\n").unwrap();
+        assert!(
+            l.contains("rules=2\n") && l.contains("\nb\t0\t0\tb proto icmp\n"),
+            "{l}"
+        );
+        let l = request(&path, "rules del a", "").unwrap();
+        assert!(l.contains("rules=1\n"));
+        assert!(request(&path, "rules del a", "").is_err());
+        assert!(request(&path, "reboot", "").is_err());
+        drop(server);
+        assert!(!path.exists());
+        let e = request(&path, "stats", "").unwrap_err().to_string();
+        assert!(e.contains("no tapflow capture is serving"), "{e}");
+        let _ = std::fs::remove_dir(&dir);
+    }
+}

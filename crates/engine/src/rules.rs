@@ -1,0 +1,436 @@
+//! The probe's live rule set: the kernel filter built from it, the exact match each worker runs,
+//! a match counter per rule, and changes while packets flow.
+//!
+//! A change builds a new table and publishes it under a new generation; each worker picks it up
+//! at its next block (one lock per change, none per packet). Then every ring's kernel filter is
+//! replaced: the kernel swaps programs atomically, so each packet is judged by the old rules or
+//! the new ones, none is lost. A packet the old kernel filter passed that the new rules refuse is
+//! counted as filtered in user space. Counters follow a rule by name across changes.
+//!
+//! A capture started without rules has an inactive rule set: every packet passes (the `-f`
+//! expression alone decides) until the first rule is added or loaded.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tapflow_sys::bpf;
+use tapflow_sys::ring::FilterHandle;
+use tapflow_wire::LinkType;
+use tapflow_wire::cbpf::{self, Insn};
+use tapflow_wire::rule_bpf::{self, Precision};
+use tapflow_wire::rule_match::Matcher;
+use tapflow_wire::rules::{Rule, Tuple};
+
+use crate::EngineError;
+
+/// A rule's match counter: packets and their original bytes.
+#[derive(Debug, Default)]
+struct RuleCount {
+    packets: AtomicU64,
+    bytes: AtomicU64,
+}
+
+/// One version of the rule set, shared by the workers while it is current.
+#[derive(Debug)]
+struct RuleTable {
+    /// Whether rules decide at all (false until a capture without `--rules` gets some).
+    active: bool,
+    matcher: Matcher,
+    precision: Precision,
+    instructions: usize,
+    /// `[worker][rule]`; each worker writes only its own row.
+    counts: Vec<Box<[RuleCount]>>,
+}
+
+impl RuleTable {
+    fn count(&self, rule: usize) -> (u64, u64) {
+        self.counts.iter().fold((0, 0), |(p, b), row| {
+            (
+                p + row[rule].packets.load(Ordering::Relaxed),
+                b + row[rule].bytes.load(Ordering::Relaxed),
+            )
+        })
+    }
+}
+
+/// One rule and what it matched so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleStat {
+    /// The rule.
+    pub rule: Rule,
+    /// Packets it matched first.
+    pub packets: u64,
+    /// Their original bytes.
+    pub bytes: u64,
+}
+
+/// The rule set as it stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleListing {
+    /// Whether rules decide at all.
+    pub active: bool,
+    /// How exact the kernel filter is.
+    pub precision: Precision,
+    /// Instructions in the kernel filter (with the `-f` expression's).
+    pub instructions: usize,
+    /// The rules in order, with their counters.
+    pub rules: Vec<RuleStat>,
+}
+
+#[derive(Debug, Default)]
+struct History {
+    /// Counts of tables no worker holds any more, by rule name.
+    carried: HashMap<String, (u64, u64)>,
+    /// Earlier tables workers may still be counting into.
+    retired: Vec<Arc<RuleTable>>,
+}
+
+/// The live rule set of one capture.
+#[derive(Debug)]
+pub struct LiveRules {
+    workers: usize,
+    snaplen: u32,
+    /// The `-f` expression's program, run before the rules.
+    base: Option<Vec<Insn>>,
+    current: Mutex<Arc<RuleTable>>,
+    generation: AtomicU64,
+    history: Mutex<History>,
+    filters: Mutex<Vec<FilterHandle>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A tcpdump expression's program as the rules' compiler sees it.
+pub fn from_sys(prog: &[bpf::Instruction]) -> Vec<Insn> {
+    prog.iter()
+        .map(|i| Insn {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect()
+}
+
+fn to_sys(prog: &[Insn]) -> Vec<bpf::Instruction> {
+    prog.iter()
+        .map(|i| bpf::Instruction {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect()
+}
+
+impl LiveRules {
+    /// A rule set for `workers` workers keeping `snaplen` bytes, after the program of a `-f`
+    /// expression if there is one.
+    ///
+    /// `None` makes an inactive set that passes everything until rules are added or loaded.
+    pub fn new(
+        rules: Option<Vec<Rule>>,
+        workers: usize,
+        snaplen: u32,
+        base: Option<Vec<Insn>>,
+    ) -> Result<Arc<LiveRules>, EngineError> {
+        let live = LiveRules {
+            workers,
+            snaplen,
+            base,
+            current: Mutex::new(Arc::new(RuleTable {
+                active: false,
+                matcher: Matcher::new(Vec::new()),
+                precision: Precision::Exact,
+                instructions: 0,
+                counts: Vec::new(),
+            })),
+            generation: AtomicU64::new(0),
+            history: Mutex::new(History::default()),
+            filters: Mutex::new(Vec::new()),
+        };
+        if let Some(rules) = rules {
+            let table = live.table(rules)?;
+            *lock(&live.current) = Arc::new(table);
+        }
+        Ok(Arc::new(live))
+    }
+
+    /// The kernel program for `rules`; without rules, the `-f` expression's or pass-all.
+    fn program(&self, rules: Option<&[Rule]>) -> (Vec<Insn>, Precision) {
+        let Some(rules) = rules else {
+            let prog = self
+                .base
+                .clone()
+                .unwrap_or_else(|| vec![Insn::stmt(cbpf::RET_K, self.snaplen)]);
+            return (prog, Precision::Exact);
+        };
+        let budget = cbpf::BPF_MAXINSNS - self.base.as_ref().map_or(0, Vec::len);
+        let compiled = rule_bpf::compile(rules, self.snaplen, budget);
+        let prog = match &self.base {
+            Some(b) => cbpf::and_then(b, &compiled.program),
+            None => compiled.program,
+        };
+        (prog, compiled.precision)
+    }
+
+    fn table(&self, rules: Vec<Rule>) -> Result<RuleTable, EngineError> {
+        let (prog, precision) = self.program(Some(&rules));
+        cbpf::validate(&prog)
+            .map_err(|e| EngineError::Config(format!("the rules' filter cannot be loaded: {e}")))?;
+        let n = rules.len();
+        Ok(RuleTable {
+            active: true,
+            matcher: Matcher::new(rules),
+            precision,
+            instructions: prog.len(),
+            counts: (0..self.workers)
+                .map(|_| (0..n).map(|_| RuleCount::default()).collect())
+                .collect(),
+        })
+    }
+
+    /// The kernel filter for the current rules.
+    pub fn kernel_program(&self) -> Vec<bpf::Instruction> {
+        let table = Arc::clone(&lock(&self.current));
+        to_sys(&self.program(table.active.then(|| table.matcher.rules())).0)
+    }
+
+    /// The rings whose kernel filters follow the rules from now on.
+    pub fn attach(&self, handles: Vec<FilterHandle>) {
+        *lock(&self.filters) = handles;
+    }
+
+    /// The rules now.
+    pub fn rules(&self) -> Vec<Rule> {
+        lock(&self.current).matcher.rules().to_vec()
+    }
+
+    /// Replaces the whole rule set.
+    pub fn replace(&self, rules: Vec<Rule>) -> Result<RuleListing, EngineError> {
+        let mut current = lock(&self.current);
+        let table = Arc::new(self.table(rules)?);
+        let prog = to_sys(&self.program(Some(table.matcher.rules())).0);
+        let old = std::mem::replace(&mut *current, Arc::clone(&table));
+        lock(&self.history).retired.push(old);
+        self.generation.fetch_add(1, Ordering::Release);
+        for f in lock(&self.filters).iter() {
+            f.set_filter(&prog)?;
+        }
+        drop(current);
+        Ok(self.list())
+    }
+
+    /// Adds a rule at the end.
+    pub fn add(&self, rule: Rule) -> Result<RuleListing, EngineError> {
+        let mut rules = self.rules();
+        if rules.iter().any(|r| r.name == rule.name) {
+            return Err(EngineError::Config(format!(
+                "a rule named '{}' exists already",
+                rule.name
+            )));
+        }
+        rules.push(rule);
+        self.replace(rules)
+    }
+
+    /// Removes the rule named `name`.
+    pub fn delete(&self, name: &str) -> Result<RuleListing, EngineError> {
+        let mut rules = self.rules();
+        let before = rules.len();
+        rules.retain(|r| r.name != name);
+        if rules.len() == before {
+            return Err(EngineError::Config(format!("no rule named '{name}'")));
+        }
+        self.replace(rules)
+    }
+
+    /// The rules with their counters.
+    pub fn list(&self) -> RuleListing {
+        let table = Arc::clone(&lock(&self.current));
+        let mut history = lock(&self.history);
+        let History { carried, retired } = &mut *history;
+        // Tables no worker holds any more are final: fold them into the carried counts.
+        retired.retain(|t| {
+            if Arc::strong_count(t) > 1 {
+                return true;
+            }
+            for (i, r) in t.matcher.rules().iter().enumerate() {
+                let (p, b) = t.count(i);
+                let c = carried.entry(r.name.clone()).or_default();
+                (c.0, c.1) = (c.0 + p, c.1 + b);
+            }
+            false
+        });
+        let rules = table
+            .matcher
+            .rules()
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let (mut packets, mut bytes) = table.count(i);
+                let (p, b) = carried.get(&r.name).copied().unwrap_or_default();
+                (packets, bytes) = (packets + p, bytes + b);
+                for t in retired.iter() {
+                    if let Some(j) = t.matcher.rules().iter().position(|o| o.name == r.name) {
+                        let (p, b) = t.count(j);
+                        (packets, bytes) = (packets + p, bytes + b);
+                    }
+                }
+                RuleStat {
+                    rule: r.clone(),
+                    packets,
+                    bytes,
+                }
+            })
+            .collect();
+        RuleListing {
+            active: table.active,
+            precision: table.precision,
+            instructions: table.instructions,
+            rules,
+        }
+    }
+
+    /// The view worker `worker` matches packets with.
+    pub fn reader(self: &Arc<Self>, worker: usize) -> RuleReader {
+        RuleReader {
+            table: Arc::clone(&lock(&self.current)),
+            seen: self.generation.load(Ordering::Acquire),
+            live: Arc::clone(self),
+            worker,
+        }
+    }
+}
+
+/// One worker's view of the live rules.
+#[derive(Debug)]
+pub struct RuleReader {
+    live: Arc<LiveRules>,
+    table: Arc<RuleTable>,
+    seen: u64,
+    worker: usize,
+}
+
+impl RuleReader {
+    /// Takes up a changed rule set; called between blocks.
+    pub fn refresh(&mut self) {
+        let generation = self.live.generation.load(Ordering::Acquire);
+        if generation != self.seen {
+            self.table = Arc::clone(&lock(&self.live.current));
+            self.seen = generation;
+        }
+    }
+
+    /// Whether a packet matches a rule; counts it under the first rule it matches.
+    #[inline]
+    pub fn admit(&self, linktype: LinkType, frame: &[u8], len: u32) -> bool {
+        if !self.table.active {
+            return true;
+        }
+        let Some(t) = Tuple::of_frame(linktype, frame) else {
+            return false;
+        };
+        let Some(i) = self.table.matcher.classify(&t) else {
+            return false;
+        };
+        let c = &self.table.counts[self.worker][i];
+        // One writer per row: a plain load and store, no locked instruction.
+        c.packets
+            .store(c.packets.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        c.bytes.store(
+            c.bytes.load(Ordering::Relaxed) + u64::from(len),
+            Ordering::Relaxed,
+        );
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tapflow_wire::rules::parse_rules;
+
+    fn udp(dport: u16) -> Vec<u8> {
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0]);
+        f.extend_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        f.extend_from_slice(&[0, 9]);
+        f.extend_from_slice(&dport.to_be_bytes());
+        f.extend_from_slice(&[0, 8, 0, 0]);
+        f
+    }
+
+    #[test]
+    fn counters_follow_names_across_changes() {
+        let rules = parse_rules("a proto udp dport 1\nb proto udp dport 2\n").unwrap();
+        let live = LiveRules::new(Some(rules), 2, 64, None).unwrap();
+        let mut r0 = live.reader(0);
+        let r1 = live.reader(1);
+        assert!(r0.admit(LinkType::Ethernet, &udp(1), 100));
+        assert!(r1.admit(LinkType::Ethernet, &udp(1), 100));
+        assert!(r1.admit(LinkType::Ethernet, &udp(2), 50));
+        assert!(!r0.admit(LinkType::Ethernet, &udp(3), 50));
+        let l = live.delete("b").unwrap();
+        assert_eq!(l.rules.len(), 1);
+        assert_eq!((l.rules[0].packets, l.rules[0].bytes), (2, 200));
+        // Worker 1 still counts into the old table until its next block; worker 0 moves on.
+        assert!(r1.admit(LinkType::Ethernet, &udp(2), 50));
+        r0.refresh();
+        assert!(!r0.admit(LinkType::Ethernet, &udp(2), 50));
+        assert!(r0.admit(LinkType::Ethernet, &udp(1), 100));
+        let l = live
+            .add(Rule::parse("b proto udp dport 2").unwrap())
+            .unwrap();
+        assert_eq!(l.rules[0].packets, 3);
+        // 'b' was deleted and added again: it keeps its history.
+        assert_eq!(l.rules[1].packets, 2);
+        drop(r1);
+        assert_eq!(live.list().rules[1].packets, 2);
+        assert!(live.add(Rule::parse("a").unwrap()).is_err());
+        assert!(live.delete("zz").is_err());
+    }
+
+    #[test]
+    fn with_a_tcpdump_expression_first() {
+        let base = vec![
+            Insn::stmt(cbpf::LD_LEN, 0),
+            Insn::jump(cbpf::JGT_K, 40, 0, 1),
+            Insn::stmt(cbpf::RET_K, 1),
+            Insn::stmt(cbpf::RET_K, 0),
+        ];
+        let live = LiveRules::new(
+            Some(parse_rules("a proto udp dport 1").unwrap()),
+            1,
+            64,
+            Some(base),
+        )
+        .unwrap();
+        let prog = from_sys(&live.kernel_program());
+        let f = udp(1);
+        assert_eq!(cbpf::run(&prog, &f, 60), 64);
+        assert_eq!(cbpf::run(&prog, &f, 40), 0);
+        assert_eq!(cbpf::run(&prog, &udp(2), 60), 0);
+    }
+
+    #[test]
+    fn without_rules_everything_passes_until_one_is_added() {
+        let live = LiveRules::new(None, 1, 64, None).unwrap();
+        let mut r = live.reader(0);
+        assert!(r.admit(LinkType::Ethernet, &udp(7), 60));
+        assert_eq!(
+            from_sys(&live.kernel_program()),
+            vec![Insn::stmt(cbpf::RET_K, 64)]
+        );
+        assert!(!live.list().active);
+        live.add(Rule::parse("one proto udp dport 1").unwrap())
+            .unwrap();
+        r.refresh();
+        assert!(!r.admit(LinkType::Ethernet, &udp(7), 60));
+        assert!(r.admit(LinkType::Ethernet, &udp(1), 60));
+        assert!(live.list().active);
+    }
+}
