@@ -22,6 +22,7 @@ PKGS=(
     softflowd                  # flow benchmark anchor (pcap -> NetFlow/IPFIX)
     argus-server               # flow benchmark anchor: argus (pcap -> bidirectional flow records)
     argus-client               # ra: reads argus records
+    prometheus                 # promtool: checks our /metrics text
 )
 
 export DEBIAN_FRONTEND=noninteractive
@@ -60,6 +61,8 @@ fi
 if [[ -d /run/systemd/system ]]; then
     systemctl disable --now argus.service >/dev/null 2>&1 || true
     systemctl stop 'nfdump@*.service' 'softflowd@*.service' >/dev/null 2>&1 || true
+    # Only promtool is needed, not a Prometheus server on port 9090.
+    systemctl disable --now prometheus.service >/dev/null 2>&1 || true
 fi
 
 # Rust comes from rustup on the image (rust-toolchain.toml pins the version), not from apt.
@@ -93,4 +96,5 @@ printf '  %-12s %s\n' \
     nfdump "$(first_line nfdump -V)" \
     softflowd "$(softflowd -h 2>&1 | grep -m1 -o 'version [0-9.]*[0-9]' || true)" \
     argus "$(argus -h 2>&1 | grep -m1 'Argus Version' || true)" \
+    promtool "$(first_line promtool --version)" \
     python3 "$(first_line python3 --version)"

@@ -1,6 +1,6 @@
 //! `tapflow capture`: checks the request, runs the engine, prints the accounting.
 
-use std::net::ToSocketAddrs;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -8,6 +8,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use tapflow_engine::capture::{self, CaptureConfig, Input, RingGeometry};
+use tapflow_engine::control;
 use tapflow_engine::flow_export::{ExportConfig, ExportTarget, TextDest};
 use tapflow_engine::flow_meter::FlowConfig;
 use tapflow_engine::flow_table::{CLASSES, Class, TableConfig};
@@ -15,11 +16,14 @@ use tapflow_engine::flow_text::TextFormat;
 use tapflow_engine::forward::{self, Balance, ForwardConfig};
 use tapflow_engine::naming::{output_path, part_path};
 use tapflow_engine::writer::{Format, WriterConfig};
+use tapflow_wire::rules::{Rule, parse_rules};
 use tapflow_wire::{datagram, record};
 
 use crate::Failure;
 use crate::cli::{BalanceArg, CaptureArgs, FlowArgs, FormatArg};
-use crate::report::{StatusLine, capture_json, finish, flow_lines, forward_line, summary_line};
+use crate::report::{
+    StatusLine, capture_json, finish, flow_lines, forward_line, rules_line, summary_line,
+};
 
 /// Largest snaplen accepted, as libpcap's `MAXIMUM_SNAPLEN`.
 const MAX_SNAPLEN: u32 = 262_144;
@@ -70,6 +74,20 @@ pub fn run(a: CaptureArgs, stop: &Arc<AtomicBool>, flows: bool) -> Result<ExitCo
         } else if !quiet {
             eprintln!("tapflow: reading {}, link-type {}", r.input, r.linktype);
         }
+        if let Some(l) = &r.rules {
+            eprintln!(
+                "tapflow: {} rules, filter {} ({} instructions)",
+                l.rules.len(),
+                l.precision.describe(),
+                l.instructions
+            );
+        }
+        if let Some(p) = &r.control {
+            eprintln!("tapflow: control socket {}", p.display());
+        }
+        if let Some(a) = &r.metrics {
+            eprintln!("tapflow: metrics on http://{a}/metrics");
+        }
     };
     let (summary, err) = capture::run(&cfg, stop, &mut announce, &mut |t| status.tick(t));
     status.finish();
@@ -82,6 +100,9 @@ pub fn run(a: CaptureArgs, stop: &Arc<AtomicBool>, flows: bool) -> Result<ExitCo
             for line in flow_lines(f) {
                 eprintln!("{line}");
             }
+        }
+        if let Some(l) = &summary.rules {
+            eprintln!("{}", rules_line(l));
         }
     }
     finish(a.summary_json.as_deref(), || capture_json(&summary), err)
@@ -190,6 +211,39 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
         duration,
         forward: forward_config(a)?,
         flows: None,
+        rules: match &a.rules {
+            Some(path) => Some(read_rules(path)?),
+            None => None,
+        },
+        control: match (a.control.as_deref(), &a.interface) {
+            (Some("none"), _) => None,
+            (Some(p), _) => Some(PathBuf::from(p)),
+            (None, Some(ifname)) => Some(control::default_path(ifname)),
+            (None, None) => None,
+        },
+        metrics: match &a.metrics {
+            Some(m) => Some(metrics_addr(m)?),
+            None => None,
+        },
+    })
+}
+
+/// Reads a rule file; errors name the file and line.
+pub(crate) fn read_rules(path: &std::path::Path) -> Result<Vec<Rule>, Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", path.display())))?;
+    parse_rules(&text).map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))
+}
+
+/// `--metrics PORT` listens on loopback; `ADDR:PORT` where told.
+fn metrics_addr(s: &str) -> Result<SocketAddr, Failure> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse().map_err(|_| {
+        Failure::Usage(format!(
+            "--metrics '{s}' is not PORT or ADDR:PORT (e.g. 9100 or [::1]:9100)"
+        ))
     })
 }
 

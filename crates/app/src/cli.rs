@@ -35,6 +35,91 @@ pub enum Command {
     Recv(RecvArgs),
     /// Generate traffic on an interface (AF_PACKET TX ring).
     Gen(GenArgs),
+    /// List and change the rules of a running capture.
+    Rules(RulesArgs),
+    /// Print the statistics of a running capture, once or refreshing.
+    Stats(StatsArgs),
+    /// Nagios/Icinga plugin: drop ratio and packet rate of a running capture against
+    /// thresholds (exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).
+    Check(CheckArgs),
+}
+
+/// Which running capture to talk to.
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// The capture on this interface (its control socket /run/tapflow/IFACE.sock).
+    #[arg(short = 'i', long, conflicts_with = "control")]
+    pub interface: Option<String>,
+    /// The capture serving this control socket (default: the only one in /run/tapflow).
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+}
+
+/// `tapflow rules`.
+#[derive(Debug, Args)]
+pub struct RulesArgs {
+    /// The capture.
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub action: RulesAction,
+}
+
+/// What `tapflow rules` does.
+#[derive(Debug, Subcommand)]
+pub enum RulesAction {
+    /// The rules in order, with the packets and bytes each matched first.
+    List,
+    /// Adds a rule at the end: NAME [proto P] [src PREFIX] [dst PREFIX] [sport RANGE]
+    /// [dport RANGE] [both].
+    Add {
+        /// The rule's words.
+        #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
+        rule: Vec<String>,
+    },
+    /// Removes the rule with this name.
+    Del {
+        /// The rule's name.
+        name: String,
+    },
+    /// Replaces all rules with those of a rule file.
+    Load {
+        /// The rule file.
+        file: PathBuf,
+    },
+}
+
+/// `tapflow stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// The capture.
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+    /// Print again every this many seconds, with rates, until interrupted.
+    #[arg(long, value_name = "SECONDS")]
+    pub watch: Option<f64>,
+    /// One JSON object (total and per worker) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `tapflow check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The capture.
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+    /// Warning thresholds DROP,RATE: Nagios ranges for the drop ratio in percent and the
+    /// packet rate in packets/s (e.g. `1,1000:` warns above 1% drops or below 1000 pkt/s).
+    #[arg(short = 'w', long, value_name = "DROP,RATE")]
+    pub warning: Option<String>,
+    /// Critical thresholds DROP,RATE, as for -w.
+    #[arg(short = 'c', long, value_name = "DROP,RATE")]
+    pub critical: Option<String>,
+    /// Seconds between the two readings the rates come from.
+    #[arg(long, default_value_t = 1.0)]
+    pub interval: f64,
 }
 
 /// Output file format.
@@ -77,6 +162,18 @@ pub struct CaptureArgs {
     /// Capture filter in tcpdump syntax, compiled to classic BPF and run in the kernel.
     #[arg(short = 'f', long)]
     pub filter: Option<String>,
+    /// Rule file: only packets a rule matches are kept (5-tuples with masks, docs/rules.md);
+    /// changed while capturing with `tapflow rules`.
+    #[arg(long, value_name = "FILE")]
+    pub rules: Option<PathBuf>,
+    /// Control socket for `tapflow rules`, `stats` and `check` (live capture default:
+    /// /run/tapflow/IFACE.sock; `none`: no socket).
+    #[arg(long, value_name = "PATH|none")]
+    pub control: Option<String>,
+    /// Serve Prometheus metrics on http://[ADDR:]PORT/metrics (address 127.0.0.1 unless
+    /// given).
+    #[arg(long, value_name = "[ADDR:]PORT")]
+    pub metrics: Option<String>,
     /// Workers in one PACKET_FANOUT group (symmetric hash), each with its own ring and file.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,

@@ -1,11 +1,14 @@
 //! `tapflow`: the command line. It parses, builds an engine, runs it, and reports.
 
 mod capture_cmd;
+mod check_cmd;
 mod cli;
 mod gen_cmd;
 mod recv_cmd;
 mod report;
+mod rules_cmd;
 mod size;
+mod stats_cmd;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -40,7 +43,7 @@ impl Failure {
                     .map(|e| std::io::Error::from_raw_os_error(e).kind())
                     == Some(std::io::ErrorKind::InvalidInput)
             }
-            E::Write { .. } => false,
+            E::Write { .. } | E::Control(_) => false,
         };
         if usage {
             Failure::Usage(e.to_string())
@@ -75,6 +78,11 @@ fn main() -> ExitCode {
                 let _ = e.print();
                 return ExitCode::SUCCESS;
             }
+            if std::env::args().nth(1).as_deref() == Some("check") {
+                // A monitoring plugin's usage error is UNKNOWN (3), on stdout.
+                println!("TAPFLOW UNKNOWN - {}", one_line(&e.render().to_string()));
+                return ExitCode::from(check_cmd::UNKNOWN);
+            }
             eprintln!("tapflow: error: {}", one_line(&e.render().to_string()));
             eprintln!("tapflow: try 'tapflow --help'");
             return ExitCode::from(2);
@@ -92,6 +100,9 @@ fn main() -> ExitCode {
         Command::Flows(args) => capture_cmd::run(args, &stop, true),
         Command::Recv(args) => recv_cmd::run(args, &stop),
         Command::Gen(args) => gen_cmd::run(args, &stop),
+        Command::Rules(args) => rules_cmd::run(args),
+        Command::Stats(args) => stats_cmd::run(args, &stop),
+        Command::Check(args) => return check_cmd::run(&args),
     };
     match result {
         Ok(code) => code,

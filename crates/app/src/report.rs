@@ -9,6 +9,7 @@ use tapflow_engine::capture::{Summary, Tick};
 use tapflow_engine::counters::Totals;
 use tapflow_engine::flow_meter::FlowSummary;
 use tapflow_engine::forward::ForwardReport;
+use tapflow_engine::rules::RuleListing;
 
 use crate::Failure;
 
@@ -252,6 +253,50 @@ fn forward_json(f: Option<&ForwardReport>) -> String {
     )
 }
 
+/// The exit line of a capture with rules: what each rule matched (the first ten).
+pub fn rules_line(l: &RuleListing) -> String {
+    const SHOWN: usize = 10;
+    let each: Vec<String> = l
+        .rules
+        .iter()
+        .take(SHOWN)
+        .map(|r| format!("{} {}", r.rule.name, r.packets))
+        .collect();
+    let more = l.rules.len().saturating_sub(SHOWN);
+    format!(
+        "tapflow: rules matched packets: {}{}",
+        if each.is_empty() {
+            "no rules".to_string()
+        } else {
+            each.join(", ")
+        },
+        if more > 0 {
+            format!(" and {more} more (tapflow rules list)")
+        } else {
+            String::new()
+        }
+    )
+}
+
+fn rules_json(l: Option<&RuleListing>) -> String {
+    let Some(l) = l else {
+        return String::new();
+    };
+    let each: Vec<String> = l
+        .rules
+        .iter()
+        .map(|r| {
+            format!(
+                "{{\"name\":{},\"packets\":{},\"bytes\":{}}}",
+                json_string(&r.rule.name),
+                r.packets,
+                r.bytes
+            )
+        })
+        .collect();
+    format!(",\"rules\":[{}]", each.join(","))
+}
+
 /// The JSON summary of a capture.
 pub fn capture_json(s: &Summary) -> String {
     let t = &s.totals;
@@ -263,7 +308,7 @@ pub fn capture_json(s: &Summary) -> String {
     format!(
         "{{\"received\":{},\"recorded\":{},\"filtered\":{},\"dropped_kernel\":{},\"dropped_ours\":{},\
          \"past_limit\":{},\"freezes\":{},\"bytes\":{},\"seconds\":{:.6},\"hw_timestamps\":{},\
-         \"files\":[{}]{}{}}}\n",
+         \"files\":[{}]{}{}{}}}\n",
         t.received,
         t.recorded,
         t.filtered,
@@ -276,7 +321,8 @@ pub fn capture_json(s: &Summary) -> String {
         s.hw_timestamps,
         files.join(","),
         forward_json(s.forward.as_ref()),
-        flows_json(s.flows.as_ref())
+        flows_json(s.flows.as_ref()),
+        rules_json(s.rules.as_ref())
     )
 }
 

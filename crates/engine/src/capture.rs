@@ -1,6 +1,7 @@
 //! A whole capture: N workers (one per fanout member, or one over a file), each with its own
 //! sinks, and a monitor loop on the caller's thread for the status line and the stop conditions.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
@@ -11,16 +12,22 @@ use tapflow_sys::bpf;
 use tapflow_sys::mmap::MappedFile;
 use tapflow_sys::ring::{Fanout, FanoutMode, RxRing, RxRingConfig};
 use tapflow_wire::LinkType;
+use tapflow_wire::rules::Rule;
 
 use crate::EngineError;
+use crate::control::ControlServer;
 use crate::counters::{SharedTotals, Totals};
 use crate::file_source::FileSource;
 use crate::flow_export::{Exporter, MeterClock};
 use crate::flow_meter::{FlowConfig, FlowSummary};
 use crate::forward::{ForwardConfig, ForwardReport, ForwardSink};
 use crate::live_source::LiveSource;
+use crate::metrics::MetricsServer;
+use crate::probe::ProbeState;
+use crate::rules::{self, LiveRules, RuleListing};
 use crate::sink::RecordSink;
 use crate::source::PacketSource;
+use crate::traffic::SharedStats;
 use crate::worker::{Worker, WorkerConfig, WorkerReport};
 use crate::writer::{FileSink, WriterConfig};
 
@@ -108,6 +115,13 @@ pub struct CaptureConfig {
     pub forward: Option<ForwardConfig>,
     /// Flow metering and export (`--export`, `tapflow flows`), if any.
     pub flows: Option<FlowConfig>,
+    /// The rules a packet must match (`--rules`); a live capture without them can get them
+    /// later through the control socket.
+    pub rules: Option<Vec<Rule>>,
+    /// Where to serve the control socket, if anywhere.
+    pub control: Option<PathBuf>,
+    /// Where to serve `/metrics`, if anywhere.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// A moment of a running capture, for status lines and progress bars.
@@ -136,6 +150,12 @@ pub struct Ready {
     pub ring: Option<RingGeometry>,
     /// Whether the NIC's clock stamps packets.
     pub hw_timestamps: bool,
+    /// The rules and how the kernel filter follows them, if the capture has rules.
+    pub rules: Option<RuleListing>,
+    /// The control socket's path, if served.
+    pub control: Option<PathBuf>,
+    /// The metrics endpoint's address, if served.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// The outcome of a capture.
@@ -153,6 +173,8 @@ pub struct Summary {
     pub forward: Option<ForwardReport>,
     /// What flow metering counted and exported.
     pub flows: Option<FlowSummary>,
+    /// The rules at the end, with their counters, if the capture had active rules.
+    pub rules: Option<RuleListing>,
 }
 
 /// Runs a capture until its input ends, `count` or `duration` is reached, or `stop` is raised.
@@ -218,11 +240,42 @@ struct LiveInput<'a> {
     fanout_group: u16,
 }
 
-fn open_rings(cfg: &CaptureConfig, li: &LiveInput<'_>) -> Result<Vec<RxRing>, EngineError> {
-    let program = match li.filter {
-        Some(expr) => bpf::compile(expr, LinkType::Ethernet.to_u16(), cfg.snaplen)?,
-        None => bpf::accept_all(cfg.snaplen),
+/// The live rules of a capture: `-f` first, then the rules, in one kernel program.
+fn live_rules(
+    cfg: &CaptureConfig,
+    filter: Option<&str>,
+    workers: usize,
+) -> Result<Arc<LiveRules>, EngineError> {
+    let base = match filter {
+        Some(expr) => Some(rules::from_sys(&bpf::compile(
+            expr,
+            LinkType::Ethernet.to_u16(),
+            cfg.snaplen,
+        )?)),
+        None => None,
     };
+    LiveRules::new(cfg.rules.clone(), workers, cfg.snaplen, base)
+}
+
+/// The control socket and metrics endpoint a capture asked for.
+type Servers = (Option<ControlServer>, Option<MetricsServer>);
+
+fn start_servers(cfg: &CaptureConfig, probe: &Arc<ProbeState>) -> Result<Servers, EngineError> {
+    let control = match &cfg.control {
+        Some(path) => Some(ControlServer::start(path, Arc::clone(probe))?),
+        None => None,
+    };
+    let metrics = match cfg.metrics {
+        Some(addr) => Some(MetricsServer::start(addr, Arc::clone(probe))?),
+        None => None,
+    };
+    Ok((control, metrics))
+}
+
+fn open_rings(
+    li: &LiveInput<'_>,
+    program: &[bpf::Instruction],
+) -> Result<Vec<RxRing>, EngineError> {
     let fanout = (li.threads > 1).then_some(Fanout {
         group_id: li.fanout_group,
         mode: FanoutMode::Hash,
@@ -234,7 +287,7 @@ fn open_rings(cfg: &CaptureConfig, li: &LiveInput<'_>) -> Result<Vec<RxRing>, En
                 block_size: li.ring.block_size,
                 block_count: li.ring.block_count,
                 retire_tov_ms: li.ring.retire_ms,
-                filter: program.clone(),
+                filter: program.to_vec(),
                 fanout,
                 hw_timestamps: true,
                 fill_rxhash: false,
@@ -253,8 +306,29 @@ fn run_live(
     tick: &mut dyn FnMut(&Tick),
     started: Instant,
 ) -> (Summary, Option<EngineError>) {
-    let rings = match open_rings(cfg, &li) {
-        Ok(r) => r,
+    let opened = (|| {
+        let rules = live_rules(cfg, li.filter.as_deref(), li.threads)?;
+        let rings = open_rings(&li, &rules.kernel_program())?;
+        rules.attach(
+            rings
+                .iter()
+                .map(RxRing::filter_handle)
+                .collect::<Result<_, _>>()?,
+        );
+        let shared: Vec<_> = (0..rings.len())
+            .map(|_| {
+                (
+                    Arc::<SharedTotals>::default(),
+                    Arc::<SharedStats>::default(),
+                )
+            })
+            .collect();
+        let probe = Arc::new(ProbeState::new(shared.clone(), Some(Arc::clone(&rules))));
+        let servers = start_servers(cfg, &probe)?;
+        Ok::<_, EngineError>((rules, rings, shared, servers))
+    })();
+    let (rules, rings, shared, servers) = match opened {
+        Ok(s) => s,
         Err(e) => return (Summary::default(), Some(e)),
     };
     let hw_timestamps = rings.iter().all(|r| r.hw_timestamps());
@@ -265,6 +339,9 @@ fn run_live(
         workers: rings.len(),
         ring: Some(li.ring),
         hw_timestamps,
+        rules: cfg.rules.is_some().then(|| rules.list()),
+        control: servers.0.as_ref().map(|c| c.path().to_path_buf()),
+        metrics: servers.1.as_ref().map(MetricsServer::addr),
     });
     let limit = cfg.count.map(|n| Arc::new(AtomicU64::new(n)));
     let wcfg = WorkerConfig {
@@ -287,19 +364,18 @@ fn run_live(
     let (done_tx, done_rx) = mpsc::channel();
     let (mut summary, err) = thread::scope(|s| {
         let mut handles = Vec::new();
-        let mut shared = Vec::new();
         for ((k, ring), sinks) in rings.into_iter().enumerate().zip(all_sinks) {
             let source = LiveSource::new(ring, li.ifname, cfg.snaplen, li.filter.clone());
-            let totals = Arc::new(SharedTotals::default());
-            shared.push(Arc::clone(&totals));
             let worker = Worker::new(
                 source,
                 sinks,
                 wcfg.clone(),
-                totals,
+                Arc::clone(&shared[k].0),
                 limit.clone(),
                 Arc::clone(stop),
-            );
+            )
+            .with_rules(rules.reader(k))
+            .with_stats(Arc::clone(&shared[k].1));
             let w = thread::Builder::new()
                 .name(format!("tapflow-w{k}"))
                 .spawn_scoped(s, {
@@ -309,9 +385,12 @@ fn run_live(
                 .expect("spawning a worker thread");
             handles.push(w);
         }
-        monitor(cfg, stop, tick, started, &shared, None, &done_rx);
+        let totals: Vec<_> = shared.iter().map(|(t, _)| Arc::clone(t)).collect();
+        monitor(cfg, stop, tick, started, &totals, None, &done_rx);
         collect(handles)
     });
+    drop(servers);
+    summary.rules = Some(rules.list()).filter(|l| l.active);
     summary.hw_timestamps = hw_timestamps;
     (summary, err)
 }
@@ -335,6 +414,23 @@ fn run_file(
     };
     let position = source.position();
     let total = source.len();
+    // A file has no kernel filter: its rules, if any, are matched in user space only.
+    let rules = match &cfg.rules {
+        Some(r) => match LiveRules::new(Some(r.clone()), 1, cfg.snaplen, None) {
+            Ok(l) => Some(l),
+            Err(e) => return (Summary::default(), Some(e)),
+        },
+        None => None,
+    };
+    let shared = (
+        Arc::<SharedTotals>::default(),
+        Arc::<SharedStats>::default(),
+    );
+    let probe = Arc::new(ProbeState::new(vec![shared.clone()], rules.clone()));
+    let servers = match start_servers(cfg, &probe) {
+        Ok(s) => s,
+        Err(e) => return (Summary::default(), Some(e)),
+    };
     ready(&Ready {
         input: path.display().to_string(),
         linktype: source
@@ -345,6 +441,9 @@ fn run_file(
         workers: 1,
         ring: None,
         hw_timestamps: false,
+        rules: rules.as_ref().map(|r| r.list()),
+        control: servers.0.as_ref().map(|c| c.path().to_path_buf()),
+        metrics: servers.1.as_ref().map(MetricsServer::addr),
     });
     let sinks = match sinks_for(cfg, None, 1, exporter) {
         Ok(s) => s,
@@ -358,16 +457,20 @@ fn run_file(
     };
     let (done_tx, done_rx) = mpsc::channel();
     let reading = AtomicBool::new(true);
-    thread::scope(|s| {
-        let totals = Arc::new(SharedTotals::default());
-        let worker = Worker::new(
+    let result = thread::scope(|s| {
+        let (totals, stats) = shared;
+        let mut worker = Worker::new(
             source,
             sinks,
             wcfg,
             Arc::clone(&totals),
             limit,
             Arc::clone(stop),
-        );
+        )
+        .with_stats(stats);
+        if let Some(r) = &rules {
+            worker = worker.with_rules(r.reader(0));
+        }
         let w = thread::Builder::new()
             .name("tapflow-w0".into())
             .spawn_scoped(s, move || run_worker(worker, &done_tx))
@@ -386,7 +489,11 @@ fn run_file(
         reading.store(false, Ordering::Relaxed);
         let _ = window.join();
         collect(vec![w])
-    })
+    });
+    drop(servers);
+    let (mut summary, err) = result;
+    summary.rules = rules.map(|r| r.list());
+    (summary, err)
 }
 
 /// A file's flows end by the file's own clock; a live link's also while it is quiet.

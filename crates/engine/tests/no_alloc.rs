@@ -14,6 +14,7 @@ use tapflow_engine::flow_text::TextFormat;
 use tapflow_engine::writer::{Format, WriterConfig};
 use tapflow_wire::LinkType;
 use tapflow_wire::build::{self, FrameSpec, L4};
+use tapflow_wire::rules::Rule;
 
 struct Counting;
 
@@ -69,7 +70,8 @@ fn trace(n: usize, path: &std::path::Path) {
 }
 
 /// Allocations made by a whole offline capture of `n` packets to pcapng (and, with `flows`,
-/// through flow meter and exporter to CSV, with timeouts so short that flows end all the time).
+/// through 40 rules matched by tuple-space search that pass 40 of the 64 flows, and through
+/// flow meter and exporter to CSV, with timeouts so short that flows end all the time).
 fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
     let input = dir.join(format!("in-{n}.pcap"));
     trace(n, &input);
@@ -104,13 +106,29 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
                 rate: None,
             },
         }),
+        rules: flows.then(|| {
+            (0..40)
+                .map(|i| Rule::parse(&format!("r{i} proto udp sport {}", 1024 + i)).unwrap())
+                .collect()
+        }),
+        control: None,
+        metrics: None,
     };
     let stop = Arc::new(AtomicBool::new(false));
     let before = ALLOCS.load(Ordering::Relaxed);
     let (summary, err) = capture::run(&cfg, &stop, &mut |_| {}, &mut |_| {});
     let after = ALLOCS.load(Ordering::Relaxed);
     assert!(err.is_none(), "{err:?}");
-    assert_eq!(summary.totals.recorded, n as u64);
+    if flows {
+        // Ports 1024 + (i % 64): 40 of every 64 packets pass the rules.
+        let passed = (0..n).filter(|i| i % 64 < 40).count() as u64;
+        assert_eq!(summary.totals.recorded, passed);
+        assert_eq!(summary.totals.filtered, n as u64 - passed);
+        let rules = summary.rules.expect("rule listing");
+        assert_eq!(rules.rules.iter().map(|r| r.packets).sum::<u64>(), passed);
+    } else {
+        assert_eq!(summary.totals.recorded, n as u64);
+    }
     if flows {
         let f = summary.flows.expect("flow summary");
         assert!(f.export.records > n as u64 / 100, "{f:?}");

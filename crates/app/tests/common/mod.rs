@@ -191,6 +191,8 @@ impl Drop for ChildGuard {
 pub struct Summary {
     pub received: u64,
     pub recorded: u64,
+    /// Packets no rule matched in user space (0 when the summary has no such field).
+    pub filtered: u64,
     pub dropped_kernel: u64,
     pub dropped_ours: u64,
     pub files: Vec<String>,
@@ -205,6 +207,11 @@ impl Summary {
         Summary {
             received: json_u64(&text, "received"),
             recorded: json_u64(&text, "recorded"),
+            filtered: if text.contains("\"filtered\":") {
+                json_u64(&text, "filtered")
+            } else {
+                0
+            },
             dropped_kernel: json_u64(&text, "dropped_kernel"),
             dropped_ours: json_u64(&text, "dropped_ours"),
             files: json_strings(&text, "files"),
@@ -216,8 +223,8 @@ impl Summary {
     pub fn assert_adds_up(&self) {
         assert_eq!(
             self.received,
-            self.recorded + self.dropped_kernel + self.dropped_ours,
-            "received != recorded + dropped_kernel + dropped_ours in {}",
+            self.recorded + self.filtered + self.dropped_kernel + self.dropped_ours,
+            "received != recorded + filtered + dropped_kernel + dropped_ours in {}",
             self.text
         );
     }
