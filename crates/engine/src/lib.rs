@@ -8,6 +8,7 @@
 
 pub mod capture;
 pub mod counters;
+pub mod doctor;
 pub mod error;
 pub mod file_source;
 pub mod flow_export;
