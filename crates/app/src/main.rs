@@ -2,6 +2,7 @@
 
 mod capture_cmd;
 mod cli;
+mod doctor_cmd;
 mod gen_cmd;
 mod recv_cmd;
 mod report;
@@ -92,6 +93,7 @@ fn main() -> ExitCode {
         Command::Flows(args) => capture_cmd::run(args, &stop, true),
         Command::Recv(args) => recv_cmd::run(args, &stop),
         Command::Gen(args) => gen_cmd::run(args, &stop),
+        Command::Doctor(args) => doctor_cmd::run(args),
     };
     match result {
         Ok(code) => code,
