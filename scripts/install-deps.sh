@@ -15,9 +15,10 @@ PKGS=(
     netsniff-ng                # netsniff-ng and trafgen: benchmark baselines
     tcpreplay                  # tcprewrite for scripts/make-trace.sh
     iproute2                   # ip netns / veth for tests, demo and benchmarks
+    ethtool                    # test oracle for tapflow doctor (ethtool -k / -K / -l)
     util-linux                 # taskset (CPU pinning in the benchmarks)
     procps                     # sysctl
-    python3                    # benchmark harness (standard library only)
+    python3                    # benchmark harness, JSON oracle in tests (standard library only)
     nfdump                     # flow oracle and anchor: nfpcapd (pcap -> flows), nfcapd (IPFIX collector), nfdump
     softflowd                  # flow benchmark anchor (pcap -> NetFlow/IPFIX)
     argus-server               # flow benchmark anchor: argus (pcap -> bidirectional flow records)
@@ -93,6 +94,7 @@ printf '  %-12s %s\n' \
     trafgen "$(first_line trafgen -v)" \
     tcprewrite "$(tcprewrite -V 2>&1 | grep -m1 -i version || true)" \
     ip "$(first_line ip -V)" \
+    ethtool "$(first_line ethtool --version)" \
     nfdump "$(first_line nfdump -V)" \
     softflowd "$(softflowd -h 2>&1 | grep -m1 -o 'version [0-9.]*[0-9]' || true)" \
     argus "$(argus -h 2>&1 | grep -m1 'Argus Version' || true)" \

@@ -42,6 +42,9 @@ pub enum Command {
     /// Nagios/Icinga plugin: drop ratio and packet rate of a running capture against
     /// thresholds (exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).
     Check(CheckArgs),
+    /// Check the NIC settings that make a capture lie or drop (offloads, rx ring, MTU,
+    /// promiscuous mode, queues); --fix changes the safe ones.
+    Doctor(DoctorArgs),
 }
 
 /// Which running capture to talk to.
@@ -366,4 +369,25 @@ pub struct GenArgs {
     /// Write what was sent as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
+}
+
+/// `tapflow doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Interface to check.
+    #[arg(short = 'i', long)]
+    pub interface: String,
+    /// Change what is safe to change: receive and segmentation offloads off, the rx ring to its
+    /// maximum (never the MTU, VLAN stripping, promiscuous mode or the queues). Needs root.
+    #[arg(long)]
+    pub fix: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Workers the capture will run (checked against the NIC's receive queues).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Bytes of each packet the capture will keep (checked against the MTU).
+    #[arg(short = 's', long, default_value = "128", value_parser = parse_u32_size)]
+    pub snaplen: u32,
 }

@@ -3,6 +3,7 @@
 mod capture_cmd;
 mod check_cmd;
 mod cli;
+mod doctor_cmd;
 mod gen_cmd;
 mod recv_cmd;
 mod report;
@@ -103,6 +104,7 @@ fn main() -> ExitCode {
         Command::Rules(args) => rules_cmd::run(args),
         Command::Stats(args) => stats_cmd::run(args, &stop),
         Command::Check(args) => return check_cmd::run(&args),
+        Command::Doctor(args) => doctor_cmd::run(args),
     };
     match result {
         Ok(code) => code,

@@ -9,6 +9,7 @@
 pub mod capture;
 pub mod control;
 pub mod counters;
+pub mod doctor;
 pub mod error;
 pub mod file_source;
 pub mod flow_export;

@@ -1,4 +1,4 @@
-//! Network interfaces by name: index, MTU, link speed.
+//! Network interfaces by name: index, MTU, flags, link speed.
 
 use std::ffi::CString;
 
@@ -31,6 +31,36 @@ pub fn mtu(name: &str) -> Result<u32, SysError> {
     })
 }
 
+/// What `SIOCGIFFLAGS` says about an interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flags {
+    /// Administratively up (`IFF_UP`).
+    pub up: bool,
+    /// Up with a working link: operational state up (`IFF_RUNNING`).
+    pub running: bool,
+    /// Promiscuous mode set by a user (`IFF_PROMISC`, as `ip link set NAME promisc on` sets it).
+    /// Promiscuity a packet socket asks for with `PACKET_MR_PROMISC` is not reported here.
+    pub promisc: bool,
+}
+
+/// The interface's flags (`SIOCGIFFLAGS`; correct inside another network namespace).
+#[doc(alias = "SIOCGIFFLAGS")]
+pub fn flags(name: &str) -> Result<Flags, SysError> {
+    const CALL: &str = "ioctl(SIOCGIFFLAGS)";
+    let f = syscall::if_flags(name, CALL).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENODEV | libc::ENXIO) => SysError::NoSuchInterface {
+            name: name.to_owned(),
+        },
+        _ => SysError::call(CALL, name, e),
+    })?;
+    let has = |flag: libc::c_int| f & flag as u32 != 0;
+    Ok(Flags {
+        up: has(libc::IFF_UP),
+        running: has(libc::IFF_RUNNING),
+        promisc: has(libc::IFF_PROMISC),
+    })
+}
+
 /// The link speed in Mbit/s from `/sys/class/net/NAME/speed`; `None` when unknown (virtual
 /// devices, link down, or an interface outside the namespace sysfs was mounted in).
 pub fn speed_mbps(name: &str) -> Option<u32> {
@@ -56,6 +86,12 @@ mod tests {
         }
         assert_eq!(
             mtu("tfsysnosuch").unwrap_err().to_string(),
+            "no such interface: tfsysnosuch"
+        );
+        let lo = flags("lo").unwrap();
+        assert!(lo.up && lo.running, "{lo:?}");
+        assert_eq!(
+            flags("tfsysnosuch").unwrap_err().to_string(),
             "no such interface: tfsysnosuch"
         );
         assert_eq!(speed_mbps("tfsys-no-such"), None);

@@ -3,6 +3,7 @@
 //! - [`ring`]: the AF_PACKET `TPACKET_V3` receive ring (filter, fanout, statistics, blocks).
 //! - [`tx`]: the AF_PACKET `TX_RING` for the traffic generator.
 //! - [`bpf`]: classic BPF socket filters (tcpdump syntax through libpcap).
+//! - [`ethtool`]: NIC offload features, ring sizes, channels and driver (`SIOCETHTOOL`).
 //! - [`iface`], [`mmap`], [`clock`], [`cpu`], [`netns`]: small lookups and helpers.
 //!
 //! Unsafe code is denied at the root and allowed only in the modules that call the kernel; each
@@ -15,6 +16,7 @@ pub mod clock;
 pub mod cpu;
 pub mod direct;
 mod error;
+pub mod ethtool;
 pub mod iface;
 pub mod mmap;
 pub mod netns;

@@ -229,20 +229,61 @@ pub(crate) fn ioctl_hwtstamp(
     check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCSHWTSTAMP as _, &mut req) }).map(drop)
 }
 
-/// The MTU of `ifname` by `ioctl(SIOCGIFMTU)` (works in the calling thread's namespace).
-pub(crate) fn if_mtu(ifname: &str, call: &'static str) -> io::Result<u32> {
-    intercept!(call, Ok(1500));
+/// `ioctl(request)` with an `ifreq` for `ifname` on a fresh AF_INET datagram socket (which works
+/// in the calling thread's namespace); returns the `ifreq` as the kernel left it.
+fn ifreq_query(ifname: &str, request: libc::c_ulong) -> io::Result<libc::ifreq> {
     let mut req = ifreq(ifname)?;
     // SAFETY: socket() takes no pointers; the result is checked.
     let fd =
         check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
     // SAFETY: `fd` was just returned by socket() and is owned only here.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: `req` is a valid ifreq the kernel fills in.
-    check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFMTU as _, &mut req) })?;
+    // SAFETY: `req` is a valid ifreq the kernel fills in; the requests used here (SIOCGIF*) read
+    // and write nothing beyond it.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), request as _, &mut req) })?;
+    Ok(req)
+}
+
+/// The MTU of `ifname` by `ioctl(SIOCGIFMTU)` (works in the calling thread's namespace).
+pub(crate) fn if_mtu(ifname: &str, call: &'static str) -> io::Result<u32> {
+    intercept!(call, Ok(1500));
+    let req = ifreq_query(ifname, libc::SIOCGIFMTU)?;
     // SAFETY: SIOCGIFMTU succeeded, so the kernel wrote `ifru_mtu`.
     let mtu = unsafe { req.ifr_ifru.ifru_mtu };
     u32::try_from(mtu).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// The `IFF_*` flags of `ifname` by `ioctl(SIOCGIFFLAGS)`. The fake answers up and running.
+pub(crate) fn if_flags(ifname: &str, call: &'static str) -> io::Result<u32> {
+    intercept!(call, Ok((libc::IFF_UP | libc::IFF_RUNNING) as u32));
+    let req = ifreq_query(ifname, libc::SIOCGIFFLAGS)?;
+    // SAFETY: SIOCGIFFLAGS succeeded, so the kernel wrote `ifru_flags`.
+    let flags = unsafe { req.ifr_ifru.ifru_flags };
+    // The flags are a 16-bit field; reinterpret, don't sign-extend (IFF_DYNAMIC is bit 15).
+    Ok(u32::from(flags as u16))
+}
+
+/// `ioctl(fd, SIOCETHTOOL)` on `ifname`, the `ifreq`'s data pointing at `cmd`, whose first `u32`
+/// is the `ETHTOOL_*` command. Returns the ioctl's result, which is not always 0:
+/// `ETHTOOL_SFEATURES` answers with `ETHTOOL_F_*` flags. Under the fake, `cmd` is left unchanged
+/// and the result is 0.
+///
+/// # Safety
+/// `cmd` must point to writable memory, valid for the whole call, at least as large as what the
+/// kernel reads and writes for the command it holds: the command's struct plus the trailing
+/// array its header announces.
+pub(crate) unsafe fn ioctl_ethtool(
+    fd: BorrowedFd<'_>,
+    ifname: &str,
+    cmd: *mut libc::c_void,
+    call: &'static str,
+) -> io::Result<libc::c_int> {
+    intercept!(call, Ok(0));
+    let mut req = ifreq(ifname)?;
+    req.ifr_ifru.ifru_data = cmd.cast();
+    // SAFETY: `req` is a valid ifreq; its data pointer refers to memory the caller guarantees is
+    // large enough for the command (see above) and alive for the call.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCETHTOOL as _, &mut req) })
 }
 
 /// `if_nametoindex(name)`; 0 from libc becomes the errno it set.
