@@ -51,10 +51,10 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
     /// The capture on this interface (its control socket /run/tapflow/IFACE.sock).
-    #[arg(short = 'i', long, conflicts_with = "control")]
+    #[arg(short = 'i', long, conflicts_with = "control", global = true)]
     pub interface: Option<String>,
     /// The capture serving this control socket (default: the only one in /run/tapflow).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", global = true)]
     pub control: Option<PathBuf>,
 }
 
@@ -78,7 +78,7 @@ pub enum RulesAction {
     /// [dport RANGE] [both].
     Add {
         /// The rule's words.
-        #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
+        #[arg(required = true, num_args = 1..)]
         rule: Vec<String>,
     },
     /// Removes the rule with this name.

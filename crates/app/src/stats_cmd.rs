@@ -197,8 +197,8 @@ const ROWS: &[(&str, &str, Total)] = &[
         Total::Parallel,
     ),
     (
-        "mean bit rate (bit/s)",
-        "tapflow_mean_rate_bits_per_second",
+        "mean rate (byte/s)",
+        "tapflow_mean_rate_bytes_per_second",
         Total::Sum,
     ),
     (

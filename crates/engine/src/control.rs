@@ -117,12 +117,15 @@ fn serve(mut s: UnixStream, probe: &ProbeState) -> std::io::Result<()> {
     s.set_nonblocking(false)?;
     let me = peer::effective_uid();
     let allowed = peer::peer_uid(&s).is_ok_and(|uid| uid == 0 || uid == me);
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut request = String::new();
+    // The whole request is read even from a refused peer, so that closing does not reset the
+    // connection before it reads the refusal.
+    let limit = if allowed { 64 << 20 } else { 64 << 10 };
+    (&mut s).take(limit).read_to_string(&mut request)?;
     if !allowed {
         return s.write_all(b"error: permission denied\n");
     }
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut request = String::new();
-    (&mut s).take(64 << 20).read_to_string(&mut request)?;
     let (command, body) = request.split_once('\n').unwrap_or((&request, ""));
     let reply = match answer(command.trim(), body, probe) {
         Ok(text) => format!("ok\n{text}"),

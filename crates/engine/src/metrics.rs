@@ -125,10 +125,10 @@ const PER_WORKER: &[(&str, &str, &str, Pick)] = &[
         |w| vec![("", w.traffic.mean_interarrival_s())],
     ),
     (
-        "tapflow_mean_rate_bits_per_second",
+        "tapflow_mean_rate_bytes_per_second",
         "gauge",
-        "Mean bit rate since the first packet.",
-        |w| vec![("", w.traffic.mean_bit_rate())],
+        "Mean rate since the first packet.",
+        |w| vec![("", w.traffic.mean_bit_rate() / 8.0)],
     ),
     (
         "tapflow_forward_failed_records_total",

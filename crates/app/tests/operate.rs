@@ -1,0 +1,420 @@
+//! Operating a running probe, on real kernels in private namespaces: rule sets in the kernel
+//! filter and their counters, rule changes under load, statistics through the control socket
+//! and `/metrics` (checked by promtool), the Nagios check's exit codes, and the control socket's
+//! refusal of other users. Needs root; fails (never skips) without it.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn s(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+/// A capture on B's interface with a control socket in `dir`, started and bound.
+struct Probe {
+    guard: ChildGuard,
+    control: PathBuf,
+    json: PathBuf,
+}
+
+impl Probe {
+    fn start(p: &VethPair, dir: &Path, args: &[&str]) -> Probe {
+        let control = dir.join("ctl.sock");
+        let json = dir.join("sum.json");
+        let (c, j) = (s(&control), s(&json));
+        let mut a = vec!["capture", "-i", &p.if_b, "-q", "--control", &c, "--summary-json", &j];
+        a.extend_from_slice(args);
+        let mut guard = VethPair::spawn(&mut p.tapflow_b(&a));
+        wait_capturing(&mut guard, 1);
+        let start = Instant::now();
+        while !control.exists() {
+            assert!(start.elapsed() < Duration::from_secs(5), "no control socket");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Probe {
+            guard,
+            control,
+            json,
+        }
+    }
+
+    /// `tapflow ARGS --control SOCKET`, run to the end.
+    fn ask(&self, args: &[&str]) -> std::process::Output {
+        let mut c = tapflow(args);
+        c.arg("--control").arg(&self.control);
+        run_limited(&mut c, Duration::from_secs(30))
+    }
+
+    fn ask_ok(&self, args: &[&str]) -> String {
+        let o = self.ask(args);
+        assert!(
+            o.status.success(),
+            "tapflow {args:?}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Stops the capture with SIGINT; returns its summary (checked to add up) and stderr.
+    fn stop(mut self) -> (Summary, String) {
+        self.guard.signal(libc::SIGINT);
+        let (status, err) = self.guard.wait_output(Duration::from_secs(20));
+        assert!(status.success(), "capture exited with {status}: {err}");
+        let sum = Summary::read(&self.json);
+        sum.assert_adds_up();
+        (sum, err)
+    }
+}
+
+/// The packets column of `tapflow rules list` for rule `name`.
+fn listed_packets(listing: &str, name: &str) -> u64 {
+    listing
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.first() == Some(&name) && f.len() > 2)
+                .then(|| f[1].parse().ok())
+                .flatten()
+        })
+        .unwrap_or_else(|| panic!("rule {name} not in {listing}"))
+}
+
+#[test]
+fn rules_choose_packets_in_the_kernel_and_count_them() {
+    let p = VethPair::new("rul");
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("r.rules");
+    std::fs::write(
+        &rules,
+        "# gen sends UDP from ports 1024-1027 to port 9\n\
+         a proto udp sport 1024-1025 dport 9\n\
+         b proto udp sport 1026 both\n",
+    )
+    .unwrap();
+    let out = dir.path().join("out.pcapng");
+    let probe = Probe::start(
+        &p,
+        dir.path(),
+        &["--rules", &s(&rules), "-w", &s(&out), "-s", "64"],
+    );
+    p.send(&["-c", "4000", "--flows", "4"], dir.path(), 4000);
+    std::thread::sleep(Duration::from_millis(300));
+    let listing = probe.ask_ok(&["rules", "list"]);
+    assert!(listing.starts_with("2 rules, kernel filter exact"), "{listing}");
+    assert_eq!(listed_packets(&listing, "a"), 2000);
+    assert_eq!(listed_packets(&listing, "b"), 1000);
+    // A rule added while capturing: the kernel filter passes port 1027 from now on.
+    let after = probe.ask_ok(&["rules", "add", "c", "proto", "udp", "sport", "1027"]);
+    assert!(after.starts_with("3 rules"), "{after}");
+    p.send(&["-c", "4000", "--flows", "4"], dir.path(), 4000);
+    std::thread::sleep(Duration::from_millis(300));
+    let (sum, err) = probe.stop();
+    // Port 1027 was refused by the kernel before the change: never received, not filtered.
+    assert_eq!(sum.received, 7000, "{}", sum.text);
+    assert_eq!((sum.recorded, sum.filtered), (7000, 0), "{}", sum.text);
+    assert!(
+        sum.text.contains("{\"name\":\"a\",\"packets\":4000,\"bytes\":240000}")
+            && sum.text.contains("{\"name\":\"b\",\"packets\":2000,")
+            && sum.text.contains("{\"name\":\"c\",\"packets\":1000,"),
+        "{}",
+        sum.text
+    );
+    assert!(err.contains("tapflow: rules matched packets: a 4000, b 2000, c 1000"), "{err}");
+    // tshark: every recorded packet has one of the ruled source ports, in the right numbers.
+    let ports = tshark_fields(&out, &["udp.srcport"]);
+    let count = |port: &str| ports.iter().filter(|r| r[0] == port).count();
+    assert_eq!(
+        [count("1024"), count("1025"), count("1026"), count("1027")],
+        [2000, 2000, 2000, 1000]
+    );
+}
+
+#[test]
+fn rule_changes_under_load_lose_no_packet() {
+    let p = VethPair::new("swp");
+    let dir = tempfile::tempdir().unwrap();
+    let (one, two) = (dir.path().join("1.rules"), dir.path().join("2.rules"));
+    // Two different rule sets that both pass all of gen's traffic.
+    std::fs::write(&one, "x proto udp dport 9\n").unwrap();
+    std::fs::write(&two, "y src 198.18.0.0/24 sport 1024-1031\nz proto tcp\n").unwrap();
+    let out = dir.path().join("out.pcapng");
+    let probe = Probe::start(
+        &p,
+        dir.path(),
+        &["--rules", &s(&one), "-w", &s(&out), "-s", "64"],
+    );
+    let sent = 150_000u64;
+    let gen_json = dir.path().join("gen.json");
+    let mut sender = VethPair::spawn(&mut p.tapflow_a(&[
+        "gen", "-i", &p.if_a, "-q", "--rate", "50000", "-c", "150000", "--flows", "8",
+        "--summary-json", &s(&gen_json),
+    ]));
+    let mut swaps = 0;
+    while sender.try_wait().is_none() {
+        let file = if swaps % 2 == 0 { &two } else { &one };
+        probe.ask_ok(&["rules", "load", &s(file)]);
+        swaps += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(swaps >= 20, "only {swaps} rule changes while sending");
+    assert_eq!(json_u64(&std::fs::read_to_string(&gen_json).unwrap(), "sent"), sent);
+    std::thread::sleep(Duration::from_millis(500));
+    let listing = probe.ask_ok(&["rules", "list"]);
+    let (sum, _) = probe.stop();
+    // Every packet sent is recorded or counted as dropped; none judged by the wrong rules.
+    assert_eq!(sum.filtered, 0, "{}", sum.text);
+    assert_eq!(
+        sum.recorded + sum.dropped_kernel + sum.dropped_ours,
+        sent,
+        "{}",
+        sum.text
+    );
+    assert_eq!(capinfos_count(&out), sum.recorded);
+    // Counters followed the rules by name through every change.
+    let names = ["x", "y"];
+    let listed: u64 = names
+        .iter()
+        .filter(|n| listing.lines().any(|l| l.starts_with(&format!("{n} "))))
+        .map(|n| listed_packets(&listing, n))
+        .sum();
+    assert!(listed > 0);
+    assert!(
+        sum.text.contains("\"rules\":["),
+        "the summary lists the rules: {}",
+        sum.text
+    );
+    eprintln!("{swaps} rule changes, {} recorded, {} dropped", sum.recorded, sum.dropped_kernel);
+}
+
+/// `/metrics` fetched from inside namespace `ns`.
+fn fetch_metrics(ns: &str, port: u16) -> String {
+    let code = format!(
+        "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics')\
+         .read().decode(), end='')"
+    );
+    run_ok(Command::new("ip").args(["netns", "exec", ns, "python3", "-c", &code]))
+}
+
+fn promtool_check(text: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; scripts/install-deps.sh installs it)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (o.status.success(), said)
+}
+
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in {text}"))
+}
+
+#[test]
+fn statistics_reach_prometheus_and_tapflow_stats() {
+    let p = VethPair::new("met");
+    let dir = tempfile::tempdir().unwrap();
+    run_ok(Command::new("ip").args(["-n", &p.ns_b, "link", "set", "lo", "up"]));
+    let rules = dir.path().join("r.rules");
+    std::fs::write(&rules, "all\n").unwrap();
+    let probe = Probe::start(
+        &p,
+        dir.path(),
+        &["--threads", "2", "--metrics", "9464", "--rules", &s(&rules)],
+    );
+    p.send(&["-c", "3000", "--flows", "16", "--proto", "tcp"], dir.path(), 3000);
+    p.send(&["-c", "2000", "--flows", "16"], dir.path(), 2000);
+    std::thread::sleep(Duration::from_millis(500));
+    let text = fetch_metrics(&p.ns_b, 9464);
+    let (ok, said) = promtool_check(&text);
+    assert!(ok, "promtool check metrics: {said}\n{text}");
+    assert!(said.trim().is_empty(), "promtool lint: {said}");
+    let sum_of = |name: &str| -> f64 {
+        (0..2)
+            .map(|k| sample(&text, &format!("{name}{{worker=\"{k}\"}}")))
+            .sum()
+    };
+    assert_eq!(sum_of("tapflow_received_packets_total"), 5000.0);
+    assert_eq!(sum_of("tapflow_traffic_packets_total"), 5000.0);
+    let tcp: f64 = (0..2)
+        .map(|k| {
+            sample(
+                &text,
+                &format!("tapflow_transport_packets_total{{worker=\"{k}\",transport=\"tcp\"}}"),
+            )
+        })
+        .sum();
+    assert_eq!(tcp, 3000.0);
+    assert_eq!(sample(&text, "tapflow_rule_packets_total{rule=\"all\"}"), 5000.0);
+    // Both fanout members saw traffic: the per-worker split is real.
+    assert!(sample(&text, "tapflow_received_packets_total{worker=\"0\"}") > 0.0);
+    assert!(sample(&text, "tapflow_received_packets_total{worker=\"1\"}") > 0.0);
+    // tapflow stats reads the same counters over the control socket.
+    let table = probe.ask_ok(&["stats"]);
+    let row = |label: &str| -> Vec<String> {
+        table
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no {label} in {table}"))[label.len()..]
+            .split_whitespace()
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(row("received")[0], "5000", "{table}");
+    assert_eq!(row("TCP ")[0], "3000", "{table}");
+    assert_eq!(row("UDP")[0], "2000", "{table}");
+    assert_eq!(row("IPv4")[0], "5000", "{table}");
+    let json = probe.ask_ok(&["stats", "--json"]);
+    assert!(json.starts_with("{\"total\":{\"received\":5000,"), "{json}");
+    let (sum, _) = probe.stop();
+    assert_eq!(sum.received, 5000);
+}
+
+#[test]
+fn check_exits_by_thresholds() {
+    let p = VethPair::new("chk");
+    let dir = tempfile::tempdir().unwrap();
+    let probe = Probe::start(&p, dir.path(), &[]);
+    let mut sender = VethPair::spawn(&mut p.tapflow_a(&[
+        "gen", "-i", &p.if_a, "-q", "--rate", "2000", "--duration", "12",
+    ]));
+    std::thread::sleep(Duration::from_millis(500));
+    let check = |args: &[&str]| {
+        let mut a = vec!["check", "--interval", "1"];
+        a.extend_from_slice(args);
+        let o = probe.ask(&a);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        (o.status.code(), out)
+    };
+    // ~2000 pkt/s and no drops.
+    let (code, out) = check(&["-w", "1,100:", "-c", "5,10:"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.starts_with("TAPFLOW OK - drop 0.000%, "), "{out}");
+    assert!(out.contains("| drop=0.0000%;1;5;0;100 rate="), "{out}");
+    let rate: f64 = out.split("rate=").nth(1).unwrap().split(';').next().unwrap().parse().unwrap();
+    assert!((1500.0..2500.0).contains(&rate), "{out}");
+    assert_eq!(check(&["-w", ",100000:"]).0, Some(1), "rate below the warning");
+    assert_eq!(check(&["-w", ",100000:", "-c", ",50000:"]).0, Some(2));
+    assert_eq!(check(&["-w", "@0:1"]).0, Some(1), "drop ratio inside @0:1");
+    assert_eq!(check(&["-c", "@0:1"]).0, Some(2));
+    let (code, out) = check(&["-w", "x"]);
+    assert_eq!(code, Some(3), "{out}");
+    assert!(out.starts_with("TAPFLOW UNKNOWN - -w: 'x' is not a Nagios range"), "{out}");
+    sender.signal(libc::SIGINT);
+    let _ = sender.wait_limited(Duration::from_secs(10));
+    let _ = probe.stop();
+    // No capture serving the socket any more: UNKNOWN.
+    let o = run_limited(
+        tapflow(["check", "--control"]).arg(dir.path().join("ctl.sock")),
+        Duration::from_secs(10),
+    );
+    assert_eq!(o.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("no tapflow capture is serving"));
+    let o = run_limited(&mut tapflow(["check", "--bogus"]), Duration::from_secs(10));
+    assert_eq!(o.status.code(), Some(3));
+}
+
+#[test]
+fn control_socket_refuses_other_users() {
+    let p = VethPair::new("ctl");
+    let dir = tempfile::Builder::new().prefix("tapflow-ctl").tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    let probe = Probe::start(&p, dir.path(), &[]);
+    let mode = std::fs::metadata(&probe.control).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    // A copy of the binary anyone may run.
+    let bin_copy = dir.path().join("tapflow");
+    std::fs::copy(bin(), &bin_copy).unwrap();
+    std::fs::set_permissions(&bin_copy, PermissionsExt::from_mode(0o755)).unwrap();
+    let as_nobody = || {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&bin_copy)
+            .args(["rules", "list", "--control"])
+            .arg(&probe.control);
+        run_limited(&mut c, Duration::from_secs(10))
+    };
+    let o = as_nobody();
+    assert_clean_error(&o, Some(1), &["permission denied"], "unprivileged, mode 0600");
+    // Even with the file opened to everyone, the probe checks who connects.
+    std::fs::set_permissions(&probe.control, PermissionsExt::from_mode(0o666)).unwrap();
+    let o = as_nobody();
+    assert_clean_error(&o, Some(1), &["permission denied"], "unprivileged, mode 0666");
+    // Root is served.
+    assert!(probe.ask_ok(&["rules", "list"]).starts_with("no rules"));
+    let _ = probe.stop();
+    assert!(!probe_socket_left(dir.path()));
+}
+
+fn probe_socket_left(dir: &Path) -> bool {
+    dir.join("ctl.sock").exists()
+}
+
+#[test]
+fn rules_on_a_file_agree_with_tcpdump() {
+    let file = corpus_dir().join("pcapplusplus-many-protocols.pcap");
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("r.rules");
+    let text = "dns proto udp sport 53 both\nweb proto tcp dport 80-443 both\nv6 src ::/0\n";
+    std::fs::write(&rules, text).unwrap();
+    let expr: Vec<String> = tapflow_wire::rules::parse_rules(text)
+        .unwrap()
+        .iter()
+        .map(|r| format!("({})", r.to_pcap()))
+        .collect();
+    let tcpdump = run_ok(
+        Command::new("tcpdump")
+            .args(["-nn", "-r"])
+            .arg(&file)
+            .arg(expr.join(" or ")),
+    );
+    let want = tcpdump.lines().count() as u64;
+    assert!(want > 0);
+    let json = dir.path().join("sum.json");
+    let o = run_limited(
+        tapflow(["capture", "-q", "--rules"])
+            .arg(&rules)
+            .arg("-r")
+            .arg(&file)
+            .arg("--summary-json")
+            .arg(&json),
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let sum = Summary::read(&json);
+    sum.assert_adds_up();
+    assert_eq!(sum.recorded, want, "{}", sum.text);
+    assert!(sum.filtered > 0);
+    // A broken rule file: one line naming the file and the line.
+    std::fs::write(&rules, "ok proto udp\nbad proto udp dport 99999\n").unwrap();
+    let o = run_limited(
+        tapflow(["capture", "-q", "--rules"])
+            .arg(&rules)
+            .arg("-r")
+            .arg(&file),
+        Duration::from_secs(30),
+    );
+    assert_clean_error(&o, Some(2), &["r.rules: line 2: '99999'"], "bad rule file");
+}
