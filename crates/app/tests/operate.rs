@@ -28,13 +28,25 @@ impl Probe {
         let control = dir.join("ctl.sock");
         let json = dir.join("sum.json");
         let (c, j) = (s(&control), s(&json));
-        let mut a = vec!["capture", "-i", &p.if_b, "-q", "--control", &c, "--summary-json", &j];
+        let mut a = vec![
+            "capture",
+            "-i",
+            &p.if_b,
+            "-q",
+            "--control",
+            &c,
+            "--summary-json",
+            &j,
+        ];
         a.extend_from_slice(args);
         let mut guard = VethPair::spawn(&mut p.tapflow_b(&a));
         wait_capturing(&mut guard, 1);
         let start = Instant::now();
         while !control.exists() {
-            assert!(start.elapsed() < Duration::from_secs(5), "no control socket");
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "no control socket"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         Probe {
@@ -107,7 +119,10 @@ fn rules_choose_packets_in_the_kernel_and_count_them() {
     p.send(&["-c", "4000", "--flows", "4"], dir.path(), 4000);
     std::thread::sleep(Duration::from_millis(300));
     let listing = probe.ask_ok(&["rules", "list"]);
-    assert!(listing.starts_with("2 rules, kernel filter exact"), "{listing}");
+    assert!(
+        listing.starts_with("2 rules, kernel filter exact"),
+        "{listing}"
+    );
     assert_eq!(listed_packets(&listing, "a"), 2000);
     assert_eq!(listed_packets(&listing, "b"), 1000);
     // A rule added while capturing: the kernel filter passes port 1027 from now on.
@@ -120,13 +135,17 @@ fn rules_choose_packets_in_the_kernel_and_count_them() {
     assert_eq!(sum.received, 7000, "{}", sum.text);
     assert_eq!((sum.recorded, sum.filtered), (7000, 0), "{}", sum.text);
     assert!(
-        sum.text.contains("{\"name\":\"a\",\"packets\":4000,\"bytes\":240000}")
+        sum.text
+            .contains("{\"name\":\"a\",\"packets\":4000,\"bytes\":240000}")
             && sum.text.contains("{\"name\":\"b\",\"packets\":2000,")
             && sum.text.contains("{\"name\":\"c\",\"packets\":1000,"),
         "{}",
         sum.text
     );
-    assert!(err.contains("tapflow: rules matched packets: a 4000, b 2000, c 1000"), "{err}");
+    assert!(
+        err.contains("tapflow: rules matched packets: a 4000, b 2000, c 1000"),
+        "{err}"
+    );
     // tshark: every recorded packet has one of the ruled source ports, in the right numbers.
     let ports = tshark_fields(&out, &["udp.srcport"]);
     let count = |port: &str| ports.iter().filter(|r| r[0] == port).count();
@@ -153,8 +172,18 @@ fn rule_changes_under_load_lose_no_packet() {
     let sent = 150_000u64;
     let gen_json = dir.path().join("gen.json");
     let mut sender = VethPair::spawn(&mut p.tapflow_a(&[
-        "gen", "-i", &p.if_a, "-q", "--rate", "50000", "-c", "150000", "--flows", "8",
-        "--summary-json", &s(&gen_json),
+        "gen",
+        "-i",
+        &p.if_a,
+        "-q",
+        "--rate",
+        "50000",
+        "-c",
+        "150000",
+        "--flows",
+        "8",
+        "--summary-json",
+        &s(&gen_json),
     ]));
     let mut swaps = 0;
     while sender.try_wait().is_none() {
@@ -164,7 +193,10 @@ fn rule_changes_under_load_lose_no_packet() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(swaps >= 20, "only {swaps} rule changes while sending");
-    assert_eq!(json_u64(&std::fs::read_to_string(&gen_json).unwrap(), "sent"), sent);
+    assert_eq!(
+        json_u64(&std::fs::read_to_string(&gen_json).unwrap(), "sent"),
+        sent
+    );
     std::thread::sleep(Duration::from_millis(500));
     let listing = probe.ask_ok(&["rules", "list"]);
     let (sum, _) = probe.stop();
@@ -190,7 +222,10 @@ fn rule_changes_under_load_lose_no_packet() {
         "the summary lists the rules: {}",
         sum.text
     );
-    eprintln!("{swaps} rule changes, {} recorded, {} dropped", sum.recorded, sum.dropped_kernel);
+    eprintln!(
+        "{swaps} rule changes, {} recorded, {} dropped",
+        sum.recorded, sum.dropped_kernel
+    );
 }
 
 /// `/metrics` fetched from inside namespace `ns`.
@@ -244,7 +279,11 @@ fn statistics_reach_prometheus_and_tapflow_stats() {
         dir.path(),
         &["--threads", "2", "--metrics", "9464", "--rules", &s(&rules)],
     );
-    p.send(&["-c", "3000", "--flows", "16", "--proto", "tcp"], dir.path(), 3000);
+    p.send(
+        &["-c", "3000", "--flows", "16", "--proto", "tcp"],
+        dir.path(),
+        3000,
+    );
     p.send(&["-c", "2000", "--flows", "16"], dir.path(), 2000);
     std::thread::sleep(Duration::from_millis(500));
     let text = fetch_metrics(&p.ns_b, 9464);
@@ -267,7 +306,10 @@ fn statistics_reach_prometheus_and_tapflow_stats() {
         })
         .sum();
     assert_eq!(tcp, 3000.0);
-    assert_eq!(sample(&text, "tapflow_rule_packets_total{rule=\"all\"}"), 5000.0);
+    assert_eq!(
+        sample(&text, "tapflow_rule_packets_total{rule=\"all\"}"),
+        5000.0
+    );
     // Both fanout members saw traffic: the per-worker split is real.
     assert!(sample(&text, "tapflow_received_packets_total{worker=\"0\"}") > 0.0);
     assert!(sample(&text, "tapflow_received_packets_total{worker=\"1\"}") > 0.0);
@@ -298,7 +340,14 @@ fn check_exits_by_thresholds() {
     let dir = tempfile::tempdir().unwrap();
     let probe = Probe::start(&p, dir.path(), &[]);
     let mut sender = VethPair::spawn(&mut p.tapflow_a(&[
-        "gen", "-i", &p.if_a, "-q", "--rate", "2000", "--duration", "12",
+        "gen",
+        "-i",
+        &p.if_a,
+        "-q",
+        "--rate",
+        "2000",
+        "--duration",
+        "12",
     ]));
     std::thread::sleep(Duration::from_millis(500));
     let check = |args: &[&str]| {
@@ -313,15 +362,30 @@ fn check_exits_by_thresholds() {
     assert_eq!(code, Some(0), "{out}");
     assert!(out.starts_with("TAPFLOW OK - drop 0.000%, "), "{out}");
     assert!(out.contains("| drop=0.0000%;1;5;0;100 rate="), "{out}");
-    let rate: f64 = out.split("rate=").nth(1).unwrap().split(';').next().unwrap().parse().unwrap();
+    let rate: f64 = out
+        .split("rate=")
+        .nth(1)
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!((1500.0..2500.0).contains(&rate), "{out}");
-    assert_eq!(check(&["-w", ",100000:"]).0, Some(1), "rate below the warning");
+    assert_eq!(
+        check(&["-w", ",100000:"]).0,
+        Some(1),
+        "rate below the warning"
+    );
     assert_eq!(check(&["-w", ",100000:", "-c", ",50000:"]).0, Some(2));
     assert_eq!(check(&["-w", "@0:1"]).0, Some(1), "drop ratio inside @0:1");
     assert_eq!(check(&["-c", "@0:1"]).0, Some(2));
     let (code, out) = check(&["-w", "x"]);
     assert_eq!(code, Some(3), "{out}");
-    assert!(out.starts_with("TAPFLOW UNKNOWN - -w: 'x' is not a Nagios range"), "{out}");
+    assert!(
+        out.starts_with("TAPFLOW UNKNOWN - -w: 'x' is not a Nagios range"),
+        "{out}"
+    );
     sender.signal(libc::SIGINT);
     let _ = sender.wait_limited(Duration::from_secs(10));
     let _ = probe.stop();
@@ -339,10 +403,17 @@ fn check_exits_by_thresholds() {
 #[test]
 fn control_socket_refuses_other_users() {
     let p = VethPair::new("ctl");
-    let dir = tempfile::Builder::new().prefix("tapflow-ctl").tempdir().unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("tapflow-ctl")
+        .tempdir()
+        .unwrap();
     std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(0o755)).unwrap();
     let probe = Probe::start(&p, dir.path(), &[]);
-    let mode = std::fs::metadata(&probe.control).unwrap().permissions().mode() & 0o777;
+    let mode = std::fs::metadata(&probe.control)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
     assert_eq!(mode, 0o600);
     // A copy of the binary anyone may run.
     let bin_copy = dir.path().join("tapflow");
@@ -357,11 +428,21 @@ fn control_socket_refuses_other_users() {
         run_limited(&mut c, Duration::from_secs(10))
     };
     let o = as_nobody();
-    assert_clean_error(&o, Some(1), &["permission denied"], "unprivileged, mode 0600");
+    assert_clean_error(
+        &o,
+        Some(1),
+        &["permission denied"],
+        "unprivileged, mode 0600",
+    );
     // Even with the file opened to everyone, the probe checks who connects.
     std::fs::set_permissions(&probe.control, PermissionsExt::from_mode(0o666)).unwrap();
     let o = as_nobody();
-    assert_clean_error(&o, Some(1), &["permission denied"], "unprivileged, mode 0666");
+    assert_clean_error(
+        &o,
+        Some(1),
+        &["permission denied"],
+        "unprivileged, mode 0666",
+    );
     // Root is served.
     assert!(probe.ask_ok(&["rules", "list"]).starts_with("no rules"));
     let _ = probe.stop();

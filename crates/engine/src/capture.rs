@@ -466,8 +466,11 @@ fn run_file(
             Arc::clone(&totals),
             limit,
             Arc::clone(stop),
-        )
-        .with_stats(stats);
+        );
+        // Traffic statistics cost a few ns per packet: a file pays only when they are served.
+        if servers.0.is_some() || servers.1.is_some() {
+            worker = worker.with_stats(stats);
+        }
         if let Some(r) = &rules {
             worker = worker.with_rules(r.reader(0));
         }

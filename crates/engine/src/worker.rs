@@ -49,7 +49,8 @@ struct Output {
     linktypes: Vec<LinkType>,
     /// The live rules, if the capture has any: a packet no rule matches is filtered.
     rules: Option<RuleReader>,
-    traffic: Traffic,
+    /// Traffic statistics, counted only when published.
+    traffic: Option<Traffic>,
     announced: usize,
     snaplen: u32,
     totals: Totals,
@@ -95,7 +96,7 @@ impl<S: PacketSource> Worker<S> {
                 builders: Vec::new(),
                 linktypes: Vec::new(),
                 rules: None,
-                traffic: Traffic::default(),
+                traffic: None,
                 announced: 0,
                 snaplen,
                 totals: Totals::default(),
@@ -121,6 +122,7 @@ impl<S: PacketSource> Worker<S> {
     /// Publishes traffic statistics and the sinks' counters to `stats` once per block.
     pub fn with_stats(mut self, stats: Arc<SharedStats>) -> Worker<S> {
         self.stats = Some(stats);
+        self.out.traffic = Some(Traffic::default());
         self
     }
 
@@ -131,7 +133,7 @@ impl<S: PacketSource> Worker<S> {
             for sink in &self.out.sinks {
                 live.add(&sink.live());
             }
-            s.publish(&self.out.traffic, &live);
+            s.publish(&self.out.traffic.unwrap_or_default(), &live);
         }
     }
 
@@ -288,7 +290,9 @@ impl Output {
                 return;
             }
         };
-        self.traffic.count(linktype, p.data, p.len, p.ts_ns);
+        if let Some(t) = &mut self.traffic {
+            t.count(linktype, p.data, p.len, p.ts_ns);
+        }
         let (ctl, data) = builder.build(p, &mut self.scratch);
         let drops = std::mem::take(&mut self.pending_drops);
         for s in &mut self.sinks {

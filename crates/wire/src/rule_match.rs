@@ -29,6 +29,9 @@ struct Shape {
     family: Family,
     src_len: u8,
     dst_len: u8,
+    /// The prefixes as masks over the address read as a big-endian `u128`.
+    src_mask: u128,
+    dst_mask: u128,
     sport_exact: bool,
     dport_exact: bool,
     /// The lowest rule index in the group: no better match can come from it.
@@ -66,6 +69,8 @@ impl Matcher {
                                 family,
                                 src_len,
                                 dst_len,
+                                src_mask: mask(src_len),
+                                dst_mask: mask(dst_len),
                                 sport_exact,
                                 dport_exact,
                                 first_rule: i as u32,
@@ -75,8 +80,8 @@ impl Matcher {
                         }
                     };
                     let key = key(
-                        &r.src.map_or([0; 16], |p| p.addr),
-                        &r.dst.map_or([0; 16], |p| p.addr),
+                        r.src.map_or(0, |p| u128::from_be_bytes(p.addr)),
+                        r.dst.map_or(0, |p| u128::from_be_bytes(p.addr)),
                         r.sport.filter(|_| sport_exact).map_or(0, |p| p.lo),
                         r.dport.filter(|_| dport_exact).map_or(0, |p| p.lo),
                     );
@@ -104,6 +109,7 @@ impl Matcher {
             return self.rules.iter().position(|r| r.matches(t));
         }
         let mut best = u32::MAX;
+        let (src, dst) = (u128::from_be_bytes(t.src), u128::from_be_bytes(t.dst));
         for s in &self.shapes {
             if s.first_rule >= best {
                 break;
@@ -119,8 +125,8 @@ impl Matcher {
                 None => (0, 0),
             };
             let k = key(
-                &masked(&t.src, s.src_len),
-                &masked(&t.dst, s.dst_len),
+                src & s.src_mask,
+                dst & s.dst_mask,
                 if s.sport_exact { sp } else { 0 },
                 if s.dport_exact { dp } else { 0 },
             );
@@ -141,28 +147,21 @@ impl Matcher {
     }
 }
 
-#[inline]
-fn masked(addr: &[u8; 16], len: u8) -> [u8; 16] {
-    let mut out = [0u8; 16];
-    let full = usize::from(len / 8);
-    out[..full].copy_from_slice(&addr[..full]);
-    let rest = len % 8;
-    if rest != 0 {
-        out[full] = addr[full] & (0xffu8 << (8 - rest));
-    }
-    out
+/// The mask of a `len`-bit prefix over a big-endian `u128` address.
+fn mask(len: u8) -> u128 {
+    u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0)
 }
 
+/// A hash of the masked addresses and exact ports (two multiplications deep).
 #[inline]
-fn key(src: &[u8; 16], dst: &[u8; 16], sport: u16, dport: u16) -> u64 {
-    const K: u64 = 0x9e37_79b9_7f4a_7c15;
-    let word =
-        |b: &[u8; 16], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]));
-    let mut h = u64::from(sport) << 16 | u64::from(dport);
-    for w in [word(src, 0), word(src, 8), word(dst, 0), word(dst, 8)] {
-        h = (h ^ w).wrapping_mul(K).rotate_left(29);
-    }
-    h
+fn key(src: u128, dst: u128, sport: u16, dport: u16) -> u64 {
+    const K1: u64 = 0x9e37_79b9_7f4a_7c15;
+    const K2: u64 = 0xc2b2_ae3d_27d4_eb4f;
+    const K3: u64 = 0x1656_67b1_9e37_79f9;
+    let fold = |a: u128| a as u64 ^ ((a >> 64) as u64).rotate_left(32);
+    let h = (fold(src).wrapping_mul(K1) ^ fold(dst)).wrapping_mul(K2)
+        ^ (u64::from(sport) << 16 | u64::from(dport)).wrapping_mul(K3);
+    h ^ (h >> 29)
 }
 
 /// The keys are already hashes.
