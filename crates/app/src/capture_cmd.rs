@@ -180,6 +180,7 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
                 ring,
                 filter: a.filter.clone(),
                 fanout_group,
+                promiscuous: !a.no_promiscuous,
             }
         }
         (None, Some(path)) => {

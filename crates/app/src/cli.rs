@@ -162,6 +162,10 @@ pub struct CaptureArgs {
     /// Bytes of each packet to keep.
     #[arg(short = 's', long, default_value = "128", value_parser = parse_u32_size)]
     pub snaplen: u32,
+    /// Do not put the interface in promiscuous mode (as tcpdump -p): only traffic to and from
+    /// this host is seen.
+    #[arg(short = 'p', long = "no-promiscuous-mode")]
+    pub no_promiscuous: bool,
     /// Capture filter in tcpdump syntax, compiled to classic BPF and run in the kernel.
     #[arg(short = 'f', long)]
     pub filter: Option<String>,

@@ -499,3 +499,28 @@ fn rules_on_a_file_agree_with_tcpdump() {
     );
     assert_clean_error(&o, Some(2), &["r.rules: line 2: '99999'"], "bad rule file");
 }
+
+/// The interface's promiscuity count (`ip -d link`): how many asked for promiscuous mode.
+fn promiscuity(p: &VethPair) -> u32 {
+    let out = run_ok(Command::new("ip").args(["-d", "-n", &p.ns_b, "link", "show", &p.if_b]));
+    out.split("promiscuity ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no promiscuity in {out}"))
+}
+
+#[test]
+fn capture_is_promiscuous_unless_p() {
+    let p = VethPair::new("prm");
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(promiscuity(&p), 0);
+    let probe = Probe::start(&p, dir.path(), &["--threads", "2"]);
+    // One membership per ring socket; the kernel counts them.
+    assert_eq!(promiscuity(&p), 2);
+    let _ = probe.stop();
+    assert_eq!(promiscuity(&p), 0);
+    let probe = Probe::start(&p, dir.path(), &["-p"]);
+    assert_eq!(promiscuity(&p), 0);
+    let _ = probe.stop();
+}

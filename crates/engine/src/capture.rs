@@ -93,6 +93,8 @@ pub enum Input {
         filter: Option<String>,
         /// `PACKET_FANOUT` group id.
         fanout_group: u16,
+        /// Put the interface in promiscuous mode while capturing.
+        promiscuous: bool,
     },
     /// A pcap or pcapng file.
     File(PathBuf),
@@ -205,6 +207,7 @@ pub fn run(
             ring,
             filter,
             fanout_group,
+            promiscuous,
         } => run_live(
             cfg,
             LiveInput {
@@ -213,6 +216,7 @@ pub fn run(
                 ring: *ring,
                 filter,
                 fanout_group: *fanout_group,
+                promiscuous: *promiscuous,
             },
             exporter.as_ref(),
             stop,
@@ -238,6 +242,7 @@ struct LiveInput<'a> {
     ring: RingGeometry,
     filter: &'a Option<String>,
     fanout_group: u16,
+    promiscuous: bool,
 }
 
 /// The live rules of a capture: `-f` first, then the rules, in one kernel program.
@@ -291,6 +296,7 @@ fn open_rings(
                 fanout,
                 hw_timestamps: true,
                 fill_rxhash: false,
+                promiscuous: li.promiscuous,
             };
             RxRing::open(li.ifname, &rc).map_err(EngineError::from)
         })

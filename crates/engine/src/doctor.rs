@@ -286,14 +286,14 @@ fn promisc(r: &Readings) -> Finding {
     }
     let mut f = Finding::new(
         "promisc",
-        Severity::Warning,
+        Severity::Advice,
         "promiscuous mode off".into(),
         "The NIC passes up only frames addressed to this host, broadcasts, and the multicast \
          groups it joined; on a mirror or tap port most traffic is addressed to other hosts and \
-         is dropped by the NIC, unseen and uncounted. tapflow's capture does not turn \
-         promiscuous mode on by itself (it asks for no PACKET_MR_PROMISC membership). A program \
-         that asks for it through its socket, as tcpdump does, has it only while it runs, and \
-         this flag does not show that. --fix leaves it alone."
+         is dropped by the NIC, unseen and uncounted. tapflow's capture turns promiscuous mode \
+         on while it captures (a PACKET_MR_PROMISC membership on its socket, as tcpdump; -p \
+         leaves it off), and this flag does not show that: it shows only the setting made with \
+         ip link, which other programs rely on. --fix leaves it alone."
             .into(),
     );
     f.command = Some(format!("ip link set {} promisc on", r.ifname));
@@ -821,8 +821,8 @@ mod tests {
                 "mtu", "rss"
             ]
         );
-        // GRO, hardware GRO and promiscuous mode off.
-        assert_eq!(warnings(&fs), 3);
+        // GRO and hardware GRO on.
+        assert_eq!(warnings(&fs), 2);
     }
 
     #[test]
@@ -910,14 +910,15 @@ mod tests {
     }
 
     #[test]
-    fn promiscuous_off_is_a_warning_that_fix_leaves_alone() {
+    fn promiscuous_off_is_advice_that_fix_leaves_alone() {
         let fs = diagnose(&nic(), &ONE);
         let p = find(&fs, "promisc");
-        assert_eq!(p.severity, Severity::Warning);
+        assert_eq!(p.severity, Severity::Advice);
         assert_eq!(p.command.as_deref(), Some("ip link set eth0 promisc on"));
         assert_eq!(p.fix, None);
         assert!(
-            p.why.contains("does not turn promiscuous mode on"),
+            p.why
+                .contains("turns promiscuous mode on while it captures"),
             "{}",
             p.why
         );

@@ -1,9 +1,9 @@
 //! The probe's live rule set: the kernel filter built from it, the exact match each worker runs,
 //! a match counter per rule, and changes while packets flow.
 //!
-//! A change builds a new table and publishes it under a new generation; each worker picks it up
-//! at its next block (one lock per change, none per packet). Then every ring's kernel filter is
-//! replaced: the kernel swaps programs atomically, so each packet is judged by the old rules or
+//! A change builds a new table and publishes it under a new generation; each worker sees the
+//! generation move at its next packet (one relaxed load per packet, one lock per change) and takes
+//! the new table up. Then every ring's kernel filter is replaced: the kernel swaps programs atomically, so each packet is judged by the old rules or
 //! the new ones, none is lost. A packet the old kernel filter passed that the new rules refuse is
 //! counted as filtered in user space. Counters follow a rule by name across changes.
 //!
@@ -316,18 +316,24 @@ pub struct RuleReader {
 }
 
 impl RuleReader {
-    /// Takes up a changed rule set; called between blocks.
-    pub fn refresh(&mut self) {
-        let generation = self.live.generation.load(Ordering::Acquire);
-        if generation != self.seen {
-            self.table = Arc::clone(&lock(&self.live.current));
-            self.seen = generation;
-        }
+    /// Takes up a changed rule set.
+    #[cold]
+    fn refresh(&mut self, generation: u64) {
+        self.table = Arc::clone(&lock(&self.live.current));
+        self.seen = generation;
     }
 
     /// Whether a packet matches a rule; counts it under the first rule it matches.
+    ///
+    /// The rules are those published before the packet reached the ring: a change publishes
+    /// the new table before it replaces the kernel filter, and the generation is checked here,
+    /// for every packet.
     #[inline]
-    pub fn admit(&self, linktype: LinkType, frame: &[u8], len: u32) -> bool {
+    pub fn admit(&mut self, linktype: LinkType, frame: &[u8], len: u32) -> bool {
+        let generation = self.live.generation.load(Ordering::Acquire);
+        if generation != self.seen {
+            self.refresh(generation);
+        }
         if !self.table.active {
             return true;
         }
@@ -369,7 +375,7 @@ mod tests {
         let rules = parse_rules("a proto udp dport 1\nb proto udp dport 2\n").unwrap();
         let live = LiveRules::new(Some(rules), 2, 64, None).unwrap();
         let mut r0 = live.reader(0);
-        let r1 = live.reader(1);
+        let mut r1 = live.reader(1);
         assert!(r0.admit(LinkType::Ethernet, &udp(1), 100));
         assert!(r1.admit(LinkType::Ethernet, &udp(1), 100));
         assert!(r1.admit(LinkType::Ethernet, &udp(2), 50));
@@ -377,9 +383,8 @@ mod tests {
         let l = live.delete("b").unwrap();
         assert_eq!(l.rules.len(), 1);
         assert_eq!((l.rules[0].packets, l.rules[0].bytes), (2, 200));
-        // Worker 1 still counts into the old table until its next block; worker 0 moves on.
-        assert!(r1.admit(LinkType::Ethernet, &udp(2), 50));
-        r0.refresh();
+        // The next packet of either worker is judged by the new rules.
+        assert!(!r1.admit(LinkType::Ethernet, &udp(2), 50));
         assert!(!r0.admit(LinkType::Ethernet, &udp(2), 50));
         assert!(r0.admit(LinkType::Ethernet, &udp(1), 100));
         let l = live
@@ -387,7 +392,8 @@ mod tests {
             .unwrap();
         assert_eq!(l.rules[0].packets, 3);
         // 'b' was deleted and added again: it keeps its history.
-        assert_eq!(l.rules[1].packets, 2);
+        assert_eq!(l.rules[1].packets, 1);
+        assert!(r1.admit(LinkType::Ethernet, &udp(2), 50));
         drop(r1);
         assert_eq!(live.list().rules[1].packets, 2);
         assert!(live.add(Rule::parse("a").unwrap()).is_err());
@@ -428,7 +434,6 @@ mod tests {
         assert!(!live.list().active);
         live.add(Rule::parse("one proto udp dport 1").unwrap())
             .unwrap();
-        r.refresh();
         assert!(!r.admit(LinkType::Ethernet, &udp(7), 60));
         assert!(r.admit(LinkType::Ethernet, &udp(1), 60));
         assert!(live.list().active);

@@ -196,9 +196,6 @@ impl<S: PacketSource> Worker<S> {
     /// Takes one block from the source through the sinks, then runs the sinks' timers.
     fn step(&mut self) -> Result<Progress, EngineError> {
         self.out.announce(self.source.interfaces())?;
-        if let Some(r) = &mut self.out.rules {
-            r.refresh();
-        }
         let max = self.out.remaining();
         let out = &mut self.out;
         let progress = self
@@ -264,7 +261,7 @@ impl Output {
             .get(p.interface as usize)
             .copied()
             .unwrap_or(LinkType::Unknown(0));
-        if let Some(rules) = &self.rules
+        if let Some(rules) = &mut self.rules
             && !rules.admit(linktype, p.data, p.len)
         {
             self.totals.filtered += 1;

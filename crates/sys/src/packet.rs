@@ -78,6 +78,31 @@ pub(crate) fn map_ring(fd: BorrowedFd<'_>, ifname: &str, len: usize) -> Result<M
 
 /// `bind(sockaddr_ll { protocol, ifindex })`: from here on the socket sees (or sends on) the
 /// interface.
+/// `PACKET_ADD_MEMBERSHIP` with `PACKET_MR_PROMISC`: the interface is promiscuous while the
+/// socket is open (the kernel counts members and drops the mode when the last one closes).
+#[doc(alias("PACKET_ADD_MEMBERSHIP", "PACKET_MR_PROMISC"))]
+pub(crate) fn add_promiscuous(
+    fd: BorrowedFd<'_>,
+    ifname: &str,
+    ifindex: u32,
+) -> Result<(), SysError> {
+    const CALL: &str = "setsockopt(PACKET_ADD_MEMBERSHIP)";
+    let mreq = libc::packet_mreq {
+        mr_ifindex: ifindex as libc::c_int,
+        mr_type: libc::PACKET_MR_PROMISC as u16,
+        mr_alen: 0,
+        mr_address: [0; 8],
+    };
+    syscall::setsockopt(
+        fd,
+        libc::SOL_PACKET,
+        libc::PACKET_ADD_MEMBERSHIP,
+        &mreq,
+        CALL,
+    )
+    .map_err(|e| SysError::call(CALL, ifname, e))
+}
+
 pub(crate) fn bind_to(
     fd: BorrowedFd<'_>,
     ifname: &str,

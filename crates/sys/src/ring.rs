@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::bpf::{self, BPF_MAXINSNS};
 use crate::mmap::Mapping;
-use crate::packet::{bind_to, map_ring, open_socket, page_size, phys_mem, set_version};
+use crate::packet::{
+    add_promiscuous, bind_to, map_ring, open_socket, page_size, phys_mem, set_version,
+};
 use crate::tpacket::{self, BD_STATUS};
 use crate::{SysError, iface, syscall};
 
@@ -98,6 +100,10 @@ pub struct RxRingConfig {
     /// Ask the kernel to fill `tp_rxhash` (`TP_FT_REQ_FILL_RXHASH`).
     #[doc(alias = "TP_FT_REQ_FILL_RXHASH")]
     pub fill_rxhash: bool,
+    /// Put the interface in promiscuous mode while the ring is open, as tcpdump does unless
+    /// `-p`: without it a NIC drops frames for other hosts before any capture sees them.
+    #[doc(alias = "PACKET_MR_PROMISC")]
+    pub promiscuous: bool,
 }
 
 impl Default for RxRingConfig {
@@ -111,6 +117,7 @@ impl Default for RxRingConfig {
             fanout: None,
             hw_timestamps: false,
             fill_rxhash: false,
+            promiscuous: false,
         }
     }
 }
@@ -157,7 +164,7 @@ unsafe impl Send for RxRing {}
 impl RxRing {
     /// Opens a receive ring on `ifname`, in netsniff-ng's order: `socket` → `SO_ATTACH_FILTER` →
     /// `PACKET_VERSION` → (`PACKET_TIMESTAMP`) → `PACKET_RX_RING` → `mmap` → `bind` →
-    /// `PACKET_FANOUT`. Sizes are checked before any call.
+    /// (`PACKET_ADD_MEMBERSHIP`) → `PACKET_FANOUT`. Sizes are checked before any call.
     pub fn open(ifname: &str, cfg: &RxRingConfig) -> Result<RxRing, SysError> {
         check_geometry(ifname, cfg)?;
         if !cfg.filter.is_empty() {
@@ -175,6 +182,9 @@ impl RxRing {
         let block_count = cfg.block_count as usize;
         let map = map_ring(fd.as_fd(), ifname, block_size * block_count)?;
         bind_to(fd.as_fd(), ifname, ifindex, libc::ETH_P_ALL as u16)?;
+        if cfg.promiscuous {
+            add_promiscuous(fd.as_fd(), ifname, ifindex)?;
+        }
         if let Some(fanout) = &cfg.fanout {
             join_fanout(fd.as_fd(), ifname, fanout)?;
         }
@@ -630,6 +640,7 @@ mod tests {
             }),
             hw_timestamps: false,
             fill_rxhash: true,
+            promiscuous: false,
         }
     }
 

@@ -210,6 +210,7 @@ fn rx_cfg(filter: Vec<bpf::Instruction>) -> RxRingConfig {
         fanout: None,
         hw_timestamps: true,
         fill_rxhash: true,
+        promiscuous: false,
     }
 }
 
