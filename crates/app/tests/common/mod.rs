@@ -883,3 +883,79 @@ pub fn assert_clean_error(o: &Output, code: Option<i32>, keys: &[&str], what: &s
         lines[0]
     );
 }
+
+/// One private network namespace with only loopback, up; removed on drop. Its UDP counters
+/// (`/proc/net/snmp`) count only what runs inside it.
+#[derive(Debug)]
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    /// Makes namespace `tf-PID-TAG-N`.
+    pub fn new(tag: &str) -> Netns {
+        require_root();
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let ns = Netns {
+            name: format!("tf-{}-{tag}-{n}", std::process::id()),
+        };
+        ip(&["netns", "add", &ns.name]);
+        ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// `PROGRAM` run inside the namespace.
+    pub fn cmd(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name]).arg(program);
+        c
+    }
+
+    /// A field of the namespace's `Udp:` line in `/proc/net/snmp` (`RcvbufErrors`, …).
+    pub fn udp_counter(&self, field: &str) -> u64 {
+        let text = run_ok(self.cmd("cat").arg("/proc/net/snmp"));
+        let mut udp = text.lines().filter(|l| l.starts_with("Udp: "));
+        let (names, values) = (udp.next().unwrap(), udp.next().unwrap());
+        names
+            .split_whitespace()
+            .zip(values.split_whitespace())
+            .find(|(n, _)| *n == field)
+            .unwrap_or_else(|| panic!("no Udp {field} in /proc/net/snmp"))
+            .1
+            .parse()
+            .unwrap()
+    }
+
+    /// Waits until something in the namespace has bound UDP `port`.
+    pub fn wait_udp_bound(&self, g: &mut ChildGuard, port: u16) {
+        let start = Instant::now();
+        let want = format!(":{port:04X} ");
+        loop {
+            let text = run_ok(self.cmd("cat").arg("/proc/net/udp"));
+            if text.lines().skip(1).any(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .is_some_and(|local| format!("{local} ").ends_with(&want))
+            }) {
+                return;
+            }
+            assert!(g.try_wait().is_none(), "{} exited", g.what);
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{} did not bind {port}",
+                g.what
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
