@@ -178,7 +178,6 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
                 ifname: ifname.clone(),
                 threads: a.threads,
                 ring,
-                filter: a.filter.clone(),
                 fanout_group,
                 promiscuous: !a.no_promiscuous,
             }
@@ -187,9 +186,6 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
             if a.threads != 1 {
                 return Err(bad("--threads applies to live capture only".into()));
             }
-            if a.filter.is_some() {
-                return Err(bad("-f applies to live capture only (for now)".into()));
-            }
             Input::File(path.clone())
         }
         _ => return Err(bad("give exactly one of -i IFACE or -r FILE".into())),
@@ -197,6 +193,7 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
     Ok(CaptureConfig {
         input,
         snaplen: a.snaplen,
+        filter: a.filter.clone(),
         file: a.write.clone().map(|path| WriterConfig {
             path,
             format: match a.format {

@@ -115,7 +115,7 @@ pub fn summary_line(t: &Totals) -> String {
         t.received, t.recorded, t.dropped_kernel, t.dropped_ours
     );
     if t.filtered > 0 {
-        s.push_str(&format!(", {} filtered by rules", t.filtered));
+        s.push_str(&format!(", {} filtered", t.filtered));
     }
     if t.past_limit > 0 {
         s.push_str(&format!(", {} past the -c limit", t.past_limit));

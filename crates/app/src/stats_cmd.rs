@@ -118,11 +118,7 @@ pub(crate) fn read(path: &Path) -> Result<Reading, Failure> {
 const ROWS: &[(&str, &str, Total)] = &[
     ("received", "tapflow_received_packets_total", Total::Sum),
     ("recorded", "tapflow_recorded_packets_total", Total::Sum),
-    (
-        "filtered by rules",
-        "tapflow_filtered_packets_total",
-        Total::Sum,
-    ),
+    ("filtered", "tapflow_filtered_packets_total", Total::Sum),
     (
         "dropped by kernel",
         "tapflow_kernel_dropped_packets_total",

@@ -488,6 +488,30 @@ fn rules_on_a_file_agree_with_tcpdump() {
     sum.assert_adds_up();
     assert_eq!(sum.recorded, want, "{}", sum.text);
     assert!(sum.filtered > 0);
+    // -f on a file: libpcap's program run on each packet, before the rules.
+    let f = "tcp or icmp";
+    let want_f = run_ok(
+        Command::new("tcpdump")
+            .args(["-nn", "-r"])
+            .arg(&file)
+            .arg(format!("({f}) and ({})", expr.join(" or "))),
+    )
+    .lines()
+    .count() as u64;
+    assert!(want_f > 0 && want_f < want);
+    let o = run_limited(
+        tapflow(["capture", "-q", "-f", f, "--rules"])
+            .arg(&rules)
+            .arg("-r")
+            .arg(&file)
+            .arg("--summary-json")
+            .arg(&json),
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let sum = Summary::read(&json);
+    sum.assert_adds_up();
+    assert_eq!(sum.recorded, want_f, "{}", sum.text);
     // A broken rule file: one line naming the file and the line.
     std::fs::write(&rules, "ok proto udp\nbad proto udp dport 99999\n").unwrap();
     let o = run_limited(

@@ -60,6 +60,9 @@ impl RingGeometry {
     pub fn bytes(&self) -> u64 {
         u64::from(self.block_size) * u64::from(self.block_count)
     }
+    /// A tcpdump filter expression, compiled by libpcap: in the kernel for a live capture, run
+    /// on each packet (by `cbpf::run`) for a file.
+    pub filter: Option<String>,
 }
 
 /// Ring memory needed to hold `hold` of back-to-back frames at `speed_mbps`, for the worst
@@ -89,8 +92,6 @@ pub enum Input {
         threads: usize,
         /// Ring geometry per worker.
         ring: RingGeometry,
-        /// tcpdump filter expression.
-        filter: Option<String>,
         /// `PACKET_FANOUT` group id.
         fanout_group: u16,
         /// Put the interface in promiscuous mode while capturing.
@@ -205,7 +206,6 @@ pub fn run(
             ifname,
             threads,
             ring,
-            filter,
             fanout_group,
             promiscuous,
         } => run_live(
@@ -214,7 +214,7 @@ pub fn run(
                 ifname,
                 threads: *threads,
                 ring: *ring,
-                filter,
+                filter: &cfg.filter,
                 fanout_group: *fanout_group,
                 promiscuous: *promiscuous,
             },
@@ -435,6 +435,9 @@ fn run_file(
     let probe = Arc::new(ProbeState::new(vec![shared.clone()], rules.clone()));
     let servers = match start_servers(cfg, &probe) {
         Ok(s) => s,
+        if let Some(expr) = &cfg.filter {
+            worker = worker.with_filter(expr);
+        }
         Err(e) => return (Summary::default(), Some(e)),
     };
     ready(&Ready {

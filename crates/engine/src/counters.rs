@@ -15,8 +15,8 @@ pub struct Totals {
     pub received: u64,
     /// Records written to the output (or counted, without output).
     pub recorded: u64,
-    /// Packets the kernel passed that no rule matched in user space (behind a rule prefilter,
-    /// or judged by the old rules during a change).
+    /// Packets refused in user space: by the rules (behind a kernel prefilter, or in a file),
+    /// or by a `-f` expression run on a file's packets.
     pub filtered: u64,
     /// Packets the kernel dropped because the ring was full (Σ `tp_drops`).
     pub dropped_kernel: u64,

@@ -42,7 +42,7 @@ const PER_WORKER: &[(&str, &str, &str, Pick)] = &[
     (
         "tapflow_filtered_packets_total",
         "counter",
-        "Packets the kernel passed that no rule matched in user space.",
+        "Packets refused in user space (by the rules, or by -f on a file).",
         |w| vec![("", w.totals.filtered as f64)],
     ),
     (

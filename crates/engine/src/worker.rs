@@ -8,11 +8,13 @@ use std::time::{Duration, Instant};
 use crate::EngineError;
 use crate::counters::{SharedTotals, Totals};
 use crate::record_builder::RecordBuilder;
-use crate::rules::RuleReader;
+use crate::rules::{self, RuleReader};
 use crate::sink::{RecordSink, SinkLive, SinkReport};
 use crate::source::{InterfaceInfo, Packet, PacketSource, Progress};
 use crate::traffic::{SharedStats, Traffic};
+use tapflow_sys::bpf;
 use tapflow_wire::LinkType;
+use tapflow_wire::cbpf::{self, Insn};
 
 /// How often the worker polls its source's counters (the kernel's are 32-bit and clear on read).
 const STATS_INTERVAL: Duration = Duration::from_millis(500);
@@ -49,6 +51,9 @@ struct Output {
     linktypes: Vec<LinkType>,
     /// The live rules, if the capture has any: a packet no rule matches is filtered.
     rules: Option<RuleReader>,
+    /// A tcpdump expression run on each packet (file input: no kernel to run it), and its
+    /// program for each interface announced.
+    filter: Option<(String, Vec<Vec<Insn>>)>,
     /// Traffic statistics, counted only when published.
     traffic: Option<Traffic>,
     announced: usize,
@@ -97,6 +102,7 @@ impl<S: PacketSource> Worker<S> {
                 linktypes: Vec::new(),
                 rules: None,
                 traffic: None,
+                filter: None,
                 announced: 0,
                 snaplen,
                 totals: Totals::default(),
@@ -116,6 +122,13 @@ impl<S: PacketSource> Worker<S> {
     /// Matches every packet against live rules first.
     pub fn with_rules(mut self, rules: RuleReader) -> Worker<S> {
         self.out.rules = Some(rules);
+        self
+    }
+
+    /// Runs the tcpdump expression `expr` on every packet, compiled by libpcap for each
+    /// interface's link type; a packet it refuses is counted as filtered.
+    pub fn with_filter(mut self, expr: &str) -> Worker<S> {
+        self.out.filter = Some((expr.to_string(), Vec::new()));
         self
     }
 
@@ -238,6 +251,10 @@ impl Output {
             );
             self.linktypes.push(info.linktype);
             let mut info = info.clone();
+            if let Some((expr, programs)) = &mut self.filter {
+                let prog = bpf::compile(expr, info.linktype.to_u16(), self.snaplen)?;
+                programs.push(rules::from_sys(&prog));
+            }
             info.snaplen = self.snaplen.min(info.snaplen);
             for s in &mut self.sinks {
                 s.add_interface(&info)?;
@@ -262,6 +279,14 @@ impl Output {
             .copied()
             .unwrap_or(LinkType::Unknown(0));
         if let Some(rules) = &mut self.rules
+        if let Some((_, programs)) = &self.filter
+            && programs
+                .get(p.interface as usize)
+                .is_none_or(|prog| cbpf::run(prog, p.data, p.len) == 0)
+        {
+            self.totals.filtered += 1;
+            return;
+        }
             && !rules.admit(linktype, p.data, p.len)
         {
             self.totals.filtered += 1;

@@ -78,6 +78,7 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
     let cfg = CaptureConfig {
         input: Input::File(input),
         snaplen: 64,
+        filter: None,
         file: Some(WriterConfig {
             path: dir.join(format!("out-{n}.pcapng")),
             format: Format::Pcapng,
