@@ -307,7 +307,7 @@ pub fn capture_json(s: &Summary) -> String {
         .collect();
     format!(
         "{{\"received\":{},\"recorded\":{},\"filtered\":{},\"dropped_kernel\":{},\"dropped_ours\":{},\
-         \"past_limit\":{},\"freezes\":{},\"bytes\":{},\"seconds\":{:.6},\"hw_timestamps\":{},\
+         \"past_limit\":{},\"freezes\":{},\"blocks\":{},\"bytes\":{},\"seconds\":{:.6},\"hw_timestamps\":{},\
          \"files\":[{}]{}{}{}}}\n",
         t.received,
         t.recorded,
@@ -316,6 +316,7 @@ pub fn capture_json(s: &Summary) -> String {
         t.dropped_ours,
         t.past_limit,
         t.freezes,
+        t.blocks,
         t.bytes,
         s.seconds,
         s.hw_timestamps,

@@ -130,6 +130,7 @@ const ROWS: &[(&str, &str, Total)] = &[
         Total::Sum,
     ),
     ("ring freezes", "tapflow_ring_freezes_total", Total::Sum),
+    ("ring blocks", "tapflow_ring_blocks_total", Total::Sum),
     ("packets", "tapflow_traffic_packets_total", Total::Sum),
     ("bytes", "tapflow_traffic_bytes_total", Total::Sum),
     (

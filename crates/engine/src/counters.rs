@@ -26,6 +26,8 @@ pub struct Totals {
     pub past_limit: u64,
     /// Times the kernel froze the ring (Σ `tp_freeze_q_cnt`).
     pub freezes: u64,
+    /// Ring blocks handed to user space (the packets per block they carried: `tapflow plan`).
+    pub blocks: u64,
     /// Original bytes of the received packets (for bit rates).
     pub bytes: u64,
 }
@@ -40,6 +42,7 @@ impl Totals {
         self.dropped_ours += o.dropped_ours;
         self.past_limit += o.past_limit;
         self.freezes += o.freezes;
+        self.blocks += o.blocks;
         self.bytes += o.bytes;
     }
 
@@ -74,6 +77,7 @@ pub struct SharedTotals {
     dropped_ours: AtomicU64,
     past_limit: AtomicU64,
     freezes: AtomicU64,
+    blocks: AtomicU64,
     bytes: AtomicU64,
 }
 
@@ -87,6 +91,7 @@ impl SharedTotals {
         self.dropped_ours.store(t.dropped_ours, Relaxed);
         self.past_limit.store(t.past_limit, Relaxed);
         self.freezes.store(t.freezes, Relaxed);
+        self.blocks.store(t.blocks, Relaxed);
         self.bytes.store(t.bytes, Relaxed);
     }
 
@@ -100,6 +105,7 @@ impl SharedTotals {
             dropped_ours: self.dropped_ours.load(Relaxed),
             past_limit: self.past_limit.load(Relaxed),
             freezes: self.freezes.load(Relaxed),
+            blocks: self.blocks.load(Relaxed),
             bytes: self.bytes.load(Relaxed),
         }
     }
@@ -120,6 +126,7 @@ mod tests {
             dropped_ours: 1,
             past_limit: 0,
             freezes: 2,
+            blocks: 4,
             bytes: 600,
         };
         s.publish(&t);

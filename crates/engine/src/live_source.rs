@@ -111,6 +111,7 @@ impl PacketSource for LiveSource {
             let s = self.ring.statistics()?;
             accumulate(&mut self.stats, &mut self.unplaced_drops, s);
         }
+        self.stats.blocks += 1;
         let mut drops = std::mem::take(&mut self.unplaced_drops);
         for rp in block.packets() {
             let stripped_vlan = (rp.status & ring::TP_STATUS_VLAN_VALID != 0).then(|| {

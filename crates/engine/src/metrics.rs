@@ -64,6 +64,12 @@ const PER_WORKER: &[(&str, &str, &str, Pick)] = &[
         |w| vec![("", w.totals.freezes as f64)],
     ),
     (
+        "tapflow_ring_blocks_total",
+        "counter",
+        "Ring blocks the kernel handed to tapflow.",
+        |w| vec![("", w.totals.blocks as f64)],
+    ),
+    (
         "tapflow_traffic_packets_total",
         "counter",
         "Packets that passed the filters.",

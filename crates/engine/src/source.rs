@@ -58,6 +58,8 @@ pub struct SourceStats {
     pub dropped: u64,
     /// Ring freezes (Σ `tp_freeze_q_cnt`).
     pub freezes: u64,
+    /// Ring blocks handed to user space.
+    pub blocks: u64,
     /// Interface-level received packets, if known (`isb_ifrecv`).
     pub if_received: Option<u64>,
     /// Interface-level drops, if known (`isb_ifdrop`).

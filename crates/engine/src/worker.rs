@@ -230,6 +230,7 @@ impl<S: PacketSource> Worker<S> {
         t.received = s.received;
         t.dropped_kernel = s.dropped;
         t.freezes = s.freezes;
+        t.blocks = s.blocks;
         self.out.if_stats = s.if_received.zip(s.if_dropped);
         Ok(())
     }
@@ -250,11 +251,11 @@ impl Output {
                 .with_ip_sum(ip_sum),
             );
             self.linktypes.push(info.linktype);
-            let mut info = info.clone();
             if let Some((expr, programs)) = &mut self.filter {
                 let prog = bpf::compile(expr, info.linktype.to_u16(), self.snaplen)?;
                 programs.push(rules::from_sys(&prog));
             }
+            let mut info = info.clone();
             info.snaplen = self.snaplen.min(info.snaplen);
             for s in &mut self.sinks {
                 s.add_interface(&info)?;
@@ -278,7 +279,6 @@ impl Output {
             .get(p.interface as usize)
             .copied()
             .unwrap_or(LinkType::Unknown(0));
-        if let Some(rules) = &mut self.rules
         if let Some((_, programs)) = &self.filter
             && programs
                 .get(p.interface as usize)
@@ -287,6 +287,7 @@ impl Output {
             self.totals.filtered += 1;
             return;
         }
+        if let Some(rules) = &mut self.rules
             && !rules.admit(linktype, p.data, p.len)
         {
             self.totals.filtered += 1;
