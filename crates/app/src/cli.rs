@@ -45,6 +45,10 @@ pub enum Command {
     /// Check the NIC settings that make a capture lie or drop (offloads, rx ring, MTU,
     /// promiscuous mode, queues); --fix changes the safe ones.
     Doctor(DoctorArgs),
+    /// Size the capture ring from a packet rate and the cost of each packet: the SEPCOM model
+    /// adapted to TPACKET_V3 blocks (bounds on the block size, a recommended geometry, the
+    /// loss in a stall or a burst).
+    Plan(PlanArgs),
 }
 
 /// Which running capture to talk to.
@@ -394,4 +398,76 @@ pub struct DoctorArgs {
     /// Bytes of each packet the capture will keep (checked against the MTU).
     #[arg(short = 's', long, default_value = "128", value_parser = parse_u32_size)]
     pub snaplen: u32,
+}
+
+/// `tapflow plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Packets per second on the link (`200k`, `1.488M`); by default the line rate of
+    /// --frame-size frames at --speed or at the speed of -i.
+    #[arg(long, value_parser = parse_rate, value_name = "PPS")]
+    pub rate: Option<f64>,
+    /// Link speed in Mbit/s, for the line rate.
+    #[arg(long, value_name = "MBITS", conflicts_with = "rate")]
+    pub speed: Option<u32>,
+    /// The interface whose link speed sets the line rate.
+    #[arg(short = 'i', long, conflicts_with_all = ["rate", "speed"])]
+    pub interface: Option<String>,
+    /// Frame size on the wire in bytes, FCS included (64 is the worst case).
+    #[arg(long, default_value_t = 64, value_name = "BYTES")]
+    pub frame_size: u32,
+    /// Bytes kept of each packet, as for capture.
+    #[arg(short = 's', long, default_value_t = 128)]
+    pub snaplen: u32,
+    /// Fanout members sharing the rate.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Block retire timeout in ms, as for capture.
+    #[arg(long, default_value_t = 10)]
+    pub retire_ms: u32,
+    /// The consumer's cost per packet in ns (default: measured by bench/plan.py for capture
+    /// writing pcapng).
+    #[arg(long, value_name = "NS")]
+    pub cost_ns: Option<f64>,
+    /// The consumer's cost per block in ns (default: measured by bench/plan.py).
+    #[arg(long, value_name = "NS")]
+    pub block_cost_ns: Option<f64>,
+    /// The stall of the consumer the recommended ring rides out without loss, in ms.
+    #[arg(long, default_value_t = 50.0, value_name = "MS")]
+    pub hold_ms: f64,
+    /// Ring memory per member at most (`64M`, `1G`).
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub memory: Option<u64>,
+    /// Judge this block size instead of recommending one.
+    #[arg(long, value_parser = parse_u32_size, value_name = "SIZE")]
+    pub block_size: Option<u32>,
+    /// Judge this many blocks instead of recommending a count.
+    #[arg(long, value_name = "N")]
+    pub block_count: Option<u32>,
+    /// Predict the loss when the consumer stops for this many ms.
+    #[arg(long, value_name = "MS")]
+    pub stall_ms: Option<f64>,
+    /// Predict the loss in a burst of RATE packets/s lasting MS milliseconds (`3M:50`).
+    #[arg(long, value_name = "RATE:MS")]
+    pub burst: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A packet rate: a number with an optional SI suffix (`200k`, `1.488M`, `2G`).
+pub fn parse_rate(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 1e3),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1e6),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1e9),
+        _ => (t, 1.0),
+    };
+    match num.parse::<f64>() {
+        Ok(n) if n.is_finite() && n > 0.0 && n * mult <= 1e10 => Ok(n * mult),
+        _ => Err(format!(
+            "'{s}' is not a packet rate (like 200000, 200k, 1.488M; at most 10G)"
+        )),
+    }
 }

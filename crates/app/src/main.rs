@@ -5,6 +5,7 @@ mod check_cmd;
 mod cli;
 mod doctor_cmd;
 mod gen_cmd;
+mod plan_cmd;
 mod recv_cmd;
 mod report;
 mod rules_cmd;
@@ -105,6 +106,7 @@ fn main() -> ExitCode {
         Command::Stats(args) => stats_cmd::run(args, &stop),
         Command::Check(args) => return check_cmd::run(&args),
         Command::Doctor(args) => doctor_cmd::run(args),
+        Command::Plan(args) => plan_cmd::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -31,55 +31,7 @@ use crate::traffic::SharedStats;
 use crate::worker::{Worker, WorkerConfig, WorkerReport};
 use crate::writer::{FileSink, WriterConfig};
 
-/// The ring geometry of each fanout member.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RingGeometry {
-    /// `tp_block_size`.
-    pub block_size: u32,
-    /// `tp_block_nr`.
-    pub block_count: u32,
-    /// `tp_retire_blk_tov` in ms.
-    pub retire_ms: u32,
-}
-
-impl RingGeometry {
-    /// A geometry whose ring holds at least `hold` of line-rate traffic at `speed_mbps`, whatever
-    /// the frame size, with 1 MiB blocks and the given retire timeout.
-    pub fn for_line_rate(speed_mbps: u32, snaplen: u32, hold: Duration, retire_ms: u32) -> Self {
-        let block_size: u32 = 1 << 20;
-        let need = ring_bytes_for(speed_mbps, snaplen, hold);
-        let block_count = need.div_ceil(u64::from(block_size)).max(4) as u32;
-        RingGeometry {
-            block_size,
-            block_count,
-            retire_ms,
-        }
-    }
-
-    /// Bytes of ring memory per member.
-    pub fn bytes(&self) -> u64 {
-        u64::from(self.block_size) * u64::from(self.block_count)
-    }
-    /// A tcpdump filter expression, compiled by libpcap: in the kernel for a live capture, run
-    /// on each packet (by `cbpf::run`) for a file.
-    pub filter: Option<String>,
-}
-
-/// Ring memory needed to hold `hold` of back-to-back frames at `speed_mbps`, for the worst
-/// frame size between 64 and 1518 bytes: each frame costs its preamble and gap on the wire and
-/// `tpacket3_hdr` + `sockaddr_ll` + the kept bytes (16-aligned) in the ring.
-pub fn ring_bytes_for(speed_mbps: u32, snaplen: u32, hold: Duration) -> u64 {
-    const RING_OVERHEAD: u64 = 96;
-    (64u64..=1518)
-        .map(|frame| {
-            let pps = f64::from(speed_mbps) * 1e6 / ((frame + 20) as f64 * 8.0);
-            let kept = (frame - 4).min(u64::from(snaplen));
-            let per_packet = (RING_OVERHEAD + kept).next_multiple_of(16);
-            (pps * hold.as_secs_f64()) as u64 * per_packet
-        })
-        .max()
-        .unwrap_or(0)
-}
+pub use crate::plan::RingGeometry;
 
 /// Where packets come from.
 #[derive(Debug, Clone)]
@@ -108,6 +60,9 @@ pub struct CaptureConfig {
     pub input: Input,
     /// Bytes of each packet to keep.
     pub snaplen: u32,
+    /// A tcpdump filter expression, compiled by libpcap: in the kernel for a live capture, run
+    /// on each packet (by `cbpf::run`) for a file.
+    pub filter: Option<String>,
     /// File output (`-w`), if any; the worker index is filled in per worker.
     pub file: Option<WriterConfig>,
     /// Stop after this many records (`-c`).
@@ -435,9 +390,6 @@ fn run_file(
     let probe = Arc::new(ProbeState::new(vec![shared.clone()], rules.clone()));
     let servers = match start_servers(cfg, &probe) {
         Ok(s) => s,
-        if let Some(expr) = &cfg.filter {
-            worker = worker.with_filter(expr);
-        }
         Err(e) => return (Summary::default(), Some(e)),
     };
     ready(&Ready {
@@ -482,6 +434,9 @@ fn run_file(
         }
         if let Some(r) = &rules {
             worker = worker.with_rules(r.reader(0));
+        }
+        if let Some(expr) = &cfg.filter {
+            worker = worker.with_filter(expr);
         }
         let w = thread::Builder::new()
             .name("tapflow-w0".into())
@@ -644,19 +599,4 @@ fn collect(handles: Handles<'_>) -> (Summary, Option<EngineError>) {
         }
     }
     (summary, first_err)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn default_ring_holds_50ms_of_10g_small_frames() {
-        let g = RingGeometry::for_line_rate(10_000, 128, Duration::from_millis(50), 10);
-        // 64-byte frames are the worst case: 14.88 Mpps × 50 ms × (96 + 60 → 160 B).
-        let worst = 14_880_952u64 * 5 / 100 * 160;
-        assert!(g.bytes() >= worst, "{} < {worst}", g.bytes());
-        assert!(g.bytes() < worst * 2);
-        assert_eq!(g.block_size % 4096, 0);
-    }
 }

@@ -21,6 +21,7 @@ pub mod generator;
 pub mod live_source;
 pub mod metrics;
 pub mod naming;
+pub mod plan;
 pub mod probe;
 pub mod receiver;
 pub mod record_builder;

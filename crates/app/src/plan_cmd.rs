@@ -1,0 +1,390 @@
+//! `tapflow plan`: sizes the capture ring with the SEPCOM model adapted to TPACKET_V3 blocks
+//! (`tapflow_engine::plan`), and prints bounds, a geometry and the predicted losses.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use tapflow_engine::plan::{self, Loss, Plan, RingBehaviour, RingGeometry, Workload};
+
+use crate::Failure;
+use crate::cli::{PlanArgs, parse_rate};
+
+/// What the burst option asks: a rate and a length.
+struct Burst {
+    rate: f64,
+    length: Duration,
+}
+
+/// Everything `plan` prints.
+struct Report {
+    workers: usize,
+    link_rate: f64,
+    work: Workload,
+    plan: Plan,
+    chosen: RingGeometry,
+    behaviour: RingBehaviour,
+    stall: Option<(Duration, Loss)>,
+    burst: Option<(Burst, Loss)>,
+}
+
+/// Runs `tapflow plan`.
+pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
+    let bad = Failure::Usage;
+    if a.threads == 0 || a.threads > 64 {
+        return Err(bad(format!(
+            "--threads {} is out of range: 1 to 64",
+            a.threads
+        )));
+    }
+    if a.retire_ms == 0 || a.retire_ms > 1000 {
+        return Err(bad(format!(
+            "--retire-ms {} is out of range: 1 to 1000",
+            a.retire_ms
+        )));
+    }
+    if !(64..=9018).contains(&a.frame_size) {
+        return Err(bad(format!(
+            "--frame-size {} is out of range: 64 to 9018",
+            a.frame_size
+        )));
+    }
+    if a.snaplen == 0 || a.snaplen > 262_144 {
+        return Err(bad(format!(
+            "-s {} is out of range: 1 to 262144",
+            a.snaplen
+        )));
+    }
+    let cost = |v: Option<f64>, name: &str, default: f64| match v {
+        None => Ok(default),
+        Some(x) if (0.0..1e9).contains(&x) => Ok(x),
+        Some(x) => Err(bad(format!(
+            "{name} {x} is not a number of ns from 0 to 1e9"
+        ))),
+    };
+    let packet_ns = cost(a.cost_ns, "--cost-ns", plan::MEASURED_PACKET_NS)?;
+    let block_ns = cost(a.block_cost_ns, "--block-cost-ns", plan::MEASURED_BLOCK_NS)?;
+    let ms = |v: f64, name: &str| {
+        if (0.0..1e9).contains(&v) {
+            Ok(Duration::from_secs_f64(v / 1e3))
+        } else {
+            Err(bad(format!("{name} {v} is not a number of ms")))
+        }
+    };
+    let hold = ms(a.hold_ms, "--hold-ms")?;
+    let stall = a.stall_ms.map(|v| ms(v, "--stall-ms")).transpose()?;
+    let burst = match &a.burst {
+        None => None,
+        Some(s) => {
+            let (r, l) = s
+                .split_once(':')
+                .ok_or_else(|| bad(format!("--burst '{s}' is not RATE:MS (like 3M:50)")))?;
+            Some(Burst {
+                rate: parse_rate(r).map_err(|e| bad(format!("--burst: {e}")))?,
+                length: ms(l.parse().unwrap_or(f64::NAN), "--burst length")?,
+            })
+        }
+    };
+    let link_rate = match (a.rate, a.speed, &a.interface) {
+        (Some(r), _, _) => r,
+        (None, Some(0), _) => return Err(bad("--speed 0 is not a link speed".into())),
+        (None, Some(s), _) => plan::line_rate_pps(f64::from(s), a.frame_size),
+        (None, None, Some(i)) => {
+            let speed = tapflow_sys::iface::speed_mbps(i).ok_or_else(|| {
+                if std::path::Path::new("/sys/class/net").join(i).exists() {
+                    bad(format!(
+                        "the link speed of {i} is unknown (virtual or down): give --speed or --rate"
+                    ))
+                } else {
+                    bad(format!("no interface {i}"))
+                }
+            })?;
+            plan::line_rate_pps(f64::from(speed), a.frame_size)
+        }
+        (None, None, None) => {
+            return Err(bad(
+                "give the traffic: --rate PPS, --speed MBITS or -i IFACE".into(),
+            ));
+        }
+    };
+    if let Some(n) = a.block_count
+        && (n == 0 || n > 1 << 20)
+    {
+        return Err(bad(format!(
+            "--block-count {n} is out of range: 1 to 1048576"
+        )));
+    }
+    if let Some(b) = a.block_size
+        && (b < plan::PAGE || !b.is_power_of_two() || b > 1 << 30)
+    {
+        return Err(bad(format!(
+            "--block-size {b} must be a power of two from 4K to 1G"
+        )));
+    }
+    let record = plan::ring_record_bytes(plan::kept_bytes(a.frame_size, a.snaplen));
+    let work = Workload {
+        rate: link_rate / a.threads as f64,
+        record,
+        retire: Duration::from_millis(u64::from(a.retire_ms)),
+        packet_ns,
+        block_ns,
+    };
+    if plan::packets_per_block(a.block_size.unwrap_or(u32::MAX), record) == 0 {
+        return Err(bad(format!(
+            "--block-size {} cannot hold one {record}-byte ring slot",
+            a.block_size.unwrap_or_default()
+        )));
+    }
+    let p = work.plan(hold, a.memory);
+    let mut chosen = p.geometry;
+    if let Some(b) = a.block_size {
+        chosen.block_size = b;
+        chosen.block_count = work.blocks_for(b, hold, a.memory);
+    }
+    if let Some(n) = a.block_count {
+        chosen.block_count = n;
+    }
+    let behaviour = work.behaviour(&chosen);
+    let report = Report {
+        workers: a.threads,
+        link_rate,
+        work,
+        plan: p,
+        chosen,
+        behaviour,
+        stall: stall.map(|s| (s, work.stall(&chosen, s))),
+        burst: burst.map(|b| {
+            let loss = work.burst(&chosen, b.rate / a.threads as f64, b.length);
+            (b, loss)
+        }),
+    };
+    print!(
+        "{}",
+        if a.json {
+            json(&report)
+        } else {
+            text(&report, a)
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn bytes(n: u64) -> String {
+    let unit = |shift: u32, suffix: &str| {
+        let v = n as f64 / f64::from(1u32 << shift);
+        if n % (1 << shift) == 0 {
+            format!("{v:.0}{suffix}")
+        } else {
+            format!("{v:.1}{suffix}")
+        }
+    };
+    match n {
+        n if n >= 1 << 30 => unit(30, "G"),
+        n if n >= 1 << 20 => unit(20, "M"),
+        n if n >= 1 << 10 => unit(10, "K"),
+        n => n.to_string(),
+    }
+}
+
+fn ms(d: Duration) -> String {
+    if d == Duration::MAX {
+        "forever".into()
+    } else {
+        format!("{:.1} ms", d.as_secs_f64() * 1e3)
+    }
+}
+
+fn loss_text(l: &Loss) -> String {
+    let mut s = format!("loses {:.0} packets", l.packets);
+    match l.recovery {
+        Some(r) if l.backlog > 0.0 => {
+            let _ = write!(s, "; the {:.0} queued drain in {}", l.backlog, ms(r));
+        }
+        None if l.backlog > 0.0 => s.push_str("; the consumer never catches up"),
+        _ => {}
+    }
+    s
+}
+
+/// The human report.
+fn text(r: &Report, a: &PlanArgs) -> String {
+    let w = &r.work;
+    let b = &r.behaviour;
+    let g = &r.chosen;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "tapflow plan: {:.0} packets/s per ring ({:.0} on the link, {} worker{}), {}-byte frames, snaplen {}",
+        w.rate,
+        r.link_rate,
+        r.workers,
+        if r.workers == 1 { "" } else { "s" },
+        a.frame_size,
+        a.snaplen
+    );
+    let _ = writeln!(
+        s,
+        "  ring slot      {} bytes per packet (tpacket3_hdr + sockaddr_ll + {} kept, 8-aligned)",
+        w.record,
+        plan::kept_bytes(a.frame_size, a.snaplen)
+    );
+    let _ = writeln!(
+        s,
+        "  consumer       {:.0} ns per packet + {:.0} ns per block; {:.0} ns between packets",
+        w.packet_ns,
+        w.block_ns,
+        1e9 / w.rate
+    );
+    match (r.plan.min_fill, r.plan.min_block) {
+        (Some(f), Some(blk)) => {
+            let _ = writeln!(
+                s,
+                "  block size     at least {} to keep up (blocks of more than {:.1} packets)",
+                bytes(blk.into()),
+                f
+            );
+        }
+        _ => {
+            let need = (w.rate * w.packet_ns * 1e-9).ceil() as usize * r.workers;
+            let _ = writeln!(
+                s,
+                "  block size     none keeps up: {:.0} ns per packet is more than the time between packets; use --threads {} or more",
+                w.packet_ns,
+                need.max(r.workers + 1)
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "                 at most {}: the {} ms retire timer closes larger blocks before they fill",
+        bytes(r.plan.max_block.into()),
+        g.retire_ms
+    );
+    let p = &r.plan.geometry;
+    let _ = writeln!(
+        s,
+        "  recommended    --block-size {} --block-count {} ({} per ring)",
+        bytes(p.block_size.into()),
+        p.block_count,
+        bytes(p.bytes())
+    );
+    let judged = if *g == *p {
+        "this ring"
+    } else {
+        "the ring asked"
+    };
+    let _ = writeln!(
+        s,
+        "  {judged:<14} {} x {} = {}: {:.0} packets per block of {} slots{}, {:.0} ns per packet, {:.0}% busy",
+        g.block_count,
+        bytes(g.block_size.into()),
+        bytes(g.bytes()),
+        b.fill,
+        b.capacity_per_block,
+        if b.timer_bound {
+            " (the timer closes them)"
+        } else {
+            ""
+        },
+        b.service_ns,
+        b.busy * 100.0
+    );
+    let _ = writeln!(
+        s,
+        "                 rides out a stall of {} ({:.0} packets); packets wait {} on average for their block",
+        ms(b.holds),
+        b.absorbs,
+        ms(b.mean_delay)
+    );
+    if b.busy >= 1.0 {
+        let _ = writeln!(
+            s,
+            "  WARNING        the consumer cannot keep up: it loses {:.0}% of the packets whatever the ring",
+            (1.0 - 1.0 / b.busy) * 100.0
+        );
+    }
+    if let Some((d, l)) = &r.stall {
+        let _ = writeln!(s, "  stall {:<8} {}", ms(*d), loss_text(l));
+    }
+    if let Some((bu, l)) = &r.burst {
+        let _ = writeln!(
+            s,
+            "  burst          {:.0} packets/s for {}: {}",
+            bu.rate,
+            ms(bu.length),
+            loss_text(l)
+        );
+    }
+    s
+}
+
+fn json_loss(l: &Loss) -> String {
+    format!(
+        "{{\"packets\":{:.0},\"backlog\":{:.0},\"recovery_ms\":{}}}",
+        l.packets,
+        l.backlog,
+        l.recovery
+            .map(|d| format!("{:.3}", d.as_secs_f64() * 1e3))
+            .unwrap_or_else(|| "null".into())
+    )
+}
+
+/// The JSON report: one object.
+fn json(r: &Report) -> String {
+    let w = &r.work;
+    let b = &r.behaviour;
+    let opt = |v: Option<f64>| v.map_or("null".into(), |x| format!("{x:.3}"));
+    let mut s = format!(
+        "{{\"rate_per_ring\":{:.0},\"link_rate\":{:.0},\"workers\":{},\"slot_bytes\":{},\
+         \"packet_ns\":{},\"block_ns\":{},\"min_fill\":{},\"min_block_size\":{},\
+         \"max_block_size\":{},\"recommended\":{{\"block_size\":{},\"block_count\":{}}},\
+         \"ring\":{{\"block_size\":{},\"block_count\":{},\"retire_ms\":{},\"packets_per_block\":{},\
+         \"fill\":{:.1},\"timer_bound\":{},\"service_ns\":{:.3},\"busy\":{:.4},\"absorbs\":{:.0},\
+         \"holds_ms\":{},\"mean_delay_ms\":{:.3}}}",
+        w.rate,
+        r.link_rate,
+        r.workers,
+        w.record,
+        w.packet_ns,
+        w.block_ns,
+        opt(r.plan.min_fill),
+        r.plan.min_block.map_or("null".into(), |b| b.to_string()),
+        r.plan.max_block,
+        r.plan.geometry.block_size,
+        r.plan.geometry.block_count,
+        r.chosen.block_size,
+        r.chosen.block_count,
+        r.chosen.retire_ms,
+        b.capacity_per_block,
+        b.fill,
+        b.timer_bound,
+        b.service_ns,
+        b.busy,
+        b.absorbs,
+        if b.holds == Duration::MAX {
+            "null".into()
+        } else {
+            format!("{:.3}", b.holds.as_secs_f64() * 1e3)
+        },
+        b.mean_delay.as_secs_f64() * 1e3
+    );
+    if let Some((d, l)) = &r.stall {
+        let _ = write!(
+            s,
+            ",\"stall\":{{\"ms\":{:.3},\"loss\":{}}}",
+            d.as_secs_f64() * 1e3,
+            json_loss(l)
+        );
+    }
+    if let Some((bu, l)) = &r.burst {
+        let _ = write!(
+            s,
+            ",\"burst\":{{\"rate\":{:.0},\"ms\":{:.3},\"loss\":{}}}",
+            bu.rate,
+            bu.length.as_secs_f64() * 1e3,
+            json_loss(l)
+        );
+    }
+    s.push_str("}\n");
+    s
+}
