@@ -19,11 +19,11 @@ use tapflow_engine::writer::{Format, WriterConfig};
 use tapflow_wire::rules::{Rule, parse_rules};
 use tapflow_wire::{datagram, record};
 
-use crate::Failure;
 use crate::cli::{BalanceArg, CaptureArgs, FlowArgs, FormatArg};
 use crate::report::{
     StatusLine, capture_json, finish, flow_lines, forward_line, rules_line, summary_line,
 };
+use crate::{Failure, in_range};
 
 /// Largest snaplen accepted, as libpcap's `MAXIMUM_SNAPLEN`.
 const MAX_SNAPLEN: u32 = 262_144;
@@ -110,24 +110,9 @@ pub fn run(a: CaptureArgs, stop: &Arc<AtomicBool>, flows: bool) -> Result<ExitCo
 
 fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
     let bad = |m: String| Failure::Usage(m);
-    if a.snaplen == 0 || a.snaplen > MAX_SNAPLEN {
-        return Err(bad(format!(
-            "snaplen {} is out of range: 1 to {MAX_SNAPLEN}",
-            a.snaplen
-        )));
-    }
-    if a.threads == 0 || a.threads > 64 {
-        return Err(bad(format!(
-            "--threads {} is out of range: 1 to 64",
-            a.threads
-        )));
-    }
-    if a.retire_ms == 0 || a.retire_ms > 1000 {
-        return Err(bad(format!(
-            "--retire-ms {} is out of range: 1 to 1000",
-            a.retire_ms
-        )));
-    }
+    in_range("snaplen", a.snaplen, 1, MAX_SNAPLEN)?;
+    in_range("--threads", a.threads, 1, 64)?;
+    in_range("--retire-ms", a.retire_ms, 1, 1000)?;
     if a.count == Some(0) {
         return Err(bad(
             "-c 0 would record nothing: give a count of at least 1".into()
@@ -164,11 +149,7 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
                 ring.block_count = total.div_ceil(bs).max(1) as u32;
             }
             if let Some(n) = a.block_count {
-                if n == 0 || n > 1 << 20 {
-                    return Err(bad(format!(
-                        "--block-count {n} is out of range: 1 to 1048576"
-                    )));
-                }
+                in_range("--block-count", n, 1, 1 << 20)?;
                 ring.block_count = n;
             }
             let fanout_group = a

@@ -9,21 +9,16 @@ use tapflow_engine::doctor::{
 };
 use tapflow_sys::ethtool::Support;
 
-use crate::Failure;
 use crate::cli::DoctorArgs;
 use crate::report::json_string;
+use crate::{Failure, in_range};
 
 /// Width the explanations are wrapped to.
 const WIDTH: usize = 100;
 
 /// Runs `tapflow doctor`.
 pub fn run(a: DoctorArgs) -> Result<ExitCode, Failure> {
-    if a.threads == 0 || a.threads > 64 {
-        return Err(Failure::Usage(format!(
-            "--threads {} is out of range: 1 to 64",
-            a.threads
-        )));
-    }
+    in_range("--threads", a.threads, 1, 64)?;
     let intent = Intent {
         threads: a.threads,
         snaplen: a.snaplen,

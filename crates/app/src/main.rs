@@ -55,6 +55,22 @@ impl Failure {
     }
 }
 
+/// `Ok(())` if `lo <= value <= hi`, else the usage failure `NAME VALUE is out of range: LO to HI`.
+pub fn in_range<T: PartialOrd + std::fmt::Display>(
+    name: &str,
+    value: T,
+    lo: T,
+    hi: T,
+) -> Result<(), Failure> {
+    if lo <= value && value <= hi {
+        Ok(())
+    } else {
+        Err(Failure::Usage(format!(
+            "{name} {value} is out of range: {lo} to {hi}"
+        )))
+    }
+}
+
 /// clap's message on one line: its first paragraph, without the `error:` prefix (a list of
 /// missing arguments is joined onto the line that announces it).
 fn one_line(text: &str) -> String {

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tapflow_engine::plan::{self, Loss, Plan, RingBehaviour, RingGeometry, Workload};
 
-use crate::Failure;
 use crate::cli::{PlanArgs, parse_rate};
+use crate::{Failure, in_range};
 
 /// What the burst option asks: a rate and a length.
 struct Burst {
@@ -31,30 +31,10 @@ struct Report {
 /// Runs `tapflow plan`.
 pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
     let bad = Failure::Usage;
-    if a.threads == 0 || a.threads > 64 {
-        return Err(bad(format!(
-            "--threads {} is out of range: 1 to 64",
-            a.threads
-        )));
-    }
-    if a.retire_ms == 0 || a.retire_ms > 1000 {
-        return Err(bad(format!(
-            "--retire-ms {} is out of range: 1 to 1000",
-            a.retire_ms
-        )));
-    }
-    if !(64..=9018).contains(&a.frame_size) {
-        return Err(bad(format!(
-            "--frame-size {} is out of range: 64 to 9018",
-            a.frame_size
-        )));
-    }
-    if a.snaplen == 0 || a.snaplen > 262_144 {
-        return Err(bad(format!(
-            "-s {} is out of range: 1 to 262144",
-            a.snaplen
-        )));
-    }
+    in_range("--threads", a.threads, 1, 64)?;
+    in_range("--retire-ms", a.retire_ms, 1, 1000)?;
+    in_range("--frame-size", a.frame_size, 64, 9018)?;
+    in_range("-s", a.snaplen, 1, 262_144)?;
     let cost = |v: Option<f64>, name: &str, default: f64| match v {
         None => Ok(default),
         Some(x) if (0.0..1e9).contains(&x) => Ok(x),
@@ -107,12 +87,8 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
             ));
         }
     };
-    if let Some(n) = a.block_count
-        && (n == 0 || n > 1 << 20)
-    {
-        return Err(bad(format!(
-            "--block-count {n} is out of range: 1 to 1048576"
-        )));
+    if let Some(n) = a.block_count {
+        in_range("--block-count", n, 1, 1 << 20)?;
     }
     if let Some(b) = a.block_size
         && (b < plan::PAGE || !b.is_power_of_two() || b > 1 << 30)
@@ -172,7 +148,7 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
 fn bytes(n: u64) -> String {
     let unit = |shift: u32, suffix: &str| {
         let v = n as f64 / f64::from(1u32 << shift);
-        if n % (1 << shift) == 0 {
+        if n.is_multiple_of(1 << shift) {
             format!("{v:.0}{suffix}")
         } else {
             format!("{v:.1}{suffix}")

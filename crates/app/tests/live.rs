@@ -426,11 +426,7 @@ fn sigterm_mid_capture_finishes_the_file() {
         1,
     );
     let gen_json = dir.path().join("gen.json");
-    let mut generator = VethPair::spawn(&mut p.tapflow_a(&[
-        "gen",
-        "-i",
-        &p.if_a,
-        "-q",
+    let mut generator = p.spawn_gen(&[
         "--count",
         "100000",
         "--rate",
@@ -439,7 +435,7 @@ fn sigterm_mid_capture_finishes_the_file() {
         "200",
         "--summary-json",
         &s(&gen_json),
-    ]));
+    ]);
     std::thread::sleep(Duration::from_millis(400));
     assert!(
         generator.try_wait().is_none(),

@@ -171,11 +171,7 @@ fn rule_changes_under_load_lose_no_packet() {
     );
     let sent = 150_000u64;
     let gen_json = dir.path().join("gen.json");
-    let mut sender = VethPair::spawn(&mut p.tapflow_a(&[
-        "gen",
-        "-i",
-        &p.if_a,
-        "-q",
+    let mut sender = p.spawn_gen(&[
         "--rate",
         "50000",
         "-c",
@@ -184,7 +180,7 @@ fn rule_changes_under_load_lose_no_packet() {
         "8",
         "--summary-json",
         &s(&gen_json),
-    ]));
+    ]);
     let mut swaps = 0;
     while sender.try_wait().is_none() {
         let file = if swaps % 2 == 0 { &two } else { &one };
@@ -339,16 +335,7 @@ fn check_exits_by_thresholds() {
     let p = VethPair::new("chk");
     let dir = tempfile::tempdir().unwrap();
     let probe = Probe::start(&p, dir.path(), &[]);
-    let mut sender = VethPair::spawn(&mut p.tapflow_a(&[
-        "gen",
-        "-i",
-        &p.if_a,
-        "-q",
-        "--rate",
-        "2000",
-        "--duration",
-        "12",
-    ]));
+    let mut sender = p.spawn_gen(&["--rate", "2000", "--duration", "12"]);
     std::thread::sleep(Duration::from_millis(500));
     let check = |args: &[&str]| {
         let mut a = vec!["check", "--interval", "1"];
@@ -465,52 +452,43 @@ fn rules_on_a_file_agree_with_tcpdump() {
         .iter()
         .map(|r| format!("({})", r.to_pcap()))
         .collect();
-    let tcpdump = run_ok(
-        Command::new("tcpdump")
-            .args(["-nn", "-r"])
-            .arg(&file)
-            .arg(expr.join(" or ")),
-    );
-    let want = tcpdump.lines().count() as u64;
-    assert!(want > 0);
+    let tcpdump_count = |filter: &str| {
+        run_ok(
+            Command::new("tcpdump")
+                .args(["-nn", "-r"])
+                .arg(&file)
+                .arg(filter),
+        )
+        .lines()
+        .count() as u64
+    };
     let json = dir.path().join("sum.json");
-    let o = run_limited(
-        tapflow(["capture", "-q", "--rules"])
-            .arg(&rules)
-            .arg("-r")
-            .arg(&file)
-            .arg("--summary-json")
-            .arg(&json),
-        Duration::from_secs(30),
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let sum = Summary::read(&json);
-    sum.assert_adds_up();
+    let capture = |extra: &[&str]| {
+        let o = run_limited(
+            tapflow(["capture", "-q", "--rules"])
+                .arg(&rules)
+                .args(extra)
+                .arg("-r")
+                .arg(&file)
+                .arg("--summary-json")
+                .arg(&json),
+            Duration::from_secs(30),
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let sum = Summary::read(&json);
+        sum.assert_adds_up();
+        sum
+    };
+    let want = tcpdump_count(&expr.join(" or "));
+    assert!(want > 0);
+    let sum = capture(&[]);
     assert_eq!(sum.recorded, want, "{}", sum.text);
     assert!(sum.filtered > 0);
     // -f on a file: libpcap's program run on each packet, before the rules.
     let f = "tcp or icmp";
-    let want_f = run_ok(
-        Command::new("tcpdump")
-            .args(["-nn", "-r"])
-            .arg(&file)
-            .arg(format!("({f}) and ({})", expr.join(" or "))),
-    )
-    .lines()
-    .count() as u64;
+    let want_f = tcpdump_count(&format!("({f}) and ({})", expr.join(" or ")));
     assert!(want_f > 0 && want_f < want);
-    let o = run_limited(
-        tapflow(["capture", "-q", "-f", f, "--rules"])
-            .arg(&rules)
-            .arg("-r")
-            .arg(&file)
-            .arg("--summary-json")
-            .arg(&json),
-        Duration::from_secs(30),
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let sum = Summary::read(&json);
-    sum.assert_adds_up();
+    let sum = capture(&["-f", f]);
     assert_eq!(sum.recorded, want_f, "{}", sum.text);
     // A broken rule file: one line naming the file and the line.
     std::fs::write(&rules, "ok proto udp\nbad proto udp dport 99999\n").unwrap();

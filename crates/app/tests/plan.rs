@@ -115,18 +115,14 @@ fn a_stalled_capture_loses_what_the_plan_predicts() {
         wait_capturing(&mut cap, 1);
         let count = rate * (stall_ms + 1500) / 1000;
         let gen_json = dir.path().join("gen.json");
-        let mut sender = VethPair::spawn(&mut p.tapflow_a(&[
-            "gen",
-            "-i",
-            &p.if_a,
-            "-q",
+        let mut sender = p.spawn_gen(&[
             "--rate",
             &rate.to_string(),
             "--count",
             &count.to_string(),
             "--summary-json",
             &gen_json.to_string_lossy(),
-        ]));
+        ]);
         std::thread::sleep(Duration::from_millis(500));
         let t = Instant::now();
         cap.signal(libc::SIGSTOP);

@@ -816,6 +816,13 @@ impl VethPair {
         ChildGuard::new(child, &what)
     }
 
+    /// Starts `tapflow gen -i A -q ARGS` in A, in the background.
+    pub fn spawn_gen(&self, args: &[&str]) -> ChildGuard {
+        let mut a = vec!["gen", "-i", &self.if_a, "-q"];
+        a.extend_from_slice(args);
+        Self::spawn(&mut self.tapflow_a(&a))
+    }
+
     /// Runs `tapflow gen` in A to the end and checks that it sent `count` frames.
     pub fn send(&self, args: &[&str], dir: &Path, count: u64) {
         let json = dir.join("gen.json");
