@@ -524,6 +524,61 @@ fn relay_dropping_every_fifth_datagram_is_reported_exactly() {
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "records out of order");
 }
 
+/// IPv6 end to end: a probe forwards to two collectors on `[::1]`, balanced by flow; each
+/// accepts only `::1/128`; every record arrives exactly once, none lost.
+#[test]
+fn ipv6_collectors_receive_every_record() {
+    const K: usize = 5000;
+    let ns = Netns::new("fw6");
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.pcap");
+    trace(&input, K, 16);
+    let mut recvs = Vec::new();
+    for (c, port) in [6100u16, 6101].into_iter().enumerate() {
+        let (out, json) = (
+            dir.path().join(format!("c{c}.pcapng")),
+            dir.path().join(format!("c{c}.json")),
+        );
+        let mut g = VethPair::spawn(
+            ns.cmd(bin())
+                .args(["recv", "-q", "--allow", "::1/128", "--listen"])
+                .arg(format!("[::1]:{port}"))
+                .arg("-w")
+                .arg(&out)
+                .arg("--summary-json")
+                .arg(&json),
+        );
+        ns.wait_udp_bound(&mut g, port);
+        recvs.push((g, out, json));
+    }
+    let probe_json = dir.path().join("p.json");
+    let o = run_limited(
+        ns.cmd(bin())
+            .args(["capture", "-q", "-s", "64", "-r"])
+            .arg(&input)
+            .args(["--forward", "[::1]:6100,[::1]:6101", "--summary-json"])
+            .arg(&probe_json),
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let probe = std::fs::read_to_string(&probe_json).unwrap();
+    assert_eq!(json_u64(&probe, "forwarded_records"), K as u64, "{probe}");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut seen = vec![0u32; K];
+    for (mut g, out, json) in recvs {
+        stop(&mut g);
+        let text = std::fs::read_to_string(&json).unwrap();
+        assert_eq!(json_u64(&text, "lost_in_transit"), 0, "{text}");
+        assert_eq!(json_u64(&text, "bad"), 0, "{text}");
+        let recs = idents(&out);
+        assert!(!recs.is_empty(), "a collector got nothing: {text}");
+        for (id, _, _) in recs {
+            seen[usize::from(id)] += 1;
+        }
+    }
+    assert!(seen.iter().all(|&n| n == 1), "a record missing or twice");
+}
+
 fn good_datagram(seq: u64, first: u16, count: u16) -> Vec<u8> {
     let mut recs = Vec::new();
     for i in 0..count {

@@ -1,5 +1,6 @@
 //! The packet path allocates nothing: a capture of 200,000 packets makes no more allocations
-//! than one of 20,000, beyond the bounded pool of batch buffers.
+//! than one of 20,000, beyond the bounded pool of batch buffers; also with rules, flow metering
+//! and header forwarding to two collectors all at once.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use tapflow_engine::flow_export::{ExportConfig, ExportTarget, TextDest};
 use tapflow_engine::flow_meter::FlowConfig;
 use tapflow_engine::flow_table::{CLASSES, TableConfig};
 use tapflow_engine::flow_text::TextFormat;
+use tapflow_engine::forward::{Balance, ForwardConfig, payload_for_mtu};
 use tapflow_engine::writer::{Format, WriterConfig};
 use tapflow_wire::LinkType;
 use tapflow_wire::build::{self, FrameSpec, L4};
@@ -70,9 +72,14 @@ fn trace(n: usize, path: &std::path::Path) {
 }
 
 /// Allocations made by a whole offline capture of `n` packets to pcapng (and, with `flows`,
-/// through 40 rules matched by tuple-space search that pass 40 of the 64 flows, and through
-/// flow meter and exporter to CSV, with timeouts so short that flows end all the time).
+/// through 40 rules matched by tuple-space search that pass 40 of the 64 flows, through flow
+/// meter and exporter to CSV, with timeouts so short that flows end all the time, and through
+/// header forwarding balanced by flow over two loopback collectors).
 fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
+    let collectors: Vec<std::net::UdpSocket> = (0..2)
+        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let destinations: Vec<_> = collectors.iter().map(|c| c.local_addr().unwrap()).collect();
     let input = dir.join(format!("in-{n}.pcap"));
     trace(n, &input);
     let cfg = CaptureConfig {
@@ -89,7 +96,15 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
         }),
         count: None,
         duration: None,
-        forward: None,
+        forward: flows.then(|| ForwardConfig {
+            payload_max: payload_for_mtu(65535, &destinations[0]),
+            destinations: destinations.clone(),
+            balance: Balance::Flow,
+            flush_after: Duration::from_millis(10),
+            probe: 1,
+            session: 1,
+            stream: 0,
+        }),
         flows: flows.then(|| FlowConfig {
             table: TableConfig {
                 max_flows: 1000,
@@ -131,6 +146,10 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
         assert_eq!(summary.totals.recorded, n as u64);
     }
     if flows {
+        let fw = summary.forward.expect("forward report");
+        let passed = summary.totals.recorded;
+        assert_eq!(fw.records + fw.failed, passed, "{fw:?}");
+        assert!(fw.destinations.iter().all(|d| d.2 > 0), "{fw:?}");
         let f = summary.flows.expect("flow summary");
         assert!(f.export.records > n as u64 / 100, "{f:?}");
         assert_eq!(f.export.outputs[0].records, f.export.records);
@@ -147,12 +166,12 @@ fn packet_path_does_not_allocate() {
     let flows_small = allocations_for(20_000, &dir, true);
     let flows_large = allocations_for(200_000, &dir, true);
     std::fs::remove_dir_all(&dir).unwrap();
-    eprintln!("with flows: {flows_small} for 20k, {flows_large} for 200k");
+    eprintln!("with rules, flows and forwarding: {flows_small} for 20k, {flows_large} for 200k");
     // The exporter's batch pool: at most QUEUE + 2 batches per worker.
     assert!(
         flows_large <= flows_small + 40,
-        "{flows_small} allocations for 20k packets but {flows_large} for 200k with flow \
-         metering: the flow path allocates"
+        "{flows_small} allocations for 20k packets but {flows_large} for 200k with rules, flow \
+         metering and forwarding: one of them allocates"
     );
     eprintln!("allocations: {small} for 20k, {large} for 200k");
     // 180,000 more packets; at most the bounded batch pool (34 buffers) more allocations.

@@ -933,12 +933,12 @@ impl Netns {
             .unwrap()
     }
 
-    /// Waits until something in the namespace has bound UDP `port`.
+    /// Waits until something in the namespace has bound UDP `port` (IPv4 or IPv6).
     pub fn wait_udp_bound(&self, g: &mut ChildGuard, port: u16) {
         let start = Instant::now();
         let want = format!(":{port:04X} ");
         loop {
-            let text = run_ok(self.cmd("cat").arg("/proc/net/udp"));
+            let text = run_ok(self.cmd("cat").args(["/proc/net/udp", "/proc/net/udp6"]));
             if text.lines().skip(1).any(|l| {
                 l.split_whitespace()
                     .nth(1)
