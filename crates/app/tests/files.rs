@@ -399,6 +399,23 @@ fn several_interfaces_keep_their_link_types() {
         info.contains("Linux cooked-mode capture v1") && info.contains("Ethernet (1"),
         "{info}"
     );
+    // Each interface's closing statistics count its own packets, not the whole file's; the
+    // capture-wide counters (packets read, dropped) describe no single interface of several.
+    let cap = read_capture(&out);
+    let n_ifaces = cap.ifaces.len() as u32;
+    assert!(n_ifaces > 1);
+    for id in 0..n_ifaces {
+        let isb = cap
+            .isbs
+            .iter()
+            .rev()
+            .find(|i| i.iface == id)
+            .unwrap_or_else(|| panic!("no ISB for interface {id}"));
+        let written = cap.packets.iter().filter(|p| p.iface == id).count() as u64;
+        assert_eq!(isb.get(ISB_USRDELIV), Some(written), "interface {id}");
+        assert_eq!(isb.get(ISB_FILTERACCEPT), None, "interface {id}");
+        assert_eq!(isb.get(ISB_OSDROP), None, "interface {id}");
+    }
 }
 
 /// Test 9: `-c 100` on a file records exactly the first 100 packets.

@@ -65,6 +65,8 @@ pub struct FileSink {
     start_ns: u64,
     last_totals: Totals,
     last_if_stats: Option<(u64, u64)>,
+    /// Records written per interface (`isb_usrdeliv` of each).
+    delivered: Vec<u64>,
 }
 
 impl std::fmt::Debug for FileSink {
@@ -90,6 +92,7 @@ impl FileSink {
             start_ns: now_ns(),
             last_totals: Totals::default(),
             last_if_stats: None,
+            delivered: Vec::new(),
         }
     }
 }
@@ -134,6 +137,9 @@ impl RecordSink for FileSink {
         };
         f.bytes += n as u64;
         self.report.records += 1;
+        if let Some(d) = self.delivered.get_mut(interface as usize) {
+            *d += 1;
+        }
         if self.cfg.rotate_bytes.is_some_and(|limit| f.bytes >= limit) {
             self.rotate()?;
         }
@@ -190,6 +196,7 @@ impl FileSink {
             write_idb(&mut self.out, &info);
         }
         self.interfaces.push(info);
+        self.delivered.push(0);
         Ok(())
     }
 
@@ -238,29 +245,20 @@ impl FileSink {
         self.last_isb = Instant::now();
         let t = self.last_totals;
         let now = now_ns();
-        for id in 0..self.interfaces.len() as u32 {
-            // Counters are per worker socket; in a multi-interface file only interface 0 is live.
-            let s = if id == 0 {
-                InterfaceStatistics {
-                    starttime_ns: Some(self.start_ns),
-                    endtime_ns: Some(now),
-                    ifrecv: self.last_if_stats.map(|s| s.0),
-                    ifdrop: self.last_if_stats.map(|s| s.1),
-                    filteraccept: Some(t.received),
-                    osdrop: Some(t.dropped_kernel + t.dropped_ours),
-                    usrdeliv: Some(self.report.records),
-                }
-            } else {
-                InterfaceStatistics {
-                    starttime_ns: None,
-                    endtime_ns: Some(now),
-                    ifrecv: None,
-                    ifdrop: None,
-                    filteraccept: None,
-                    osdrop: None,
-                    usrdeliv: None,
-                }
+        // The capture's counters (the socket's, or the file's) are one set: they describe the
+        // interface only when there is one. Each interface gets what was written for it.
+        let one = self.interfaces.len() == 1;
+        for (id, &delivered) in self.delivered.iter().enumerate() {
+            let s = InterfaceStatistics {
+                starttime_ns: Some(self.start_ns),
+                endtime_ns: Some(now),
+                ifrecv: self.last_if_stats.filter(|_| one).map(|s| s.0),
+                ifdrop: self.last_if_stats.filter(|_| one).map(|s| s.1),
+                filteraccept: one.then_some(t.received),
+                osdrop: one.then_some(t.dropped_kernel + t.dropped_ours),
+                usrdeliv: Some(delivered),
             };
+            let id = id as u32;
             pcapng::write_isb(&mut self.out, id, now, &s);
         }
     }
