@@ -105,10 +105,11 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
         packet_ns,
         block_ns,
     };
-    if plan::packets_per_block(a.block_size.unwrap_or(u32::MAX), record) == 0 {
+    if let Some(b) = a.block_size
+        && plan::packets_per_block(b, record) == 0
+    {
         return Err(bad(format!(
-            "--block-size {} cannot hold one {record}-byte ring slot",
-            a.block_size.unwrap_or_default()
+            "--block-size {b} cannot hold one {record}-byte ring slot"
         )));
     }
     let p = work.plan(hold, a.memory);

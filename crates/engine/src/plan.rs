@@ -71,6 +71,53 @@ pub fn line_rate_pps(speed_mbps: f64, frame: u32) -> f64 {
     speed_mbps * 1e6 / (f64::from(frame + 20) * 8.0)
 }
 
+/// The ring geometry of each fanout member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingGeometry {
+    /// `tp_block_size`.
+    pub block_size: u32,
+    /// `tp_block_nr`.
+    pub block_count: u32,
+    /// `tp_retire_blk_tov` in ms.
+    pub retire_ms: u32,
+}
+
+impl RingGeometry {
+    /// A geometry whose ring holds at least `hold` of line-rate traffic at `speed_mbps`, whatever
+    /// the frame size, with 1 MiB blocks and the given retire timeout.
+    pub fn for_line_rate(speed_mbps: u32, snaplen: u32, hold: Duration, retire_ms: u32) -> Self {
+        let block_size: u32 = 1 << 20;
+        let need = ring_bytes_for(speed_mbps, snaplen, hold);
+        let block_count = need.div_ceil(u64::from(block_size)).max(4) as u32;
+        RingGeometry {
+            block_size,
+            block_count,
+            retire_ms,
+        }
+    }
+
+    /// Bytes of ring memory per member.
+    pub fn bytes(&self) -> u64 {
+        u64::from(self.block_size) * u64::from(self.block_count)
+    }
+}
+
+/// Ring memory needed to hold `hold` of back-to-back frames at `speed_mbps`, for the worst
+/// frame size between 64 and 1518 bytes: each frame costs its preamble and gap on the wire and
+/// its slot in a block (`ring_record_bytes`), and each 1 MiB block its header.
+pub fn ring_bytes_for(speed_mbps: u32, snaplen: u32, hold: Duration) -> u64 {
+    (64u32..=1518)
+        .map(|frame| {
+            let pps = line_rate_pps(f64::from(speed_mbps), frame);
+            let record = ring_record_bytes(kept_bytes(frame, snaplen));
+            let packets = (pps * hold.as_secs_f64()).ceil() as u64;
+            let per_block = packets_per_block(1 << 20, record);
+            packets.div_ceil(per_block) << 20
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// What one ring (one fanout member) must carry, and what its consumer costs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Workload {
@@ -184,6 +231,26 @@ impl Workload {
         self.loss(&self.behaviour(g), excess, b.absorbs)
     }
 
+    /// Blocks of `block_size` bytes needed to ride out a stall of `hold` (at least 4), but no
+    /// more than `memory` bytes of them if given (at least 1).
+    pub fn blocks_for(&self, block_size: u32, hold: Duration, memory: Option<u64>) -> u32 {
+        let fill = self
+            .behaviour(&RingGeometry {
+                block_size,
+                block_count: 1,
+                retire_ms: 1,
+            })
+            .fill;
+        let absorb = self.rate * hold.as_secs_f64();
+        let mut n = ((absorb / fill) + 0.5)
+            .ceil()
+            .clamp(4.0, f64::from(1u32 << 20)) as u64;
+        if let Some(m) = memory {
+            n = n.min(m / u64::from(block_size.max(1))).max(1);
+        }
+        n as u32
+    }
+
     fn loss(&self, normal: &RingBehaviour, excess: f64, room: f64) -> Loss {
         let packets = (excess - room).max(0.0);
         let backlog = excess.min(room);
@@ -207,7 +274,13 @@ impl Workload {
             retire_ms,
         };
         let fill = |block_size: u32| self.behaviour(&geometry(block_size)).fill;
-        let blocks = || (PAGE.trailing_zeros()..=30).map(|s| 1u32 << s);
+        // Power-of-two blocks from a page up that hold at least one slot.
+        let blocks = || {
+            (PAGE.trailing_zeros()..=30)
+                .map(|s| 1u32 << s)
+                .filter(|&b| packets_per_block(b, self.record) > 0)
+        };
+        let smallest = blocks().next().unwrap_or(1 << 30);
         // Condition 1: p·(β + c_blk/k) < 1.
         let gap_ns = 1e9 / self.rate.max(f64::MIN_POSITIVE);
         let min_fill = (gap_ns > self.packet_ns).then(|| self.block_ns / (gap_ns - self.packet_ns));
@@ -216,9 +289,9 @@ impl Workload {
         let by_timer = (self.rate * self.retire.as_secs_f64()).max(1.0);
         let max_block = blocks()
             .take_while(|&b| b <= MAX_CONTIGUOUS_BLOCK)
-            .take_while(|&b| b == PAGE || packets_per_block(b, self.record) as f64 <= by_timer)
+            .take_while(|&b| b == smallest || packets_per_block(b, self.record) as f64 <= by_timer)
             .last()
-            .unwrap_or(PAGE);
+            .unwrap_or(smallest);
         let cheap_fill = if self.packet_ns > 0.0 {
             self.block_ns / (0.05 * self.packet_ns)
         } else {
@@ -229,8 +302,8 @@ impl Workload {
             .find(|&b| fill(b) >= cheap_fill)
             .unwrap_or(max_block);
         let block_size = cheap
-            .max(min_block.unwrap_or(PAGE))
-            .min(MAX_CONTIGUOUS_BLOCK);
+            .max(min_block.unwrap_or(smallest))
+            .min(MAX_CONTIGUOUS_BLOCK.max(smallest));
         let block_count = self.blocks_for(block_size, hold, memory);
         Plan {
             min_fill,
@@ -242,75 +315,6 @@ impl Workload {
                 retire_ms,
             },
         }
-    }
-}
-
-/// The ring geometry of each fanout member.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RingGeometry {
-    /// `tp_block_size`.
-    pub block_size: u32,
-    /// `tp_block_nr`.
-    pub block_count: u32,
-    /// `tp_retire_blk_tov` in ms.
-    pub retire_ms: u32,
-}
-
-impl RingGeometry {
-    /// A geometry whose ring holds at least `hold` of line-rate traffic at `speed_mbps`, whatever
-    /// the frame size, with 1 MiB blocks and the given retire timeout.
-    pub fn for_line_rate(speed_mbps: u32, snaplen: u32, hold: Duration, retire_ms: u32) -> Self {
-        let block_size: u32 = 1 << 20;
-        let need = ring_bytes_for(speed_mbps, snaplen, hold);
-        let block_count = need.div_ceil(u64::from(block_size)).max(4) as u32;
-        RingGeometry {
-            block_size,
-            block_count,
-            retire_ms,
-        }
-    }
-
-    /// Bytes of ring memory per member.
-    pub fn bytes(&self) -> u64 {
-        u64::from(self.block_size) * u64::from(self.block_count)
-    }
-}
-
-/// Ring memory needed to hold `hold` of back-to-back frames at `speed_mbps`, for the worst
-/// frame size between 64 and 1518 bytes: each frame costs its preamble and gap on the wire and
-/// its slot in a block (`ring_record_bytes`), and each 1 MiB block its header.
-pub fn ring_bytes_for(speed_mbps: u32, snaplen: u32, hold: Duration) -> u64 {
-    (64u32..=1518)
-        .map(|frame| {
-            let pps = line_rate_pps(f64::from(speed_mbps), frame);
-            let record = ring_record_bytes(kept_bytes(frame, snaplen));
-            let packets = (pps * hold.as_secs_f64()).ceil() as u64;
-            let per_block = packets_per_block(1 << 20, record);
-            packets.div_ceil(per_block) << 20
-        })
-        .max()
-        .unwrap_or(0)
-}
-
-impl Workload {
-    /// Blocks of `block_size` bytes needed to ride out a stall of `hold` (at least 4), but no
-    /// more than `memory` bytes of them if given (at least 1).
-    pub fn blocks_for(&self, block_size: u32, hold: Duration, memory: Option<u64>) -> u32 {
-        let fill = self
-            .behaviour(&RingGeometry {
-                block_size,
-                block_count: 1,
-                retire_ms: 1,
-            })
-            .fill;
-        let absorb = self.rate * hold.as_secs_f64();
-        let mut n = ((absorb / fill) + 0.5)
-            .ceil()
-            .clamp(4.0, f64::from(1u32 << 20)) as u64;
-        if let Some(m) = memory {
-            n = n.min(m / u64::from(block_size.max(1))).max(1);
-        }
-        n as u32
     }
 }
 
@@ -476,6 +480,19 @@ mod tests {
         assert_eq!(slow.max_block, PAGE);
         assert_eq!(slow.geometry.block_size, PAGE);
         assert!(work(1000.0).behaviour(&slow.geometry).holds >= 50 * MS);
+        // Jumbo frames kept whole: a slot of 9096 bytes needs a 16 KiB block at least (4 KiB
+        // and 8 KiB hold none); 64 KiB holds 7 of the 10 packets of one timeout, 128 KiB 14.
+        let jumbo = Workload {
+            record: ring_record_bytes(9014),
+            ..work(1000.0)
+        }
+        .plan(50 * MS, None);
+        assert_eq!(ring_record_bytes(9014), 9096);
+        assert_eq!(jumbo.min_block, Some(16 << 10));
+        assert_eq!(
+            (jumbo.max_block, jumbo.geometry.block_size),
+            (64 << 10, 64 << 10)
+        );
     }
 
     #[test]
