@@ -337,10 +337,14 @@ impl RuleReader {
         if !self.table.active {
             return true;
         }
-        let Some(t) = Tuple::of_frame(linktype, frame) else {
-            return false;
+        let i = match Tuple::of_frame(linktype, frame) {
+            Some(t) => self.table.matcher.classify(&t),
+            // An IP packet too short for its addresses: as in the kernel filter, only a rule
+            // that tests nothing but the IP version matches it.
+            None => Tuple::ip_version(linktype, frame)
+                .and_then(|(_, v6)| self.table.matcher.classify_short(v6)),
         };
-        let Some(i) = self.table.matcher.classify(&t) else {
+        let Some(i) = i else {
             return false;
         };
         let c = &self.table.counts[self.worker][i];

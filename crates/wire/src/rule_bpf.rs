@@ -137,20 +137,18 @@ const IP_AT: u32 = 14;
 
 fn program(entries: &[Entry], snaplen: u32) -> Vec<Insn> {
     let section = |v6: bool| -> Vec<Insn> {
+        let applies = |e: &&Entry| match e.family {
+            Family::Any => true,
+            Family::V4 => !v6,
+            Family::V6 => v6,
+        };
+        // A rule for the whole IP version passes everything the others could: the section is
+        // one `ret`, and no other rule's load can refuse a short packet before it is reached.
+        if entries.iter().filter(applies).any(Entry::is_whole_family) {
+            return vec![Insn::stmt(cbpf::RET_K, snaplen)];
+        }
         let mut code = Vec::new();
-        for e in entries {
-            let applies = match e.family {
-                Family::Any => true,
-                Family::V4 => !v6,
-                Family::V6 => v6,
-            };
-            if !applies {
-                continue;
-            }
-            if e.is_whole_family() {
-                code.push(Insn::stmt(cbpf::RET_K, snaplen));
-                return code;
-            }
+        for e in entries.iter().filter(applies) {
             code.extend(resolve(entry_code(e, v6), snaplen));
         }
         code.push(Insn::stmt(cbpf::RET_K, 0));
@@ -403,5 +401,33 @@ mod tests {
         assert_eq!(cbpf::run(&all.program, &f, 60), 64);
         let arp = [&[0u8; 12][..], &[0x08, 0x06], &[0; 28]].concat();
         assert_eq!(cbpf::run(&all.program, &arp, 42), 0);
+    }
+
+    /// An IPv4 frame cut 3 bytes into its header: a rule for the whole IP version takes it in
+    /// the kernel program and in user space alike, even behind a rule that would read past its
+    /// end; without such a rule neither keeps it.
+    #[test]
+    fn short_ip_frames_match_only_whole_family_rules() {
+        use crate::rule_match::Matcher;
+        let mut short = vec![2u8; 12];
+        short.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0]);
+        assert_eq!(Tuple::of_frame(LinkType::Ethernet, &short), None);
+        assert_eq!(
+            Tuple::ip_version(LinkType::Ethernet, &short),
+            Some((14, false))
+        );
+        let with_any = parse_rules("a proto tcp dport 80\nb\n").unwrap();
+        let p = compile(&with_any, 96, cbpf::BPF_MAXINSNS);
+        assert_eq!(p.precision, Precision::Exact);
+        assert_eq!(cbpf::run(&p.program, &short, short.len() as u32), 96);
+        assert_eq!(Matcher::new(with_any).classify_short(false), Some(1));
+        let v6_only = parse_rules("a proto tcp\nb src ::/0\n").unwrap();
+        let p = compile(&v6_only, 96, cbpf::BPF_MAXINSNS);
+        assert_eq!(cbpf::run(&p.program, &short, short.len() as u32), 0);
+        let m = Matcher::new(v6_only);
+        assert_eq!(
+            (m.classify_short(false), m.classify_short(true)),
+            (None, Some(1))
+        );
     }
 }

@@ -21,6 +21,8 @@ const LINEAR_MAX: usize = 16;
 pub struct Matcher {
     rules: Vec<Rule>,
     shapes: Vec<Shape>,
+    /// The first rule testing nothing but the IP version, for IPv4 and for IPv6.
+    whole_family: [Option<usize>; 2],
 }
 
 /// One group of rule directions with the same shape.
@@ -94,7 +96,28 @@ impl Matcher {
             }
             shapes.sort_by_key(|s| s.first_rule);
         }
-        Matcher { rules, shapes }
+        let whole_family = [false, true].map(|v6| {
+            rules.iter().position(|r| {
+                r.is_whole_family()
+                    && match r.family() {
+                        Family::Any => true,
+                        Family::V4 => !v6,
+                        Family::V6 => v6,
+                    }
+            })
+        });
+        Matcher {
+            rules,
+            shapes,
+            whole_family,
+        }
+    }
+
+    /// The index of the first rule matching an IP packet too short to hold its addresses: the
+    /// first that tests nothing but the IP version (`ipv6` says which), if any.
+    #[inline]
+    pub fn classify_short(&self, ipv6: bool) -> Option<usize> {
+        self.whole_family[usize::from(ipv6)]
     }
 
     /// The rules, in priority order.

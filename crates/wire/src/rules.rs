@@ -291,6 +291,15 @@ impl Rule {
         }
     }
 
+    /// Whether it tests nothing but the IP version: no protocol, no ports, no prefix longer
+    /// than /0. Such a rule matches every packet of its version, however short.
+    pub fn is_whole_family(&self) -> bool {
+        self.proto.is_none()
+            && !self.has_ports()
+            && self.src.is_none_or(|p| p.len == 0)
+            && self.dst.is_none_or(|p| p.len == 0)
+    }
+
     /// The same rule for the reverse direction: addresses and ports swapped.
     pub fn reversed(&self) -> Rule {
         Rule {
@@ -481,20 +490,7 @@ impl Tuple {
     /// without `vlan`) or its addresses were not captured.
     #[inline]
     pub fn of_frame(linktype: LinkType, frame: &[u8]) -> Option<Tuple> {
-        let be16 = |at: usize| {
-            frame
-                .get(at..at + 2)
-                .map(|b| u16::from_be_bytes([b[0], b[1]]))
-        };
-        let (ip, v6) = match linktype {
-            LinkType::Ethernet => (14, ethertype_v6(be16(12)?)?),
-            LinkType::LinuxSll => (16, ethertype_v6(be16(14)?)?),
-            LinkType::LinuxSll2 => (20, ethertype_v6(be16(0)?)?),
-            LinkType::Raw => (0, frame.first()? >> 4 == 6),
-            LinkType::Ipv4 => (0, false),
-            LinkType::Ipv6 => (0, true),
-            _ => return None,
-        };
+        let (ip, v6) = Tuple::ip_version(linktype, frame)?;
         let h = frame.get(ip..)?;
         let mut t = Tuple {
             ipv6: v6,
@@ -534,6 +530,29 @@ impl Tuple {
             }
         }
         Some(t)
+    }
+}
+
+impl Tuple {
+    /// Where the IP header of a frame captured with `linktype` starts and whether it is IPv6,
+    /// if the link layer says the frame is IP (at its own type field, as the kernel filter
+    /// reads it), however little of the IP header was captured.
+    #[inline]
+    pub fn ip_version(linktype: LinkType, frame: &[u8]) -> Option<(usize, bool)> {
+        let be16 = |at: usize| {
+            frame
+                .get(at..at + 2)
+                .map(|b| u16::from_be_bytes([b[0], b[1]]))
+        };
+        Some(match linktype {
+            LinkType::Ethernet => (14, ethertype_v6(be16(12)?)?),
+            LinkType::LinuxSll => (16, ethertype_v6(be16(14)?)?),
+            LinkType::LinuxSll2 => (20, ethertype_v6(be16(0)?)?),
+            LinkType::Raw => (0, frame.first()? >> 4 == 6),
+            LinkType::Ipv4 => (0, false),
+            LinkType::Ipv6 => (0, true),
+            _ => return None,
+        })
     }
 }
 
