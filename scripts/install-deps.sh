@@ -24,6 +24,7 @@ PKGS=(
     argus-server               # flow benchmark anchor: argus (pcap -> bidirectional flow records)
     argus-client               # ra: reads argus records
     prometheus                 # promtool: checks our /metrics text
+    nftables                   # nft: a collector that drops at its ingress (bench/forward.py)
 )
 
 export DEBIAN_FRONTEND=noninteractive
