@@ -163,13 +163,14 @@ fn summary_json(s: &ReceiverSummary) -> String {
     format!(
         "{{\"datagrams\":{d},\"records\":{r},\"lost_in_transit\":{t},\"lost_on_probe\":{p},\
          \"bad\":{},\"refused\":{},\"seconds\":{:.6},\"rcvbuf\":{},\"files\":[{}],\
-         \"probes\":[{}],\"bad_sources\":[{}]}}\n",
+         \"probes\":[{}],\"bad_sources\":[{}]{}}}\n",
         s.bad_total(),
         s.refused,
         s.seconds,
         s.rcvbuf,
         files.join(","),
         probes.join(","),
-        bad.join(",")
+        bad.join(","),
+        crate::report::flows_json(s.flows.as_ref())
     )
 }

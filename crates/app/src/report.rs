@@ -185,8 +185,8 @@ pub fn flow_lines(f: &FlowSummary) -> Vec<String> {
     lines
 }
 
-/// The `"flows"` member of the capture JSON, or nothing.
-fn flows_json(f: Option<&FlowSummary>) -> String {
+/// The `"flows"` member of the capture (or receiver) JSON, or nothing.
+pub fn flows_json(f: Option<&FlowSummary>) -> String {
     let Some(f) = f else {
         return String::new();
     };

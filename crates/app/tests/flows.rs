@@ -605,6 +605,7 @@ fn recv_meters_forwarded_records_like_the_probe_input() {
     let (direct, _) = flows_of(&trace, &[]);
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("recv.csv");
+    let json = dir.path().join("recv.json");
     let port = free_udp_port();
     let listen = format!("127.0.0.1:{port}");
     let mut g = VethPair::spawn(&mut tapflow([
@@ -616,6 +617,8 @@ fn recv_meters_forwarded_records_like_the_probe_input() {
         "-q",
         "--csv",
         &csv.to_string_lossy(),
+        "--summary-json",
+        &json.to_string_lossy(),
     ]));
     wait_udp_bound(&mut g, port);
     run_ok(&mut tapflow([
@@ -653,4 +656,8 @@ fn recv_meters_forwarded_records_like_the_probe_input() {
         )),
         "{err}"
     );
+    // The receiver's JSON summary carries the flow counts too.
+    let text = std::fs::read_to_string(&json).unwrap();
+    let flows = &text[text.find("\"flows\":{").expect("a flows member")..];
+    assert_eq!(json_u64(flows, "records"), received.len() as u64, "{text}");
 }
