@@ -178,6 +178,18 @@ def packet_socket_bound(pid: int, ifindex: int) -> bool:
     return False
 
 
+def wait_listening(p: subprocess.Popen, ifindex: int, work: Path, tag: str, what: str,
+                   timeout: float = 15) -> None:
+    """Waits until capture process p (started by start() with tag) has a running packet socket
+    on ifindex; dies with the end of its stderr if it exits or the timeout passes first."""
+    deadline = time.monotonic() + timeout
+    while not packet_socket_bound(p.pid, ifindex):
+        if p.poll() is not None or time.monotonic() > deadline:
+            err = (work / f"{tag}.stderr").read_text(errors="replace")
+            die(f"{what} did not start listening: {err.strip()[-400:]}")
+        time.sleep(0.02)
+
+
 def capinfos_count(path: Path) -> int:
     r = subprocess.run(["capinfos", "-T", "-r", "-c", "-M", str(path)], capture_output=True, text=True)
     if r.returncode != 0 and not r.stdout.strip():

@@ -122,11 +122,7 @@ def one(args, topo: Topo, work: Path, frame: int, rep: int, squeeze: bool) -> di
                           "--forward", ",".join(topo.dests), "--summary-json", str(pjs),
                           *(SQUEEZE_PROBE if squeeze else [])],
                          work, f"{tag}-p")
-    deadline = time.monotonic() + 10
-    while not bl.packet_socket_bound(probe.pid, topo.cap_ifindex):
-        if probe.poll() is not None or time.monotonic() > deadline:
-            bl.die(f"probe did not start: {(work / f'{tag}-p.stderr').read_text()[-400:]}")
-        time.sleep(0.02)
+    bl.wait_listening(probe, topo.cap_ifindex, work, f"{tag}-p", "probe")
     time.sleep(0.3)
     gjs = work / f"{tag}-g.json"
     g = bl.run(["ip", "netns", "exec", topo.t, "taskset", "-c", "0", str(args.tapflow_bin),

@@ -157,13 +157,7 @@ def one_capture(tool: str, frame: int, gen: Gen, args, pair: bl.Pair, work: Path
     for stale in (out, js):
         stale.unlink(missing_ok=True)
     p, t0 = bl.start(capture_argv(tool, args, pair, out, js), work, tag)
-    deadline = time.monotonic() + 15
-    while not bl.packet_socket_bound(p.pid, pair.ifindex_b):
-        if p.poll() is not None or time.monotonic() > deadline:
-            f = bl.wait_rusage(p, t0, timeout=5) if p.returncode is None else None
-            err = (work / f"{tag}.stderr").read_text(errors="replace")
-            bl.die(f"{tool} did not start listening on {pair.vb}: {err.strip()[-400:]}")
-        time.sleep(0.02)
+    bl.wait_listening(p, pair.ifindex_b, work, tag, f"{tool} on {pair.vb}")
     time.sleep(args.settle)
     # CPU spent setting up (netsniff-ng spends seconds of system time building its ring) is not
     # capture work: sample it here and subtract it from the total that wait4 reports at exit.

@@ -52,11 +52,7 @@ def capture(args, pair, work: Path, tag: str, block: str, count: int, rate: int,
                             "--block-size", block, "--block-count", str(count),
                             "--retire-ms", "10"])
     p, t0 = bl.start(cap, work, tag)
-    deadline = time.monotonic() + 10
-    while not bl.packet_socket_bound(p.pid, pair.ifindex_b):
-        if p.poll() is not None or time.monotonic() > deadline:
-            bl.die(f"capture did not start: {(work / f'{tag}.stderr').read_text()[-400:]}")
-        time.sleep(0.02)
+    bl.wait_listening(p, pair.ifindex_b, work, tag, "capture")
     time.sleep(0.3)
     # The capture runs as a child of `ip netns exec … taskset …`, which exec()s: p.pid is it.
     gjs = work / f"{tag}-gen.json"

@@ -9,7 +9,7 @@ use tapflow_wire::LinkType;
 use tapflow_wire::cbpf;
 use tapflow_wire::rule_bpf::{self, Precision};
 use tapflow_wire::rule_match::Matcher;
-use tapflow_wire::rules::{self, Family, Rule, Tuple};
+use tapflow_wire::rules::{self, Rule, Tuple};
 
 fuzz_target!(|data: &[u8]| {
     // The text is everything up to the first NUL, the frame what follows it.
@@ -37,14 +37,9 @@ fuzz_target!(|data: &[u8]| {
     let linear = match &tuple {
         Some(t) => rules.iter().position(|r| r.matches(t)),
         None => version.and_then(|v6| {
-            rules.iter().position(|r| {
-                r.is_whole_family()
-                    && match r.family() {
-                        Family::Any => true,
-                        Family::V4 => !v6,
-                        Family::V6 => v6,
-                    }
-            })
+            rules
+                .iter()
+                .position(|r| r.is_whole_family() && r.family().covers(v6))
         }),
     };
     let matcher = Matcher::new(rules.clone());

@@ -67,20 +67,6 @@ fn free_udp_port() -> u16 {
         .port()
 }
 
-/// Waits until `g`'s process has bound loopback UDP `port`.
-fn wait_udp_bound(g: &mut ChildGuard, port: u16) {
-    let start = std::time::Instant::now();
-    while std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-        assert!(g.try_wait().is_none(), "{} exited", g.what);
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{} did not bind {port}",
-            g.what
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Packets and IP bytes per (IPv6?, protocol).
 type Totals = BTreeMap<(bool, u8), (u64, u64)>;
 
@@ -387,7 +373,7 @@ impl Nfcapd {
             .spawn()
             .expect("nfcapd (apt-get install nfdump)");
         let mut guard = ChildGuard::new(child, "nfcapd");
-        ns.wait_udp_bound(&mut guard, NFCAPD_PORT);
+        wait_udp_bound(&mut guard, NFCAPD_PORT);
         Nfcapd { guard, dir, ns }
     }
 

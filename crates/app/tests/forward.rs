@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use tapflow_wire::datagram::{Builder, Datagram, Header};
@@ -88,33 +88,6 @@ fn link(a: &Ns, ia: &str, b: &Ns, ib: &str, addrs: Option<(&str, &str)>) {
     }
 }
 
-/// Waits until process `pid` (in its own namespace) has a UDP socket bound to `port`.
-fn wait_udp(g: &mut ChildGuard, port: u16) {
-    let start = Instant::now();
-    let hex = format!(":{port:04X} ");
-    loop {
-        if let Some(st) = g.try_wait() {
-            let (_, err) = g.wait_output(Duration::from_secs(1));
-            panic!("{} exited early ({st}): {err}", g.what);
-        }
-        let table =
-            std::fs::read_to_string(format!("/proc/{}/net/udp", g.pid())).unwrap_or_default();
-        if table.lines().any(|l| {
-            l.split_whitespace()
-                .nth(1)
-                .is_some_and(|a| format!("{a} ").contains(&hex))
-        }) {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{} never bound UDP {port}",
-            g.what
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Starts `tapflow recv` in `ns` on `listen`, writing `out`.
 fn start_recv(ns: &Ns, listen: &str, out: &Path, json: &Path, extra: &[&str]) -> ChildGuard {
     let (o, j) = (s(out), s(json));
@@ -131,7 +104,7 @@ fn start_recv(ns: &Ns, listen: &str, out: &Path, json: &Path, extra: &[&str]) ->
     a.extend_from_slice(extra);
     let mut g = VethPair::spawn(&mut ns.tapflow(&a));
     let port: u16 = listen.rsplit(':').next().unwrap().parse().unwrap();
-    wait_udp(&mut g, port);
+    wait_udp_bound(&mut g, port);
     g
 }
 
@@ -548,7 +521,7 @@ fn ipv6_collectors_receive_every_record() {
                 .arg("--summary-json")
                 .arg(&json),
         );
-        ns.wait_udp_bound(&mut g, port);
+        wait_udp_bound(&mut g, port);
         recvs.push((g, out, json));
     }
     let probe_json = dir.path().join("p.json");

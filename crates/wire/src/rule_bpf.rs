@@ -137,11 +137,7 @@ const IP_AT: u32 = 14;
 
 fn program(entries: &[Entry], snaplen: u32) -> Vec<Insn> {
     let section = |v6: bool| -> Vec<Insn> {
-        let applies = |e: &&Entry| match e.family {
-            Family::Any => true,
-            Family::V4 => !v6,
-            Family::V6 => v6,
-        };
+        let applies = |e: &&Entry| e.family.covers(v6);
         // A rule for the whole IP version passes everything the others could: the section is
         // one `ret`, and no other rule's load can refuse a short packet before it is reached.
         if entries.iter().filter(applies).any(Entry::is_whole_family) {

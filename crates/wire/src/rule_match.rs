@@ -97,14 +97,9 @@ impl Matcher {
             shapes.sort_by_key(|s| s.first_rule);
         }
         let whole_family = [false, true].map(|v6| {
-            rules.iter().position(|r| {
-                r.is_whole_family()
-                    && match r.family() {
-                        Family::Any => true,
-                        Family::V4 => !v6,
-                        Family::V6 => v6,
-                    }
-            })
+            rules
+                .iter()
+                .position(|r| r.is_whole_family() && r.family().covers(v6))
         });
         Matcher {
             rules,
@@ -137,10 +132,8 @@ impl Matcher {
             if s.first_rule >= best {
                 break;
             }
-            match s.family {
-                Family::V4 if t.ipv6 => continue,
-                Family::V6 if !t.ipv6 => continue,
-                _ => {}
+            if !s.family.covers(t.ipv6) {
+                continue;
             }
             let (sp, dp) = match t.ports {
                 Some(p) => p,

@@ -44,6 +44,18 @@ pub enum Family {
     Any,
 }
 
+impl Family {
+    /// Whether packets of this IP version (`ipv6` or not) belong to the family.
+    #[inline]
+    pub fn covers(self, ipv6: bool) -> bool {
+        match self {
+            Family::Any => true,
+            Family::V4 => !ipv6,
+            Family::V6 => ipv6,
+        }
+    }
+}
+
 /// An address prefix: the first `len` bits of `addr` (IPv4 in the first 4 bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Prefix {

@@ -932,29 +932,6 @@ impl Netns {
             .parse()
             .unwrap()
     }
-
-    /// Waits until something in the namespace has bound UDP `port` (IPv4 or IPv6).
-    pub fn wait_udp_bound(&self, g: &mut ChildGuard, port: u16) {
-        let start = Instant::now();
-        let want = format!(":{port:04X} ");
-        loop {
-            let text = run_ok(self.cmd("cat").args(["/proc/net/udp", "/proc/net/udp6"]));
-            if text.lines().skip(1).any(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .is_some_and(|local| format!("{local} ").ends_with(&want))
-            }) {
-                return;
-            }
-            assert!(g.try_wait().is_none(), "{} exited", g.what);
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "{} did not bind {port}",
-                g.what
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
 }
 
 impl Drop for Netns {
@@ -964,5 +941,38 @@ impl Drop for Netns {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
+    }
+}
+
+/// Waits until `g`'s process has a UDP socket (IPv4 or IPv6) bound to `port`, in whatever
+/// namespace it runs (`/proc/PID/net` is the process's own).
+pub fn wait_udp_bound(g: &mut ChildGuard, port: u16) {
+    let start = Instant::now();
+    let want = format!(":{port:04X} ");
+    loop {
+        if let Some(st) = g.try_wait() {
+            let (_, err) = g.wait_output(Duration::from_secs(1));
+            panic!("{} exited early ({st}): {err}", g.what);
+        }
+        let bound = ["udp", "udp6"].iter().any(|t| {
+            std::fs::read_to_string(format!("/proc/{}/net/{t}", g.pid()))
+                .unwrap_or_default()
+                .lines()
+                .skip(1)
+                .any(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .is_some_and(|local| format!("{local} ").ends_with(&want))
+                })
+        });
+        if bound {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{} did not bind UDP {port}",
+            g.what
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
