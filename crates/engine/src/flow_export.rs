@@ -328,7 +328,7 @@ enum OutputKind {
     Text {
         format: TextFormat,
         w: BufWriter<Box<dyn Write + Send>>,
-        line: String,
+        line: Vec<u8>,
     },
     Collector(Box<Collector>),
 }
@@ -610,7 +610,7 @@ fn open(t: &ExportTarget, cfg: &ExportConfig) -> Result<Output, EngineError> {
             OutputKind::Text {
                 format: *format,
                 w,
-                line: String::with_capacity(512),
+                line: Vec::with_capacity(512),
             }
         }
         ExportTarget::Collector { protocol, addr } => OutputKind::Collector(Box::new(
@@ -638,7 +638,7 @@ impl Output {
                 for r in records {
                     line.clear();
                     format.write(r, line);
-                    if let Err(e) = w.write_all(line.as_bytes()) {
+                    if let Err(e) = w.write_all(line) {
                         self.report.error = Some(e.to_string());
                         self.report.failed += 1;
                         continue;
