@@ -110,10 +110,17 @@ def one(args, topo: Topo, work: Path, frame: int, rep: int, squeeze: bool) -> di
                           "0.0.0.0:5000", "-w", str(out), "--summary-json", str(js),
                           "--rcvbuf", SQUEEZE_RECV if squeeze else "64M"], work,
                          f"{tag}-c{k}")
-        for _ in range(500):
-            if ":1388 " in open(f"/proc/{p.pid}/net/udp").read():
+        # Until `ip netns exec` has entered the namespace and exec'd, /proc/PID/net is the
+        # host's: read it only once the process is tapflow.
+        for _ in range(1000):
+            comm = Path(f"/proc/{p.pid}/comm").read_text().strip()
+            if comm != "ip" and ":1388 " in Path(f"/proc/{p.pid}/net/udp").read_text():
                 break
+            if p.poll() is not None:
+                bl.die(f"recv exited: {(work / f'{tag}-c{k}.stderr').read_text()[-400:]}")
             time.sleep(0.01)
+        else:
+            bl.die(f"recv in {c} did not bind UDP 5000")
         recvs.append((p, t0, js, out))
     pjs = work / f"{tag}-p.json"
     drop0 = topo.rx_dropped()

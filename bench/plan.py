@@ -3,16 +3,18 @@
 
 Part 1, the costs the model needs. `tapflow gen` sends at a fixed rate from namespace A (CPU 0);
 `tapflow capture -s 64 -w FILE` listens in namespace B (CPU 1) with blocks of 4K to 1M and two
-packet counts. Least squares over the runs fit the capture's CPU seconds (wait4 rusage) as
+packet counts. Least squares over the runs fit the capture's CPU seconds from the moment it
+listens to the moment it is told to stop (/proc schedstat; set-up and teardown of the ring,
+which grow with the block count, are left out) as
     cpu = c0 + beta * packets + c_blk * blocks
 where blocks is what the capture reports it was handed (summary JSON "blocks"): beta is the cost
-per packet, c_blk the cost per block, c0 the set-up. They become `tapflow plan`'s defaults.
+per packet, c_blk the cost per block, c0 what is left. They become `tapflow plan`'s defaults.
 
 Part 2, the model. For each (rate, block size, block count, stall), the capture runs while
 `tapflow gen --rate` sends; 0.7 s in, the capture is stopped with SIGSTOP for the stall and
 continued with SIGCONT. The kernel's drops (summary "dropped_kernel") are compared with
 `tapflow plan --rate R --block-size B --block-count N --stall-ms S --json` at the rate gen
-measured.
+measured and the stall as it happened (SIGSTOP to SIGCONT, timed here).
 
 Root only. Writes bench/out/plan-costs.csv and bench/out/plan.csv and prints markdown tables.
 """
@@ -54,21 +56,27 @@ def capture(args, pair, work: Path, tag: str, block: str, count: int, rate: int,
     p, t0 = bl.start(cap, work, tag)
     bl.wait_listening(p, pair.ifindex_b, work, tag, "capture")
     time.sleep(0.3)
+    # Set-up (the ring's pages, the file) is not capture work: CPU from here on is.
+    cpu0 = bl.proc_cpu(p.pid)
     # The capture runs as a child of `ip netns exec … taskset …`, which exec()s: p.pid is it.
     gjs = work / f"{tag}-gen.json"
     gen = pair.cmd("a", 0, [str(args.tapflow_bin), "gen", "-i", pair.va, "--size", str(FRAME - 4),
                             "--count", str(packets), "--rate", str(rate), "--flows", "64", "-q",
                             "--summary-json", str(gjs)])
     g, g0 = bl.start(gen, work, tag + "-gen")
+    stalled = None
     if stall_ms is not None:
         time.sleep(0.7)
+        t = time.monotonic()
         os.kill(p.pid, signal.SIGSTOP)
         time.sleep(stall_ms / 1000)
         os.kill(p.pid, signal.SIGCONT)
+        stalled = (time.monotonic() - t) * 1000
     gf = bl.wait_rusage(g, g0, timeout=120)
     if gf.rc != 0:
         bl.die(f"gen failed: {gf.stderr[-400:]}")
     time.sleep(1.0)
+    cpu1 = bl.proc_cpu(p.pid)
     p.send_signal(signal.SIGINT)
     f = bl.wait_rusage(p, t0, timeout=60)
     if f.rc != 0:
@@ -78,7 +86,7 @@ def capture(args, pair, work: Path, tag: str, block: str, count: int, rate: int,
     (work / f"{tag}.pcapng").unlink(missing_ok=True)
     return {"sent": int(gs["sent"]), "gen_pps": float(gs["pps"]), "received": s["received"],
             "recorded": s["recorded"], "dropped": s["dropped_kernel"], "blocks": s["blocks"],
-            "freezes": s["freezes"], "cpu": f.cpu}
+            "freezes": s["freezes"], "cpu": cpu1 - cpu0, "stalled_ms": stalled}
 
 
 def lstsq3(rows: list[tuple[float, float, float]], ys: list[float]) -> list[float]:
@@ -124,7 +132,7 @@ def costs(args, pair, work: Path) -> tuple[float, float]:
         print(f"| {r['block']} | {r['received']} | {r['blocks']} | "
               f"{r['received'] / max(1, r['blocks']):.0f} | {r['cpu']:.3f} | {fit:.3f} |")
     print(f"\nbeta = {beta * 1e9:.1f} ns per packet, c_blk = {c_blk * 1e9:.0f} ns per block, "
-          f"c0 = {c0 * 1e3:.1f} ms set-up\n")
+          f"c0 = {c0 * 1e3:.1f} ms left over\n")
     return beta * 1e9, c_blk * 1e9
 
 
@@ -151,7 +159,9 @@ def stalls(args, pair, work: Path, packet_ns: float, block_ns: float) -> None:
                 packets = int(rate * (stall / 1000 + 2.0))
                 r = capture(args, pair, work, f"stall-{rate}-{block}-{stall}-{rep}", block, count,
                             rate, packets, stall)
-                m = model(args, r["gen_pps"], block, count, stall, packet_ns, block_ns)
+                # The model is given the stall as it happened (SIGSTOP to SIGCONT).
+                m = model(args, r["gen_pps"], block, count, r["stalled_ms"], packet_ns,
+                          block_ns)
                 r.update(rate=rate, block=block, count=count, stall_ms=stall, rep=rep,
                          predicted=round(m["stall"]["loss"]["packets"]),
                          fill=m["ring"]["fill"], absorbs=m["ring"]["absorbs"])
@@ -163,11 +173,12 @@ def stalls(args, pair, work: Path, packet_ns: float, block_ns: float) -> None:
         w.writeheader()
         w.writerows(out)
     print("### Model vs measured drops (bench/plan.py part 2)\n")
-    print("| rate (gen, pps) | ring | stall ms | model: packets/block | model: absorbs | "
+    print("| rate (gen, pps) | ring | stall ms (asked, real) | model: packets/block | model: absorbs | "
           "model: lost | measured: lost | measured: packets/block |")
     print("|---|---|---|---|---|---|---|---|")
     for r in out:
-        print(f"| {r['gen_pps']:.0f} | {r['count']} x {r['block']} | {r['stall_ms']} | "
+        print(f"| {r['gen_pps']:.0f} | {r['count']} x {r['block']} | {r['stall_ms']}, "
+              f"{r['stalled_ms']:.1f} | "
               f"{r['fill']:.0f} | {r['absorbs']:.0f} | {r['predicted']} | {r['dropped']} | "
               f"{r['received'] / max(1, r['blocks']):.0f} |")
 

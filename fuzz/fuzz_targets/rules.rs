@@ -1,7 +1,7 @@
-//! Arbitrary bytes as a rule file and a frame. Parsing never panics; a parsed rule prints and
-//! parses back to itself; on the frame, the tuple-space matcher picks the first rule a linear
-//! scan matches; the compiled socket filter passes every frame the rules match, and, when it
-//! is exact, only those.
+//! Arbitrary bytes as a rule file and a frame (Ethernet, raw IP, SLL or SLL2). Parsing never
+//! panics; a parsed rule prints and parses back to itself; on the frame, the tuple-space
+//! matcher picks the first rule a linear scan matches; on Ethernet, the compiled socket filter
+//! passes every frame the rules match, and, when it is exact, only those.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -12,10 +12,23 @@ use tapflow_wire::rule_match::Matcher;
 use tapflow_wire::rules::{self, Rule, Tuple};
 
 fuzz_target!(|data: &[u8]| {
-    // The text is everything up to the first NUL, the frame what follows it.
-    let (text, frame) = match data.iter().position(|&b| b == 0) {
+    // The text is everything up to the first NUL; the byte after it picks the link type, the
+    // frame is what follows.
+    let (text, rest) = match data.iter().position(|&b| b == 0) {
         Some(i) => (&data[..i], &data[i + 1..]),
         None => (data, &[][..]),
+    };
+    let (linktype, frame) = match rest.split_first() {
+        Some((&b, f)) => (
+            match b % 4 {
+                0 => LinkType::Ethernet,
+                1 => LinkType::Raw,
+                2 => LinkType::LinuxSll,
+                _ => LinkType::LinuxSll2,
+            },
+            f,
+        ),
+        None => (LinkType::Ethernet, rest),
     };
     let Ok(text) = std::str::from_utf8(text) else {
         return;
@@ -30,8 +43,8 @@ fuzz_target!(|data: &[u8]| {
         let again = Rule::parse(&r.to_string()).expect("a printed rule parses");
         assert_eq!(&again, r);
     }
-    let tuple = Tuple::of_frame(LinkType::Ethernet, frame);
-    let version = Tuple::ip_version(LinkType::Ethernet, frame).map(|(_, v6)| v6);
+    let tuple = Tuple::of_frame(linktype, frame);
+    let version = Tuple::ip_version(linktype, frame).map(|(_, v6)| v6);
     // The rules' meaning: the first that matches the tuple; for an IP frame too short for
     // its addresses, the first that tests nothing but the IP version.
     let linear = match &tuple {
@@ -48,6 +61,10 @@ fuzz_target!(|data: &[u8]| {
         None => version.and_then(|v6| matcher.classify_short(v6)),
     };
     assert_eq!(classified, linear);
+    // The socket filter is written for Ethernet, the link type of live captures.
+    if linktype != LinkType::Ethernet {
+        return;
+    }
     // A frame that holds every byte a rule's program may load (the longest IPv4 header and
     // the ports after it), or one that is not IP: the kernel program agrees. A shorter IP
     // frame may be refused at the first load past its end, as by libpcap's own programs,

@@ -19,6 +19,7 @@ struct Burst {
 /// Everything `plan` prints.
 struct Report {
     workers: usize,
+    hold: Duration,
     link_rate: f64,
     work: Workload,
     plan: Plan,
@@ -112,7 +113,12 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
             "--block-size {b} cannot hold one {record}-byte ring slot"
         )));
     }
-    let p = work.plan(hold, a.memory);
+    let p = work.plan(hold, a.memory).ok_or_else(|| {
+        bad(format!(
+            "--memory {} cannot hold one block with a {record}-byte ring slot",
+            a.memory.unwrap_or_default()
+        ))
+    })?;
     let mut chosen = p.geometry;
     if let Some(b) = a.block_size {
         chosen.block_size = b;
@@ -124,6 +130,7 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
     let behaviour = work.behaviour(&chosen);
     let report = Report {
         workers: a.threads,
+        hold,
         link_rate,
         work,
         plan: p,
@@ -207,7 +214,7 @@ fn text(r: &Report, a: &PlanArgs) -> String {
     );
     let _ = writeln!(
         s,
-        "  consumer       {:.0} ns per packet + {:.0} ns per block; {:.0} ns between packets",
+        "  consumer       {:.0} ns per packet + {:.0} ns per block; {:.1} ns between packets",
         w.packet_ns,
         w.block_ns,
         1e9 / w.rate
@@ -221,21 +228,39 @@ fn text(r: &Report, a: &PlanArgs) -> String {
                 f
             );
         }
-        _ => {
-            let need = (w.rate * w.packet_ns * 1e-9).ceil() as usize * r.workers;
+        (Some(f), None) => {
+            // The timer closes a block after p·α packets: a longer timeout lets blocks grow.
             let _ = writeln!(
                 s,
-                "  block size     none keeps up: {:.0} ns per packet is more than the time between packets; use --threads {} or more",
+                "  block size     none keeps up within the {} ms retire timeout: blocks must carry more than {:.1} packets, and the timer closes them after {:.0}; give --retire-ms {} or more",
+                g.retire_ms,
+                f,
+                w.rate * f64::from(g.retire_ms) * 1e-3,
+                (f / w.rate * 1e3).ceil().min(1000.0)
+            );
+        }
+        (None, _) => {
+            // Even free blocks leave β per packet: the link's packets need that many workers.
+            let need = (r.link_rate * w.packet_ns * 1e-9).floor() as u64 + 1;
+            let advice = if need > 64 {
+                "more than 64 workers: more than one machine at this cost".to_string()
+            } else {
+                format!("use --threads {need} or more")
+            };
+            let _ = writeln!(
+                s,
+                "  block size     none keeps up: {:.0} ns per packet is more than the {:.1} ns between packets; {advice}",
                 w.packet_ns,
-                need.max(r.workers + 1)
+                1e9 / w.rate
             );
         }
     }
     let _ = writeln!(
         s,
-        "                 at most {}: the {} ms retire timer closes larger blocks before they fill",
+        "                 at most {}: it takes a whole {} ms retire period ({:.0} packets); larger blocks carry no more",
         bytes(r.plan.max_block.into()),
-        g.retire_ms
+        g.retire_ms,
+        w.rate * f64::from(g.retire_ms) * 1e-3
     );
     let p = &r.plan.geometry;
     let _ = writeln!(
@@ -276,18 +301,28 @@ fn text(r: &Report, a: &PlanArgs) -> String {
     if b.busy >= 1.0 {
         let _ = writeln!(
             s,
-            "  WARNING        the consumer cannot keep up: it loses {:.0}% of the packets whatever the ring",
+            "  WARNING        the consumer cannot keep up with this ring: it would lose {:.0}% of the packets",
             (1.0 - 1.0 / b.busy) * 100.0
         );
     }
+    let each = if r.workers == 1 { "" } else { "each ring " };
+    if b.holds < r.hold {
+        let _ = writeln!(
+            s,
+            "  WARNING        this ring rides out {} of the {} asked (--hold-ms)",
+            ms(b.holds),
+            ms(r.hold)
+        );
+    }
     if let Some((d, l)) = &r.stall {
-        let _ = writeln!(s, "  stall {:<8} {}", ms(*d), loss_text(l));
+        let _ = writeln!(s, "  stall {:<8} {each}{}", ms(*d), loss_text(l));
     }
     if let Some((bu, l)) = &r.burst {
         let _ = writeln!(
             s,
-            "  burst          {:.0} packets/s for {}: {}",
+            "  burst          {:.0} packets/s ({:.0} per ring) for {}: {each}{}",
             bu.rate,
+            bu.rate / r.workers as f64,
             ms(bu.length),
             loss_text(l)
         );
@@ -356,8 +391,9 @@ fn json(r: &Report) -> String {
     if let Some((bu, l)) = &r.burst {
         let _ = write!(
             s,
-            ",\"burst\":{{\"rate\":{:.0},\"ms\":{:.3},\"loss\":{}}}",
+            ",\"burst\":{{\"rate\":{:.0},\"rate_per_ring\":{:.0},\"ms\":{:.3},\"loss\":{}}}",
             bu.rate,
+            bu.rate / r.workers as f64,
             bu.length.as_secs_f64() * 1e3,
             json_loss(l)
         );

@@ -83,21 +83,25 @@ fn bad_plan_options_give_one_line_errors() {
         ),
         (vec!["plan", "-i", "no-such-if0"], "no-such-if0"),
         (vec!["plan", "--rate", "1M", "--cost-ns=-5"], "--cost-ns"),
+        (vec!["plan", "--rate", "1M", "--memory", "1000"], "--memory"),
     ] {
         let o = run_limited(&mut tapflow(&args), Duration::from_secs(10));
         assert_clean_error(&o, Some(2), &[key], &format!("{args:?}"));
     }
 }
 
-/// The model against the kernel: a capture whose ring holds 75 ms at 50k packets/s loses
-/// nothing in a 10 ms stall, and in a stall of about 400 ms loses what `tapflow plan` predicts
-/// for the stall as it happened (SIGSTOP to SIGCONT), within 20%.
+/// The model against the kernel, with the stall as it happened (SIGSTOP to SIGCONT):
+/// - 8 blocks of 1 MiB at 50k packets/s, which the timer closes with 500 packets each, hold
+///   75 ms: a 10 ms stall loses nothing, one of about 400 ms what `tapflow plan` predicts;
+/// - 16 blocks of 64 KiB at 200k packets/s fill up (454 slots, 400 carried with the timer's
+///   part-full block): a 100 ms stall loses what the slot layout predicts.
+///
+/// Within 20% (bench/plan.py finds −5%…+14% with the stall as asked, about 1% as timed).
 #[test]
 fn a_stalled_capture_loses_what_the_plan_predicts() {
     let p = VethPair::new("pl");
     let dir = tempfile::tempdir().unwrap();
-    let rate = 50_000u64;
-    let ring = [
+    let timer_bound = [
         "--block-size",
         "1M",
         "--block-count",
@@ -105,8 +109,23 @@ fn a_stalled_capture_loses_what_the_plan_predicts() {
         "--retire-ms",
         "10",
     ];
-    for (stall_ms, tolerance) in [(10u64, None), (400, Some(0.2))] {
-        let json = dir.path().join(format!("cap-{stall_ms}.json"));
+    let full = [
+        "--block-size",
+        "64K",
+        "--block-count",
+        "16",
+        "--retire-ms",
+        "10",
+    ];
+    for (n, (rate, ring, stall_ms, tolerance)) in [
+        (50_000u64, timer_bound, 10u64, None),
+        (50_000, timer_bound, 400, Some(0.2)),
+        (200_000, full, 100, Some(0.2)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let json = dir.path().join(format!("cap-{n}.json"));
         let mut args = vec!["capture", "-i", &p.if_b, "-q", "-s", "64"];
         args.extend_from_slice(&ring);
         let js = json.to_string_lossy().into_owned();
@@ -168,7 +187,7 @@ fn a_stalled_capture_loses_what_the_plan_predicts() {
             Some(tol) => {
                 let got = sum.dropped_kernel as f64;
                 eprintln!("stall {stalled:?}: dropped {got}, model {want}");
-                assert!(want > 10_000.0, "model {want}");
+                assert!(want > 5_000.0, "model {want}");
                 assert!(
                     (got - want).abs() <= tol * want,
                     "stall {stalled:?}: dropped {got}, model {want}: {}",

@@ -27,11 +27,11 @@ use std::time::Duration;
 
 /// The consumer's cost per packet in ns, measured by `bench/plan.py` for `tapflow capture`
 /// writing pcapng (docs/benchmarks.md): the default of `tapflow plan --cost-ns`.
-pub const MEASURED_PACKET_NS: f64 = 53.0;
+pub const MEASURED_PACKET_NS: f64 = 60.0;
 
 /// The consumer's cost per block in ns, measured the same way: the default of
 /// `--block-cost-ns`.
-pub const MEASURED_BLOCK_NS: f64 = 2270.0;
+pub const MEASURED_BLOCK_NS: f64 = 2900.0;
 
 /// Bytes of `tpacket_block_desc` at the start of every block (`BLK_PLUS_PRIV(0)`).
 pub const BLOCK_HEADER: u32 = 48;
@@ -83,12 +83,25 @@ pub struct RingGeometry {
 }
 
 impl RingGeometry {
-    /// A geometry whose ring holds at least `hold` of line-rate traffic at `speed_mbps`, whatever
-    /// the frame size, with 1 MiB blocks and the given retire timeout.
+    /// A geometry of 1 MiB blocks whose ring rides out a stall of `hold` of line-rate traffic
+    /// at `speed_mbps`, whatever the frame size (64 to 1518 bytes), with the given retire
+    /// timeout: the model's [`Workload::blocks_for`], at least 4 blocks.
     pub fn for_line_rate(speed_mbps: u32, snaplen: u32, hold: Duration, retire_ms: u32) -> Self {
         let block_size: u32 = 1 << 20;
-        let need = ring_bytes_for(speed_mbps, snaplen, hold);
-        let block_count = need.div_ceil(u64::from(block_size)).max(4) as u32;
+        let retire = Duration::from_millis(u64::from(retire_ms.max(1)));
+        let block_count = (64u32..=1518)
+            .map(|frame| {
+                Workload {
+                    rate: line_rate_pps(f64::from(speed_mbps), frame),
+                    record: ring_record_bytes(kept_bytes(frame, snaplen)),
+                    retire,
+                    packet_ns: MEASURED_PACKET_NS,
+                    block_ns: MEASURED_BLOCK_NS,
+                }
+                .blocks_for(block_size, hold, None)
+            })
+            .max()
+            .unwrap_or(4);
         RingGeometry {
             block_size,
             block_count,
@@ -100,22 +113,6 @@ impl RingGeometry {
     pub fn bytes(&self) -> u64 {
         u64::from(self.block_size) * u64::from(self.block_count)
     }
-}
-
-/// Ring memory needed to hold `hold` of back-to-back frames at `speed_mbps`, for the worst
-/// frame size between 64 and 1518 bytes: each frame costs its preamble and gap on the wire and
-/// its slot in a block (`ring_record_bytes`), and each 1 MiB block its header.
-pub fn ring_bytes_for(speed_mbps: u32, snaplen: u32, hold: Duration) -> u64 {
-    (64u32..=1518)
-        .map(|frame| {
-            let pps = line_rate_pps(f64::from(speed_mbps), frame);
-            let record = ring_record_bytes(kept_bytes(frame, snaplen));
-            let packets = (pps * hold.as_secs_f64()).ceil() as u64;
-            let per_block = packets_per_block(1 << 20, record);
-            packets.div_ceil(per_block) << 20
-        })
-        .max()
-        .unwrap_or(0)
 }
 
 /// What one ring (one fanout member) must carry, and what its consumer costs.
@@ -195,10 +192,15 @@ impl Workload {
         } else {
             Duration::MAX
         };
-        let block_life = if self.rate > 0.0 {
-            (fill / self.rate).min(self.retire.as_secs_f64())
+        // Per retire period, `full` blocks of k packets and one of the rest; a packet waits on
+        // average half of its block's life, and a block lives as long as it takes to fill.
+        let k_f = k.max(1) as f64;
+        let full = (by_timer / k_f).floor();
+        let rest = by_timer - full * k_f;
+        let mean_delay_s = if self.rate > 0.0 {
+            (full * k_f * k_f + rest * rest) / (2.0 * self.rate * by_timer)
         } else {
-            self.retire.as_secs_f64()
+            self.retire.as_secs_f64() / 2.0
         };
         RingBehaviour {
             capacity_per_block: k,
@@ -208,7 +210,7 @@ impl Workload {
             busy: self.rate * service_ns * 1e-9,
             absorbs,
             holds,
-            mean_delay: secs(block_life / 2.0),
+            mean_delay: secs(mean_delay_s),
         }
     }
 
@@ -264,9 +266,10 @@ impl Workload {
 
     /// Bounds on the block size, and the geometry to use: the smallest power-of-two block whose
     /// per-block cost is at most 5% of the per-packet cost (or, if the timer closes blocks
-    /// before that, the largest block it lets fill), with enough blocks to ride out a stall of
-    /// `hold`, and no more than `memory` bytes if given.
-    pub fn plan(&self, hold: Duration, memory: Option<u64>) -> Plan {
+    /// before that, the block that takes a whole retire period), with enough blocks to ride
+    /// out a stall of `hold`. With `memory`, blocks are at most a quarter of it and the ring
+    /// no larger; `None` if not even one block fits.
+    pub fn plan(&self, hold: Duration, memory: Option<u64>) -> Option<Plan> {
         let retire_ms = self.retire.as_millis().clamp(1, u128::from(u32::MAX)) as u32;
         let geometry = |block_size: u32| RingGeometry {
             block_size,
@@ -285,13 +288,14 @@ impl Workload {
         let gap_ns = 1e9 / self.rate.max(f64::MIN_POSITIVE);
         let min_fill = (gap_ns > self.packet_ns).then(|| self.block_ns / (gap_ns - self.packet_ns));
         let min_block = min_fill.and_then(|m| blocks().find(|&b| fill(b) > m));
-        // The timer: past this, a bigger block carries no more packets.
+        // The timer: a block with room for a whole retire period's packets carries them all;
+        // a bigger one carries no more.
         let by_timer = (self.rate * self.retire.as_secs_f64()).max(1.0);
         let max_block = blocks()
-            .take_while(|&b| b <= MAX_CONTIGUOUS_BLOCK)
-            .take_while(|&b| b == smallest || packets_per_block(b, self.record) as f64 <= by_timer)
-            .last()
-            .unwrap_or(smallest);
+            .find(|&b| packets_per_block(b, self.record) as f64 >= by_timer)
+            .unwrap_or(1 << 30)
+            .min(MAX_CONTIGUOUS_BLOCK)
+            .max(smallest);
         let cheap_fill = if self.packet_ns > 0.0 {
             self.block_ns / (0.05 * self.packet_ns)
         } else {
@@ -301,11 +305,17 @@ impl Workload {
             .take_while(|&b| b <= max_block)
             .find(|&b| fill(b) >= cheap_fill)
             .unwrap_or(max_block);
-        let block_size = cheap
-            .max(min_block.unwrap_or(smallest))
-            .min(MAX_CONTIGUOUS_BLOCK.max(smallest));
+        // Keeping up comes first, then the memory cap (a quarter of it: at least 4 blocks).
+        let mut block_size = cheap.max(min_block.unwrap_or(smallest));
+        if let Some(m) = memory {
+            let quarter = u32::try_from(m / 4).unwrap_or(u32::MAX);
+            block_size = blocks()
+                .take_while(|&b| b <= block_size && b <= quarter)
+                .last()
+                .or_else(|| blocks().next().filter(|&b| u64::from(b) <= m))?;
+        }
         let block_count = self.blocks_for(block_size, hold, memory);
-        Plan {
+        Some(Plan {
             min_fill,
             min_block,
             max_block,
@@ -314,7 +324,7 @@ impl Workload {
                 block_count,
                 retire_ms,
             },
-        }
+        })
     }
 }
 
@@ -450,12 +460,13 @@ mod tests {
     #[test]
     fn the_plan_keeps_up_and_holds_the_stall() {
         let w = work(1e6);
-        let p = w.plan(50 * MS, None);
+        let p = w.plan(50 * MS, None).unwrap();
         // 1 µs between packets, 100 ns each: blocks must carry > 5000/900 packets.
         assert!((p.min_fill.unwrap() - 5000.0 / 900.0).abs() < 1e-9);
         assert_eq!(p.min_block, Some(PAGE));
-        // 10 ms at 1 Mpps = 10000 packets; a 2 MiB block holds 14563, 1 MiB 7281.
-        assert_eq!(p.max_block, 1 << 20);
+        // 10 ms at 1 Mpps = 10000 packets; a 2 MiB block holds 14563, 1 MiB 7281: 2 MiB takes
+        // a whole retire period, larger blocks carry no more.
+        assert_eq!(p.max_block, 2 << 20);
         // 5% of 100 ns → blocks of ≥ 1000 packets: 128 KiB holds 909, 256 KiB 1819 (and
         // carries 10000/6 = 1667 a block with the timer's partial block).
         // 50 ms at 1 Mpps: (n − ½)·1667 ≥ 50000 → n = 31.
@@ -465,43 +476,75 @@ mod tests {
         assert!(b.holds >= 50 * MS, "{b:?}");
         assert!(w.stall(&p.geometry, 50 * MS).packets == 0.0);
         assert!(b.busy < 1.0);
-        // A memory cap shortens the ring.
-        let capped = w.plan(50 * MS, Some(1 << 20));
+        // A memory cap shortens the ring, and shrinks the blocks to a quarter of it.
+        let capped = w.plan(50 * MS, Some(1 << 20)).unwrap();
+        assert_eq!(capped.geometry.block_size, 256 << 10);
         assert_eq!(capped.geometry.block_count, 4);
+        let tiny = w.plan(50 * MS, Some(64 << 10)).unwrap();
+        assert_eq!(tiny.geometry.bytes(), 64 << 10);
+        assert!(w.plan(50 * MS, Some(1000)).is_none());
         // A consumer slower than the packets: no block is enough.
         let hopeless = Workload {
             packet_ns: 2000.0,
             ..w
         }
-        .plan(50 * MS, None);
+        .plan(50 * MS, None)
+        .unwrap();
         assert_eq!((hopeless.min_fill, hopeless.min_block), (None, None));
         // A slow link: the timer bounds the block to a page.
-        let slow = work(1000.0).plan(50 * MS, None);
+        let slow = work(1000.0).plan(50 * MS, None).unwrap();
         assert_eq!(slow.max_block, PAGE);
         assert_eq!(slow.geometry.block_size, PAGE);
         assert!(work(1000.0).behaviour(&slow.geometry).holds >= 50 * MS);
         // Jumbo frames kept whole: a slot of 9096 bytes needs a 16 KiB block at least (4 KiB
-        // and 8 KiB hold none); 64 KiB holds 7 of the 10 packets of one timeout, 128 KiB 14.
+        // and 8 KiB hold none); 64 KiB holds 7 of the 10 packets of one timeout, 128 KiB all.
         let jumbo = Workload {
             record: ring_record_bytes(9014),
             ..work(1000.0)
         }
-        .plan(50 * MS, None);
+        .plan(50 * MS, None)
+        .unwrap();
         assert_eq!(ring_record_bytes(9014), 9096);
         assert_eq!(jumbo.min_block, Some(16 << 10));
         assert_eq!(
             (jumbo.max_block, jumbo.geometry.block_size),
-            (64 << 10, 64 << 10)
+            (128 << 10, 128 << 10)
         );
     }
 
     #[test]
-    fn default_ring_holds_50ms_of_10g_small_frames() {
-        let g = RingGeometry::for_line_rate(10_000, 128, Duration::from_millis(50), 10);
-        // 64-byte frames are the worst case: 14.88 Mpps × 50 ms × (82 + 60 → 144 B).
-        let worst = 14_880_952u64 * 5 / 100 * 144;
-        assert!(g.bytes() >= worst, "{} < {worst}", g.bytes());
-        assert!(g.bytes() < worst * 2);
-        assert_eq!(g.block_size % 4096, 0);
+    fn default_ring_holds_50ms_at_line_rate() {
+        let hold = Duration::from_millis(50);
+        for speed in [1_000, 10_000, 25_000] {
+            let g = RingGeometry::for_line_rate(speed, 128, hold, 10);
+            assert_eq!(g.block_size, 1 << 20);
+            for frame in [64, 65, 128, 300, 1518] {
+                let w = Workload {
+                    rate: line_rate_pps(f64::from(speed), frame),
+                    record: ring_record_bytes(kept_bytes(frame, 128)),
+                    ..work(0.0)
+                };
+                let b = w.behaviour(&g);
+                assert!(b.holds >= hold, "{speed} Mbit/s, {frame} B: {b:?}");
+            }
+        }
+        // At 1 GbE the timer closes blocks part full (14881 packets per 10 ms in 3 blocks of
+        // 7281): 16 blocks, not the 11 that full blocks would need.
+        let g = RingGeometry::for_line_rate(1_000, 128, hold, 10);
+        assert_eq!(g.block_count, 16);
+    }
+
+    /// The mean wait of a packet for its block, weighted by packet: at 100k pps, 1000 packets
+    /// per 10 ms fill a 128 KiB block (909) and 91 in the next, closed by the timer.
+    #[test]
+    fn the_mean_delay_weights_each_packet() {
+        let b = work(100_000.0).behaviour(&ring(128 << 10, 8));
+        let want = (909.0 * 909.0 + 91.0 * 91.0) / (2.0 * 1e5 * 1000.0);
+        assert!(near(b.mean_delay, Duration::from_secs_f64(want)), "{b:?}");
+        // Timer-bound: half the retire timeout.
+        assert!(near(
+            work(1000.0).behaviour(&ring(1 << 20, 8)).mean_delay,
+            5 * MS
+        ));
     }
 }

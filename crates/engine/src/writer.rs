@@ -246,7 +246,9 @@ impl FileSink {
         let t = self.last_totals;
         let now = now_ns();
         // The capture's counters (the socket's, or the file's) are one set: they describe the
-        // interface only when there is one. Each interface gets what was written for it.
+        // interface only when there is one. Each interface gets what was written for it. (A
+        // file input may announce a second interface later: ISBs written before then carried
+        // the counters for interface 0, those after do not.)
         let one = self.interfaces.len() == 1;
         for (id, &delivered) in self.delivered.iter().enumerate() {
             let s = InterfaceStatistics {

@@ -945,7 +945,9 @@ impl Drop for Netns {
 }
 
 /// Waits until `g`'s process has a UDP socket (IPv4 or IPv6) bound to `port`, in whatever
-/// namespace it runs (`/proc/PID/net` is the process's own).
+/// namespace it runs (`/proc/PID/net` is the process's own). A process started by `ip netns
+/// exec` still shows the host's table until it has entered the namespace and exec'd, so the
+/// table is read only once the process is no longer `ip`.
 pub fn wait_udp_bound(g: &mut ChildGuard, port: u16) {
     let start = Instant::now();
     let want = format!(":{port:04X} ");
@@ -954,17 +956,19 @@ pub fn wait_udp_bound(g: &mut ChildGuard, port: u16) {
             let (_, err) = g.wait_output(Duration::from_secs(1));
             panic!("{} exited early ({st}): {err}", g.what);
         }
-        let bound = ["udp", "udp6"].iter().any(|t| {
-            std::fs::read_to_string(format!("/proc/{}/net/{t}", g.pid()))
-                .unwrap_or_default()
-                .lines()
-                .skip(1)
-                .any(|l| {
-                    l.split_whitespace()
-                        .nth(1)
-                        .is_some_and(|local| format!("{local} ").ends_with(&want))
-                })
-        });
+        let comm = std::fs::read_to_string(format!("/proc/{}/comm", g.pid())).unwrap_or_default();
+        let bound = comm.trim() != "ip"
+            && ["udp", "udp6"].iter().any(|t| {
+                std::fs::read_to_string(format!("/proc/{}/net/{t}", g.pid()))
+                    .unwrap_or_default()
+                    .lines()
+                    .skip(1)
+                    .any(|l| {
+                        l.split_whitespace()
+                            .nth(1)
+                            .is_some_and(|local| format!("{local} ").ends_with(&want))
+                    })
+            });
         if bound {
             return;
         }
