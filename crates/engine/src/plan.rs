@@ -54,7 +54,9 @@ pub fn ring_record_bytes(caplen: u32) -> u32 {
 }
 
 /// Packets of `record` ring bytes that fit in a block of `block_size` bytes: the kernel places a
-/// packet only while `offset + len < end`.
+/// packet only while `offset + len < end`. (In a block too small for one slot the kernel still
+/// puts one packet, cut to `block_size − 48` bytes; the model counts such a block as holding
+/// none, and `plan` refuses it.)
 pub fn packets_per_block(block_size: u32, record: u32) -> u64 {
     u64::from(block_size.saturating_sub(BLOCK_HEADER + 1) / record.max(1))
 }
