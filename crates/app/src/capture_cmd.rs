@@ -19,14 +19,13 @@ use tapflow_engine::writer::{Format, WriterConfig};
 use tapflow_wire::rules::{Rule, parse_rules};
 use tapflow_wire::{datagram, record};
 
-use crate::cli::{BalanceArg, CaptureArgs, FlowArgs, FormatArg};
+use crate::cli::{BalanceArg, CaptureArgs, FlowArgs, FormatArg, MAX_SNAPLEN};
 use crate::report::{
     StatusLine, capture_json, finish, flow_lines, forward_line, rules_line, summary_line,
 };
+use crate::size;
 use crate::{Failure, in_range};
 
-/// Largest snaplen accepted, as libpcap's `MAXIMUM_SNAPLEN`.
-const MAX_SNAPLEN: u32 = 262_144;
 /// Ring memory the defaults aim to hold, per worker.
 const HOLD: Duration = Duration::from_millis(50);
 /// Idle timeouts (s) per class: TCP, UDP, ICMP, other, closed TCP (Zeek's inactivity
@@ -137,16 +136,11 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
             let speed = tapflow_sys::iface::speed_mbps(ifname).unwrap_or(10_000);
             let mut ring = RingGeometry::for_line_rate(speed, a.snaplen, HOLD, a.retire_ms);
             if let Some(bs) = a.block_size {
-                let page = 4096;
-                if bs < page || !bs.is_power_of_two() || bs > 1 << 30 {
-                    return Err(bad(format!(
-                        "--block-size {bs} must be a power of two from 4K to 1G"
-                    )));
-                }
+                let bs = size::block_size(bs).map_err(bad)?;
                 // Keep the ring's total size unless the block count is given too.
                 let total = ring.bytes();
-                ring.block_size = bs as u32;
-                ring.block_count = total.div_ceil(bs).max(1) as u32;
+                ring.block_size = bs;
+                ring.block_count = total.div_ceil(u64::from(bs)).max(1) as u32;
             }
             if let Some(n) = a.block_count {
                 in_range("--block-count", n, 1, 1 << 20)?;

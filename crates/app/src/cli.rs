@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::size::parse_size;
+use crate::size::{parse_rate, parse_size};
 
 fn parse_u32_size(s: &str) -> Result<u32, String> {
     u32::try_from(parse_size(s)?).map_err(|_| format!("'{s}' is too large"))
@@ -13,6 +13,9 @@ fn parse_u32_size(s: &str) -> Result<u32, String> {
 fn parse_usize_size(s: &str) -> Result<usize, String> {
     usize::try_from(parse_size(s)?).map_err(|_| format!("'{s}' is too large"))
 }
+
+/// Largest snaplen accepted, as libpcap's `MAXIMUM_SNAPLEN`.
+pub const MAX_SNAPLEN: u32 = 262_144;
 
 /// tapflow: line-rate passive network monitor.
 #[derive(Debug, Parser)]
@@ -417,7 +420,7 @@ pub struct PlanArgs {
     #[arg(long, default_value_t = 64, value_name = "BYTES")]
     pub frame_size: u32,
     /// Bytes kept of each packet, as for capture.
-    #[arg(short = 's', long, default_value_t = 128)]
+    #[arg(short = 's', long, default_value = "128", value_parser = parse_u32_size)]
     pub snaplen: u32,
     /// Fanout members sharing the rate.
     #[arg(long, default_value_t = 1)]
@@ -439,8 +442,8 @@ pub struct PlanArgs {
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub memory: Option<u64>,
     /// Judge this block size instead of recommending one.
-    #[arg(long, value_parser = parse_u32_size, value_name = "SIZE")]
-    pub block_size: Option<u32>,
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub block_size: Option<u64>,
     /// Judge this many blocks instead of recommending a count.
     #[arg(long, value_name = "N")]
     pub block_count: Option<u32>,
@@ -453,21 +456,4 @@ pub struct PlanArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
-}
-
-/// A packet rate: a number with an optional SI suffix (`200k`, `1.488M`, `2G`).
-pub fn parse_rate(s: &str) -> Result<f64, String> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 1e3),
-        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1e6),
-        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1e9),
-        _ => (t, 1.0),
-    };
-    match num.parse::<f64>() {
-        Ok(n) if n.is_finite() && n > 0.0 && n * mult <= 1e10 => Ok(n * mult),
-        _ => Err(format!(
-            "'{s}' is not a packet rate (like 200000, 200k, 1.488M; at most 10G)"
-        )),
-    }
 }

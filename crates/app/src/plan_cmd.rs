@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tapflow_engine::plan::{self, Loss, Plan, RingBehaviour, RingGeometry, Workload};
 
-use crate::cli::{PlanArgs, parse_rate};
+use crate::cli::{MAX_SNAPLEN, PlanArgs};
+use crate::size::{self, format_size, parse_rate};
 use crate::{Failure, in_range};
 
 /// What the burst option asks: a rate and a length.
@@ -35,7 +36,7 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
     in_range("--threads", a.threads, 1, 64)?;
     in_range("--retire-ms", a.retire_ms, 1, 1000)?;
     in_range("--frame-size", a.frame_size, 64, 9018)?;
-    in_range("-s", a.snaplen, 1, 262_144)?;
+    in_range("-s", a.snaplen, 1, MAX_SNAPLEN)?;
     let cost = |v: Option<f64>, name: &str, default: f64| match v {
         None => Ok(default),
         Some(x) if (0.0..1e9).contains(&x) => Ok(x),
@@ -91,13 +92,11 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
     if let Some(n) = a.block_count {
         in_range("--block-count", n, 1, 1 << 20)?;
     }
-    if let Some(b) = a.block_size
-        && (b < plan::PAGE || !b.is_power_of_two() || b > 1 << 30)
-    {
-        return Err(bad(format!(
-            "--block-size {b} must be a power of two from 4K to 1G"
-        )));
-    }
+    let block_size = a
+        .block_size
+        .map(size::block_size)
+        .transpose()
+        .map_err(bad)?;
     let record = plan::ring_record_bytes(plan::kept_bytes(a.frame_size, a.snaplen));
     let work = Workload {
         rate: link_rate / a.threads as f64,
@@ -106,7 +105,7 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
         packet_ns,
         block_ns,
     };
-    if let Some(b) = a.block_size
+    if let Some(b) = block_size
         && plan::packets_per_block(b, record) == 0
     {
         return Err(bad(format!(
@@ -120,7 +119,7 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
         ))
     })?;
     let mut chosen = p.geometry;
-    if let Some(b) = a.block_size {
+    if let Some(b) = block_size {
         chosen.block_size = b;
         chosen.block_count = work.blocks_for(b, hold, a.memory);
     }
@@ -151,23 +150,6 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
         }
     );
     Ok(ExitCode::SUCCESS)
-}
-
-fn bytes(n: u64) -> String {
-    let unit = |shift: u32, suffix: &str| {
-        let v = n as f64 / f64::from(1u32 << shift);
-        if n.is_multiple_of(1 << shift) {
-            format!("{v:.0}{suffix}")
-        } else {
-            format!("{v:.1}{suffix}")
-        }
-    };
-    match n {
-        n if n >= 1 << 30 => unit(30, "G"),
-        n if n >= 1 << 20 => unit(20, "M"),
-        n if n >= 1 << 10 => unit(10, "K"),
-        n => n.to_string(),
-    }
 }
 
 fn ms(d: Duration) -> String {
@@ -224,7 +206,7 @@ fn text(r: &Report, a: &PlanArgs) -> String {
             let _ = writeln!(
                 s,
                 "  block size     at least {} to keep up (blocks of more than {:.1} packets)",
-                bytes(blk.into()),
+                format_size(blk.into()),
                 f
             );
         }
@@ -258,7 +240,7 @@ fn text(r: &Report, a: &PlanArgs) -> String {
     let _ = writeln!(
         s,
         "                 at most {}: it takes a whole {} ms retire period ({:.0} packets); larger blocks carry no more",
-        bytes(r.plan.max_block.into()),
+        format_size(r.plan.max_block.into()),
         g.retire_ms,
         w.rate * f64::from(g.retire_ms) * 1e-3
     );
@@ -266,9 +248,9 @@ fn text(r: &Report, a: &PlanArgs) -> String {
     let _ = writeln!(
         s,
         "  recommended    --block-size {} --block-count {} ({} per ring)",
-        bytes(p.block_size.into()),
+        format_size(p.block_size.into()),
         p.block_count,
-        bytes(p.bytes())
+        format_size(p.bytes())
     );
     let judged = if *g == *p {
         "this ring"
@@ -279,8 +261,8 @@ fn text(r: &Report, a: &PlanArgs) -> String {
         s,
         "  {judged:<14} {} x {} = {}: {:.0} packets per block of {} slots{}, {:.0} ns per packet, {:.0}% busy",
         g.block_count,
-        bytes(g.block_size.into()),
-        bytes(g.bytes()),
+        format_size(g.block_size.into()),
+        format_size(g.bytes()),
         b.fill,
         b.capacity_per_block,
         if b.timer_bound {
