@@ -217,7 +217,7 @@ fn text(r: &Report, a: &PlanArgs) -> String {
                 "  block size     none keeps up within the {} ms retire timeout: blocks must carry more than {:.1} packets, and the timer closes them after {:.0}; give --retire-ms {} or more",
                 g.retire_ms,
                 f,
-                w.rate * f64::from(g.retire_ms) * 1e-3,
+                w.per_retire(),
                 (f / w.rate * 1e3).ceil().min(1000.0)
             );
         }
@@ -242,7 +242,7 @@ fn text(r: &Report, a: &PlanArgs) -> String {
         "                 at most {}: it takes a whole {} ms retire period ({:.0} packets); larger blocks carry no more",
         format_size(r.plan.max_block.into()),
         g.retire_ms,
-        w.rate * f64::from(g.retire_ms) * 1e-3
+        w.per_retire()
     );
     let p = &r.plan.geometry;
     let _ = writeln!(

@@ -174,19 +174,32 @@ pub struct Plan {
     pub min_fill: Option<f64>,
     /// The smallest power-of-two block that keeps up; `None` as for `min_fill`.
     pub min_block: Option<u32>,
-    /// The largest power-of-two block the retire timer lets fill at this rate (larger blocks
-    /// are closed part empty), at most [`MAX_CONTIGUOUS_BLOCK`].
+    /// The smallest power-of-two block with room for a whole retire period's packets (larger
+    /// blocks carry no more), at most [`MAX_CONTIGUOUS_BLOCK`].
     pub max_block: u32,
     /// The recommended geometry.
     pub geometry: RingGeometry,
 }
 
 impl Workload {
+    /// Packets that arrive in one retire period (`p·α`, at least 1).
+    pub fn per_retire(&self) -> f64 {
+        (self.rate * self.retire.as_secs_f64()).max(1.0)
+    }
+
+    /// Packets a block of `block_size` bytes carries on average (`k_eff`): the `p·α` packets of
+    /// a retire period fill `⌈p·α / k⌉` blocks.
+    pub fn fill(&self, block_size: u32) -> f64 {
+        let k = packets_per_block(block_size, self.record).max(1) as f64;
+        let by_timer = self.per_retire();
+        (by_timer / (by_timer / k).ceil()).max(1.0)
+    }
+
     /// How a ring of geometry `g` behaves under this workload.
     pub fn behaviour(&self, g: &RingGeometry) -> RingBehaviour {
         let k = packets_per_block(g.block_size, self.record);
-        let by_timer = (self.rate * self.retire.as_secs_f64()).max(1.0);
-        let fill = (by_timer / (by_timer / k.max(1) as f64).ceil()).max(1.0);
+        let by_timer = self.per_retire();
+        let fill = self.fill(g.block_size);
         let service_ns = self.packet_ns + self.block_ns / fill;
         let absorbs = (f64::from(g.block_count) - 0.5).max(0.0) * fill;
         let holds = if self.rate > 0.0 {
@@ -238,15 +251,8 @@ impl Workload {
     /// Blocks of `block_size` bytes needed to ride out a stall of `hold` (at least 4), but no
     /// more than `memory` bytes of them if given (at least 1).
     pub fn blocks_for(&self, block_size: u32, hold: Duration, memory: Option<u64>) -> u32 {
-        let fill = self
-            .behaviour(&RingGeometry {
-                block_size,
-                block_count: 1,
-                retire_ms: 1,
-            })
-            .fill;
         let absorb = self.rate * hold.as_secs_f64();
-        let mut n = ((absorb / fill) + 0.5)
+        let mut n = ((absorb / self.fill(block_size)) + 0.5)
             .ceil()
             .clamp(4.0, f64::from(1u32 << 20)) as u64;
         if let Some(m) = memory {
@@ -273,12 +279,7 @@ impl Workload {
     /// no larger; `None` if not even one block fits.
     pub fn plan(&self, hold: Duration, memory: Option<u64>) -> Option<Plan> {
         let retire_ms = self.retire.as_millis().clamp(1, u128::from(u32::MAX)) as u32;
-        let geometry = |block_size: u32| RingGeometry {
-            block_size,
-            block_count: 1,
-            retire_ms,
-        };
-        let fill = |block_size: u32| self.behaviour(&geometry(block_size)).fill;
+        let fill = |block_size: u32| self.fill(block_size);
         // Power-of-two blocks from a page up that hold at least one slot.
         let blocks = || {
             (PAGE.trailing_zeros()..=30)
@@ -292,9 +293,8 @@ impl Workload {
         let min_block = min_fill.and_then(|m| blocks().find(|&b| fill(b) > m));
         // The timer: a block with room for a whole retire period's packets carries them all;
         // a bigger one carries no more.
-        let by_timer = (self.rate * self.retire.as_secs_f64()).max(1.0);
         let max_block = blocks()
-            .find(|&b| packets_per_block(b, self.record) as f64 >= by_timer)
+            .find(|&b| packets_per_block(b, self.record) as f64 >= self.per_retire())
             .unwrap_or(1 << 30)
             .min(MAX_CONTIGUOUS_BLOCK)
             .max(smallest);
