@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tapflow_sys::mmap;
+use tapflow_sys::mmap::ReadAhead;
 use tapflow_wire::Flags;
 use tapflow_wire::capfile::{FileError, FilePacket, Reader};
 use tapflow_wire::record::Direction;
@@ -15,18 +15,12 @@ use crate::source::{InterfaceInfo, Packet, PacketSource, Progress, SourceStats};
 /// Packets delivered per block.
 const BLOCK_PACKETS: usize = 4096;
 
-/// How far ahead of the packet being read the file's bytes are prefetched: about ten packets
-/// of a typical trace, far enough to hide a memory access, near enough to stay in the cache.
-/// The hardware prefetchers stop at page boundaries; this does not.
-const PREFETCH_AHEAD: usize = 2048;
-
 /// Reads packets from a capture file held in memory.
 #[derive(Debug)]
 pub struct FileSource<'a> {
     reader: Reader<'a>,
     bytes: &'a [u8],
-    /// Bytes before this offset have been prefetched.
-    prefetched: usize,
+    ahead: ReadAhead,
     path: PathBuf,
     len: u64,
     interfaces: Vec<InterfaceInfo>,
@@ -47,7 +41,7 @@ impl<'a> FileSource<'a> {
         let mut s = FileSource {
             reader,
             bytes,
-            prefetched: 0,
+            ahead: ReadAhead::from(0),
             path,
             len: bytes.len() as u64,
             interfaces: Vec::new(),
@@ -154,11 +148,8 @@ impl PacketSource for FileSource<'_> {
                 }
             }
             self.read += 1;
-            let ahead = self.reader.offset() as usize + PREFETCH_AHEAD;
-            while self.prefetched < ahead {
-                mmap::prefetch(self.bytes, self.prefetched);
-                self.prefetched += 64;
-            }
+            self.ahead
+                .advance(self.bytes, self.reader.offset() as usize);
             f(&packet(&fp));
         }
         self.position.store(self.reader.offset(), Ordering::Relaxed);

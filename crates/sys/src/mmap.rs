@@ -161,7 +161,7 @@ const MADV_POPULATE_READ: libc::c_int = 22;
 /// Asks the CPU to bring the cache line holding `bytes[at]` into its caches (`PREFETCHT0`): a
 /// hint, with no effect on what the program computes; nothing happens past the end.
 #[inline(always)]
-pub fn prefetch(bytes: &[u8], at: usize) {
+fn prefetch(bytes: &[u8], at: usize) {
     #[cfg(target_arch = "x86_64")]
     if let Some(b) = bytes.get(at) {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
@@ -171,6 +171,36 @@ pub fn prefetch(bytes: &[u8], at: usize) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (bytes, at);
+}
+
+/// Prefetches bytes read front to back a fixed distance ahead of the reader, each cache line
+/// once. The hardware prefetchers stop at page boundaries and start late on lines another CPU
+/// wrote (a ring block); this does neither.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadAhead {
+    /// Bytes before this offset have been prefetched.
+    done: usize,
+}
+
+impl ReadAhead {
+    /// How far ahead: about ten packets of a typical trace, far enough to hide a memory access,
+    /// near enough to stay in the cache (1 KiB to 8 KiB measured alike).
+    pub const DISTANCE: usize = 2048;
+
+    /// A read-ahead for bytes read from offset `from` on.
+    pub fn from(from: usize) -> ReadAhead {
+        ReadAhead { done: from }
+    }
+
+    /// The reader is at `at` in `bytes`: prefetch what lies within [`Self::DISTANCE`] of it.
+    #[inline(always)]
+    pub fn advance(&mut self, bytes: &[u8], at: usize) {
+        let end = at.saturating_add(Self::DISTANCE).min(bytes.len());
+        while self.done < end {
+            prefetch(bytes, self.done);
+            self.done += 64;
+        }
+    }
 }
 
 #[cfg(test)]

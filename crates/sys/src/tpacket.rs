@@ -11,6 +11,8 @@ use std::mem::{offset_of, size_of};
 
 use libc::{sockaddr_ll, tpacket_block_desc, tpacket_hdr_v1, tpacket_hdr_variant1, tpacket3_hdr};
 
+use crate::mmap::ReadAhead;
+
 // struct tpacket_block_desc { version, offset_to_priv, hdr: union { struct tpacket_hdr_v1 bh1 } }
 const BD_HDR: usize = offset_of!(tpacket_block_desc, hdr);
 pub(crate) const BD_STATUS: usize = BD_HDR + offset_of!(tpacket_hdr_v1, block_status);
@@ -109,14 +111,10 @@ pub struct Packets<'a> {
     block: &'a [u8],
     offset: usize,
     remaining: u32,
-    /// Bytes of the block before this offset have been prefetched.
-    prefetched: usize,
+    /// The kernel wrote the block on another CPU (for veth, the sender's): its lines are
+    /// fetched ahead of the walk.
+    ahead: ReadAhead,
 }
-
-/// How far ahead of the packet being read a block's bytes are prefetched. The kernel wrote them
-/// on another CPU (for veth, the sender's): each line is a transfer between caches, which the
-/// hardware prefetchers do not start early enough.
-const PREFETCH_AHEAD: usize = 2048;
 
 impl<'a> Packets<'a> {
     /// Walks a whole TPACKET_V3 block given as bytes (from the ring, or a saved block).
@@ -125,7 +123,7 @@ impl<'a> Packets<'a> {
             block,
             offset: 0,
             remaining: 0,
-            prefetched: 0,
+            ahead: ReadAhead::from(0),
         };
         let (Some(num), Some(first), Some(blk_len)) = (
             u32_at(block, BD_NUM_PKTS),
@@ -144,7 +142,7 @@ impl<'a> Packets<'a> {
                 block: &block[..used],
                 offset: first,
                 remaining: num,
-                prefetched: first,
+                ahead: ReadAhead::from(first),
             },
             _ => empty,
         }
@@ -181,11 +179,7 @@ impl<'a> Iterator for Packets<'a> {
         if self.remaining == 0 {
             return None;
         }
-        let ahead = (self.offset + PREFETCH_AHEAD).min(self.block.len());
-        while self.prefetched < ahead {
-            crate::mmap::prefetch(self.block, self.prefetched);
-            self.prefetched += 64;
-        }
+        self.ahead.advance(self.block, self.offset);
         let Some((packet, next)) = self.parse() else {
             self.remaining = 0;
             return None;
