@@ -56,11 +56,7 @@ fuzz_target!(|data: &[u8]| {
         }),
     };
     let matcher = Matcher::new(rules.clone());
-    let classified = match &tuple {
-        Some(t) => matcher.classify(t),
-        None => version.and_then(|v6| matcher.classify_short(v6)),
-    };
-    assert_eq!(classified, linear);
+    assert_eq!(matcher.classify_frame(linktype, frame), linear);
     // The socket filter is written for Ethernet, the link type of live captures.
     if linktype != LinkType::Ethernet {
         return;

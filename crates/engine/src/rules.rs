@@ -20,7 +20,7 @@ use tapflow_wire::LinkType;
 use tapflow_wire::cbpf::{self, Insn};
 use tapflow_wire::rule_bpf::{self, Precision};
 use tapflow_wire::rule_match::Matcher;
-use tapflow_wire::rules::{Rule, Tuple};
+use tapflow_wire::rules::Rule;
 
 use crate::EngineError;
 
@@ -337,14 +337,7 @@ impl RuleReader {
         if !self.table.active {
             return true;
         }
-        let i = match Tuple::of_frame(linktype, frame) {
-            Some(t) => self.table.matcher.classify(&t),
-            // An IP packet too short for its addresses: as in the kernel filter, only a rule
-            // that tests nothing but the IP version matches it.
-            None => Tuple::ip_version(linktype, frame)
-                .and_then(|(_, v6)| self.table.matcher.classify_short(v6)),
-        };
-        let Some(i) = i else {
+        let Some(i) = self.table.matcher.classify_frame(linktype, frame) else {
             return false;
         };
         let c = &self.table.counts[self.worker][i];

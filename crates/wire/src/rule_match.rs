@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use crate::LinkType;
 use crate::rules::{Family, Rule, Tuple};
 
 /// Up to this many rule directions are tried one by one.
@@ -105,6 +106,17 @@ impl Matcher {
             rules,
             shapes,
             whole_family,
+        }
+    }
+
+    /// The index of the first rule matching a frame captured with `linktype`: by its tuple, or,
+    /// for an IP packet too short to hold its addresses, as in the kernel filter, the first
+    /// rule that tests nothing but the IP version.
+    #[inline]
+    pub fn classify_frame(&self, linktype: LinkType, frame: &[u8]) -> Option<usize> {
+        match Tuple::of_frame(linktype, frame) {
+            Some(t) => self.classify(&t),
+            None => Tuple::ip_version(linktype, frame).and_then(|(_, v6)| self.classify_short(v6)),
         }
     }
 

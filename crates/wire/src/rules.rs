@@ -543,9 +543,7 @@ impl Tuple {
         }
         Some(t)
     }
-}
 
-impl Tuple {
     /// Where the IP header of a frame captured with `linktype` starts and whether it is IPv6,
     /// if the link layer says the frame is IP (at its own type field, as the kernel filter
     /// reads it), however little of the IP header was captured.
