@@ -7,7 +7,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
@@ -26,57 +26,23 @@ fn s(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
 
-/// A network namespace with loopback up and IPv6 off (no stray router solicitations on the
-/// capture interface); deleted on drop.
-#[derive(Debug)]
-struct Ns(String);
-
-impl Ns {
-    fn new(tag: &str) -> Ns {
-        require_root();
-        let n = N.fetch_add(1, Ordering::SeqCst);
-        let name = format!("tf-{}-fw{tag}-{n}", std::process::id());
-        ip(&["netns", "add", &name]);
-        let ns = Ns(name);
-        for k in ["all", "default"] {
-            let key = format!("net.ipv6.conf.{k}.disable_ipv6=1");
-            run_ok(Command::new("ip").args(["netns", "exec", &ns.0, "sysctl", "-qw", &key]));
-        }
-        ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
-        ns
-    }
-
-    fn cmd(&self, program: &Path, args: &[&str]) -> Command {
-        VethPair::in_ns(&self.0, program, args)
-    }
-
-    fn tapflow(&self, args: &[&str]) -> Command {
-        self.cmd(&bin(), args)
-    }
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.0])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
+/// A namespace of these tests: `tf-PID-fwTAG-N`, loopback up, IPv6 off.
+fn ns(tag: &str) -> Netns {
+    Netns::new(&format!("fw{tag}")).without_ipv6()
 }
 
 /// Joins `a` and `b` with a veth pair named `ia`/`ib`, addresses optional (with /24).
-fn link(a: &Ns, ia: &str, b: &Ns, ib: &str, addrs: Option<(&str, &str)>) {
+fn link(a: &Netns, ia: &str, b: &Netns, ib: &str, addrs: Option<(&str, &str)>) {
     ip(&[
-        "-n", &a.0, "link", "add", ia, "type", "veth", "peer", "name", ib, "netns", &b.0,
+        "-n", &a.name, "link", "add", ia, "type", "veth", "peer", "name", ib, "netns", &b.name,
     ]);
     for (ns, ifn, addr) in [(a, ia, addrs.map(|x| x.0)), (b, ib, addrs.map(|x| x.1))] {
         let key = format!("net.ipv6.conf.{ifn}.disable_ipv6=1");
-        run_ok(Command::new("ip").args(["netns", "exec", &ns.0, "sysctl", "-qw", &key]));
+        run_ok(Command::new("ip").args(["netns", "exec", &ns.name, "sysctl", "-qw", &key]));
         if let Some(addr) = addr {
             ip(&[
                 "-n",
-                &ns.0,
+                &ns.name,
                 "addr",
                 "add",
                 &format!("{addr}/24"),
@@ -84,12 +50,12 @@ fn link(a: &Ns, ia: &str, b: &Ns, ib: &str, addrs: Option<(&str, &str)>) {
                 ifn,
             ]);
         }
-        ip(&["-n", &ns.0, "link", "set", ifn, "up"]);
+        ip(&["-n", &ns.name, "link", "set", ifn, "up"]);
     }
 }
 
 /// Starts `tapflow recv` in `ns` on `listen`, writing `out`.
-fn start_recv(ns: &Ns, listen: &str, out: &Path, json: &Path, extra: &[&str]) -> ChildGuard {
+fn start_recv(ns: &Netns, listen: &str, out: &Path, json: &Path, extra: &[&str]) -> ChildGuard {
     let (o, j) = (s(out), s(json));
     let mut a = vec![
         "recv",
@@ -194,9 +160,9 @@ fn idents(path: &Path) -> Vec<Rec> {
 
 /// A probe (P) fed by a traffic namespace (T) and two collectors (C1, C2) on their own links.
 struct Topo {
-    t: Ns,
-    p: Ns,
-    c: [Ns; 2],
+    t: Netns,
+    p: Netns,
+    c: [Netns; 2],
     capture_if: String,
     feed_if: String,
 }
@@ -206,9 +172,9 @@ impl Topo {
         let n = N.fetch_add(1, Ordering::SeqCst);
         let pre = format!("f{}{n}", std::process::id() % 100_000);
         let topo = Topo {
-            t: Ns::new("t"),
-            p: Ns::new("p"),
-            c: [Ns::new("c1"), Ns::new("c2")],
+            t: ns("t"),
+            p: ns("p"),
+            c: [ns("c1"), ns("c2")],
             capture_if: format!("{pre}p"),
             feed_if: format!("{pre}t"),
         };
@@ -227,7 +193,7 @@ impl Topo {
             let mac = format!("02:77:00:00:00:{:02x}", k + 1);
             ip(&[
                 "-n",
-                &c.0,
+                &c.name,
                 "link",
                 "set",
                 "dev",
@@ -237,7 +203,7 @@ impl Topo {
             ]);
             ip(&[
                 "-n",
-                &topo.p.0,
+                &topo.p.name,
                 "neigh",
                 "replace",
                 &format!("{net}.2"),
@@ -409,7 +375,7 @@ fn round_robin_alternates_datagrams() {
 #[test]
 fn relay_dropping_every_fifth_datagram_is_reported_exactly() {
     const K: usize = 4000;
-    let ns = Ns::new("r");
+    let ns = ns("r");
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.pcap");
     trace(&input, K, 16);
@@ -419,7 +385,7 @@ fn relay_dropping_every_fifth_datagram_is_reported_exactly() {
     let done = Arc::new(AtomicBool::new(false));
     let (tx, rx) = std::sync::mpsc::channel();
     let relay = {
-        let (name, done) = (ns.0.clone(), Arc::clone(&done));
+        let (name, done) = (ns.name.clone(), Arc::clone(&done));
         std::thread::spawn(move || {
             tapflow_sys::netns::enter(&name).unwrap();
             let inb = tapflow_sys::udp::UdpSocket::bind("127.0.0.1:6001".parse().unwrap()).unwrap();
@@ -512,16 +478,8 @@ fn ipv6_collectors_receive_every_record() {
             dir.path().join(format!("c{c}.pcapng")),
             dir.path().join(format!("c{c}.json")),
         );
-        let mut g = VethPair::spawn(
-            ns.cmd(bin())
-                .args(["recv", "-q", "--allow", "::1/128", "--listen"])
-                .arg(format!("[::1]:{port}"))
-                .arg("-w")
-                .arg(&out)
-                .arg("--summary-json")
-                .arg(&json),
-        );
-        wait_udp_bound(&mut g, port);
+        let listen = format!("[::1]:{port}");
+        let g = start_recv(&ns, &listen, &out, &json, &["--allow", "::1/128"]);
         recvs.push((g, out, json));
     }
     let probe_json = dir.path().join("p.json");
@@ -582,8 +540,8 @@ fn good_datagram(seq: u64, first: u16, count: u16) -> Vec<u8> {
 /// are refused; good datagrams around them are still written.
 #[test]
 fn hostile_datagrams_are_counted_and_the_receiver_keeps_writing() {
-    let ns = Ns::new("h");
-    ip(&["-n", &ns.0, "addr", "add", "10.99.0.1/32", "dev", "lo"]);
+    let ns = ns("h");
+    ip(&["-n", &ns.name, "addr", "add", "10.99.0.1/32", "dev", "lo"]);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("h.pcapng");
     let json = dir.path().join("h.json");
@@ -594,7 +552,7 @@ fn hostile_datagrams_are_counted_and_the_receiver_keeps_writing() {
         &json,
         &["--allow", "127.0.0.0/8"],
     );
-    let name = ns.0.clone();
+    let name = ns.name.clone();
     let (bad, refused) = std::thread::spawn(move || {
         tapflow_sys::netns::enter(&name).unwrap();
         let to: SocketAddr = "127.0.0.1:7000".parse().unwrap();

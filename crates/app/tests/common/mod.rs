@@ -163,6 +163,35 @@ impl ChildGuard {
         }
     }
 
+    /// Polls `ready(pid)` every 20 ms until it holds; fails the test, with the process's stderr,
+    /// if the process exits first, or if `limit` passes (`waiting_for` says for what).
+    pub fn wait_until(
+        &mut self,
+        limit: Duration,
+        waiting_for: &str,
+        mut ready: impl FnMut(i32) -> bool,
+    ) {
+        let start = Instant::now();
+        loop {
+            if let Some(st) = self.try_wait() {
+                let (_, err) = self.wait_output(Duration::from_secs(1));
+                panic!(
+                    "{} exited ({st}) while waiting until it {waiting_for}: {err}",
+                    self.what
+                );
+            }
+            if ready(self.pid()) {
+                return;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "{} has not {waiting_for} after {limit:?}",
+                self.what
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits for the exit and collects stderr (stdout must not be piped).
     pub fn wait_output(&mut self, limit: Duration) -> (ExitStatus, String) {
         let status = self.wait_limited(limit);
@@ -715,25 +744,11 @@ pub fn bound_packet_sockets(pid: i32) -> usize {
 /// Waits until `pid` has `n` bound packet sockets, then a little more for the fanout join and
 /// the filter; fails the test if the process exits or takes too long.
 pub fn wait_capturing(g: &mut ChildGuard, n: usize) {
-    let start = Instant::now();
-    loop {
-        if let Some(s) = g.try_wait() {
-            let mut err = String::new();
-            if let Some(mut e) = g.child.as_mut().unwrap().stderr.take() {
-                let _ = e.read_to_string(&mut err);
-            }
-            panic!("{} exited before capturing ({s}): {err}", g.what);
-        }
-        if bound_packet_sockets(g.pid()) >= n {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "{} has not bound {n} packet sockets after 15 s",
-            g.what
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    g.wait_until(
+        Duration::from_secs(15),
+        &format!("bound {n} packet sockets"),
+        |pid| bound_packet_sockets(pid) >= n,
+    );
     std::thread::sleep(Duration::from_millis(300));
 }
 
@@ -911,6 +926,23 @@ impl Netns {
         ns
     }
 
+    /// The same namespace with IPv6 off, so its links carry no router solicitations or MLD
+    /// reports that would pollute a capture.
+    pub fn without_ipv6(self) -> Netns {
+        for k in ["all", "default"] {
+            let key = format!("net.ipv6.conf.{k}.disable_ipv6=1");
+            run_ok(self.cmd("sysctl").args(["-qw", &key]));
+        }
+        self
+    }
+
+    /// `tapflow ARGS` inside the namespace.
+    pub fn tapflow(&self, args: &[&str]) -> Command {
+        let mut c = self.cmd(bin());
+        c.args(args);
+        c
+    }
+
     /// `PROGRAM` run inside the namespace.
     pub fn cmd(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new("ip");
@@ -949,34 +981,24 @@ impl Drop for Netns {
 /// exec` still shows the host's table until it has entered the namespace and exec'd, so the
 /// table is read only once the process is no longer `ip`.
 pub fn wait_udp_bound(g: &mut ChildGuard, port: u16) {
-    let start = Instant::now();
     let want = format!(":{port:04X} ");
-    loop {
-        if let Some(st) = g.try_wait() {
-            let (_, err) = g.wait_output(Duration::from_secs(1));
-            panic!("{} exited early ({st}): {err}", g.what);
-        }
-        let comm = std::fs::read_to_string(format!("/proc/{}/comm", g.pid())).unwrap_or_default();
-        let bound = comm.trim() != "ip"
-            && ["udp", "udp6"].iter().any(|t| {
-                std::fs::read_to_string(format!("/proc/{}/net/{t}", g.pid()))
-                    .unwrap_or_default()
-                    .lines()
-                    .skip(1)
-                    .any(|l| {
-                        l.split_whitespace()
-                            .nth(1)
-                            .is_some_and(|local| format!("{local} ").ends_with(&want))
-                    })
-            });
-        if bound {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{} did not bind UDP {port}",
-            g.what
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    g.wait_until(
+        Duration::from_secs(10),
+        &format!("bound UDP {port}"),
+        |pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            comm.trim() != "ip"
+                && ["udp", "udp6"].iter().any(|t| {
+                    std::fs::read_to_string(format!("/proc/{pid}/net/{t}"))
+                        .unwrap_or_default()
+                        .lines()
+                        .skip(1)
+                        .any(|l| {
+                            l.split_whitespace()
+                                .nth(1)
+                                .is_some_and(|local| format!("{local} ").ends_with(&want))
+                        })
+                })
+        },
+    );
 }
