@@ -250,7 +250,7 @@ impl FileSink {
         // file input may announce a second interface later: ISBs written before then carried
         // the counters for interface 0, those after do not.)
         let one = self.interfaces.len() == 1;
-        for (id, &delivered) in self.delivered.iter().enumerate() {
+        for (id, &delivered) in (0u32..).zip(&self.delivered) {
             let s = InterfaceStatistics {
                 starttime_ns: Some(self.start_ns),
                 endtime_ns: Some(now),
@@ -260,7 +260,6 @@ impl FileSink {
                 osdrop: one.then_some(t.dropped_kernel + t.dropped_ours),
                 usrdeliv: Some(delivered),
             };
-            let id = id as u32;
             pcapng::write_isb(&mut self.out, id, now, &s);
         }
     }
