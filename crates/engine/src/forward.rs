@@ -241,6 +241,10 @@ impl ForwardSink {
 }
 
 impl RecordSink for ForwardSink {
+    fn wants_ip_sum(&self) -> bool {
+        true
+    }
+
     fn add_interface(&mut self, info: &InterfaceInfo) -> Result<(), EngineError> {
         self.interfaces.push((info.linktype, info.snaplen));
         Ok(())

@@ -14,9 +14,10 @@ use crate::source::InterfaceInfo;
 /// A consumer of header records, owned by one worker.
 pub trait RecordSink: Send + std::fmt::Debug {
     /// Whether this sink reads the control field's whole-IP checksum (`CKSUM_WHOLE`). The
-    /// worker sums the IP packet only if one of its sinks does.
+    /// worker sums the IP packet only if one of its sinks does: only a sink that passes the
+    /// control field on (forwarding) needs it; a file keeps the bytes themselves.
     fn wants_ip_sum(&self) -> bool {
-        true
+        false
     }
 
     /// A new interface; its index is the number of interfaces announced before it.
