@@ -27,6 +27,11 @@ use crate::flow_table::{FlowTable, TableConfig, TableStats};
 use crate::sink::{RecordSink, SinkLive, SinkReport};
 use crate::source::InterfaceInfo;
 
+/// Packets parsed ahead of the one being counted. Counting a packet touches its flow's index
+/// slot and the flow, both usually out of the caches; a packet is counted only `DEPTH` packets
+/// after it was parsed, its slot loading meanwhile, and its flow once halfway.
+const DEPTH: usize = 8;
+
 const FRAGMENT_SLOTS: usize = 4096;
 const FRAGMENT_TTL_NS: u64 = 30_000_000_000;
 
@@ -102,10 +107,23 @@ pub struct FlowSummary {
     pub export: ExportReport,
 }
 
+/// A packet parsed and hashed, waiting to be counted.
+#[derive(Debug, Clone, Copy, Default)]
+struct Pending {
+    fields: FlowFields,
+    interface: u32,
+    hash: u32,
+    ts: u64,
+}
+
 /// One worker's flow meter.
 #[derive(Debug)]
 pub struct FlowMeter {
     table: FlowTable,
+    /// The last [`DEPTH`] packets, not yet counted; packet `n` is at `n % DEPTH`.
+    pending: [Pending; DEPTH],
+    /// Packets parsed since the table last caught up.
+    parsed: usize,
     linktypes: Vec<LinkType>,
     fragments: Box<[FragmentPorts]>,
     out: Batcher,
@@ -120,6 +138,8 @@ impl FlowMeter {
     pub fn new(table: TableConfig, clock: MeterClock, queue: ExportQueue) -> FlowMeter {
         FlowMeter {
             table: FlowTable::new(table),
+            pending: [Pending::default(); DEPTH],
+            parsed: 0,
             linktypes: Vec::new(),
             fragments: vec![FragmentPorts::default(); FRAGMENT_SLOTS].into_boxed_slice(),
             out: Batcher {
@@ -141,6 +161,17 @@ impl FlowMeter {
             table: self.table.stats(),
             ..self.stats
         }
+    }
+
+    /// Counts the packets still pending, oldest first: before the table is swept or read.
+    fn catch_up(&mut self) {
+        let out = &mut self.out;
+        for n in self.parsed.saturating_sub(DEPTH)..self.parsed {
+            let p = &self.pending[n % DEPTH];
+            self.table
+                .update_hashed(&p.fields, p.interface, p.hash, p.ts, &mut |r| out.push(r));
+        }
+        self.parsed = 0;
     }
 
     /// Gives a later fragment the ports of its datagram's first fragment, or remembers the
@@ -219,10 +250,6 @@ fn fragment_tag(f: &FlowFields, ident: u32) -> u64 {
 }
 
 impl RecordSink for FlowMeter {
-    fn wants_ip_sum(&self) -> bool {
-        false
-    }
-
     fn add_interface(&mut self, info: &InterfaceInfo) -> Result<(), EngineError> {
         self.linktypes.push(info.linktype);
         Ok(())
@@ -251,8 +278,27 @@ impl RecordSink for FlowMeter {
             return Ok(());
         };
         self.join_fragment(&mut f, ts);
+        let hash = self.table.hash(&f, interface);
+        self.table.prefetch_slot(hash);
+        let n = self.parsed;
+        if n >= DEPTH / 2 {
+            self.table
+                .prefetch_flow(self.pending[(n - DEPTH / 2) % DEPTH].hash);
+        }
+        let slot = &mut self.pending[n % DEPTH];
         let out = &mut self.out;
-        self.table.update(&f, interface, ts, &mut |r| out.push(r));
+        if n >= DEPTH {
+            let p = &*slot;
+            self.table
+                .update_hashed(&p.fields, p.interface, p.hash, p.ts, &mut |r| out.push(r));
+        }
+        *slot = Pending {
+            fields: f,
+            interface,
+            hash,
+            ts,
+        };
+        self.parsed = n + 1;
         out.result()
     }
 
@@ -272,12 +318,14 @@ impl RecordSink for FlowMeter {
                 self.seen.1 = mono;
             }
         }
+        self.catch_up();
         let out = &mut self.out;
         self.table.expire(out.now, &mut |r| out.push(r));
         out.flush()
     }
 
     fn live(&self) -> SinkLive {
+        // Read once per block, after `end_of_block` counted every pending packet.
         SinkLive {
             flows_active: self.table.len() as u64,
             flows_exported: self.table.stats().ended.iter().sum(),
@@ -286,6 +334,7 @@ impl RecordSink for FlowMeter {
     }
 
     fn close(&mut self, _totals: &Totals) -> Result<SinkReport, EngineError> {
+        self.catch_up();
         let out = &mut self.out;
         self.table.drain(EndReason::ForcedEnd, &mut |r| out.push(r));
         out.flush()?;

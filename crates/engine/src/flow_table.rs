@@ -290,9 +290,14 @@ impl FlowTable {
         self.stats
     }
 
-    /// The symmetric, seeded hash of a packet's key.
+    /// The symmetric, seeded hash of a packet's key, for [`FlowTable::update_hashed`].
     #[inline]
-    fn hash(&self, p: &FlowFields, interface: u16) -> u32 {
+    pub fn hash(&self, p: &FlowFields, interface: u32) -> u32 {
+        self.hash16(p, u16::try_from(interface).unwrap_or(u16::MAX))
+    }
+
+    #[inline]
+    fn hash16(&self, p: &FlowFields, interface: u16) -> u32 {
         let w = |b: &[u8; 16]| {
             let (lo, hi) = b.split_at(8);
             u64::from_le_bytes(lo.try_into().unwrap_or_default())
@@ -320,8 +325,37 @@ impl FlowTable {
         ts: u64,
         out: &mut impl FnMut(FlowRecord),
     ) {
+        self.update_hashed(p, interface, self.hash(p, interface), ts, out);
+    }
+
+    /// Starts loading the index slot a packet with `hash` looks at first: a hint, for a packet
+    /// counted a little later.
+    #[inline]
+    pub fn prefetch_slot(&self, hash: u32) {
+        tapflow_sys::cpu::prefetch(&self.index[hash as usize & self.mask]);
+    }
+
+    /// Starts loading the flow the index slot of `hash` names, once that slot is loaded
+    /// ([`FlowTable::prefetch_slot`]): a hint.
+    #[inline]
+    pub fn prefetch_flow(&self, hash: u32) {
+        let v = self.index[hash as usize & self.mask];
+        if let Some(f) = self.flows.get((v as usize).wrapping_sub(1)) {
+            tapflow_sys::cpu::prefetch(f);
+        }
+    }
+
+    /// [`FlowTable::update`] with the packet's [`FlowTable::hash`] already computed.
+    #[inline]
+    pub fn update_hashed(
+        &mut self,
+        p: &FlowFields,
+        interface: u32,
+        hash: u32,
+        ts: u64,
+        out: &mut impl FnMut(FlowRecord),
+    ) {
         let interface = u16::try_from(interface).unwrap_or(u16::MAX);
-        let hash = self.hash(p, interface);
         let (slot, found) = self.find(hash, p, interface);
         let Some((i, forward)) = found else {
             self.insert(slot, hash, p, interface, ts, out);

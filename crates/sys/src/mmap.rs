@@ -158,21 +158,6 @@ impl MappedFile {
 /// `MADV_POPULATE_READ` (Linux 5.14), not in every libc release.
 const MADV_POPULATE_READ: libc::c_int = 22;
 
-/// Asks the CPU to bring the cache line holding `bytes[at]` into its caches (`PREFETCHT0`): a
-/// hint, with no effect on what the program computes; nothing happens past the end.
-#[inline(always)]
-fn prefetch(bytes: &[u8], at: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(b) = bytes.get(at) {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        // SAFETY: SSE is part of the x86_64 baseline, and a prefetch never faults: it reads
-        // nothing the program sees, and `b` is a valid address besides.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(b).cast()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (bytes, at);
-}
-
 /// Prefetches bytes read front to back a fixed distance ahead of the reader, each cache line
 /// once. The hardware prefetchers stop at page boundaries and start late on lines another CPU
 /// wrote (a ring block); this does neither.
@@ -197,7 +182,9 @@ impl ReadAhead {
     pub fn advance(&mut self, bytes: &[u8], at: usize) {
         let end = at.saturating_add(Self::DISTANCE).min(bytes.len());
         while self.done < end {
-            prefetch(bytes, self.done);
+            if let Some(b) = bytes.get(self.done) {
+                crate::cpu::prefetch(b);
+            }
             self.done += 64;
         }
     }

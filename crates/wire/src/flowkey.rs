@@ -84,7 +84,7 @@ pub struct FlowFields {
 impl FlowFields {
     /// The flow fields of a frame captured with `linktype` that was `wire_len` bytes long, or
     /// `None` if it is not IP or its IP header was not captured whole.
-    #[inline]
+    #[inline(always)]
     pub fn of_frame(linktype: LinkType, frame: &[u8], wire_len: u32) -> Option<FlowFields> {
         let nl = network_layer(linktype, frame)?;
         let ip = frame.get(nl.offset..)?;
