@@ -278,9 +278,7 @@ def main() -> None:
     if load0 > 0.5:
         print(f"# warning: load average {load0:.2f}: something else is running, CPU times may be inflated",
               file=sys.stderr)
-    with open(trace, "rb") as fh:  # warm the page cache
-        while fh.read(1 << 24):
-            pass
+    bl.warm(trace)  # in the page cache as a read from disk leaves it
 
     runs: dict[str, list] = {t: [] for t in tools}
     counts: dict[str, dict] = {}
