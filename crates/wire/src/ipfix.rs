@@ -176,9 +176,11 @@ const fn template(ipv6: bool) -> [FieldSpec; FIELD_COUNT] {
         iana(ie::FLOW_START_MILLISECONDS, 8),
         iana(ie::FLOW_END_MILLISECONDS, 8),
         iana(ie::OCTET_DELTA_COUNT, 8),
-        iana(ie::PACKET_DELTA_COUNT, 8),
+        // Reduced-size encoding (RFC 7011 §6.2): a record never counts more than u32::MAX
+        // packets a direction (the flow table ends it there), so 4 bytes carry every value.
+        iana(ie::PACKET_DELTA_COUNT, 4),
         reverse(ie::OCTET_DELTA_COUNT, 8),
-        reverse(ie::PACKET_DELTA_COUNT, 8),
+        reverse(ie::PACKET_DELTA_COUNT, 4),
         iana(ie::INGRESS_INTERFACE, 4),
         iana(ie::VLAN_ID, 2),
         iana(ie::FLOW_END_REASON, 1),
@@ -680,9 +682,9 @@ fn write_record(w: &mut Put<'_>, r: &FlowRecord) {
     w.u64(millis(fwd_first));
     w.u64(millis(fwd_last));
     w.u64(r.fwd.octets);
-    w.u64(r.fwd.packets);
+    w.u32(u32::try_from(r.fwd.packets).unwrap_or(u32::MAX));
     w.u64(r.rev.octets);
-    w.u64(r.rev.packets);
+    w.u32(u32::try_from(r.rev.packets).unwrap_or(u32::MAX));
     w.u32(r.interface);
     w.u16(r.vlan);
     w.u8(r.end_reason.to_u8());
@@ -809,11 +811,11 @@ pub(crate) mod tests {
 
     #[test]
     fn template_sizes_follow_the_field_list() {
-        assert_eq!(RECORD_LEN_V4, 91);
-        assert_eq!(RECORD_LEN_V6, 115);
+        assert_eq!(RECORD_LEN_V4, 83);
+        assert_eq!(RECORD_LEN_V6, 107);
         // 20 specifiers, 5 of them with a PEN, per template.
         assert_eq!(TEMPLATE_SET_LEN, 4 + 2 * (4 + 20 * 4 + 5 * 4));
-        assert_eq!(MIN_MESSAGE_LEN, 16 + 212 + 4 + 115);
+        assert_eq!(MIN_MESSAGE_LEN, 16 + 212 + 4 + 107);
     }
 
     #[test]
@@ -866,9 +868,9 @@ pub(crate) mod tests {
         want.extend_from_slice(&ms(T0 + 1_000_000));
         want.extend_from_slice(&ms(T0 + 9_000_000));
         want.extend_from_slice(&1500u64.to_be_bytes());
-        want.extend_from_slice(&12u64.to_be_bytes());
+        want.extend_from_slice(&12u32.to_be_bytes()); // packets in 4 bytes (reduced size)
         want.extend_from_slice(&90000u64.to_be_bytes());
-        want.extend_from_slice(&70u64.to_be_bytes());
+        want.extend_from_slice(&70u32.to_be_bytes());
         want.extend_from_slice(&[0, 0, 0, 3, 0, 42, 3, 1]); // interface, vlan, reason, direction
         assert_eq!(&buf[..], &want[..]);
         assert_eq!(

@@ -217,7 +217,9 @@ fn sample() -> Vec<FlowRecord> {
             dport: 80,
             interface: 7,
             fwd: dir(4_000_000, 6_000_000_000, 0x18, 300_000, 0),
-            rev: dir(5_000_000_000, 7_000_000_000_000, 0x10, 299_999, 0),
+            // The most packets a record counts a direction (the flow table ends it there), and
+            // octets past 32 bits.
+            rev: dir(u64::from(u32::MAX), 7_000_000_000_000, 0x10, 299_999, 0),
             end_reason: EndReason::ActiveTimeout,
             ..base
         },
