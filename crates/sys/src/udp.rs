@@ -498,6 +498,15 @@ mod tests {
         assert_eq!(rx.recv_batch(&mut b, false).unwrap(), 0);
     }
 
+    /// A receiver on loopback with room for a burst, and a sender connected to it.
+    fn loopback_pair() -> (UdpSocket, UdpSocket) {
+        let rx = UdpSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        rx.set_read_timeout(Duration::from_millis(500)).unwrap();
+        rx.set_rcvbuf(8 << 20).unwrap();
+        let tx = UdpSocket::connect(rx.local_addr().unwrap()).unwrap();
+        (rx, tx)
+    }
+
     /// Receives `n` datagrams from `rx`, failing after the read timeout.
     fn receive(rx: &UdpSocket, n: usize) -> Vec<Vec<u8>> {
         let mut b = RecvBatch::new();
@@ -516,10 +525,7 @@ mod tests {
 
     #[test]
     fn runs_of_equal_datagrams_arrive_as_the_same_datagrams() {
-        let rx = UdpSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        rx.set_read_timeout(Duration::from_millis(500)).unwrap();
-        rx.set_rcvbuf(8 << 20).unwrap();
-        let tx = UdpSocket::connect(rx.local_addr().unwrap()).unwrap();
+        let (rx, tx) = loopback_pair();
         // Runs longer than a segmented send may carry, runs ended by a shorter datagram,
         // single ones, an empty one, and sizes that grow, each datagram numbered.
         let mut sizes = vec![1472; 150];
@@ -561,10 +567,7 @@ mod tests {
     fn segmented_runs_fall_back_where_the_route_refuses_them() {
         // Without UDP checksums (SO_NO_CHECK) the kernel refuses to cut a packet (EINVAL): the
         // datagrams go one by one instead, and all arrive.
-        let rx = UdpSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        rx.set_read_timeout(Duration::from_millis(500)).unwrap();
-        rx.set_rcvbuf(8 << 20).unwrap();
-        let tx = UdpSocket::connect(rx.local_addr().unwrap()).unwrap();
+        let (rx, tx) = loopback_pair();
         tx.setsockopt_int(libc::SOL_SOCKET, libc::SO_NO_CHECK, 1)
             .unwrap();
         let msgs: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 1200]).collect();
