@@ -163,13 +163,19 @@ impl FlowMeter {
         }
     }
 
+    /// Counts pending packet `n` in the table.
+    #[inline]
+    fn count(&mut self, n: usize) {
+        let p = &self.pending[n % DEPTH];
+        let out = &mut self.out;
+        self.table
+            .update_hashed(&p.fields, p.interface, p.hash, p.ts, &mut |r| out.push(r));
+    }
+
     /// Counts the packets still pending, oldest first: before the table is swept or read.
     fn catch_up(&mut self) {
-        let out = &mut self.out;
         for n in self.parsed.saturating_sub(DEPTH)..self.parsed {
-            let p = &self.pending[n % DEPTH];
-            self.table
-                .update_hashed(&p.fields, p.interface, p.hash, p.ts, &mut |r| out.push(r));
+            self.count(n);
         }
         self.parsed = 0;
     }
@@ -285,21 +291,18 @@ impl RecordSink for FlowMeter {
             self.table
                 .prefetch_flow(self.pending[(n - DEPTH / 2) % DEPTH].hash);
         }
-        let slot = &mut self.pending[n % DEPTH];
-        let out = &mut self.out;
         if n >= DEPTH {
-            let p = &*slot;
-            self.table
-                .update_hashed(&p.fields, p.interface, p.hash, p.ts, &mut |r| out.push(r));
+            // The packet parsed DEPTH ago, in the slot the new one takes.
+            self.count(n);
         }
-        *slot = Pending {
+        self.pending[n % DEPTH] = Pending {
             fields: f,
             interface,
             hash,
             ts,
         };
         self.parsed = n + 1;
-        out.result()
+        self.out.result()
     }
 
     fn end_of_block(

@@ -293,11 +293,8 @@ impl FlowTable {
     /// The symmetric, seeded hash of a packet's key, for [`FlowTable::update_hashed`].
     #[inline]
     pub fn hash(&self, p: &FlowFields, interface: u32) -> u32 {
-        self.hash16(p, u16::try_from(interface).unwrap_or(u16::MAX))
-    }
-
-    #[inline]
-    fn hash16(&self, p: &FlowFields, interface: u16) -> u32 {
+        // The key keeps 16 bits of the interface, and so does its hash.
+        let interface = u16::try_from(interface).unwrap_or(u16::MAX);
         let w = |b: &[u8; 16]| {
             let (lo, hi) = b.split_at(8);
             u64::from_le_bytes(lo.try_into().unwrap_or_default())

@@ -1,6 +1,6 @@
-//! UDP sockets for header forwarding: batched sends (`sendmmsg`) on a connected, non-blocking
-//! socket, batched receives (`recvmmsg`) into one reusable buffer, receive-buffer sizing and the
-//! route's MTU (`IP_MTU`).
+//! UDP sockets for header forwarding and flow export: batched sends (`sendmmsg`, equal
+//! datagrams as segmented runs) on a connected, non-blocking socket, batched receives
+//! (`recvmmsg`) into one reusable buffer, receive-buffer sizing and the route's MTU (`IP_MTU`).
 //!
 //! Plain socket setup (socket, bind, connect, non-blocking, timeouts) goes through
 //! `std::net::UdpSocket`; only the calls std does not offer are made here.
