@@ -82,10 +82,7 @@ impl Entry {
 
     /// Whether it passes every packet of its IP version.
     fn is_whole_family(&self) -> bool {
-        self.proto.is_none()
-            && !self.has_ports()
-            && self.src.is_none_or(|p| p.len == 0)
-            && self.dst.is_none_or(|p| p.len == 0)
+        crate::rules::tests_only_family(self.proto, self.src, self.dst, self.has_ports())
     }
 }
 

@@ -114,9 +114,10 @@ impl Matcher {
     /// rule that tests nothing but the IP version.
     #[inline]
     pub fn classify_frame(&self, linktype: LinkType, frame: &[u8]) -> Option<usize> {
-        match Tuple::of_frame(linktype, frame) {
+        let (ip, v6) = Tuple::ip_version(linktype, frame)?;
+        match frame.get(ip..).and_then(|h| Tuple::of_ip(h, v6)) {
             Some(t) => self.classify(&t),
-            None => Tuple::ip_version(linktype, frame).and_then(|(_, v6)| self.classify_short(v6)),
+            None => self.classify_short(v6),
         }
     }
 

@@ -306,10 +306,7 @@ impl Rule {
     /// Whether it tests nothing but the IP version: no protocol, no ports, no prefix longer
     /// than /0. Such a rule matches every packet of its version, however short.
     pub fn is_whole_family(&self) -> bool {
-        self.proto.is_none()
-            && !self.has_ports()
-            && self.src.is_none_or(|p| p.len == 0)
-            && self.dst.is_none_or(|p| p.len == 0)
+        tests_only_family(self.proto, self.src, self.dst, self.has_ports())
     }
 
     /// The same rule for the reverse direction: addresses and ports swapped.
@@ -479,6 +476,17 @@ pub fn parse_rules(text: &str) -> Result<Vec<Rule>, ParseError> {
     Ok(rules)
 }
 
+/// Whether a rule (or a kernel filter entry) with these fields tests nothing but the IP
+/// version: no protocol, no ports, no prefix longer than /0.
+pub(crate) fn tests_only_family(
+    proto: Option<u8>,
+    src: Option<Prefix>,
+    dst: Option<Prefix>,
+    ports: bool,
+) -> bool {
+    proto.is_none() && !ports && src.is_none_or(|p| p.len == 0) && dst.is_none_or(|p| p.len == 0)
+}
+
 /// What a rule looks at in a packet, read the way the kernel filter reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Tuple {
@@ -503,7 +511,13 @@ impl Tuple {
     #[inline]
     pub fn of_frame(linktype: LinkType, frame: &[u8]) -> Option<Tuple> {
         let (ip, v6) = Tuple::ip_version(linktype, frame)?;
-        let h = frame.get(ip..)?;
+        Tuple::of_ip(frame.get(ip..)?, v6)
+    }
+
+    /// The tuple of the IP packet `h` (IPv6 if `v6`), or `None` if its addresses were not
+    /// captured.
+    #[inline]
+    pub fn of_ip(h: &[u8], v6: bool) -> Option<Tuple> {
         let mut t = Tuple {
             ipv6: v6,
             ..Tuple::default()
