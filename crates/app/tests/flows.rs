@@ -6,9 +6,11 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use common::*;
+use tapflow_wire::ipfix;
 
 /// One CSV flow record, by column name.
 type Row = BTreeMap<String, String>;
@@ -36,23 +38,35 @@ fn num(r: &Row, k: &str) -> u64 {
 
 /// Runs `tapflow flows -r FILE -q --csv CSV EXTRA…`.
 fn run_flows(file: &Path, csv: &Path, extra: &[&str]) -> std::process::Output {
-    let mut args = vec![
-        "flows".to_string(),
-        "-r".into(),
-        file.to_string_lossy().into(),
-        "-q".into(),
-        "--csv".into(),
-        csv.to_string_lossy().into(),
-    ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    run_limited(&mut tapflow(&args), Duration::from_secs(120))
+    run_flows_with(Command::new(bin()), file, csv, extra)
+}
+
+/// [`run_flows`] with `tapflow` as given (here, or in a namespace).
+fn run_flows_with(
+    mut tapflow: Command,
+    file: &Path,
+    csv: &Path,
+    extra: &[&str],
+) -> std::process::Output {
+    tapflow
+        .args(["flows", "-q", "-r"])
+        .arg(file)
+        .arg("--csv")
+        .arg(csv)
+        .args(extra);
+    run_limited(&mut tapflow, Duration::from_secs(120))
 }
 
 /// Runs `tapflow flows -r FILE -q --csv OUT EXTRA…` and returns the records and stderr.
 fn flows_of(file: &Path, extra: &[&str]) -> (Vec<Row>, String) {
+    flows_of_with(Command::new(bin()), file, extra)
+}
+
+/// [`flows_of`] with `tapflow` as given (here, or in a namespace).
+fn flows_of_with(tapflow: Command, file: &Path, extra: &[&str]) -> (Vec<Row>, String) {
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("f.csv");
-    let o = run_flows(file, &csv, extra);
+    let o = run_flows_with(tapflow, file, &csv, extra);
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(o.status.success(), "tapflow flows {extra:?}: {err}");
     (read_csv(&csv), err)
@@ -379,21 +393,7 @@ impl Nfcapd {
 
     /// Runs `tapflow flows -r FILE -q --csv … EXTRA…` in the collector's namespace.
     fn feed(&self, file: &Path, extra: &[&str]) -> (Vec<Row>, String) {
-        let dir = tempfile::tempdir().unwrap();
-        let csv = dir.path().join("f.csv");
-        let o = run_limited(
-            self.ns
-                .cmd(bin())
-                .args(["flows", "-q", "-r"])
-                .arg(file)
-                .arg("--csv")
-                .arg(&csv)
-                .args(extra),
-            Duration::from_secs(120),
-        );
-        let err = String::from_utf8_lossy(&o.stderr).into_owned();
-        assert!(o.status.success(), "tapflow flows {extra:?}: {err}");
-        (read_csv(&csv), err)
+        flows_of_with(self.ns.tapflow(&[]), file, extra)
     }
 
     /// Stops the collector; returns `nfdump -I`'s statistics as (key, value) pairs and the
@@ -515,15 +515,15 @@ fn ipfix_over_tcp_delivers_every_record_in_sequence() {
         let len = usize::from(u16::from_be_bytes([m[2], m[3]]));
         let seq = u32::from_be_bytes([m[8], m[9], m[10], m[11]]);
         assert_eq!(u64::from(seq), records, "sequence of message {messages}");
-        // Sets: template (2) or data (256, 257: 83 / 107 bytes a record).
+        // Sets: template (2) or data (256, 257: IPv4 and IPv6 records).
         let mut s = 16;
         while s < len {
             let id = u16::from_be_bytes([m[s], m[s + 1]]);
             let slen = usize::from(u16::from_be_bytes([m[s + 2], m[s + 3]]));
             match id {
                 2 => {}
-                256 => records += ((slen - 4) / 83) as u64,
-                257 => records += ((slen - 4) / 107) as u64,
+                256 => records += ((slen - 4) / ipfix::RECORD_LEN_V4) as u64,
+                257 => records += ((slen - 4) / ipfix::RECORD_LEN_V6) as u64,
                 _ => panic!("set {id} in message {messages}"),
             }
             s += slen;

@@ -15,17 +15,6 @@ fn plan_json(args: &[&str]) -> String {
     String::from_utf8(o.stdout).unwrap()
 }
 
-fn json_f64(text: &str, key: &str) -> f64 {
-    let at = text
-        .find(&format!("\"{key}\":"))
-        .unwrap_or_else(|| panic!("no {key} in {text}"));
-    let rest = &text[at + key.len() + 3..];
-    let end = rest.find([',', '}']).unwrap();
-    rest[..end]
-        .parse()
-        .unwrap_or_else(|_| panic!("{key} in {text}"))
-}
-
 /// The recommended ring keeps up and rides out the stall asked for; at 10 GbE line rate one
 /// worker is busier than two; the text names the options to pass to capture.
 #[test]
@@ -101,22 +90,17 @@ fn bad_plan_options_give_one_line_errors() {
 fn a_stalled_capture_loses_what_the_plan_predicts() {
     let p = VethPair::new("pl");
     let dir = tempfile::tempdir().unwrap();
-    let timer_bound = [
-        "--block-size",
-        "1M",
-        "--block-count",
-        "8",
-        "--retire-ms",
-        "10",
-    ];
-    let full = [
-        "--block-size",
-        "64K",
-        "--block-count",
-        "16",
-        "--retire-ms",
-        "10",
-    ];
+    let ring = |size, count| {
+        [
+            "--block-size",
+            size,
+            "--block-count",
+            count,
+            "--retire-ms",
+            "10",
+        ]
+    };
+    let (timer_bound, full) = (ring("1M", "8"), ring("64K", "16"));
     for (n, (rate, ring, stall_ms, tolerance)) in [
         (50_000u64, timer_bound, 10u64, None),
         (50_000, timer_bound, 400, Some(0.2)),
@@ -160,25 +144,14 @@ fn a_stalled_capture_loses_what_the_plan_predicts() {
         assert_eq!(json_u64(&gen_text, "sent"), count, "{gen_text}");
         assert_eq!(sum.received, count, "{}", sum.text);
         let sent_rate = json_f64(&gen_text, "pps");
-        let want = json_f64(
-            &plan_json(&[
-                "--rate",
-                &format!("{sent_rate:.0}"),
-                "--frame-size",
-                "64",
-                "-s",
-                "64",
-                ring[0],
-                ring[1],
-                ring[2],
-                ring[3],
-                ring[4],
-                ring[5],
-                "--stall-ms",
-                &format!("{:.3}", stalled.as_secs_f64() * 1e3),
-            ]),
-            "packets",
+        let (rate_arg, stall_arg) = (
+            format!("{sent_rate:.0}"),
+            format!("{:.3}", stalled.as_secs_f64() * 1e3),
         );
+        let mut plan = vec!["--rate", &rate_arg, "--frame-size", "64", "-s", "64"];
+        plan.extend_from_slice(&ring);
+        plan.extend_from_slice(&["--stall-ms", &stall_arg]);
+        let want = json_f64(&plan_json(&plan), "packets");
         match tolerance {
             None => {
                 assert_eq!(want, 0.0);

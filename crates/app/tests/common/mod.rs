@@ -291,18 +291,31 @@ impl Summary {
 
 /// An unsigned number in a flat JSON object.
 pub fn json_u64(text: &str, key: &str) -> u64 {
+    let v = json_value(text, key);
+    let end = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    v[..end]
+        .parse()
+        .unwrap_or_else(|_| panic!("\"{key}\" is not a u64 in {text}"))
+}
+
+/// The number under `"key":` in flat JSON text.
+pub fn json_f64(text: &str, key: &str) -> f64 {
+    let v = json_value(text, key);
+    let end = v.find([',', '}']).unwrap_or(v.len());
+    v[..end]
+        .trim_end()
+        .parse()
+        .unwrap_or_else(|_| panic!("\"{key}\" is not a number in {text}"))
+}
+
+/// The text after `"key":`, blanks skipped.
+fn json_value<'t>(text: &'t str, key: &str) -> &'t str {
     let pat = format!("\"{key}\":");
     let at = text
         .find(&pat)
         .unwrap_or_else(|| panic!("no \"{key}\" in {text}"))
         + pat.len();
-    let rest = text[at..].trim_start();
-    let end = rest
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(rest.len());
-    rest[..end]
-        .parse()
-        .unwrap_or_else(|_| panic!("\"{key}\" is not a u64 in {text}"))
+    text[at..].trim_start()
 }
 
 /// An array of plain strings in a flat JSON object.
