@@ -16,10 +16,11 @@ use tapflow_engine::flow_text::TextFormat;
 use tapflow_engine::forward::{self, Balance, ForwardConfig};
 use tapflow_engine::naming::{output_path, part_path};
 use tapflow_engine::writer::{Format, WriterConfig};
+use tapflow_wire::capfile::MAXIMUM_SNAPLEN;
 use tapflow_wire::rules::{Rule, parse_rules};
 use tapflow_wire::{datagram, record};
 
-use crate::cli::{BalanceArg, CaptureArgs, FlowArgs, FormatArg, MAX_SNAPLEN};
+use crate::cli::{BalanceArg, CaptureArgs, FlowArgs, FormatArg};
 use crate::report::{
     StatusLine, capture_json, finish, flow_lines, forward_line, rules_line, summary_line,
 };
@@ -109,7 +110,7 @@ pub fn run(a: CaptureArgs, stop: &Arc<AtomicBool>, flows: bool) -> Result<ExitCo
 
 fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
     let bad = |m: String| Failure::Usage(m);
-    in_range("snaplen", a.snaplen, 1, MAX_SNAPLEN)?;
+    in_range("snaplen", a.snaplen, 1, MAXIMUM_SNAPLEN)?;
     in_range("--threads", a.threads, 1, 64)?;
     in_range("--retire-ms", a.retire_ms, 1, 1000)?;
     if a.count == Some(0) {

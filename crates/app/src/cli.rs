@@ -14,9 +14,6 @@ fn parse_usize_size(s: &str) -> Result<usize, String> {
     usize::try_from(parse_size(s)?).map_err(|_| format!("'{s}' is too large"))
 }
 
-/// Largest snaplen accepted, as libpcap's `MAXIMUM_SNAPLEN`.
-pub const MAX_SNAPLEN: u32 = 262_144;
-
 /// tapflow: line-rate passive network monitor.
 #[derive(Debug, Parser)]
 #[command(name = "tapflow", version, about, propagate_version = true)]

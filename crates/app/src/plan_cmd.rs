@@ -6,8 +6,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use tapflow_engine::plan::{self, Loss, Plan, RingBehaviour, RingGeometry, Workload};
+use tapflow_wire::capfile::MAXIMUM_SNAPLEN;
 
-use crate::cli::{MAX_SNAPLEN, PlanArgs};
+use crate::cli::PlanArgs;
 use crate::size::{self, format_size, parse_rate};
 use crate::{Failure, in_range};
 
@@ -36,7 +37,7 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
     in_range("--threads", a.threads, 1, 64)?;
     in_range("--retire-ms", a.retire_ms, 1, 1000)?;
     in_range("--frame-size", a.frame_size, 64, 9018)?;
-    in_range("-s", a.snaplen, 1, MAX_SNAPLEN)?;
+    in_range("-s", a.snaplen, 1, MAXIMUM_SNAPLEN)?;
     let cost = |v: Option<f64>, name: &str, default: f64| match v {
         None => Ok(default),
         Some(x) if (0.0..1e9).contains(&x) => Ok(x),

@@ -169,7 +169,6 @@ pub fn run(
                 ifname,
                 threads: *threads,
                 ring: *ring,
-                filter: &cfg.filter,
                 fanout_group: *fanout_group,
                 promiscuous: *promiscuous,
             },
@@ -195,23 +194,14 @@ struct LiveInput<'a> {
     ifname: &'a str,
     threads: usize,
     ring: RingGeometry,
-    filter: &'a Option<String>,
     fanout_group: u16,
     promiscuous: bool,
 }
 
 /// The live rules of a capture: `-f` first, then the rules, in one kernel program.
-fn live_rules(
-    cfg: &CaptureConfig,
-    filter: Option<&str>,
-    workers: usize,
-) -> Result<Arc<LiveRules>, EngineError> {
-    let base = match filter {
-        Some(expr) => Some(rules::from_sys(&bpf::compile(
-            expr,
-            LinkType::Ethernet.to_u16(),
-            cfg.snaplen,
-        )?)),
+fn live_rules(cfg: &CaptureConfig, workers: usize) -> Result<Arc<LiveRules>, EngineError> {
+    let base = match &cfg.filter {
+        Some(expr) => Some(rules::compile_expr(expr, LinkType::Ethernet, cfg.snaplen)?),
         None => None,
     };
     LiveRules::new(cfg.rules.clone(), workers, cfg.snaplen, base)
@@ -268,7 +258,7 @@ fn run_live(
     started: Instant,
 ) -> (Summary, Option<EngineError>) {
     let opened = (|| {
-        let rules = live_rules(cfg, li.filter.as_deref(), li.threads)?;
+        let rules = live_rules(cfg, li.threads)?;
         let rings = open_rings(&li, &rules.kernel_program())?;
         rules.attach(
             rings
@@ -326,7 +316,7 @@ fn run_live(
     let (mut summary, err) = thread::scope(|s| {
         let mut handles = Vec::new();
         for ((k, ring), sinks) in rings.into_iter().enumerate().zip(all_sinks) {
-            let source = LiveSource::new(ring, li.ifname, cfg.snaplen, li.filter.clone());
+            let source = LiveSource::new(ring, li.ifname, cfg.snaplen, cfg.filter.clone());
             let worker = Worker::new(
                 source,
                 sinks,

@@ -385,10 +385,6 @@ fn vlan(r: &Readings) -> Finding {
 }
 
 /// Minimum-size Ethernet frames per second at `mbps`: 64 bytes + 8 preamble + 12 gap.
-fn min_frame_pps(mbps: u32) -> f64 {
-    f64::from(mbps) * 1e6 / (84.0 * 8.0)
-}
-
 fn rx_ring(r: &Readings) -> Finding {
     let rings = match r.rings {
         Support::NotSupported => {
@@ -412,7 +408,7 @@ fn rx_ring(r: &Readings) -> Finding {
     let hold = |n: u32| match r.speed_mbps {
         Some(s) if s > 0 => format!(
             "{:.0} µs of minimum-size frames at {s} Mbit/s",
-            f64::from(n) / min_frame_pps(s) * 1e6
+            f64::from(n) / crate::plan::line_rate_pps(f64::from(s), 64) * 1e6
         ),
         _ => format!("{n} frames"),
     };

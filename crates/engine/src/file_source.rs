@@ -22,7 +22,6 @@ pub struct FileSource<'a> {
     bytes: &'a [u8],
     ahead: ReadAhead,
     path: PathBuf,
-    len: u64,
     interfaces: Vec<InterfaceInfo>,
     held: Option<FilePacket<'a>>,
     error: Option<FileError>,
@@ -43,7 +42,6 @@ impl<'a> FileSource<'a> {
             bytes,
             ahead: ReadAhead::from(0),
             path,
-            len: bytes.len() as u64,
             interfaces: Vec::new(),
             held: None,
             error: None,
@@ -62,12 +60,12 @@ impl<'a> FileSource<'a> {
 
     /// The file's length in bytes.
     pub fn len(&self) -> u64 {
-        self.len
+        self.bytes.len() as u64
     }
 
     /// Whether the file is empty.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.bytes.is_empty()
     }
 
     fn sync_interfaces(&mut self) {
@@ -169,6 +167,6 @@ impl PacketSource for FileSource<'_> {
     }
 
     fn progress(&self) -> Option<(u64, u64)> {
-        Some((self.reader.offset(), self.len))
+        Some((self.reader.offset(), self.len()))
     }
 }

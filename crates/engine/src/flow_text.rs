@@ -23,19 +23,21 @@ pub enum TextFormat {
     Json,
 }
 
-/// The column names, in order (CSV header, JSON keys).
+/// Writes the column names once, as the CSV header and as the list of JSON keys.
 macro_rules! columns {
-    () => {
-        "proto,src,sport,dst,dport,vlan,interface,first_ns,last_ns,packets,octets,tcp_flags,\
-         rev_first_ns,rev_last_ns,rev_packets,rev_octets,rev_tcp_flags,end_reason"
+    ($first:literal $(, $rest:literal)* $(,)?) => {
+        /// The CSV header line (without newline).
+        pub const CSV_HEADER: &str = concat!($first $(, ",", $rest)*);
+
+        /// The CSV header line with its newline.
+        const CSV_HEADER_LINE: &str = concat!($first $(, ",", $rest)*, "\n");
+
+        /// The column names one by one (the JSON keys).
+        const COLUMNS: &[&str] = &[$first $(, $rest)*];
     };
 }
 
-/// The CSV header line (without newline).
-pub const CSV_HEADER: &str = columns!();
-
-/// The column names one by one (the JSON keys).
-const COLUMNS: [&str; 18] = [
+columns!(
     "proto",
     "src",
     "sport",
@@ -54,7 +56,7 @@ const COLUMNS: [&str; 18] = [
     "rev_octets",
     "rev_tcp_flags",
     "end_reason",
-];
+);
 
 impl TextFormat {
     /// The lines written before the first record (each ending in a newline).
@@ -65,7 +67,7 @@ impl TextFormat {
                 "Responder                    Packets     Bytes  RPackets    RBytes Flags    ",
                 "RFlags   End\n"
             ),
-            TextFormat::Csv => concat!(columns!(), "\n"),
+            TextFormat::Csv => CSV_HEADER_LINE,
             TextFormat::Json => "",
         }
     }

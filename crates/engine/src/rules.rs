@@ -103,6 +103,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The tcpdump expression `expr` compiled by libpcap for `linktype`, as the rules' compiler
+/// and the user-space interpreter see it.
+pub fn compile_expr(
+    expr: &str,
+    linktype: LinkType,
+    snaplen: u32,
+) -> Result<Vec<Insn>, EngineError> {
+    Ok(from_sys(&bpf::compile(expr, linktype.to_u16(), snaplen)?))
+}
+
 /// A tcpdump expression's program as the rules' compiler sees it.
 pub fn from_sys(prog: &[bpf::Instruction]) -> Vec<Insn> {
     prog.iter()

@@ -12,7 +12,6 @@ use crate::rules::{self, RuleReader};
 use crate::sink::{RecordSink, SinkLive, SinkReport};
 use crate::source::{InterfaceInfo, Packet, PacketSource, Progress};
 use crate::traffic::{SharedStats, Traffic};
-use tapflow_sys::bpf;
 use tapflow_wire::LinkType;
 use tapflow_wire::cbpf::{self, Insn};
 
@@ -46,17 +45,14 @@ pub struct WorkerReport {
 #[derive(Debug)]
 struct Output {
     sinks: Vec<Box<dyn RecordSink>>,
-    builders: Vec<RecordBuilder>,
-    /// Link type of each interface announced.
-    linktypes: Vec<LinkType>,
+    /// Each interface announced to the sinks, by index.
+    interfaces: Vec<Announced>,
     /// The live rules, if the capture has any: a packet no rule matches is filtered.
     rules: Option<RuleReader>,
-    /// A tcpdump expression run on each packet (file input: no kernel to run it), and its
-    /// program for each interface announced.
-    filter: Option<(String, Vec<Vec<Insn>>)>,
+    /// A tcpdump expression run on each packet (file input: no kernel to run it).
+    filter: Option<String>,
     /// Traffic statistics, counted only when published.
     traffic: Option<Traffic>,
-    announced: usize,
     snaplen: u32,
     totals: Totals,
     /// Losses not yet placed before a record.
@@ -68,6 +64,15 @@ struct Output {
     scratch: Vec<u8>,
     /// The first sink failure; later packets are counted as dropped by tapflow.
     failed: Option<EngineError>,
+}
+
+/// What the worker keeps of an interface it announced.
+#[derive(Debug)]
+struct Announced {
+    linktype: LinkType,
+    builder: RecordBuilder,
+    /// The `-f` expression compiled for this link type, if there is one.
+    filter: Option<Vec<Insn>>,
 }
 
 /// One capture pipeline: a source, a record builder per interface, and the sinks.
@@ -98,12 +103,10 @@ impl<S: PacketSource> Worker<S> {
             source,
             out: Output {
                 sinks,
-                builders: Vec::new(),
-                linktypes: Vec::new(),
+                interfaces: Vec::new(),
                 rules: None,
                 traffic: None,
                 filter: None,
-                announced: 0,
                 snaplen,
                 totals: Totals::default(),
                 pending_drops: 0,
@@ -128,7 +131,7 @@ impl<S: PacketSource> Worker<S> {
     /// Runs the tcpdump expression `expr` on every packet, compiled by libpcap for each
     /// interface's link type; a packet it refuses is counted as filtered.
     pub fn with_filter(mut self, expr: &str) -> Worker<S> {
-        self.out.filter = Some((expr.to_string(), Vec::new()));
+        self.out.filter = Some(expr.to_string());
         self
     }
 
@@ -239,28 +242,28 @@ impl<S: PacketSource> Worker<S> {
 impl Output {
     /// Tells the sinks about interfaces they have not seen yet.
     fn announce(&mut self, interfaces: &[InterfaceInfo]) -> Result<(), EngineError> {
-        while self.announced < interfaces.len() {
-            let info = &interfaces[self.announced];
+        for info in &interfaces[self.interfaces.len()..] {
             let ip_sum = self.sinks.iter().any(|s| s.wants_ip_sum());
-            self.builders.push(
-                RecordBuilder::new(
-                    info.linktype,
-                    self.snaplen.min(info.snaplen.max(1)),
-                    info.max_frame,
-                )
-                .with_ip_sum(ip_sum),
-            );
-            self.linktypes.push(info.linktype);
-            if let Some((expr, programs)) = &mut self.filter {
-                let prog = bpf::compile(expr, info.linktype.to_u16(), self.snaplen)?;
-                programs.push(rules::from_sys(&prog));
-            }
+            let builder = RecordBuilder::new(
+                info.linktype,
+                self.snaplen.min(info.snaplen.max(1)),
+                info.max_frame,
+            )
+            .with_ip_sum(ip_sum);
+            let filter = match &self.filter {
+                Some(expr) => Some(rules::compile_expr(expr, info.linktype, self.snaplen)?),
+                None => None,
+            };
             let mut info = info.clone();
             info.snaplen = self.snaplen.min(info.snaplen);
             for s in &mut self.sinks {
                 s.add_interface(&info)?;
             }
-            self.announced += 1;
+            self.interfaces.push(Announced {
+                linktype: info.linktype,
+                builder,
+                filter,
+            });
         }
         Ok(())
     }
@@ -274,14 +277,11 @@ impl Output {
 
     #[inline]
     fn on_packet(&mut self, p: &Packet<'_>) {
-        let linktype = self
-            .linktypes
-            .get(p.interface as usize)
-            .copied()
-            .unwrap_or(LinkType::Unknown(0));
-        if let Some((_, programs)) = &self.filter
-            && programs
-                .get(p.interface as usize)
+        let interface = self.interfaces.get(p.interface as usize);
+        let linktype = interface.map_or(LinkType::Unknown(0), |i| i.linktype);
+        if self.filter.is_some()
+            && interface
+                .and_then(|i| i.filter.as_ref())
                 .is_none_or(|prog| cbpf::run(prog, p.data, p.len) == 0)
         {
             self.totals.filtered += 1;
@@ -303,8 +303,8 @@ impl Output {
             return;
         }
         self.pending_drops += p.drops_before;
-        let builder = match self.builders.get(p.interface as usize) {
-            Some(b) if self.failed.is_none() => *b,
+        let builder = match interface {
+            Some(i) if self.failed.is_none() => i.builder,
             // A packet for an interface never announced, or after a sink failed: it cannot be
             // recorded, and is counted.
             _ => {

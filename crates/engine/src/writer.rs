@@ -250,12 +250,13 @@ impl FileSink {
         // file input may announce a second interface later: ISBs written before then carried
         // the counters for interface 0, those after do not.)
         let one = self.interfaces.len() == 1;
+        let if_stats = self.last_if_stats.filter(|_| one);
         for (id, &delivered) in (0u32..).zip(&self.delivered) {
             let s = InterfaceStatistics {
                 starttime_ns: Some(self.start_ns),
                 endtime_ns: Some(now),
-                ifrecv: self.last_if_stats.filter(|_| one).map(|s| s.0),
-                ifdrop: self.last_if_stats.filter(|_| one).map(|s| s.1),
+                ifrecv: if_stats.map(|s| s.0),
+                ifdrop: if_stats.map(|s| s.1),
                 filteraccept: one.then_some(t.received),
                 osdrop: one.then_some(t.dropped_kernel + t.dropped_ours),
                 usrdeliv: Some(delivered),
