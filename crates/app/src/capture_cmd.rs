@@ -15,6 +15,7 @@ use tapflow_engine::flow_table::{CLASSES, Class, TableConfig};
 use tapflow_engine::flow_text::TextFormat;
 use tapflow_engine::forward::{self, Balance, ForwardConfig};
 use tapflow_engine::naming::{output_path, part_path};
+use tapflow_engine::plan;
 use tapflow_engine::writer::{Format, WriterConfig};
 use tapflow_wire::capfile::MAXIMUM_SNAPLEN;
 use tapflow_wire::rules::{Rule, parse_rules};
@@ -111,7 +112,7 @@ pub fn run(a: CaptureArgs, stop: &Arc<AtomicBool>, flows: bool) -> Result<ExitCo
 fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
     let bad = |m: String| Failure::Usage(m);
     in_range("snaplen", a.snaplen, 1, MAXIMUM_SNAPLEN)?;
-    in_range("--threads", a.threads, 1, 64)?;
+    in_range("--threads", a.threads, 1, plan::MAX_THREADS)?;
     in_range("--retire-ms", a.retire_ms, 1, 1000)?;
     if a.count == Some(0) {
         return Err(bad(
@@ -144,7 +145,7 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
                 ring.block_count = total.div_ceil(u64::from(bs)).max(1) as u32;
             }
             if let Some(n) = a.block_count {
-                in_range("--block-count", n, 1, 1 << 20)?;
+                in_range("--block-count", n, 1, plan::MAX_BLOCK_COUNT)?;
                 ring.block_count = n;
             }
             let fanout_group = a
@@ -260,19 +261,8 @@ pub(crate) fn flow_config(a: &FlowArgs, flows_cmd: bool) -> Result<Option<FlowCo
             idle[*c as usize] = secs;
         }
     }
-    if a.max_flows == 0 || a.max_flows > u32::MAX as usize - 2 {
-        return Err(bad(format!(
-            "--max-flows {} is out of range: 1 to {}",
-            a.max_flows,
-            u32::MAX - 2
-        )));
-    }
-    if !(576..=65_535).contains(&a.export_mtu) {
-        return Err(bad(format!(
-            "--export-mtu {} is out of range: 576 to 65535",
-            a.export_mtu
-        )));
-    }
+    in_range("--max-flows", a.max_flows, 1, u32::MAX as usize - 2)?;
+    in_range("--export-mtu", a.export_mtu, 576, 65_535)?;
     let mut targets = Vec::new();
     for url in &a.export {
         targets.push(ExportTarget::parse_url(url).map_err(|m| bad(format!("--export {m}")))?);
@@ -350,10 +340,10 @@ fn forward_config(a: &CaptureArgs) -> Result<Option<ForwardConfig>, Failure> {
     }
     let first = destinations[0];
     let mtu = match a.mtu {
-        Some(m) if !(576..=65_535).contains(&m) => {
-            return Err(bad(format!("--mtu {m} is out of range: 576 to 65535")));
+        Some(m) => {
+            in_range("--mtu", m, 576, 65_535)?;
+            m
         }
-        Some(m) => m,
         None => forward::route_mtu(first).map_err(Failure::from_engine)?,
     };
     let payload_max = forward::payload_for_mtu(mtu, &first);
@@ -365,12 +355,7 @@ fn forward_config(a: &CaptureArgs) -> Result<Option<ForwardConfig>, Failure> {
             a.snaplen
         )));
     }
-    if a.flush_ms == 0 || a.flush_ms > 60_000 {
-        return Err(bad(format!(
-            "--flush-ms {} is out of range: 1 to 60000",
-            a.flush_ms
-        )));
-    }
+    in_range("--flush-ms", a.flush_ms, 1, 60_000)?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);

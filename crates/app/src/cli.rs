@@ -170,7 +170,8 @@ pub struct CaptureArgs {
     /// this host is seen.
     #[arg(short = 'p', long = "no-promiscuous-mode")]
     pub no_promiscuous: bool,
-    /// Capture filter in tcpdump syntax, compiled to classic BPF and run in the kernel.
+    /// Capture filter in tcpdump syntax, compiled to classic BPF by libpcap: run in the kernel
+    /// on an interface, in user space on a file (`-r`).
     #[arg(short = 'f', long)]
     pub filter: Option<String>,
     /// Rule file: only packets a rule matches are kept (5-tuples with masks, docs/rules.md);

@@ -18,7 +18,7 @@ const WIDTH: usize = 100;
 
 /// Runs `tapflow doctor`.
 pub fn run(a: DoctorArgs) -> Result<ExitCode, Failure> {
-    in_range("--threads", a.threads, 1, 64)?;
+    in_range("--threads", a.threads, 1, tapflow_engine::plan::MAX_THREADS)?;
     let intent = Intent {
         threads: a.threads,
         snaplen: a.snaplen,

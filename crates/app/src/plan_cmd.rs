@@ -34,7 +34,7 @@ struct Report {
 /// Runs `tapflow plan`.
 pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
     let bad = Failure::Usage;
-    in_range("--threads", a.threads, 1, 64)?;
+    in_range("--threads", a.threads, 1, plan::MAX_THREADS)?;
     in_range("--retire-ms", a.retire_ms, 1, 1000)?;
     in_range("--frame-size", a.frame_size, 64, 9018)?;
     in_range("-s", a.snaplen, 1, MAXIMUM_SNAPLEN)?;
@@ -47,15 +47,15 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
     };
     let packet_ns = cost(a.cost_ns, "--cost-ns", plan::MEASURED_PACKET_NS)?;
     let block_ns = cost(a.block_cost_ns, "--block-cost-ns", plan::MEASURED_BLOCK_NS)?;
-    let ms = |v: f64, name: &str| {
+    let ms_arg = |v: f64, name: &str| {
         if (0.0..1e9).contains(&v) {
             Ok(Duration::from_secs_f64(v / 1e3))
         } else {
             Err(bad(format!("{name} {v} is not a number of ms")))
         }
     };
-    let hold = ms(a.hold_ms, "--hold-ms")?;
-    let stall = a.stall_ms.map(|v| ms(v, "--stall-ms")).transpose()?;
+    let hold = ms_arg(a.hold_ms, "--hold-ms")?;
+    let stall = a.stall_ms.map(|v| ms_arg(v, "--stall-ms")).transpose()?;
     let burst = match &a.burst {
         None => None,
         Some(s) => {
@@ -64,7 +64,7 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
                 .ok_or_else(|| bad(format!("--burst '{s}' is not RATE:MS (like 3M:50)")))?;
             Some(Burst {
                 rate: parse_rate(r).map_err(|e| bad(format!("--burst: {e}")))?,
-                length: ms(l.parse().unwrap_or(f64::NAN), "--burst length")?,
+                length: ms_arg(l.parse().unwrap_or(f64::NAN), "--burst length")?,
             })
         }
     };
@@ -91,7 +91,7 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
         }
     };
     if let Some(n) = a.block_count {
-        in_range("--block-count", n, 1, 1 << 20)?;
+        in_range("--block-count", n, 1, plan::MAX_BLOCK_COUNT)?;
     }
     let block_size = a
         .block_size
@@ -225,8 +225,11 @@ fn text(r: &Report, a: &PlanArgs) -> String {
         (None, _) => {
             // Even free blocks leave β per packet: the link's packets need that many workers.
             let need = (r.link_rate * w.packet_ns * 1e-9).floor() as u64 + 1;
-            let advice = if need > 64 {
-                "more than 64 workers: more than one machine at this cost".to_string()
+            let advice = if need > plan::MAX_THREADS as u64 {
+                format!(
+                    "more than {} workers: more than one machine at this cost",
+                    plan::MAX_THREADS
+                )
             } else {
                 format!("use --threads {need} or more")
             };
@@ -313,14 +316,21 @@ fn text(r: &Report, a: &PlanArgs) -> String {
     s
 }
 
+/// Milliseconds to 3 decimals, `null` for forever.
+fn json_ms(d: Duration) -> String {
+    if d == Duration::MAX {
+        "null".into()
+    } else {
+        format!("{:.3}", d.as_secs_f64() * 1e3)
+    }
+}
+
 fn json_loss(l: &Loss) -> String {
     format!(
         "{{\"packets\":{:.0},\"backlog\":{:.0},\"recovery_ms\":{}}}",
         l.packets,
         l.backlog,
-        l.recovery
-            .map(|d| format!("{:.3}", d.as_secs_f64() * 1e3))
-            .unwrap_or_else(|| "null".into())
+        l.recovery.map_or("null".into(), json_ms)
     )
 }
 
@@ -335,7 +345,7 @@ fn json(r: &Report) -> String {
          \"max_block_size\":{},\"recommended\":{{\"block_size\":{},\"block_count\":{}}},\
          \"ring\":{{\"block_size\":{},\"block_count\":{},\"retire_ms\":{},\"packets_per_block\":{},\
          \"fill\":{:.1},\"timer_bound\":{},\"service_ns\":{:.3},\"busy\":{:.4},\"absorbs\":{:.0},\
-         \"holds_ms\":{},\"mean_delay_ms\":{:.3}}}",
+         \"holds_ms\":{},\"mean_delay_ms\":{}}}",
         w.rate,
         r.link_rate,
         r.workers,
@@ -356,28 +366,24 @@ fn json(r: &Report) -> String {
         b.service_ns,
         b.busy,
         b.absorbs,
-        if b.holds == Duration::MAX {
-            "null".into()
-        } else {
-            format!("{:.3}", b.holds.as_secs_f64() * 1e3)
-        },
-        b.mean_delay.as_secs_f64() * 1e3
+        json_ms(b.holds),
+        json_ms(b.mean_delay)
     );
     if let Some((d, l)) = &r.stall {
         let _ = write!(
             s,
-            ",\"stall\":{{\"ms\":{:.3},\"loss\":{}}}",
-            d.as_secs_f64() * 1e3,
+            ",\"stall\":{{\"ms\":{},\"loss\":{}}}",
+            json_ms(*d),
             json_loss(l)
         );
     }
     if let Some((bu, l)) = &r.burst {
         let _ = write!(
             s,
-            ",\"burst\":{{\"rate\":{:.0},\"rate_per_ring\":{:.0},\"ms\":{:.3},\"loss\":{}}}",
+            ",\"burst\":{{\"rate\":{:.0},\"rate_per_ring\":{:.0},\"ms\":{},\"loss\":{}}}",
             bu.rate,
             bu.rate / r.workers as f64,
-            bu.length.as_secs_f64() * 1e3,
+            json_ms(bu.length),
             json_loss(l)
         );
     }

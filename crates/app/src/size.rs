@@ -1,6 +1,8 @@
 //! Sizes and rates on the command line: `4096`, `64K`, `1M`, `2G` (powers of 1024) for bytes,
 //! `200k`, `1.488M` (powers of 1000) for packet rates; and sizes printed back the same way.
 
+use tapflow_engine::plan;
+
 /// `text` split into its number and its K, M or G suffix (lower case), if it has one.
 fn split_suffix(text: &str) -> (&str, Option<char>) {
     let t = text.trim();
@@ -48,7 +50,7 @@ pub fn parse_rate(s: &str) -> Result<f64, String> {
 /// A ring block size (`--block-size`): a power of two from 4K to 1G.
 pub fn block_size(bytes: u64) -> Result<u32, String> {
     match u32::try_from(bytes) {
-        Ok(b) if b.is_power_of_two() && (4096..=1 << 30).contains(&b) => Ok(b),
+        Ok(b) if b.is_power_of_two() && (plan::PAGE..=plan::MAX_BLOCK_SIZE).contains(&b) => Ok(b),
         _ => Err(format!(
             "--block-size {bytes} must be a power of two from 4K to 1G"
         )),

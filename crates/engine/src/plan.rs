@@ -43,6 +43,15 @@ pub const MAC_OFFSET: u32 = 82;
 /// The page size blocks are made of.
 pub const PAGE: u32 = 4096;
 
+/// The largest block tapflow asks for.
+pub const MAX_BLOCK_SIZE: u32 = 1 << 30;
+
+/// The most blocks tapflow puts in one ring.
+pub const MAX_BLOCK_COUNT: u32 = 1 << 20;
+
+/// The most workers (fanout members) tapflow runs.
+pub const MAX_THREADS: usize = 64;
+
 /// The largest block the kernel takes from the page allocator in one piece (order 10); larger
 /// blocks may silently become vmalloc memory.
 pub const MAX_CONTIGUOUS_BLOCK: u32 = 4 << 20;
@@ -254,7 +263,7 @@ impl Workload {
         let absorb = self.rate * hold.as_secs_f64();
         let mut n = ((absorb / self.fill(block_size)) + 0.5)
             .ceil()
-            .clamp(4.0, f64::from(1u32 << 20)) as u64;
+            .clamp(4.0, f64::from(MAX_BLOCK_COUNT)) as u64;
         if let Some(m) = memory {
             n = n.min(m / u64::from(block_size.max(1))).max(1);
         }
@@ -282,11 +291,11 @@ impl Workload {
         let fill = |block_size: u32| self.fill(block_size);
         // Power-of-two blocks from a page up that hold at least one slot.
         let blocks = || {
-            (PAGE.trailing_zeros()..=30)
+            (PAGE.trailing_zeros()..=MAX_BLOCK_SIZE.trailing_zeros())
                 .map(|s| 1u32 << s)
                 .filter(|&b| packets_per_block(b, self.record) > 0)
         };
-        let smallest = blocks().next().unwrap_or(1 << 30);
+        let smallest = blocks().next().unwrap_or(MAX_BLOCK_SIZE);
         // Condition 1: p·(β + c_blk/k) < 1.
         let gap_ns = 1e9 / self.rate.max(f64::MIN_POSITIVE);
         let min_fill = (gap_ns > self.packet_ns).then(|| self.block_ns / (gap_ns - self.packet_ns));
