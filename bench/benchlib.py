@@ -182,11 +182,35 @@ def wait_listening(p: subprocess.Popen, ifindex: int, work: Path, tag: str, what
                    timeout: float = 15) -> None:
     """Waits until capture process p (started by start() with tag) has a running packet socket
     on ifindex; dies with the end of its stderr if it exits or the timeout passes first."""
+    _wait_until(lambda: packet_socket_bound(p.pid, ifindex), p, work, tag,
+                f"{what} did not start listening", timeout)
+
+
+def wait_udp_bound(p: subprocess.Popen, port: int, work: Path, tag: str, what: str,
+                   timeout: float = 10) -> None:
+    """Waits until process p (started by start() with tag, maybe through `ip netns exec`) has
+    a UDP socket on `port`; dies with the end of its stderr if it exits or the timeout passes
+    first. Until `ip netns exec` has entered the namespace and exec'd, /proc/PID/net is the
+    host's: it is read only once the process is no longer `ip`."""
+    def bound() -> bool:
+        if Path(f"/proc/{p.pid}/comm").read_text().strip() == "ip":
+            return False
+        return f":{port:04X} " in Path(f"/proc/{p.pid}/net/udp").read_text()
+    _wait_until(bound, p, work, tag, f"{what} did not bind UDP {port}", timeout)
+
+
+def _wait_until(ready, p: subprocess.Popen, work: Path, tag: str, failure: str,
+                timeout: float) -> None:
+    """Polls ready() until true; if p exits or the timeout passes first, stops p and dies
+    with `failure` and the end of p's stderr."""
     deadline = time.monotonic() + timeout
-    while not packet_socket_bound(p.pid, ifindex):
+    while not ready():
         if p.poll() is not None or time.monotonic() > deadline:
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
             err = (work / f"{tag}.stderr").read_text(errors="replace")
-            die(f"{what} did not start listening: {err.strip()[-400:]}")
+            die(f"{failure}: {err.strip()[-400:]}")
         time.sleep(0.02)
 
 

@@ -38,13 +38,31 @@ def cpu_of(pid: int) -> float:
     return (int(f[11]) + int(f[12])) / benchlib.CLK_TCK
 
 
+CPU_TABLE = ["| mode | CPU s (median of runs) | ns/packet | extra ns/packet |",
+             "|---|---|---|---|"]
+
+
+def cpu_rows(modes: list[tuple[str, list[str]]], runs: int, run_once) -> list[str]:
+    """One table row per (mode, extra arguments): the median of `runs` CPU times that
+    run_once(extra, run) returns with the packets recorded, per packet, and the extra over
+    the first mode."""
+    rows, base = [], None
+    for mode, extra in modes:
+        results = [run_once(extra, r) for r in range(runs)]
+        c = statistics.median(cpu for cpu, _ in results)
+        npk = results[-1][1]
+        base = c if base is None else base
+        rows.append(f"| {mode} | {c:.3f} | {c / npk * 1e9:.1f} | {(c - base) / npk * 1e9:+.1f} |")
+    return rows
+
+
 def probe_only(tf: str, big: Path, work: Path, runs: int) -> list[str]:
     """The probe's own cost: forwarding over a veth (MTU 65535) to a collector namespace whose
     ingress drops the datagrams (an nftables netdev hook) before its IP stack, so the sender's
     CPU pays its send path but not the collector's IP/UDP receive and socket wake-up, which on
     real hosts run on the collector. Baseline and forwarding run in the same namespace."""
     pair = benchlib.Pair("tffz", mtu=65535)
-    nft = ["ip", "netns", "exec", pair.b, "nft"]
+    nft = pair.cmd("b", None, ["nft"])
     for cmd in (["add", "table", "netdev", "sink"],
                 ["add", "chain", "netdev", "sink", "in", "{ type filter hook ingress device "
                  f"{pair.vb} priority 0; policy accept; }}"],
@@ -52,31 +70,25 @@ def probe_only(tf: str, big: Path, work: Path, runs: int) -> list[str]:
         subprocess.run(nft + cmd, check=True)
     subprocess.run(["ip", "-n", pair.a, "neigh", "replace", "198.18.0.2", "lladdr", pair.mac_b,
                     "dev", pair.va, "nud", "permanent"], check=True)
-    inns = ["ip", "netns", "exec", pair.a, "taskset", "-c", "1"]
     out = ["", "Probe only: `--forward 198.18.0.2:5000 --mtu 65535` over a veth of MTU 65535 to a "
            "namespace whose ingress drops the datagrams (nftables netdev hook, before its IP "
            "stack); the same capture without `--forward` in the same namespace is the baseline; "
-           "each pinned to CPU 1.", "",
-           "| mode | CPU s (median of runs) | ns/packet | extra ns/packet |", "|---|---|---|---|"]
-    base = None
-    for mode, extra in [("off", []),
-                        ("--forward, MTU 65535, collector drops at ingress",
-                         ["--forward", "198.18.0.2:5000", "--mtu", "65535"])]:
-        cpus, npk = [], 0
-        for _ in range(runs):
-            fin = benchlib.run(inns + [tf, "capture", "-r", str(big), "-s", "64", "-q",
-                                       "--summary-json", str(work / "po.json"), *extra],
-                               work, "po")
-            if fin.rc != 0:
-                benchlib.die(f"capture failed: {fin.stderr}")
-            cj = json.loads((work / "po.json").read_text())
-            npk = cj["recorded"]
-            if extra and cj["forward"]["forwarded_records"] != npk:
-                benchlib.die(f"not every record was sent: {cj['forward']}")
-            cpus.append(fin.cpu)
-        c = statistics.median(cpus)
-        base = c if base is None else base
-        out.append(f"| {mode} | {c:.3f} | {c / npk * 1e9:.1f} | {(c - base) / npk * 1e9:+.1f} |")
+           "each pinned to CPU 1.", "", *CPU_TABLE]
+
+    def run_once(extra: list[str], _run: int) -> tuple[float, int]:
+        fin = benchlib.run(pair.cmd("a", 1, [tf, "capture", "-r", str(big), "-s", "64", "-q",
+                                             "--summary-json", str(work / "po.json"), *extra]),
+                           work, "po")
+        if fin.rc != 0:
+            benchlib.die(f"capture failed: {fin.stderr}")
+        cj = json.loads((work / "po.json").read_text())
+        if extra and cj["forward"]["forwarded_records"] != cj["recorded"]:
+            benchlib.die(f"not every record was sent: {cj['forward']}")
+        return fin.cpu, cj["recorded"]
+
+    out += cpu_rows([("off", []),
+                     ("--forward, MTU 65535, collector drops at ingress",
+                      ["--forward", "198.18.0.2:5000", "--mtu", "65535"])], runs, run_once)
     pair.cleanup()
     return out + [""]
 
@@ -108,10 +120,7 @@ def main() -> None:
         js = work / f"{tag}.json"
         p, t0 = benchlib.start(inns + [tf, "recv", "-q", "-l", f"127.0.0.1:{port}", "-w", str(out),
                                        "--summary-json", str(js), "--rcvbuf", "256M"], work, tag)
-        for _ in range(500):
-            if f":{port:04X} " in open(f"/proc/{p.pid}/net/udp").read():
-                break
-            time.sleep(0.01)
+        benchlib.wait_udp_bound(p, port, work, tag, "recv")
         return p, t0, out, js
 
     def recv_stop(p, t0, js):
@@ -123,41 +132,35 @@ def main() -> None:
 
     # 1. Probe CPU per packet, forwarding off / on.
     lines += ["## Probe CPU per packet (offline `capture -r BIG -s 64`)", "",
-              "| mode | CPU s (median of runs) | ns/packet | extra ns/packet |", "|---|---|---|---|"]
-    npk = None
-    base = None
-    for mode, extra in [("off", []), ("--forward, MTU 65535", ["--mtu", "65535"]),
-                        ("--forward, MTU 9000", ["--mtu", "9000"]),
-                        ("--forward, MTU 1500", ["--mtu", "1500"])]:
-        cpus = []
-        for r in range(a.runs):
-            port = 9000 + r
-            rp = None
-            argv = inns + [tf, "capture", "-r", str(big), "-s", "64", "-q",
-                           "--summary-json", str(work / "cap.json")]
-            if extra:
-                rp, rt0, rout, rjs = recv_start(port, f"rp{r}")
-                argv += ["--forward", f"127.0.0.1:{port}", *extra]
-            fin = benchlib.run(argv, work, "cap")
-            if fin.rc != 0:
-                benchlib.die(f"capture failed: {fin.stderr}")
-            cj = json.loads((work / "cap.json").read_text())
-            npk = cj["recorded"]
-            cpus.append(fin.cpu)
-            if rp:
-                time.sleep(0.3)
-                rj = recv_stop(rp, rt0, rjs)
-                fw = cj["forward"]
-                if fw["forwarded_records"] + fw["forward_failed"] != npk:
-                    benchlib.die(f"probe accounting does not add up: {cj}")
-                if rj["records"] + rj["lost_in_transit"] != fw["forwarded_records"]:
-                    benchlib.die(f"receiver accounting does not add up: {rj} vs {fw}")
-                rout.unlink(missing_ok=True)
-        c = statistics.median(cpus)
-        if base is None:
-            base = c
-        lines.append(f"| {mode} | {c:.3f} | {c / npk * 1e9:.1f} | "
-                     f"{(c - base) / npk * 1e9:+.1f} |")
+              *CPU_TABLE]
+
+    def forward_once(extra: list[str], r: int) -> tuple[float, int]:
+        port = 9000 + r
+        rp = None
+        argv = inns + [tf, "capture", "-r", str(big), "-s", "64", "-q",
+                       "--summary-json", str(work / "cap.json")]
+        if extra:
+            rp, rt0, rout, rjs = recv_start(port, f"rp{r}")
+            argv += ["--forward", f"127.0.0.1:{port}", *extra]
+        fin = benchlib.run(argv, work, "cap")
+        if fin.rc != 0:
+            benchlib.die(f"capture failed: {fin.stderr}")
+        cj = json.loads((work / "cap.json").read_text())
+        npk = cj["recorded"]
+        if rp:
+            time.sleep(0.3)
+            rj = recv_stop(rp, rt0, rjs)
+            fw = cj["forward"]
+            if fw["forwarded_records"] + fw["forward_failed"] != npk:
+                benchlib.die(f"probe accounting does not add up: {cj}")
+            if rj["records"] + rj["lost_in_transit"] != fw["forwarded_records"]:
+                benchlib.die(f"receiver accounting does not add up: {rj} vs {fw}")
+            rout.unlink(missing_ok=True)
+        return fin.cpu, npk
+
+    lines += cpu_rows([("off", []), ("--forward, MTU 65535", ["--mtu", "65535"]),
+                       ("--forward, MTU 9000", ["--mtu", "9000"]),
+                       ("--forward, MTU 1500", ["--mtu", "1500"])], a.runs, forward_once)
     lines.append("")
     lines += probe_only(tf, big, work, a.runs)
 

@@ -47,6 +47,9 @@ def ip(*args: str) -> None:
         bl.die(f"ip {' '.join(args)}: {r.stderr.strip()}")
 
 
+PORT = 5000  # each collector's `tapflow recv`
+
+
 class Topo:
     def __init__(self) -> None:
         pid = os.getpid() % 100_000
@@ -72,7 +75,7 @@ class Topo:
             # A static neighbour: no datagram waits (or dies) behind ARP resolution.
             ip("-n", self.p, "neigh", "replace", f"{net}.2", "lladdr", mac, "dev", pi,
                "nud", "permanent")
-            self.dests.append(f"{net}.2:5000")
+            self.dests.append(f"{net}.2:{PORT}")
         self.cap_ifindex = bl.Pair.link(self.p, self.cap)["ifindex"]
 
     @staticmethod
@@ -107,20 +110,10 @@ def one(args, topo: Topo, work: Path, frame: int, rep: int, squeeze: bool) -> di
         js = work / f"{tag}-c{k}.json"
         out = Path("/dev/shm") / f"{topo.pre}-{tag}-c{k}.pcapng"
         p, t0 = bl.start(["ip", "netns", "exec", c, str(args.tapflow_bin), "recv", "-q", "-l",
-                          "0.0.0.0:5000", "-w", str(out), "--summary-json", str(js),
+                          f"0.0.0.0:{PORT}", "-w", str(out), "--summary-json", str(js),
                           "--rcvbuf", SQUEEZE_RECV if squeeze else "64M"], work,
                          f"{tag}-c{k}")
-        # Until `ip netns exec` has entered the namespace and exec'd, /proc/PID/net is the
-        # host's: read it only once the process is tapflow.
-        for _ in range(1000):
-            comm = Path(f"/proc/{p.pid}/comm").read_text().strip()
-            if comm != "ip" and ":1388 " in Path(f"/proc/{p.pid}/net/udp").read_text():
-                break
-            if p.poll() is not None:
-                bl.die(f"recv exited: {(work / f'{tag}-c{k}.stderr').read_text()[-400:]}")
-            time.sleep(0.01)
-        else:
-            bl.die(f"recv in {c} did not bind UDP 5000")
+        bl.wait_udp_bound(p, PORT, work, f"{tag}-c{k}", f"recv in {c}")
         recvs.append((p, t0, js, out))
     pjs = work / f"{tag}-p.json"
     drop0 = topo.rx_dropped()
