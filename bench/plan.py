@@ -106,7 +106,7 @@ def lstsq3(rows: list[tuple[float, float, float]], ys: list[float]) -> list[floa
 def costs(args, pair, work: Path) -> tuple[float, float]:
     rows, out = [], []
     for block in COST_BLOCKS:
-        count = max(4, (64 << 20) // bl_size(block))  # 64 MiB of ring each time
+        count = max(4, (64 << 20) // size_bytes(block))  # 64 MiB of ring each time
         for packets in (args.packets // 4, args.packets):
             for rep in range(args.repeat):
                 r = capture(args, pair, work, f"cost-{block}-{packets}-{rep}", block, count,
@@ -136,7 +136,8 @@ def costs(args, pair, work: Path) -> tuple[float, float]:
     return beta * 1e9, c_blk * 1e9
 
 
-def bl_size(s: str) -> int:
+def size_bytes(s: str) -> int:
+    """A block size as tapflow reads it ("64K", "1M") in bytes."""
     return int(s[:-1]) << {"K": 10, "M": 20}[s[-1]]
 
 

@@ -38,7 +38,7 @@ fn link(a: &Netns, ia: &str, b: &Netns, ib: &str, addrs: Option<(&str, &str)>) {
     ]);
     for (ns, ifn, addr) in [(a, ia, addrs.map(|x| x.0)), (b, ib, addrs.map(|x| x.1))] {
         let key = format!("net.ipv6.conf.{ifn}.disable_ipv6=1");
-        run_ok(Command::new("ip").args(["netns", "exec", &ns.name, "sysctl", "-qw", &key]));
+        run_ok(ns.cmd("sysctl").args(["-qw", &key]));
         if let Some(addr) = addr {
             ip(&[
                 "-n",
