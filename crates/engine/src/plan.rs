@@ -25,6 +25,8 @@
 
 use std::time::Duration;
 
+use tapflow_sys::ring::{BLOCK_DESC_LEN, ETHERNET_MAC_OFFSET};
+
 /// The consumer's cost per packet in ns, measured by `bench/plan.py` for `tapflow capture`
 /// writing pcapng (docs/benchmarks.md): the default of `tapflow plan --cost-ns`.
 pub const MEASURED_PACKET_NS: f64 = 60.0;
@@ -32,13 +34,6 @@ pub const MEASURED_PACKET_NS: f64 = 60.0;
 /// The consumer's cost per block in ns, measured the same way: the default of
 /// `--block-cost-ns`.
 pub const MEASURED_BLOCK_NS: f64 = 2900.0;
-
-/// Bytes of `tpacket_block_desc` at the start of every block (`BLK_PLUS_PRIV(0)`).
-pub const BLOCK_HEADER: u32 = 48;
-
-/// Offset of an Ethernet frame in its ring slot: `TPACKET_ALIGN(TPACKET3_HDRLEN + 16) − 14`
-/// (`tpacket3_hdr` is 48 bytes, `sockaddr_ll` 20, `TPACKET_ALIGNMENT` 16).
-pub const MAC_OFFSET: u32 = 82;
 
 /// The page size blocks are made of.
 pub const PAGE: u32 = 4096;
@@ -59,7 +54,7 @@ pub const MAX_CONTIGUOUS_BLOCK: u32 = 4 << 20;
 /// Bytes one packet of `caplen` kept bytes takes in a block: its slot is 8-aligned
 /// (`TOTAL_PKT_LEN_INCL_ALIGN(macoff + snaplen)` in `af_packet.c`).
 pub fn ring_record_bytes(caplen: u32) -> u32 {
-    (MAC_OFFSET + caplen).next_multiple_of(8)
+    (ETHERNET_MAC_OFFSET + caplen).next_multiple_of(8)
 }
 
 /// Packets of `record` ring bytes that fit in a block of `block_size` bytes: the kernel places a
@@ -67,7 +62,7 @@ pub fn ring_record_bytes(caplen: u32) -> u32 {
 /// puts one packet, cut to `block_size − 48` bytes; the model counts such a block as holding
 /// none, and `plan` refuses it.)
 pub fn packets_per_block(block_size: u32, record: u32) -> u64 {
-    u64::from(block_size.saturating_sub(BLOCK_HEADER + 1) / record.max(1))
+    u64::from(block_size.saturating_sub(BLOCK_DESC_LEN + 1) / record.max(1))
 }
 
 /// Bytes kept of a frame of `frame` bytes on the wire (FCS included, as frame sizes are quoted)

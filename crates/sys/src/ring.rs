@@ -19,6 +19,7 @@ use crate::packet::{
     add_promiscuous, bind_to, map_ring, open_socket, page_size, phys_mem, set_version,
 };
 use crate::tpacket::{self, BD_STATUS};
+pub use crate::tpacket::{BLOCK_DESC_LEN, ETHERNET_MAC_OFFSET};
 use crate::{SysError, iface, syscall};
 
 pub use crate::tpacket::{Packets, RingPacket};

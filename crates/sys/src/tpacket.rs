@@ -39,7 +39,20 @@ const PH_SIZE: usize = size_of::<tpacket3_hdr>();
 const PH_SLL: usize = (PH_SIZE + libc::TPACKET_ALIGNMENT - 1) & !(libc::TPACKET_ALIGNMENT - 1);
 const PH_PKTTYPE: usize = PH_SLL + offset_of!(sockaddr_ll, sll_pkttype);
 
+/// Bytes of `tpacket_block_desc` at the start of every block (`BLK_PLUS_PRIV(0)`): where the
+/// first slot may start.
+pub const BLOCK_DESC_LEN: u32 = BD_SIZE as u32;
+
+/// Offset of an Ethernet frame in its slot: the kernel puts the network header at
+/// `TPACKET_ALIGN(TPACKET3_HDRLEN + 16)` (`TPACKET3_HDRLEN`: the aligned `tpacket3_hdr` and a
+/// `sockaddr_ll`) and the 14-byte MAC header just before it.
+pub const ETHERNET_MAC_OFFSET: u32 =
+    ((PH_SLL + size_of::<sockaddr_ll>() + 16 + libc::TPACKET_ALIGNMENT - 1)
+        & !(libc::TPACKET_ALIGNMENT - 1)) as u32
+        - 14;
+
 const _: () = assert!(BD_SIZE == 48 && BD_STATUS == 8 && BD_SEQ == 24);
+const _: () = assert!(ETHERNET_MAC_OFFSET == 82);
 const _: () = assert!(PH_SIZE == 48 && PH_RXHASH == 28 && PH_SLL == 48 && PH_PKTTYPE == 58);
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
