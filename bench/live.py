@@ -14,6 +14,12 @@ each capture tool in turn listening on the veth end in namespace B (CPU 1):
 Also, per size, the generators alone (no capture running): trafgen's and tapflow gen's packet
 rate on the same core, for the "tapflow gen >= trafgen" requirement.
 
+Tool "floor" is bench/floor.c,
+compiled here with cc -O2: the least work a capture to pcapng can do with this kernel interface
+and this disk (TPACKET_V3 ring walked with prefetch, EPBs into a buffer written by O_DIRECT,
+nothing else). Its CPU is the yardstick for what any capture tool's CPU per packet can reach on
+the machine; the table then also shows floor/tcpdump and tapflow/floor.
+
 Root only. Writes bench/out/live.csv, bench/out/live-ratio.svg, bench/out/live-cpu.svg and
 prints a markdown table. See bench/README.md.
 """
@@ -39,7 +45,7 @@ import benchlib as bl  # noqa: E402
 import plot  # noqa: E402
 
 SIZES = [64, 128, 256, 384, 512, 768, 1024, 1518]
-TOOLS = ["tapflow", "tcpdump", "netsniff-ng"]
+TOOLS = ["tapflow", "tcpdump", "netsniff-ng", "floor"]
 SRC_MAC = "02:00:00:00:00:01"
 # A unicast MAC that is not the capture end's own: frames arrive as PACKET_OTHERHOST, as on a
 # mirror port, and the IP stack in namespace B drops them right away.
@@ -124,6 +130,8 @@ def capture_argv(tool: str, args, pair: bl.Pair, out: Path, js: Path) -> list[st
                "--notouch-irq", "--filter", str(args.nsng_bpf)]
         if args.nsng_full:
             cmd = cmd[:-2]
+    elif tool == "floor":
+        cmd = [str(args.floor_bin), pair.vb, str(out), str(args.snaplen)]
     else:
         raise ValueError(tool)
     return pair.cmd("b", args.cap_cpu, cmd)
@@ -139,6 +147,10 @@ def parse_tool_stats(tool: str, text: str, js: Path) -> dict:
         passed = bl.grab_int(r"^\s*(\d+)\s+packets passed filter", text)
         failed = bl.grab_int(r"^\s*(\d+)\s+packets failed filter", text)
         return {"tool_recorded": passed, "tool_received": inc, "tool_dropped": failed}
+    if tool == "floor":
+        n = bl.grab_int(r"^floor: (\d+) packets", text)
+        return {"tool_recorded": n, "tool_received": n,
+                "tool_dropped": bl.grab_int(r"(\d+) dropped by kernel", text)}
     # tapflow
     d: dict = {}
     if js.exists():
@@ -151,7 +163,7 @@ def parse_tool_stats(tool: str, text: str, js: Path) -> dict:
 
 def one_capture(tool: str, frame: int, gen: Gen, args, pair: bl.Pair, work: Path, rep: int) -> dict:
     tag = f"{tool}-{frame}-{rep}"
-    ext = "pcapng" if tool == "tapflow" else "pcap"
+    ext = "pcapng" if tool in ("tapflow", "floor") else "pcap"
     out = work / f"{tag}.{ext}"
     js = work / f"{tag}.summary.json"
     for stale in (out, js):
@@ -214,8 +226,9 @@ def markdown(rows: list[dict], gens: list[dict], tools: list[str]) -> str:
     head = ["frame B"]
     for t in tools:
         head += [f"{t} ratio %", f"{t} CPU s/Mpkt"]
-    if "tapflow" in tools and "tcpdump" in tools:
-        head.append("tapflow/tcpdump CPU")
+    pairs = [(a, b) for a, b in (("tapflow", "tcpdump"), ("floor", "tcpdump"), ("tapflow", "floor"))
+             if a in tools and b in tools]
+    head += [f"{a}/{b} CPU" for a, b in pairs]
     head.append("gen pps")
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---:|" * len(head))
@@ -230,9 +243,9 @@ def markdown(rows: list[dict], gens: list[dict], tools: list[str]) -> str:
             cpu[t] = c
             pps += [r["gen_pps"] for r in rs]
             cells += [f"{ratio:.2f}", f"{c:.3f}"]
-        if "tapflow" in tools and "tcpdump" in tools:
-            a, b = cpu["tapflow"], cpu["tcpdump"]
-            cells.append(f"{a / b:.2f}" if b and b == b and a == a else "n/a")
+        for a, b in pairs:
+            x, y = cpu[a], cpu[b]
+            cells.append(f"{x / y:.2f}" if y and y == y and x == x else "n/a")
         cells.append(f"{bl.median(pps):,.0f}")
         lines.append("| " + " | ".join(cells) + " |")
     if gens:
@@ -291,7 +304,7 @@ def main() -> None:
     for s in sizes:
         if not 64 <= s <= 1518:
             bl.die(f"frame size {s} out of range 64..1518", 2)
-    bl.need("ip", "taskset", "capinfos", *(t for t in tools if t != "tapflow"))
+    bl.need("ip", "taskset", "capinfos", *(t for t in tools if t not in ("tapflow", "floor")))
     if not args.no_gen_baseline or args.gen == "trafgen":
         bl.need("trafgen")
     args.tapflow_bin = bl.tapflow_path(args.tapflow_bin)
@@ -310,6 +323,11 @@ def main() -> None:
     import atexit
     if not args.keep:
         atexit.register(shutil.rmtree, work, True)
+    if "floor" in tools:
+        bl.need("cc")
+        args.floor_bin = work / "floor"
+        subprocess.run(["cc", "-O2", "-o", str(args.floor_bin), str(bl.REPO / "bench" / "floor.c")],
+                       check=True)
     args.nsng_bpf = work / "snap.bpf"
     args.nsng_bpf.write_text(subprocess.run(["tcpdump", "-dd", "-s", str(args.snaplen), ""],
                                             capture_output=True, text=True, check=True).stdout

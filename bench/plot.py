@@ -20,7 +20,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import svgplot  # noqa: E402
 
-TOOL_ORDER = ["tapflow", "tcpdump", "netsniff-ng"]
+TOOL_ORDER = ["tapflow", "tcpdump", "netsniff-ng", "floor"]
 
 
 def _f(x: str) -> float:

@@ -54,12 +54,8 @@ pub const ETHERNET_MAC_OFFSET: u32 =
 const _: () = assert!(BD_SIZE == 48 && BD_STATUS == 8 && BD_SEQ == 24);
 const _: () = assert!(ETHERNET_MAC_OFFSET == 82);
 const _: () = assert!(PH_SIZE == 48 && PH_RXHASH == 28 && PH_SLL == 48 && PH_PKTTYPE == 58);
-
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(
-        b.get(at..at.checked_add(2)?)?.try_into().ok()?,
-    ))
-}
+/// Bytes of a packet's header read at once: the fields, the sockaddr_ll up to its pkttype.
+const HEAD_LEN: usize = PH_PKTTYPE + 1;
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(
@@ -164,24 +160,26 @@ impl<'a> Packets<'a> {
     fn parse(&self) -> Option<(RingPacket<'a>, u32)> {
         let b = self.block;
         let h = self.offset;
-        let field = |at: usize| u32_at(b, h.checked_add(at)?);
-        let next = field(PH_NEXT)?;
-        let snaplen = usize::try_from(field(PH_SNAPLEN)?).ok()?;
-        let mac = usize::from(u16_at(b, h.checked_add(PH_MAC)?)?);
-        let start = h.checked_add(mac)?;
-        let data = b.get(start..start.checked_add(snaplen)?)?;
+        // The header and the sockaddr_ll up to its pkttype as one array: one bounds check, then
+        // loads at fixed offsets.
+        let head: &[u8; HEAD_LEN] = b.get(h..)?.first_chunk()?;
+        let u32_of =
+            |at: usize| u32::from_ne_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
+        let u16_of = |at: usize| u16::from_ne_bytes([head[at], head[at + 1]]);
+        let start = h + usize::from(u16_of(PH_MAC));
+        let data = b.get(start..start.checked_add(u32_of(PH_SNAPLEN) as usize)?)?;
         let packet = RingPacket {
             data,
-            ts_ns: u64::from(field(PH_SEC)?) * 1_000_000_000 + u64::from(field(PH_NSEC)?),
-            len: field(PH_LEN)?,
-            status: field(PH_STATUS)?,
+            ts_ns: u64::from(u32_of(PH_SEC)) * 1_000_000_000 + u64::from(u32_of(PH_NSEC)),
+            len: u32_of(PH_LEN),
+            status: u32_of(PH_STATUS),
             // The kernel's field is 32 bits wide; a TCI is 16.
-            vlan_tci: field(PH_VLAN_TCI)? as u16,
-            vlan_tpid: u16_at(b, h.checked_add(PH_VLAN_TPID)?)?,
-            rxhash: field(PH_RXHASH)?,
-            pkttype: *b.get(h.checked_add(PH_PKTTYPE)?)?,
+            vlan_tci: u32_of(PH_VLAN_TCI) as u16,
+            vlan_tpid: u16_of(PH_VLAN_TPID),
+            rxhash: u32_of(PH_RXHASH),
+            pkttype: head[PH_PKTTYPE],
         };
-        Some((packet, next))
+        Some((packet, u32_of(PH_NEXT)))
     }
 }
 
