@@ -445,7 +445,7 @@ impl FlowTable {
     }
 
     /// The slot where the key is or would go, and the flow and direction if it is there.
-    #[inline]
+    #[inline(always)]
     fn find(&self, hash: u32, p: &FlowFields, interface: u16) -> (usize, Option<(u32, bool)>) {
         let mut slot = hash as usize & self.mask;
         loop {
