@@ -262,7 +262,9 @@ pub(crate) fn flow_config(a: &FlowArgs, flows_cmd: bool) -> Result<Option<FlowCo
         }
     }
     in_range("--max-flows", a.max_flows, 1, u32::MAX as usize - 2)?;
-    in_range("--export-mtu", a.export_mtu, 576, 65_535)?;
+    if let Some(mtu) = a.export_mtu {
+        in_range("--export-mtu", mtu, 576, 65_535)?;
+    }
     let mut targets = Vec::new();
     for url in &a.export {
         targets.push(ExportTarget::parse_url(url).map_err(|m| bad(format!("--export {m}")))?);

@@ -267,9 +267,10 @@ pub struct FlowArgs {
     /// IPFIX observation domain (NetFlow v9 source id).
     #[arg(long, default_value_t = 1)]
     pub observation_domain: u32,
-    /// Largest IP packet sent to a UDP collector (IPFIX/NetFlow messages are sized to fit).
-    #[arg(long, default_value_t = 1500)]
-    pub export_mtu: u32,
+    /// Largest IP packet sent to a UDP collector (IPFIX/NetFlow messages are sized to fit;
+    /// default: the MTU of the route to each collector, at most 9000).
+    #[arg(long, value_name = "BYTES")]
+    pub export_mtu: Option<u32>,
     /// Most messages per second to each UDP collector (default: as fast as the socket takes
     /// them); a collector's receive buffer holds a burst of a few thousand at best.
     #[arg(long, value_name = "MSGS")]

@@ -78,7 +78,7 @@ fn main() {
                 protocol: Protocol::Ipfix,
                 addr,
             }],
-            mtu,
+            mtu: Some(mtu),
             observation_domain: 1,
             rate: None,
         },

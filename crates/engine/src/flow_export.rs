@@ -27,6 +27,15 @@ pub const BATCH: usize = 512;
 /// Batches in flight between the workers and the exporter.
 const QUEUE: usize = 32;
 
+/// The largest datagram size taken from a route when `--export-mtu` is not given: a jumbo
+/// frame. A loopback route says 65536, but collectors commonly read into 9000-byte buffers
+/// (goflow2 does) and would cut longer messages.
+pub const ROUTE_MTU_MAX: u32 = 9000;
+/// The size used when the route's MTU cannot be read.
+const DEFAULT_MTU: u32 = 1500;
+/// The least MTU every IPv4 host takes (RFC 791); `--export-mtu` has the same floor.
+const MIN_MTU: u32 = 576;
+
 /// Which clock "now" is for a meter: the packets' own (files: a trace from last year ends its
 /// flows by trace time), or the packets' advanced by the wall clock while none arrive (live
 /// capture and `tapflow recv`: flows end while the link is quiet, even when the probe replays
@@ -158,8 +167,9 @@ impl ExportTarget {
 pub struct ExportConfig {
     /// The outputs.
     pub targets: Vec<ExportTarget>,
-    /// Largest IP packet to a UDP collector (default 1500: the IPFIX messages are sized to it).
-    pub mtu: u32,
+    /// Largest IP packet to a UDP collector: the IPFIX and NetFlow messages are sized to it.
+    /// `None`: the MTU of the route to each collector, at most [`ROUTE_MTU_MAX`].
+    pub mtu: Option<u32>,
     /// IPFIX observation domain / NetFlow v9 source id.
     pub observation_domain: u32,
     /// Most messages per second to each UDP collector (`None`: as fast as the socket takes
@@ -404,25 +414,29 @@ struct Collector {
 
 impl Collector {
     fn open(protocol: Protocol, addr: SocketAddr, cfg: &ExportConfig) -> Result<Collector, String> {
-        let link = match protocol {
-            Protocol::IpfixTcp => Link::Tcp(Some(
-                TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-                    .map_err(|e| format!("cannot connect: {e}"))?,
-            )),
-            _ => {
-                let s = UdpSocket::connect(addr).map_err(|e| e.to_string())?;
-                let _ = s.set_sndbuf(4 << 20);
-                Link::Udp(s)
-            }
-        };
         let headers = match addr {
             SocketAddr::V4(_) => 20 + 8,
             SocketAddr::V6(_) => 40 + 8,
         };
-        let max_len = match protocol {
+        let (link, max_len) = match protocol {
             // A TCP stream is not cut into datagrams: messages may be as large as IPFIX allows.
-            Protocol::IpfixTcp => ipfix::MAX_MESSAGE_LEN,
-            _ => cfg.mtu as usize - headers,
+            Protocol::IpfixTcp => (
+                Link::Tcp(Some(
+                    TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+                        .map_err(|e| format!("cannot connect: {e}"))?,
+                )),
+                ipfix::MAX_MESSAGE_LEN,
+            ),
+            _ => {
+                let s = UdpSocket::connect(addr).map_err(|e| e.to_string())?;
+                let _ = s.set_sndbuf(4 << 20);
+                // RFC 7011 §10.3.3: no larger than the path MTU (as this host knows it).
+                let mtu = cfg.mtu.unwrap_or_else(|| {
+                    s.path_mtu()
+                        .map_or(DEFAULT_MTU, |m| m.clamp(MIN_MTU, ROUTE_MTU_MAX))
+                });
+                (Link::Udp(s), mtu as usize - headers)
+            }
         };
         let mut c = Collector {
             protocol,

@@ -117,7 +117,7 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
                     format: TextFormat::Csv,
                     dest: TextDest::File(dir.join(format!("flows-{n}.csv"))),
                 }],
-                mtu: 1500,
+                mtu: Some(1500),
                 observation_domain: 1,
                 rate: None,
             },
