@@ -15,7 +15,9 @@ moves to the other CPUs. Same timeouts for every tool where it has the knob (act
 
   tapflow csv    tapflow flows -r T --csv /dev/null -q --active-timeout A --idle-timeout I
                    --idle-timeout closed=I
-  tapflow ipfix  the same with --export ipfix://127.0.0.1:PORT instead of --csv (UDP sink below)
+  tapflow ipfix  the same with --export ipfix://127.0.0.1:PORT instead of --csv (UDP sink below);
+                 messages of up to 9000 bytes (the loopback route's MTU, capped: docs/flows.md)
+  tapflow ipfix-1500  the same with --export-mtu 1500 (messages as to a collector behind Ethernet)
   softflowd      softflowd -d -c none -r T -n 127.0.0.1:PORT -v 10 -b -A milli -m 2000000
                    -t maxlife=A -t tcp=I -t tcp.rst=I -t tcp.fin=I -t udp=I -t icmp=I -t general=I
                  (-c none is required: see bench/FLOW-ANCHORS.md. With -r softflowd expires nothing
@@ -53,7 +55,8 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib as bl  # noqa: E402
 
-TOOLS = ["tapflow", "tapflow-ipfix", "softflowd", "nfpcapd", "argus"]
+TOOLS = ["tapflow", "tapflow-ipfix", "tapflow-ipfix-1500", "softflowd", "nfpcapd", "argus"]
+IPFIX_TOOLS = ("tapflow-ipfix", "tapflow-ipfix-1500", "softflowd")
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 
 
@@ -236,7 +239,7 @@ def main() -> None:
         others = set(os.sched_getaffinity(0)) - {args.cpu}
         if others:
             os.sched_setaffinity(0, others)
-    sink = IpfixSink() if any(t in ("tapflow-ipfix", "softflowd") for t in tools) else None
+    sink = IpfixSink() if any(t in IPFIX_TOOLS for t in tools) else None
     if sink:
         atexit.register(sink.close)
 
@@ -254,6 +257,8 @@ def main() -> None:
         "tapflow": [str(tapflow), "flows", "-r", T, "--csv", "/dev/null", "-q", *tf_timeouts],
         "tapflow-ipfix": [str(tapflow), "flows", "-r", T, "--export", f"ipfix://127.0.0.1:{port}", "-q",
                           *tf_timeouts],
+        "tapflow-ipfix-1500": [str(tapflow), "flows", "-r", T, "--export", f"ipfix://127.0.0.1:{port}",
+                               "--export-mtu", "1500", "-q", *tf_timeouts],
         "softflowd": ["softflowd", "-d", "-c", "none", "-r", T,
                       "-n", f"127.0.0.1:{port}", "-v", "10", "-b", "-A", "milli", "-m", "2000000",
                       "-t", f"maxlife={A}", "-t", f"tcp={I}", "-t", f"tcp.rst={I}", "-t", f"tcp.fin={I}",
@@ -261,13 +266,16 @@ def main() -> None:
         "nfpcapd": ["nfpcapd", "-r", T, "-w", "{out}", "-t", "86400", "-e", f"{A},{I}"],
         "argus": ["argus", "-X", "-F", str(argus_conf), "-r", T, "-w", "{out}"],
     }
-    byte_unit = {"tapflow": "IP length", "tapflow-ipfix": "IP length", "softflowd": "IP length",
+    byte_unit = {"tapflow": "IP length", "tapflow-ipfix": "IP length", "tapflow-ipfix-1500": "IP length",
+                 "softflowd": "IP length",
                  "nfpcapd": "IP length", "argus": "frame length"}
-    direction = {"tapflow": "biflow", "tapflow-ipfix": "biflow (RFC 5103)", "softflowd": "biflow (-b)",
+    direction = {"tapflow": "biflow", "tapflow-ipfix": "biflow (RFC 5103)",
+                 "tapflow-ipfix-1500": "biflow (RFC 5103)", "softflowd": "biflow (-b)",
                  "nfpcapd": "one record per direction", "argus": "biflow"}
     given = {
         "tapflow": f"--active-timeout {A} --idle-timeout {I} --idle-timeout closed={I}",
         "tapflow-ipfix": f"--active-timeout {A} --idle-timeout {I} --idle-timeout closed={I}",
+        "tapflow-ipfix-1500": f"--active-timeout {A} --idle-timeout {I} --idle-timeout closed={I}",
         "softflowd": f"-t maxlife={A}, tcp/tcp.rst/tcp.fin/udp/icmp/general={I} (all inert with -r), -m 2000000",
         "nfpcapd": f"-e {A},{I} (checked by a sweep every ~10 s of packet time; max 3600 each)",
         "argus": f"ARGUS_FLOW_STATUS_INTERVAL={A}, ARGUS_{{IP,TCP,ICMP,IGMP,FRAG,ARP,OTHER}}_TIMEOUT={I}",
@@ -303,7 +311,7 @@ def main() -> None:
                 if out.is_dir():
                     shutil.rmtree(out)
                 continue
-            if sink and tool in ("tapflow-ipfix", "softflowd"):
+            if sink and tool in IPFIX_TOOLS:
                 time.sleep(0.3)  # let the sink drain the socket
             if run >= 0:
                 runs[tool].append(f)
@@ -394,7 +402,7 @@ def count_output(tool: str, f: bl.Finished, out: Path, sink: IpfixSink | None) -
         received = bl.grab_int(r"(\d+) received", text)
         d = {"records": records if records is not None else "?", "packets": received if received is not None else "?"}
         s = f"{flows} flows, {records} records, {received} packets received (tapflow's summary)"
-        if tool == "tapflow-ipfix" and sink:
+        if tool.startswith("tapflow-ipfix") and sink:
             k = sink.snapshot()
             s += (f"; sink: {k['datagrams']} datagrams, {k['records']} IPFIX data records, {k['option_records']} "
                   f"options records, {k['seq_errors']} sequence errors")
