@@ -75,8 +75,19 @@ fn found(offset: usize, proto: NetworkProto, vlan: Option<u16>) -> Option<Networ
 /// Understands Ethernet (with any stack of 802.1Q/802.1ad/0x9100 tags, MPLS label stacks and
 /// PPPoE sessions), Linux cooked v1/v2, raw IP, BSD/OpenBSD loopback, PPP and NFLOG. The
 /// returned offset is at most `frame.len()`: the IP header itself may be missing.
-#[inline]
+#[inline(always)]
 pub fn network_layer(linktype: LinkType, frame: &[u8]) -> Option<NetworkLayer> {
+    // Untagged Ethernet carrying IPv4, most frames, without a call or a walk; the same answer
+    // as the walk gives.
+    if linktype == LinkType::Ethernet && frame.get(12..14) == Some(&[0x08, 0x00][..]) {
+        return found(14, NetworkProto::Ipv4, None);
+    }
+    walk(linktype, frame)
+}
+
+/// [`network_layer`] for every link type and encapsulation.
+#[inline(never)]
+fn walk(linktype: LinkType, frame: &[u8]) -> Option<NetworkLayer> {
     match linktype {
         LinkType::Ethernet => ethertype(frame, be16(frame, 12)?, 14, None),
         LinkType::LinuxSll => ethertype(frame, be16(frame, 14)?, SLL_HDR_LEN, None),
@@ -218,6 +229,23 @@ fn nflog(b: &[u8]) -> Option<NetworkLayer> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    proptest! {
+        /// The shortcut for untagged Ethernet + IPv4 answers as the walk does.
+        #[test]
+        fn the_ethernet_ipv4_shortcut_agrees_with_the_walk(
+            mut frame in proptest::collection::vec(any::<u8>(), 0..40),
+            ipv4 in any::<bool>(),
+        ) {
+            if ipv4 && frame.len() >= 14 {
+                frame[12..14].copy_from_slice(&ETH_P_IP.to_be_bytes());
+            }
+            prop_assert_eq!(
+                network_layer(LinkType::Ethernet, &frame),
+                walk(LinkType::Ethernet, &frame)
+            );
+        }
+    }
 
     fn nl(offset: usize, proto: NetworkProto, vlan: Option<u16>) -> Option<NetworkLayer> {
         Some(NetworkLayer {

@@ -447,6 +447,25 @@ mod tests {
             .with_direction(Direction::Outbound)
             .with(Flags::CSUM_NOT_READY);
         assert_eq!(out.epb_flags(), 0b10 | 1 << 9);
+        // Every combination against the mapping written out case by case.
+        for bits in 0..1u16 << 10 {
+            let f = Flags(bits);
+            let mut want = match f.direction() {
+                Direction::Inbound => 0b01,
+                Direction::Outbound => 0b10,
+                Direction::Unknown | Direction::Reserved => 0,
+            };
+            for (flag, bit) in [
+                (Flags::CSUM_NOT_READY, 9),
+                (Flags::CSUM_VALID, 10),
+                (Flags::OFFLOAD_MERGED, 11),
+            ] {
+                if f.contains(flag) {
+                    want |= 1 << bit;
+                }
+            }
+            assert_eq!(f.epb_flags(), want, "flags {bits:#x}");
+        }
     }
 
     #[test]
