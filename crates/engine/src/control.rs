@@ -71,19 +71,24 @@ impl ControlServer {
         }
         let listener = UnixListener::bind(path).map_err(|e| err(format!("cannot listen: {e}")))?;
         std::fs::set_permissions(path, PermissionsExt::from_mode(0o600))
-            .and_then(|()| listener.set_nonblocking(true))
             .map_err(|e| err(e.to_string()))?;
         let done = Arc::new(AtomicBool::new(false));
+        // The thread sleeps in accept until a client comes; to stop it, `drop` sets `done` and
+        // connects once itself.
         let thread = thread::Builder::new()
             .name("tapflow-control".into())
             .spawn({
                 let done = Arc::clone(&done);
                 move || {
-                    while !done.load(Ordering::Relaxed) {
-                        match listener.accept() {
-                            Ok((s, _)) => {
+                    for s in listener.incoming() {
+                        if done.load(Ordering::Acquire) {
+                            break;
+                        }
+                        match s {
+                            Ok(s) => {
                                 let _ = serve(s, &probe);
                             }
+                            // EMFILE and the like: wait a little rather than spin.
                             Err(_) => thread::sleep(Duration::from_millis(20)),
                         }
                     }
@@ -105,9 +110,13 @@ impl ControlServer {
 
 impl Drop for ControlServer {
     fn drop(&mut self) {
-        self.done.store(true, Ordering::Relaxed);
+        self.done.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            // Wake the accept; if the socket is gone, the thread cannot be reached and is left
+            // to end with the process.
+            if UnixStream::connect(&self.path).is_ok() {
+                let _ = t.join();
+            }
         }
         let _ = std::fs::remove_file(&self.path);
     }
