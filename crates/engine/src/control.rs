@@ -45,6 +45,8 @@ pub fn default_path(iface: &str) -> PathBuf {
 pub struct ControlServer {
     path: PathBuf,
     done: Arc<AtomicBool>,
+    /// The listener's other handle, to shut it down from `drop`.
+    waker: UnixListener,
     thread: Option<thread::JoinHandle<()>>,
 }
 
@@ -74,7 +76,10 @@ impl ControlServer {
             .map_err(|e| err(e.to_string()))?;
         let done = Arc::new(AtomicBool::new(false));
         // The thread sleeps in accept until a client comes; to stop it, `drop` sets `done` and
-        // connects once itself.
+        // shuts the listener down, which ends the accept.
+        let waker = listener
+            .try_clone()
+            .map_err(|e| err(format!("cannot clone the listener: {e}")))?;
         let thread = thread::Builder::new()
             .name("tapflow-control".into())
             .spawn({
@@ -98,6 +103,7 @@ impl ControlServer {
         Ok(ControlServer {
             path: path.to_path_buf(),
             done,
+            waker,
             thread: Some(thread),
         })
     }
@@ -112,9 +118,9 @@ impl Drop for ControlServer {
     fn drop(&mut self) {
         self.done.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
-            // Wake the accept; if the socket is gone, the thread cannot be reached and is left
-            // to end with the process.
-            if UnixStream::connect(&self.path).is_ok() {
+            // Ends the accept. Should that fail, the thread is left to end with the process
+            // rather than waited for.
+            if peer::shut_listener(&self.waker).is_ok() {
                 let _ = t.join();
             }
         }
@@ -123,7 +129,6 @@ impl Drop for ControlServer {
 }
 
 fn serve(mut s: UnixStream, probe: &ProbeState) -> std::io::Result<()> {
-    s.set_nonblocking(false)?;
     let me = peer::effective_uid();
     let allowed = peer::peer_uid(&s).is_ok_and(|uid| uid == 0 || uid == me);
     s.set_read_timeout(Some(Duration::from_secs(5)))?;

@@ -112,6 +112,13 @@ pub(crate) fn geteuid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// `shutdown(fd, SHUT_RDWR)`.
+pub(crate) fn shutdown(fd: BorrowedFd<'_>, call: &'static str) -> io::Result<()> {
+    intercept!(call, Ok(()));
+    // SAFETY: shutdown on a borrowed, open descriptor; no memory is passed.
+    check(unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) }).map(drop)
+}
+
 /// `bind(fd, sockaddr_ll)`.
 pub(crate) fn bind_ll(
     fd: BorrowedFd<'_>,
