@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <linux/if_ether.h>
 #include <linux/filter.h>
@@ -46,10 +47,12 @@ static uint8_t *put32(uint8_t *o, uint32_t v) { memcpy(o, &v, 4); return o + 4; 
 int main(int argc, char **argv) {
     if (argc < 3) { fprintf(stderr, "usage: floor IFACE OUT.pcapng [SNAPLEN]\n"); return 2; }
     uint32_t snaplen = argc > 3 ? (uint32_t)atoi(argv[3]) : 64;
+    if (snaplen == 0 || snaplen > 65535) { fprintf(stderr, "floor: snaplen 1..65535\n"); return 2; }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
 
-    int fd = socket(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL));
+    /* Protocol 0: no packet reaches the socket before the ring and bind are in place. */
+    int fd = socket(AF_PACKET, SOCK_RAW, 0);
     if (fd < 0) die("socket");
     int v3 = TPACKET_V3;
     if (setsockopt(fd, SOL_PACKET, PACKET_VERSION, &v3, sizeof v3)) die("PACKET_VERSION");
@@ -71,6 +74,8 @@ int main(int argc, char **argv) {
     if (bind(fd, (struct sockaddr *)&ll, sizeof ll)) die("bind");
 
     int out = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644);
+    if (out < 0 && errno == EINVAL) /* tmpfs and the like: through the cache */
+        out = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (out < 0) die(argv[2]);
     /* Room for a whole block of packets past the chunk: the buffer is written out between
      * blocks. */

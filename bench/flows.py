@@ -16,7 +16,8 @@ moves to the other CPUs. Same timeouts for every tool where it has the knob (act
   tapflow csv    tapflow flows -r T --csv /dev/null -q --active-timeout A --idle-timeout I
                    --idle-timeout closed=I
   tapflow ipfix  the same with --export ipfix://127.0.0.1:PORT instead of --csv (UDP sink below);
-                 messages of up to 9000 bytes (the loopback route's MTU, capped: docs/flows.md)
+                 messages in IP packets of up to 9000 bytes (the loopback route's MTU, capped:
+                 docs/flows.md)
   tapflow ipfix-1500  the same with --export-mtu 1500 (messages as to a collector behind Ethernet)
   softflowd      softflowd -d -c none -r T -n 127.0.0.1:PORT -v 10 -b -A milli -m 2000000
                    -t maxlife=A -t tcp=I -t tcp.rst=I -t tcp.fin=I -t udp=I -t icmp=I -t general=I
@@ -266,16 +267,14 @@ def main() -> None:
         "nfpcapd": ["nfpcapd", "-r", T, "-w", "{out}", "-t", "86400", "-e", f"{A},{I}"],
         "argus": ["argus", "-X", "-F", str(argus_conf), "-r", T, "-w", "{out}"],
     }
-    byte_unit = {"tapflow": "IP length", "tapflow-ipfix": "IP length", "tapflow-ipfix-1500": "IP length",
-                 "softflowd": "IP length",
-                 "nfpcapd": "IP length", "argus": "frame length"}
+    tapflow_rows = ("tapflow", "tapflow-ipfix", "tapflow-ipfix-1500")
+    byte_unit = {"softflowd": "IP length", "nfpcapd": "IP length", "argus": "frame length",
+                 **{t: "IP length" for t in tapflow_rows}}
     direction = {"tapflow": "biflow", "tapflow-ipfix": "biflow (RFC 5103)",
                  "tapflow-ipfix-1500": "biflow (RFC 5103)", "softflowd": "biflow (-b)",
                  "nfpcapd": "one record per direction", "argus": "biflow"}
     given = {
-        "tapflow": f"--active-timeout {A} --idle-timeout {I} --idle-timeout closed={I}",
-        "tapflow-ipfix": f"--active-timeout {A} --idle-timeout {I} --idle-timeout closed={I}",
-        "tapflow-ipfix-1500": f"--active-timeout {A} --idle-timeout {I} --idle-timeout closed={I}",
+        **{t: " ".join(tf_timeouts) for t in tapflow_rows},
         "softflowd": f"-t maxlife={A}, tcp/tcp.rst/tcp.fin/udp/icmp/general={I} (all inert with -r), -m 2000000",
         "nfpcapd": f"-e {A},{I} (checked by a sweep every ~10 s of packet time; max 3600 each)",
         "argus": f"ARGUS_FLOW_STATUS_INTERVAL={A}, ARGUS_{{IP,TCP,ICMP,IGMP,FRAG,ARP,OTHER}}_TIMEOUT={I}",

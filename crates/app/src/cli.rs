@@ -272,7 +272,8 @@ pub struct FlowArgs {
     #[arg(long, value_name = "BYTES")]
     pub export_mtu: Option<u32>,
     /// Most messages per second to each UDP collector (default: as fast as the socket takes
-    /// them); a collector's receive buffer holds a burst of a few thousand at best.
+    /// them); a collector's receive buffer holds a burst of a few thousand at best. A message
+    /// is up to the MTU in size (see --export-mtu).
     #[arg(long, value_name = "MSGS")]
     pub export_rate: Option<u32>,
 }

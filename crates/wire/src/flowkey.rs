@@ -305,7 +305,7 @@ mod tests {
             mut frame in proptest::collection::vec(any::<u8>(), 0..80),
             shape in any::<[bool; 4]>(),
         ) {
-            if frame.len() >= 35 {
+            if frame.len() >= 34 {
                 if shape[0] { frame[12..14].copy_from_slice(&[0x08, 0x00]); }
                 if shape[1] { frame[14] = 0x45; }
                 if shape[2] { frame[20] &= 0xc0; frame[21] = 0; }

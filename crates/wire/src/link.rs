@@ -235,15 +235,19 @@ mod tests {
         #[test]
         fn the_ethernet_ipv4_shortcut_agrees_with_the_walk(
             mut frame in proptest::collection::vec(any::<u8>(), 0..40),
-            ipv4 in any::<bool>(),
+            linktype in prop::sample::select(vec![
+                LinkType::Ethernet, LinkType::Ethernet, LinkType::LinuxSll, LinkType::LinuxSll2,
+                LinkType::Raw, LinkType::Null, LinkType::Ppp,
+            ]),
+            et in prop::sample::select(vec![
+                Some(ETH_P_IP), Some(ETH_P_IPV6), Some(ETH_P_8021Q), Some(0x0806), None,
+            ]),
         ) {
-            if ipv4 && frame.len() >= 14 {
-                frame[12..14].copy_from_slice(&ETH_P_IP.to_be_bytes());
+            // The ethertype where Ethernet has it, and at the same place for the other link types.
+            if let (Some(et), true) = (et, frame.len() >= 14) {
+                frame[12..14].copy_from_slice(&et.to_be_bytes());
             }
-            prop_assert_eq!(
-                network_layer(LinkType::Ethernet, &frame),
-                walk(LinkType::Ethernet, &frame)
-            );
+            prop_assert_eq!(network_layer(linktype, &frame), walk(linktype, &frame));
         }
     }
 
