@@ -114,11 +114,11 @@ impl FlowFields {
         {
             let mut f = FlowFields {
                 proto,
+                src: ipv4_in_16(&frame[26..30]),
+                dst: ipv4_in_16(&frame[30..34]),
                 octets: u32::from(u16::from_be_bytes([l0, l1])),
                 ..FlowFields::default()
             };
-            f.src[..4].copy_from_slice(&frame[26..30]);
-            f.dst[..4].copy_from_slice(&frame[30..34]);
             f.ports(&frame[34..]);
             return Some(f);
         }
@@ -139,8 +139,8 @@ impl FlowFields {
             NetworkProto::Ipv4 => {
                 let p = ipv4::Packet::new_checked(ip).ok()?;
                 f.proto = p.protocol().to_u8();
-                f.src[..4].copy_from_slice(&p.src_addr().octets());
-                f.dst[..4].copy_from_slice(&p.dst_addr().octets());
+                f.src = ipv4_in_16(&p.src_addr().octets());
+                f.dst = ipv4_in_16(&p.dst_addr().octets());
                 f.octets = u32::from(p.total_len());
                 if p.is_fragment() {
                     f.fragment = Some(FragmentId {
@@ -269,6 +269,15 @@ impl FlowKey {
         }
         h
     }
+}
+
+/// An IPv4 address in the first 4 bytes of a 16-byte field, the rest zero, made as one value:
+/// written with one store, so that reading it back in 8-byte words (the flow hash does, at
+/// once) is forwarded from that store instead of waiting for two narrower ones to retire.
+#[inline(always)]
+fn ipv4_in_16(b: &[u8]) -> [u8; 16] {
+    let a = [b[0], b[1], b[2], b[3]];
+    u128::from(u32::from_le_bytes(a)).to_le_bytes()
 }
 
 /// The murmur3 64-bit finaliser after an add: spreads every input bit over the word.
