@@ -306,10 +306,12 @@ impl FlowTable {
         );
         // Symmetric: the two ends combine commutatively, each mixed first.
         let ends = mix(a ^ self.cfg.seed).wrapping_add(mix(b ^ self.cfg.seed));
+        // `ipv6` is kept away from `proto`: side by side, the two bytes would be read as one
+        // 16-bit load, which waits for the two separate stores that wrote them to retire.
         let rest = u64::from(p.proto)
-            | u64::from(p.ipv6) << 8
             | u64::from(p.vlan) << 16
-            | u64::from(interface) << 32;
+            | u64::from(interface) << 32
+            | u64::from(p.ipv6) << 48;
         (mix(ends ^ rest) >> 32) as u32
     }
 
