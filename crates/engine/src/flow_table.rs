@@ -516,6 +516,11 @@ impl FlowTable {
             let i = self.free;
             self.free = self.flows[i as usize].next;
             self.flows[i as usize] = f;
+            // The next new flow takes that slot: start loading it (freed by a sweep, it has
+            // likely left the cache since).
+            if let Some(next) = self.flows.get(self.free as usize) {
+                tapflow_sys::cpu::prefetch(next);
+            }
             i
         };
         self.index[slot] = i + 1;
