@@ -432,6 +432,10 @@ impl FlowTable {
                 if h == NIL || self.flows[h as usize].last().saturating_add(idle) > now {
                     break;
                 }
+                // The next flow in line is likely the next to end: start loading it.
+                if let Some(next) = self.flows.get(self.flows[h as usize].next as usize) {
+                    tapflow_sys::cpu::prefetch(next);
+                }
                 self.end(h, reason, out);
             }
         }
