@@ -407,7 +407,6 @@ fn run_file(
         drain_quiet: Duration::ZERO,
     };
     let (done_tx, done_rx) = mpsc::channel();
-    let reading = AtomicBool::new(true);
     let result = thread::scope(|s| {
         let (totals, stats) = shared;
         let mut worker = Worker::new(
@@ -432,7 +431,6 @@ fn run_file(
             .name("tapflow-w0".into())
             .spawn_scoped(s, move || run_worker(worker, &done_tx))
             .expect("spawning a worker thread");
-        let window = s.spawn(|| read_window(&map, &position, &reading));
         let progress = || Some((position.load(Ordering::Relaxed), total));
         monitor(
             cfg,
@@ -443,8 +441,6 @@ fn run_file(
             Some(&progress),
             &done_rx,
         );
-        reading.store(false, Ordering::Relaxed);
-        let _ = window.join();
         collect(vec![w])
     });
     drop(servers);
@@ -487,31 +483,6 @@ fn sinks_for(
 }
 
 type Handles<'s> = Vec<thread::ScopedJoinHandle<'s, WorkerReport>>;
-
-/// Keeps the file's page tables mapped ahead of the reader and unmapped behind it, so that the
-/// worker takes no page faults and the final unmapping is short. Runs beside the worker on the
-/// otherwise idle core; stops when `reading` falls.
-fn read_window(map: &MappedFile, position: &AtomicU64, reading: &AtomicBool) {
-    const AHEAD: usize = 64 << 20;
-    const STEP: usize = 8 << 20;
-    const BEHIND: usize = 8 << 20;
-    let len = map.bytes().len();
-    let (mut mapped, mut released) = (0usize, 0usize);
-    while reading.load(Ordering::Relaxed) {
-        let at = position.load(Ordering::Relaxed) as usize;
-        if mapped < len && mapped < at + AHEAD {
-            let to = (mapped + STEP).min(len);
-            map.populate(mapped..to);
-            mapped = to;
-            continue;
-        }
-        if at > released + BEHIND {
-            map.release(released..at - BEHIND);
-            released = at - BEHIND;
-        }
-        thread::sleep(Duration::from_millis(1));
-    }
-}
 
 /// Runs a worker and says so on `done` when it has finished, even by a panic.
 fn run_worker<S: PacketSource>(worker: Worker<S>, done: &mpsc::Sender<()>) -> WorkerReport {

@@ -120,43 +120,7 @@ impl MappedFile {
     pub fn path(&self) -> &Path {
         &self.path
     }
-
-    /// Maps the page tables of `range` now (`MADV_POPULATE_READ`), so that reading it later
-    /// takes no page faults. Advisory: errors are ignored.
-    #[doc(alias = "MADV_POPULATE_READ")]
-    pub fn populate(&self, range: std::ops::Range<usize>) {
-        self.advise(range, false, MADV_POPULATE_READ);
-    }
-
-    /// Drops the page tables of the whole pages in `range` (`MADV_DONTNEED`): the bytes stay in
-    /// the page cache and read the same if touched again, but unmapping at the end costs
-    /// nothing for them. Advisory: errors are ignored.
-    #[doc(alias = "MADV_DONTNEED")]
-    pub fn release(&self, range: std::ops::Range<usize>) {
-        self.advise(range, true, libc::MADV_DONTNEED);
-    }
-
-    fn advise(&self, range: std::ops::Range<usize>, inner: bool, advice: libc::c_int) {
-        let Some(m) = &self.map else { return };
-        let page = 4096;
-        let end = range.end.min(m.len());
-        let (start, end) = if inner {
-            (range.start.next_multiple_of(page), end / page * page)
-        } else {
-            (range.start / page * page, end)
-        };
-        if start >= end {
-            return;
-        }
-        // SAFETY: the range lies inside our own read-only private file mapping, which is never
-        // written: POPULATE_READ only fills page tables, and DONTNEED only drops them (a later
-        // read maps the same file bytes again). No Rust-visible byte changes.
-        unsafe { libc::madvise(m.ptr().as_ptr().add(start).cast(), end - start, advice) };
-    }
 }
-
-/// `MADV_POPULATE_READ` (Linux 5.14), not in every libc release.
-const MADV_POPULATE_READ: libc::c_int = 22;
 
 /// Prefetches bytes read front to back a fixed distance ahead of the reader, each cache line
 /// once. The hardware prefetchers stop at page boundaries and start late on lines another CPU
