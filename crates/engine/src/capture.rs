@@ -468,7 +468,13 @@ fn sinks_for(
     if let Some(file) = &cfg.file {
         let mut wc = file.clone();
         wc.worker = worker;
-        sinks.push(Box::new(FileSink::new(wc)));
+        let sink = FileSink::new(wc);
+        // A ring's records come from another CPU's cache, leaving the memory path to the
+        // output buffer; a file's bytes stream from memory and need it themselves.
+        sinks.push(Box::new(match cfg.input {
+            Input::Live { .. } => sink.with_write_ahead(),
+            Input::File(_) => sink,
+        }));
     }
     if let Some(fwd) = &cfg.forward {
         let mut fc = fwd.clone();
