@@ -43,8 +43,6 @@ pub struct WriterConfig {
 
 /// The file writes to the device in chunks of this size (direct I/O, past the page cache).
 const CHUNK: usize = 1 << 20;
-/// How far ahead of the records the output buffer is prefetched, when it is.
-const WRITE_AHEAD: usize = 2048;
 
 struct OpenFile {
     file: DirectFile,
@@ -69,8 +67,8 @@ pub struct FileSink {
     last_if_stats: Option<(u64, u64)>,
     /// Records written per interface (`isb_usrdeliv` of each).
     delivered: Vec<u64>,
-    /// Bytes of output buffer prefetched ahead of the records (0: none).
-    write_ahead: usize,
+    /// Whether the output buffer is prefetched ahead of the records.
+    write_ahead: bool,
 }
 
 impl std::fmt::Debug for FileSink {
@@ -97,7 +95,7 @@ impl FileSink {
             last_totals: Totals::default(),
             last_if_stats: None,
             delivered: Vec::new(),
-            write_ahead: 0,
+            write_ahead: false,
         }
     }
 
@@ -105,7 +103,7 @@ impl FileSink {
     /// ([`DirectFile::with_write_ahead`]): for records from a capture ring, not from a file.
     pub fn with_write_ahead(self) -> FileSink {
         FileSink {
-            write_ahead: WRITE_AHEAD,
+            write_ahead: true,
             ..self
         }
     }

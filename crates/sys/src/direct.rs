@@ -16,6 +16,7 @@ use std::sync::mpsc;
 use std::thread;
 
 use crate::SysError;
+use crate::mmap::ReadAhead;
 
 /// Alignment of buffers, lengths and offsets for `O_DIRECT` (the logical block size is at most
 /// this on any device tapflow writes to).
@@ -66,10 +67,8 @@ impl Drop for AlignedBuf {
 pub struct DirectFile {
     buf: AlignedBuf,
     len: usize,
-    /// Bytes of the buffer brought into the cache ahead of the encoder (0: none).
-    write_ahead: usize,
-    /// The buffer's lines before this offset have been prefetched for the encoder.
-    ahead: usize,
+    /// The buffer brought into the cache ahead of the encoder, if asked for.
+    ahead: Option<ReadAhead>,
     /// Full chunks on their way to the I/O thread, and empty ones coming back.
     to_io: Option<mpsc::SyncSender<(AlignedBuf, usize)>>,
     from_io: mpsc::Receiver<AlignedBuf>,
@@ -127,8 +126,7 @@ impl DirectFile {
         Ok(DirectFile {
             buf: AlignedBuf::new(chunk),
             len: 0,
-            write_ahead: 0,
-            ahead: 0,
+            ahead: None,
             to_io: Some(to_io),
             from_io,
             io: Some(io),
@@ -136,14 +134,14 @@ impl DirectFile {
         })
     }
 
-    /// The same file, with the `bytes` of the chunk buffer past what was appended brought into
-    /// the cache as it fills: the I/O thread's write of a buffer leaves its lines out of the
+    /// The same file, with (if `on`) the chunk buffer past what was appended brought into the
+    /// cache as it fills ([`ReadAhead`]): the I/O thread's write of a buffer leaves its lines out of the
     /// cache, and a store to a missing line waits for it. A gain where the input does not
-    /// stream from memory itself (a capture ring, filled from another CPU's cache: −15% CPU);
+    /// stream from memory itself (a capture ring, filled from another CPU's cache: −10% CPU);
     /// a loss where it does (a file: +20% and more, the prefetches compete for the same line
     /// fill buffers).
-    pub fn with_write_ahead(mut self, bytes: usize) -> DirectFile {
-        self.write_ahead = bytes;
+    pub fn with_write_ahead(mut self, on: bool) -> DirectFile {
+        self.ahead = on.then(|| ReadAhead::from(self.len));
         self
     }
 
@@ -173,13 +171,8 @@ impl DirectFile {
         }
         let start = self.len;
         self.len += n;
-        if self.write_ahead > 0 {
-            let buf = self.buf.as_slice();
-            let end = (self.len + self.write_ahead).min(buf.len());
-            while self.ahead < end {
-                crate::cpu::prefetch(&buf[self.ahead]);
-                self.ahead += 64;
-            }
+        if let Some(ahead) = &mut self.ahead {
+            ahead.advance(self.buf.as_slice(), self.len);
         }
         Ok(&mut self.buf.as_mut_slice()[start..start + n])
     }
@@ -198,7 +191,9 @@ impl DirectFile {
         next.as_mut_slice()[..rest].copy_from_slice(&self.buf.as_slice()[aligned..self.len]);
         let full = std::mem::replace(&mut self.buf, next);
         self.len = rest;
-        self.ahead = 0;
+        if let Some(ahead) = &mut self.ahead {
+            *ahead = ReadAhead::from(0);
+        }
         let sent = self.to_io.as_ref().map(|tx| tx.send((full, aligned)));
         match sent {
             Some(Ok(())) => Ok(()),

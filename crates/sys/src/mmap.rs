@@ -122,9 +122,9 @@ impl MappedFile {
     }
 }
 
-/// Prefetches bytes read front to back a fixed distance ahead of the reader, each cache line
-/// once. The hardware prefetchers stop at page boundaries and start late on lines another CPU
-/// wrote (a ring block); this does neither.
+/// Prefetches a buffer read (or filled) front to back a fixed distance ahead of the cursor,
+/// each cache line once. The hardware prefetchers stop at page boundaries and start late on
+/// lines another CPU wrote (a ring block); this does neither.
 #[derive(Debug, Clone, Copy)]
 pub struct ReadAhead {
     /// Bytes before this offset have been prefetched.
@@ -141,7 +141,7 @@ impl ReadAhead {
         ReadAhead { done: from }
     }
 
-    /// The reader is at `at` in `bytes`: prefetch what lies within [`Self::DISTANCE`] of it.
+    /// The cursor is at `at` in `bytes`: prefetch what lies within [`Self::DISTANCE`] of it.
     #[inline(always)]
     pub fn advance(&mut self, bytes: &[u8], at: usize) {
         let end = at.saturating_add(Self::DISTANCE).min(bytes.len());
