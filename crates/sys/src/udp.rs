@@ -321,7 +321,8 @@ impl UdpSocket {
     }
 
     /// Whether sends still go as segmented runs (false once the route refused them).
-    pub fn segmenting(&self) -> bool {
+    #[cfg(test)]
+    fn segmenting(&self) -> bool {
         self.segment.load(Ordering::Relaxed)
     }
 
