@@ -12,7 +12,7 @@
 use crate::LinkType;
 use crate::ipv4::{self, IpProtocol};
 use crate::ipv6;
-use crate::link::{NetworkProto, network_layer};
+use crate::link::{ETH_P_IP, NetworkProto, network_layer};
 
 /// A connection's canonical 5-tuple. IPv4 addresses sit in the first 4 bytes of the 16.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -92,8 +92,8 @@ impl FlowFields {
         if linktype == LinkType::Ethernet
             && let Some(
                 &[
-                    0x08,
-                    0x00,
+                    e0,
+                    e1,
                     0x45,
                     _,
                     l0,
@@ -106,16 +106,23 @@ impl FlowFields {
                     proto,
                     _,
                     _,
-                    ..,
+                    s0,
+                    s1,
+                    s2,
+                    s3,
+                    d0,
+                    d1,
+                    d2,
+                    d3,
                 ],
-            ) = frame.get(12..34).and_then(|h| h.first_chunk::<22>())
-            && fl & 0x3f == 0
-            && fo == 0
+            ) = frame.get(12..).and_then(<[u8]>::first_chunk::<22>)
+            && u16::from_be_bytes([e0, e1]) == ETH_P_IP
+            && u16::from_be_bytes([fl, fo]) & (ipv4::FLAG_MF | ipv4::FRAG_MASK) == 0
         {
             let mut f = FlowFields {
                 proto,
-                src: ipv4_in_16(&frame[26..30]),
-                dst: ipv4_in_16(&frame[30..34]),
+                src: ipv4_in_16([s0, s1, s2, s3]),
+                dst: ipv4_in_16([d0, d1, d2, d3]),
                 octets: u32::from(u16::from_be_bytes([l0, l1])),
                 ..FlowFields::default()
             };
@@ -127,6 +134,8 @@ impl FlowFields {
 
     /// [`FlowFields::of_frame`] for any frame: the link layer, any IP header, extension
     /// headers, fragments.
+    // Inline too: out of line, its result comes back through memory and the meter's next
+    // reads of it wait on those stores (measured +10% on `flows -r`).
     #[inline(always)]
     fn walk(linktype: LinkType, frame: &[u8], wire_len: u32) -> Option<FlowFields> {
         let nl = network_layer(linktype, frame)?;
@@ -139,8 +148,8 @@ impl FlowFields {
             NetworkProto::Ipv4 => {
                 let p = ipv4::Packet::new_checked(ip).ok()?;
                 f.proto = p.protocol().to_u8();
-                f.src = ipv4_in_16(&p.src_addr().octets());
-                f.dst = ipv4_in_16(&p.dst_addr().octets());
+                f.src = ipv4_in_16(p.src_addr().octets());
+                f.dst = ipv4_in_16(p.dst_addr().octets());
                 f.octets = u32::from(p.total_len());
                 if p.is_fragment() {
                     f.fragment = Some(FragmentId {
@@ -275,8 +284,7 @@ impl FlowKey {
 /// written with one store, so that reading it back in 8-byte words (the flow hash does, at
 /// once) is forwarded from that store instead of waiting for two narrower ones to retire.
 #[inline(always)]
-fn ipv4_in_16(b: &[u8]) -> [u8; 16] {
-    let a = [b[0], b[1], b[2], b[3]];
+fn ipv4_in_16(a: [u8; 4]) -> [u8; 16] {
     u128::from(u32::from_le_bytes(a)).to_le_bytes()
 }
 

@@ -152,8 +152,8 @@ mod field {
 pub const HEADER_LEN: usize = field::DST_ADDR.end;
 
 const FLAG_DF: u16 = 0x4000;
-const FLAG_MF: u16 = 0x2000;
-const FRAG_MASK: u16 = 0x1fff;
+pub(crate) const FLAG_MF: u16 = 0x2000;
+pub(crate) const FRAG_MASK: u16 = 0x1fff;
 
 /// A view of an IPv4 packet.
 #[derive(Debug, Clone, Copy)]

@@ -34,7 +34,7 @@ pub const MAX_MPLS_LABELS: usize = 16;
 /// NFLOG TLVs followed before giving up.
 pub const MAX_NFLOG_TLVS: usize = 32;
 
-const ETH_P_IP: u16 = 0x0800;
+pub(crate) const ETH_P_IP: u16 = 0x0800;
 const ETH_P_IPV6: u16 = 0x86dd;
 const ETH_P_8021Q: u16 = 0x8100;
 const ETH_P_8021AD: u16 = 0x88a8;
@@ -79,7 +79,7 @@ fn found(offset: usize, proto: NetworkProto, vlan: Option<u16>) -> Option<Networ
 pub fn network_layer(linktype: LinkType, frame: &[u8]) -> Option<NetworkLayer> {
     // Untagged Ethernet carrying IPv4, most frames, without a call or a walk; the same answer
     // as the walk gives.
-    if linktype == LinkType::Ethernet && frame.get(12..14) == Some(&[0x08, 0x00][..]) {
+    if linktype == LinkType::Ethernet && be16(frame, 12) == Some(ETH_P_IP) {
         return found(14, NetworkProto::Ipv4, None);
     }
     walk(linktype, frame)
