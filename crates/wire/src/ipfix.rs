@@ -473,10 +473,16 @@ impl<'a> Put<'a> {
     }
 }
 
+/// `v` in 32 bits, `u32::MAX` if it does not fit.
+#[inline]
+pub(crate) fn saturate(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
 /// Whole seconds since 1970 in 32 bits, saturating in 2106.
 #[inline]
 pub(crate) fn unix_secs(ns: u64) -> u32 {
-    u32::try_from(ns / 1_000_000_000).unwrap_or(u32::MAX)
+    saturate(ns / 1_000_000_000)
 }
 
 /// The IPFIX encoder for one collector: a reusable message buffer, the sequence number and the
@@ -682,9 +688,9 @@ fn write_record(w: &mut Put<'_>, r: &FlowRecord) {
     w.u64(millis(fwd_first));
     w.u64(millis(fwd_last));
     w.u64(r.fwd.octets);
-    w.u32(u32::try_from(r.fwd.packets).unwrap_or(u32::MAX));
+    w.u32(saturate(r.fwd.packets));
     w.u64(r.rev.octets);
-    w.u32(u32::try_from(r.rev.packets).unwrap_or(u32::MAX));
+    w.u32(saturate(r.rev.packets));
     w.u32(r.interface);
     w.u16(r.vlan);
     w.u8(r.end_reason.to_u8());

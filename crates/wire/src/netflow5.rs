@@ -28,7 +28,7 @@
 //! [`Config::start_ns`], wrapping at 2^32 like a router's.
 
 use crate::flowrecord::{Counters, FlowRecord};
-use crate::ipfix::{Put, unix_secs};
+use crate::ipfix::{Put, saturate, unix_secs};
 use crate::netflow9::uptime_ms;
 
 pub use crate::ipfix::{ConfigError, Stats};
@@ -165,11 +165,6 @@ impl Encoder {
         self.stats.messages += 1;
         self.stats.records += n as u64;
     }
-}
-
-#[inline]
-fn saturate(v: u64) -> u32 {
-    u32::try_from(v).unwrap_or(u32::MAX)
 }
 
 /// Writes the direction `c` of `r` (the responder's if `reverse`) as one record.

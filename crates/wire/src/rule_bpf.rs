@@ -82,7 +82,7 @@ impl Entry {
 
     /// Whether it passes every packet of its IP version.
     fn is_whole_family(&self) -> bool {
-        crate::rules::tests_only_family(self.proto, self.src, self.dst, self.has_ports())
+        crate::rules::only_family(self.proto, self.src, self.dst, self.has_ports())
     }
 }
 

@@ -306,7 +306,7 @@ impl Rule {
     /// Whether it tests nothing but the IP version: no protocol, no ports, no prefix longer
     /// than /0. Such a rule matches every packet of its version, however short.
     pub fn is_whole_family(&self) -> bool {
-        tests_only_family(self.proto, self.src, self.dst, self.has_ports())
+        only_family(self.proto, self.src, self.dst, self.has_ports())
     }
 
     /// The same rule for the reverse direction: addresses and ports swapped.
@@ -478,7 +478,7 @@ pub fn parse_rules(text: &str) -> Result<Vec<Rule>, ParseError> {
 
 /// Whether a rule (or a kernel filter entry) with these fields tests nothing but the IP
 /// version: no protocol, no ports, no prefix longer than /0.
-pub(crate) fn tests_only_family(
+pub(crate) fn only_family(
     proto: Option<u8>,
     src: Option<Prefix>,
     dst: Option<Prefix>,
