@@ -263,7 +263,7 @@ pub(crate) fn flow_config(a: &FlowArgs, flows_cmd: bool) -> Result<Option<FlowCo
     }
     in_range("--max-flows", a.max_flows, 1, u32::MAX as usize - 2)?;
     if let Some(mtu) = a.export_mtu {
-        in_range("--export-mtu", mtu, 576, 65_535)?;
+        in_range("--export-mtu", mtu, forward::MIN_MTU, 65_535)?;
     }
     let mut targets = Vec::new();
     for url in &a.export {
@@ -343,7 +343,7 @@ fn forward_config(a: &CaptureArgs) -> Result<Option<ForwardConfig>, Failure> {
     let first = destinations[0];
     let mtu = match a.mtu {
         Some(m) => {
-            in_range("--mtu", m, 576, 65_535)?;
+            in_range("--mtu", m, forward::MIN_MTU, 65_535)?;
             m
         }
         None => forward::route_mtu(first).map_err(Failure::from_engine)?,

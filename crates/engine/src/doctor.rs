@@ -384,7 +384,6 @@ fn vlan(r: &Readings) -> Finding {
     )
 }
 
-/// Minimum-size Ethernet frames per second at `mbps`: 64 bytes + 8 preamble + 12 gap.
 fn rx_ring(r: &Readings) -> Finding {
     let rings = match r.rings {
         Support::NotSupported => {

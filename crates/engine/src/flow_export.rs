@@ -20,6 +20,7 @@ use tapflow_wire::{ipfix, netflow5, netflow9};
 
 use crate::EngineError;
 use crate::flow_text::TextFormat;
+use crate::forward::{MIN_MTU, payload_for_mtu};
 
 /// Records per batch from a worker.
 pub const BATCH: usize = 512;
@@ -33,8 +34,6 @@ const QUEUE: usize = 32;
 pub const ROUTE_MTU_MAX: u32 = 9000;
 /// The size used when the route's MTU cannot be read.
 const DEFAULT_MTU: u32 = 1500;
-/// The least MTU every IPv4 host takes (RFC 791); `--export-mtu` has the same floor.
-const MIN_MTU: u32 = 576;
 
 /// Which clock "now" is for a meter: the packets' own (files: a trace from last year ends its
 /// flows by trace time), or the packets' advanced by the wall clock while none arrive (live
@@ -414,10 +413,6 @@ struct Collector {
 
 impl Collector {
     fn open(protocol: Protocol, addr: SocketAddr, cfg: &ExportConfig) -> Result<Collector, String> {
-        let headers = match addr {
-            SocketAddr::V4(_) => 20 + 8,
-            SocketAddr::V6(_) => 40 + 8,
-        };
         let (link, max_len) = match protocol {
             // A TCP stream is not cut into datagrams: messages may be as large as IPFIX allows.
             Protocol::IpfixTcp => (
@@ -435,7 +430,7 @@ impl Collector {
                     s.path_mtu()
                         .map_or(DEFAULT_MTU, |m| m.clamp(MIN_MTU, ROUTE_MTU_MAX))
                 });
-                (Link::Udp(s), mtu as usize - headers)
+                (Link::Udp(s), payload_for_mtu(mtu, &addr))
             }
         };
         let mut c = Collector {

@@ -61,6 +61,9 @@ pub struct ForwardConfig {
 /// Per-collector send buffer asked for: room for bursts between two ends of block.
 const SNDBUF: usize = 4 << 20;
 
+/// The least MTU every IPv4 host takes (RFC 791): the floor of `--mtu` and `--export-mtu`.
+pub const MIN_MTU: u32 = 576;
+
 /// The UDP payload that fits an IP packet of `mtu` bytes to `dest` (IPv4: − 28, IPv6: − 48),
 /// at most [`datagram::MAX_DATAGRAM`].
 pub fn payload_for_mtu(mtu: u32, dest: &SocketAddr) -> usize {

@@ -283,7 +283,6 @@ impl Workload {
     /// no larger; `None` if not even one block fits.
     pub fn plan(&self, hold: Duration, memory: Option<u64>) -> Option<Plan> {
         let retire_ms = self.retire.as_millis().clamp(1, u128::from(u32::MAX)) as u32;
-        let fill = |block_size: u32| self.fill(block_size);
         // Power-of-two blocks from a page up that hold at least one slot.
         let blocks = || {
             (PAGE.trailing_zeros()..=MAX_BLOCK_SIZE.trailing_zeros())
@@ -294,12 +293,12 @@ impl Workload {
         // Condition 1: p·(β + c_blk/k) < 1.
         let gap_ns = 1e9 / self.rate.max(f64::MIN_POSITIVE);
         let min_fill = (gap_ns > self.packet_ns).then(|| self.block_ns / (gap_ns - self.packet_ns));
-        let min_block = min_fill.and_then(|m| blocks().find(|&b| fill(b) > m));
+        let min_block = min_fill.and_then(|m| blocks().find(|&b| self.fill(b) > m));
         // The timer: a block with room for a whole retire period's packets carries them all;
         // a bigger one carries no more.
         let max_block = blocks()
             .find(|&b| packets_per_block(b, self.record) as f64 >= self.per_retire())
-            .unwrap_or(1 << 30)
+            .unwrap_or(MAX_BLOCK_SIZE)
             .min(MAX_CONTIGUOUS_BLOCK)
             .max(smallest);
         let cheap_fill = if self.packet_ns > 0.0 {
@@ -309,7 +308,7 @@ impl Workload {
         };
         let cheap = blocks()
             .take_while(|&b| b <= max_block)
-            .find(|&b| fill(b) >= cheap_fill)
+            .find(|&b| self.fill(b) >= cheap_fill)
             .unwrap_or(max_block);
         // Keeping up comes first, then the memory cap (a quarter of it: at least 4 blocks).
         let mut block_size = cheap.max(min_block.unwrap_or(smallest));
