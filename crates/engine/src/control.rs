@@ -22,8 +22,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread;
 use std::time::Duration;
 
 use tapflow_sys::peer;
@@ -34,6 +32,7 @@ use crate::EngineError;
 use crate::metrics;
 use crate::probe::ProbeState;
 use crate::rules::RuleListing;
+use crate::server::Server;
 
 /// Where a capture on `iface` serves its control socket unless told otherwise.
 pub fn default_path(iface: &str) -> PathBuf {
@@ -44,10 +43,8 @@ pub fn default_path(iface: &str) -> PathBuf {
 #[derive(Debug)]
 pub struct ControlServer {
     path: PathBuf,
-    done: Arc<AtomicBool>,
-    /// The listener's other handle, to shut it down from `drop`.
-    waker: UnixListener,
-    thread: Option<thread::JoinHandle<()>>,
+    /// `None` once dropped: stopped before the socket file goes.
+    server: Option<Server>,
 }
 
 impl ControlServer {
@@ -74,37 +71,13 @@ impl ControlServer {
         let listener = UnixListener::bind(path).map_err(|e| err(format!("cannot listen: {e}")))?;
         std::fs::set_permissions(path, PermissionsExt::from_mode(0o600))
             .map_err(|e| err(e.to_string()))?;
-        let done = Arc::new(AtomicBool::new(false));
-        // The thread sleeps in accept until a client comes; to stop it, `drop` sets `done` and
-        // shuts the listener down, which ends the accept.
-        let waker = listener
-            .try_clone()
-            .map_err(|e| err(format!("cannot clone the listener: {e}")))?;
-        let thread = thread::Builder::new()
-            .name("tapflow-control".into())
-            .spawn({
-                let done = Arc::clone(&done);
-                move || {
-                    for s in listener.incoming() {
-                        if done.load(Ordering::Acquire) {
-                            break;
-                        }
-                        match s {
-                            Ok(s) => {
-                                let _ = serve(s, &probe);
-                            }
-                            // EMFILE and the like: wait a little rather than spin.
-                            Err(_) => thread::sleep(Duration::from_millis(20)),
-                        }
-                    }
-                }
-            })
-            .map_err(|e| err(format!("cannot start the control thread: {e}")))?;
+        let server = Server::spawn("tapflow-control", listener, move |s| {
+            let _ = serve(s, &probe);
+        })
+        .map_err(|e| err(format!("cannot start the control thread: {e}")))?;
         Ok(ControlServer {
             path: path.to_path_buf(),
-            done,
-            waker,
-            thread: Some(thread),
+            server: Some(server),
         })
     }
 
@@ -116,14 +89,7 @@ impl ControlServer {
 
 impl Drop for ControlServer {
     fn drop(&mut self) {
-        self.done.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            // Ends the accept. Should that fail, the thread is left to end with the process
-            // rather than waited for.
-            if peer::shut_listener(&self.waker).is_ok() {
-                let _ = t.join();
-            }
-        }
+        drop(self.server.take());
         let _ = std::fs::remove_file(&self.path);
     }
 }

@@ -26,6 +26,7 @@ pub mod probe;
 pub mod receiver;
 pub mod record_builder;
 pub mod rules;
+mod server;
 pub mod sink;
 pub mod source;
 pub mod traffic;

@@ -8,12 +8,11 @@ use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread;
 use std::time::Duration;
 
 use crate::EngineError;
 use crate::probe::{ProbeState, WorkerSnapshot};
+use crate::server::Server;
 
 /// One metric family: name, type, help, and its samples as (labels, value).
 struct Family {
@@ -232,38 +231,22 @@ fn escape(s: &str) -> String {
 #[derive(Debug)]
 pub struct MetricsServer {
     addr: SocketAddr,
-    done: Arc<AtomicBool>,
-    thread: Option<thread::JoinHandle<()>>,
+    _server: Server,
 }
 
 impl MetricsServer {
     /// Listens on `addr` and serves `probe`'s statistics.
     pub fn start(addr: SocketAddr, probe: Arc<ProbeState>) -> Result<MetricsServer, EngineError> {
         let listener = TcpListener::bind(addr)
-            .and_then(|l| l.set_nonblocking(true).map(|()| l))
             .map_err(|e| EngineError::Config(format!("--metrics {addr}: cannot listen: {e}")))?;
         let addr = listener.local_addr().unwrap_or(addr);
-        let done = Arc::new(AtomicBool::new(false));
-        let thread = thread::Builder::new()
-            .name("tapflow-metrics".into())
-            .spawn({
-                let done = Arc::clone(&done);
-                move || {
-                    while !done.load(Ordering::Relaxed) {
-                        match listener.accept() {
-                            Ok((s, _)) => {
-                                let _ = serve(s, &probe);
-                            }
-                            Err(_) => thread::sleep(Duration::from_millis(20)),
-                        }
-                    }
-                }
-            })
-            .map_err(|e| EngineError::Config(format!("cannot start the metrics thread: {e}")))?;
+        let server = Server::spawn("tapflow-metrics", listener, move |s| {
+            let _ = serve(s, &probe);
+        })
+        .map_err(|e| EngineError::Config(format!("cannot start the metrics thread: {e}")))?;
         Ok(MetricsServer {
             addr,
-            done,
-            thread: Some(thread),
+            _server: server,
         })
     }
 
@@ -273,18 +256,8 @@ impl MetricsServer {
     }
 }
 
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.done.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// Answers one HTTP/1.x request and closes the connection.
 fn serve(mut s: TcpStream, probe: &ProbeState) -> std::io::Result<()> {
-    s.set_nonblocking(false)?;
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];

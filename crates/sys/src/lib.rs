@@ -18,6 +18,7 @@ pub mod direct;
 mod error;
 pub mod ethtool;
 pub mod iface;
+pub mod listener;
 pub mod mmap;
 pub mod netns;
 mod packet;
