@@ -7,7 +7,6 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
@@ -17,10 +16,6 @@ use tapflow_wire::datagram::{Builder, Datagram, Header};
 use tapflow_wire::record::{ControlField, Flags, push_record};
 
 static N: AtomicU32 = AtomicU32::new(0);
-
-fn ip(args: &[&str]) {
-    run_ok(Command::new("ip").args(args));
-}
 
 fn s(p: &Path) -> String {
     p.to_string_lossy().into_owned()
@@ -37,8 +32,7 @@ fn link(a: &Netns, ia: &str, b: &Netns, ib: &str, addrs: Option<(&str, &str)>) {
         "-n", &a.name, "link", "add", ia, "type", "veth", "peer", "name", ib, "netns", &b.name,
     ]);
     for (ns, ifn, addr) in [(a, ia, addrs.map(|x| x.0)), (b, ib, addrs.map(|x| x.1))] {
-        let key = format!("net.ipv6.conf.{ifn}.disable_ipv6=1");
-        run_ok(ns.cmd("sysctl").args(["-qw", &key]));
+        disable_ipv6(&ns.name, ifn);
         if let Some(addr) = addr {
             ip(&[
                 "-n",

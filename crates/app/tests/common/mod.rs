@@ -731,17 +731,7 @@ fn read_pcapng(d: &[u8]) -> Capture {
 /// Every bound packet socket of process `pid` (socket inodes of its fds found in
 /// `/proc/PID/net/packet` with R=1 and an interface).
 pub fn bound_packet_sockets(pid: i32) -> usize {
-    let mut inodes = HashSet::new();
-    if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
-        for e in rd.flatten() {
-            if let Ok(t) = std::fs::read_link(e.path()) {
-                let t = t.to_string_lossy().into_owned();
-                if let Some(i) = t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
-                    inodes.insert(i.to_string());
-                }
-            }
-        }
-    }
+    let inodes = socket_inodes(pid);
     let table = std::fs::read_to_string(format!("/proc/{pid}/net/packet")).unwrap_or_default();
     table
         .lines()
@@ -776,8 +766,15 @@ pub struct VethPair {
     pub if_b: String,
 }
 
-fn ip(args: &[&str]) {
+/// Runs `ip ARGS`, which must succeed.
+pub fn ip(args: &[&str]) {
     run_ok(Command::new("ip").args(args));
+}
+
+/// Turns IPv6 off in namespace `ns` for `scope` (`all`, `default` or an interface).
+pub fn disable_ipv6(ns: &str, scope: &str) {
+    let key = format!("net.ipv6.conf.{scope}.disable_ipv6=1");
+    run_ok(Command::new("ip").args(["netns", "exec", ns, "sysctl", "-qw", &key]));
 }
 
 impl VethPair {
@@ -799,8 +796,7 @@ impl VethPair {
         ip(&["netns", "add", &p.ns_b]);
         for ns in [&p.ns_a, &p.ns_b] {
             for k in ["all", "default"] {
-                let key = format!("net.ipv6.conf.{k}.disable_ipv6=1");
-                run_ok(Command::new("ip").args(["netns", "exec", ns, "sysctl", "-qw", &key]));
+                disable_ipv6(ns, k);
             }
         }
         ip(&[
@@ -808,8 +804,7 @@ impl VethPair {
             "netns", &p.ns_b,
         ]);
         for (ns, ifn) in [(&p.ns_a, &p.if_a), (&p.ns_b, &p.if_b)] {
-            let key = format!("net.ipv6.conf.{ifn}.disable_ipv6=1");
-            run_ok(Command::new("ip").args(["netns", "exec", ns, "sysctl", "-qw", &key]));
+            disable_ipv6(ns, ifn);
             ip(&["-n", ns, "link", "set", ifn, "up"]);
         }
         p
@@ -943,8 +938,7 @@ impl Netns {
     /// reports that would pollute a capture.
     pub fn without_ipv6(self) -> Netns {
         for k in ["all", "default"] {
-            let key = format!("net.ipv6.conf.{k}.disable_ipv6=1");
-            run_ok(self.cmd("sysctl").args(["-qw", &key]));
+            disable_ipv6(&self.name, k);
         }
         self
     }
@@ -994,24 +988,41 @@ impl Drop for Netns {
 /// exec` still shows the host's table until it has entered the namespace and exec'd, so the
 /// table is read only once the process is no longer `ip`.
 pub fn wait_udp_bound(g: &mut ChildGuard, port: u16) {
-    let want = format!(":{port:04X} ");
+    let want = format!(":{port:04X}");
     g.wait_until(
         Duration::from_secs(10),
         &format!("bound UDP {port}"),
         |pid| {
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            comm.trim() != "ip"
-                && ["udp", "udp6"].iter().any(|t| {
-                    std::fs::read_to_string(format!("/proc/{pid}/net/{t}"))
-                        .unwrap_or_default()
-                        .lines()
-                        .skip(1)
-                        .any(|l| {
-                            l.split_whitespace()
-                                .nth(1)
-                                .is_some_and(|local| format!("{local} ").ends_with(&want))
-                        })
-                })
+            // A socket of the process itself (not of `ip netns exec` before it execs, nor of
+            // another process on the port).
+            let inodes = socket_inodes(pid);
+            ["udp", "udp6"].iter().any(|t| {
+                std::fs::read_to_string(format!("/proc/{pid}/net/{t}"))
+                    .unwrap_or_default()
+                    .lines()
+                    .skip(1)
+                    .any(|l| {
+                        // sl local_address rem_address st queues timer retrnsmt uid timeout inode
+                        let f: Vec<&str> = l.split_whitespace().collect();
+                        f.len() >= 10 && f[1].ends_with(&want) && inodes.contains(f[9])
+                    })
+            })
         },
     );
+}
+
+/// The inodes of the sockets process `pid` holds open.
+fn socket_inodes(pid: i32) -> HashSet<String> {
+    let mut inodes = HashSet::new();
+    if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        for e in rd.flatten() {
+            if let Ok(t) = std::fs::read_link(e.path()) {
+                let t = t.to_string_lossy().into_owned();
+                if let Some(i) = t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
+                    inodes.insert(i.to_string());
+                }
+            }
+        }
+    }
+    inodes
 }
