@@ -193,9 +193,12 @@ def wait_udp_bound(p: subprocess.Popen, port: int, work: Path, tag: str, what: s
     first. Until `ip netns exec` has entered the namespace and exec'd, /proc/PID/net is the
     host's: it is read only once the process is no longer `ip`."""
     def bound() -> bool:
-        if Path(f"/proc/{p.pid}/comm").read_text().strip() == "ip":
+        try:
+            if Path(f"/proc/{p.pid}/comm").read_text().strip() == "ip":
+                return False
+            return f":{port:04X} " in Path(f"/proc/{p.pid}/net/udp").read_text()
+        except OSError:  # exited: _wait_until reports it
             return False
-        return f":{port:04X} " in Path(f"/proc/{p.pid}/net/udp").read_text()
     _wait_until(bound, p, work, tag, f"{what} did not bind UDP {port}", timeout)
 
 

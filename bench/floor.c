@@ -77,9 +77,9 @@ int main(int argc, char **argv) {
     if (out < 0 && errno == EINVAL) /* tmpfs and the like: through the cache */
         out = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (out < 0) die(argv[2]);
-    /* Room for a whole block of packets past the chunk: the buffer is written out between
-     * blocks. */
-    uint8_t *buf = aligned_alloc(4096, CHUNK + 4 * BLOCK);
+    /* Room for a whole block of packets past the chunk (an EPB is never longer than its
+     * ring slot): the buffer is written out between blocks. */
+    uint8_t *buf = aligned_alloc(4096, CHUNK + BLOCK);
     if (!buf) die("buffer");
     size_t len = 0;
     /* Section Header Block, then an Interface Description Block: Ethernet, snaplen,

@@ -258,8 +258,6 @@ def main() -> None:
         "tapflow": [str(tapflow), "flows", "-r", T, "--csv", "/dev/null", "-q", *tf_timeouts],
         "tapflow-ipfix": [str(tapflow), "flows", "-r", T, "--export", f"ipfix://127.0.0.1:{port}", "-q",
                           *tf_timeouts],
-        "tapflow-ipfix-1500": [str(tapflow), "flows", "-r", T, "--export", f"ipfix://127.0.0.1:{port}",
-                               "--export-mtu", "1500", "-q", *tf_timeouts],
         "softflowd": ["softflowd", "-d", "-c", "none", "-r", T,
                       "-n", f"127.0.0.1:{port}", "-v", "10", "-b", "-A", "milli", "-m", "2000000",
                       "-t", f"maxlife={A}", "-t", f"tcp={I}", "-t", f"tcp.rst={I}", "-t", f"tcp.fin={I}",
@@ -267,12 +265,12 @@ def main() -> None:
         "nfpcapd": ["nfpcapd", "-r", T, "-w", "{out}", "-t", "86400", "-e", f"{A},{I}"],
         "argus": ["argus", "-X", "-F", str(argus_conf), "-r", T, "-w", "{out}"],
     }
-    tapflow_rows = ("tapflow", "tapflow-ipfix", "tapflow-ipfix-1500")
-    byte_unit = {"softflowd": "IP length", "nfpcapd": "IP length", "argus": "frame length",
-                 **{t: "IP length" for t in tapflow_rows}}
-    direction = {"tapflow": "biflow", "tapflow-ipfix": "biflow (RFC 5103)",
-                 "tapflow-ipfix-1500": "biflow (RFC 5103)", "softflowd": "biflow (-b)",
-                 "nfpcapd": "one record per direction", "argus": "biflow"}
+    cmds["tapflow-ipfix-1500"] = [*cmds["tapflow-ipfix"], "--export-mtu", "1500"]
+    tapflow_rows = [t for t in TOOLS if t.startswith("tapflow")]
+    byte_unit = {t: "frame length" if t == "argus" else "IP length" for t in TOOLS}
+    direction = {"tapflow": "biflow", "softflowd": "biflow (-b)",
+                 "nfpcapd": "one record per direction", "argus": "biflow",
+                 **{t: "biflow (RFC 5103)" for t in tapflow_rows if t.startswith("tapflow-ipfix")}}
     given = {
         **{t: " ".join(tf_timeouts) for t in tapflow_rows},
         "softflowd": f"-t maxlife={A}, tcp/tcp.rst/tcp.fin/udp/icmp/general={I} (all inert with -r), -m 2000000",

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Live capture benchmark on a veth pair: the paper's Fig. 10 (collection ratio) and Fig. 11
-(capture CPU) for tapflow, tcpdump and netsniff-ng, in the same run.
+(capture CPU) for tapflow, tcpdump, netsniff-ng and a floor (below), in the same run.
 
 For each frame size (bytes on the wire including the 4-byte FCS, so the generator is given
 size - 4), with the generator sending N packets as fast as it can from namespace A (CPU 0) and
@@ -45,7 +45,9 @@ import benchlib as bl  # noqa: E402
 import plot  # noqa: E402
 
 SIZES = [64, 128, 256, 384, 512, 768, 1024, 1518]
-TOOLS = ["tapflow", "tcpdump", "netsniff-ng", "floor"]
+TOOLS = plot.TOOL_ORDER
+# Ours: built here, not looked up on PATH, and writing pcapng.
+OWN_TOOLS = ("tapflow", "floor")
 SRC_MAC = "02:00:00:00:00:01"
 # A unicast MAC that is not the capture end's own: frames arrive as PACKET_OTHERHOST, as on a
 # mirror port, and the IP stack in namespace B drops them right away.
@@ -163,7 +165,7 @@ def parse_tool_stats(tool: str, text: str, js: Path) -> dict:
 
 def one_capture(tool: str, frame: int, gen: Gen, args, pair: bl.Pair, work: Path, rep: int) -> dict:
     tag = f"{tool}-{frame}-{rep}"
-    ext = "pcapng" if tool in ("tapflow", "floor") else "pcap"
+    ext = "pcapng" if tool in OWN_TOOLS else "pcap"
     out = work / f"{tag}.{ext}"
     js = work / f"{tag}.summary.json"
     for stale in (out, js):
@@ -304,7 +306,7 @@ def main() -> None:
     for s in sizes:
         if not 64 <= s <= 1518:
             bl.die(f"frame size {s} out of range 64..1518", 2)
-    bl.need("ip", "taskset", "capinfos", *(t for t in tools if t not in ("tapflow", "floor")))
+    bl.need("ip", "taskset", "capinfos", *(t for t in tools if t not in OWN_TOOLS))
     if not args.no_gen_baseline or args.gen == "trafgen":
         bl.need("trafgen")
     args.tapflow_bin = bl.tapflow_path(args.tapflow_bin)

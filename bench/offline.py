@@ -88,7 +88,7 @@ def main() -> None:
         ("editcap pcap", ["editcap", "-F", "pcap", "-s", snap, str(trace), "{out}"], "pcap"),
         # tapflow's time includes putting its output on the disk (direct I/O, fdatasync before
         # the rename); editcap leaves its output dirty in the page cache. The same end state:
-        ("editcap pcapng+sync", ["sh", "-c", f"editcap -s {snap} {trace} {{out}} && sync {{out}}"], "pcapng"),
+        ("editcap pcapng+sync", ["sh", "-c", 'editcap -s "$1" "$2" "$3" && sync "$3"', "sh", snap, str(trace), "{out}"], "pcapng"),
     ]
     pin = ["taskset", "-c", str(args.cpu)] if args.cpu >= 0 else []
 
