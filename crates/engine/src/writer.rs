@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tapflow_sys::direct::DirectFile;
+use tapflow_sys::direct::{DirectFile, HUGE_PAGE};
 use tapflow_wire::pcapng::{IdbOptions, InterfaceStatistics};
 use tapflow_wire::record::ControlField;
 use tapflow_wire::{pcap, pcapng};
@@ -41,8 +41,9 @@ pub struct WriterConfig {
     pub isb_every: Duration,
 }
 
-/// The file writes to the device in chunks of this size (direct I/O, past the page cache).
-const CHUNK: usize = 1 << 20;
+/// The file writes to the device in chunks of this size (direct I/O, past the page cache): one
+/// huge page, which a virtio disk takes as one request (see `DirectFile`).
+const CHUNK: usize = HUGE_PAGE;
 
 struct OpenFile {
     file: DirectFile,
