@@ -123,22 +123,26 @@ impl RecordSink for FileSink {
         ctl: &ControlField,
         data: &[u8],
     ) -> Result<(), EngineError> {
-        if self.file.is_none() {
-            self.open_file()?;
-        }
-        if !self.out.is_empty() {
-            self.flush_out()?;
-        }
-        let f = self.file.as_mut().expect("opened above");
-        // Each packet is encoded in place, in the buffer that goes to the device.
+        let Some(f) = self.file.as_mut() else {
+            return self.open_and_record(interface, drops_before, ctl, data);
+        };
+        // Each packet is encoded in place, in the buffer that goes to the device. (Blocks other
+        // than packets never wait in `out`: they are flushed where they are made.)
         let n = match self.cfg.format {
             Format::Pcapng => {
                 let flags = Some(ctl.flags.epb_flags()).filter(|&f| f != 0);
                 let drops = Some(drops_before).filter(|&d| d > 0);
                 let n = pcapng::epb_len(data.len(), flags.is_some(), drops.is_some());
                 let buf = f.file.append(n).map_err(|e| write_err(&f.part, e))?;
-                let len = ctl.orig_len();
-                pcapng::emit_epb(buf, interface, ctl.rxtime, data, len, flags, drops);
+                pcapng::emit_epb(
+                    buf,
+                    interface,
+                    ctl.rxtime,
+                    data,
+                    ctl.orig_len(),
+                    flags,
+                    drops,
+                );
                 n
             }
             Format::Pcap => {
@@ -172,7 +176,7 @@ impl RecordSink for FileSink {
                 .rotate_every
                 .is_some_and(|d| f.opened.elapsed() >= d);
             if self.cfg.format == Format::Pcapng && self.last_isb.elapsed() >= self.cfg.isb_every {
-                self.write_isbs();
+                self.write_isbs()?;
             }
             if old {
                 self.rotate()?;
@@ -207,10 +211,25 @@ impl FileSink {
         }
         if self.file.is_some() && self.cfg.format == Format::Pcapng {
             write_idb(&mut self.out, &info);
+            self.flush_out()?;
         }
         self.interfaces.push(info);
         self.delivered.push(0);
         Ok(())
+    }
+
+    /// The first record of a file: opens it, then records.
+    #[cold]
+    #[inline(never)]
+    fn open_and_record(
+        &mut self,
+        interface: u32,
+        drops_before: u64,
+        ctl: &ControlField,
+        data: &[u8],
+    ) -> Result<(), EngineError> {
+        self.open_file()?;
+        self.record(interface, drops_before, ctl, data)
     }
 
     fn rotate(&mut self) -> Result<(), EngineError> {
@@ -251,10 +270,10 @@ impl FileSink {
                 pcap::write_header(&mut self.out, first.linktype, first.snaplen);
             }
         }
-        Ok(())
+        self.flush_out()
     }
 
-    fn write_isbs(&mut self) {
+    fn write_isbs(&mut self) -> Result<(), EngineError> {
         self.last_isb = Instant::now();
         let t = self.last_totals;
         let now = now_ns();
@@ -276,6 +295,7 @@ impl FileSink {
             };
             pcapng::write_isb(&mut self.out, id, now, &s);
         }
+        self.flush_out()
     }
 
     fn flush_out(&mut self) -> Result<(), EngineError> {
@@ -299,9 +319,8 @@ impl FileSink {
             self.open_file()?;
         }
         if self.cfg.format == Format::Pcapng {
-            self.write_isbs();
+            self.write_isbs()?;
         }
-        self.flush_out()?;
         let f = self.file.take().expect("checked above");
         f.file.finish().map_err(|e| write_err(&f.part, e))?;
         std::fs::rename(&f.part, &f.path).map_err(|e| write_err(&f.path, e))?;
