@@ -186,6 +186,7 @@ impl<'a> Packets<'a> {
 impl<'a> Iterator for Packets<'a> {
     type Item = RingPacket<'a>;
 
+    #[inline]
     fn next(&mut self) -> Option<RingPacket<'a>> {
         if self.remaining == 0 {
             return None;
