@@ -345,7 +345,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The next packet, `None` at the end of the file; after an error, `None` forever.
-    #[inline]
+    #[inline(always)]
     pub fn next_packet(&mut self) -> Option<Result<FilePacket<'a>, FileError>> {
         match self.format {
             Format::Pcap {
