@@ -120,6 +120,16 @@ impl std::fmt::Debug for DirectFile {
 impl DirectFile {
     /// Creates (truncates) `path`, writing to the device in chunks of `chunk` bytes.
     pub fn create(path: &Path, chunk: usize) -> Result<DirectFile, SysError> {
+        // The buffers first: a file is not left behind for want of memory.
+        let buffer = || {
+            AlignedBuf::new(chunk).map_err(|error| SysError::File {
+                call: "map a buffer for",
+                path: path.to_path_buf(),
+                detail: format!("{chunk} bytes"),
+                error,
+            })
+        };
+        let (buf, spare) = (buffer()?, buffer()?);
         let open = |flags: i32| {
             OpenOptions::new()
                 .write(true)
@@ -137,15 +147,7 @@ impl DirectFile {
         };
         let (to_io, io_rx) = mpsc::sync_channel::<(AlignedBuf, usize)>(1);
         let (io_tx, from_io) = mpsc::sync_channel::<AlignedBuf>(2);
-        let buffer = |path: &Path| {
-            AlignedBuf::new(chunk).map_err(|error| SysError::File {
-                call: "map a buffer for",
-                path: path.to_path_buf(),
-                detail: format!("{chunk} bytes"),
-                error,
-            })
-        };
-        io_tx.send(buffer(path)?).expect("the receiver is here");
+        io_tx.send(spare).expect("the receiver is here");
         let io = thread::Builder::new()
             .name("tapflow-io".into())
             .spawn(move || {
@@ -162,7 +164,7 @@ impl DirectFile {
                 error,
             })?;
         Ok(DirectFile {
-            buf: buffer(path)?,
+            buf,
             len: 0,
             ahead: None,
             to_io: Some(to_io),
