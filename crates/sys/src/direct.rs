@@ -43,27 +43,14 @@ impl AlignedBuf {
         let span = cap.next_multiple_of(HUGE_PAGE);
         // Map a huge page more than needed, then unmap what lies outside the aligned span.
         let len = span + HUGE_PAGE;
-        // SAFETY: a fresh private anonymous mapping overlaps no Rust object; checked below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        let p = crate::mmap::anonymous(len)?.as_ptr();
         let start = p as usize;
         let head = start.next_multiple_of(HUGE_PAGE) - start;
-        let aligned = p.cast::<u8>().wrapping_add(head);
+        let aligned = p.wrapping_add(head);
         // SAFETY: both ranges lie inside the mapping just made, and nothing refers to them.
         unsafe {
             if head > 0 {
-                libc::munmap(p, head);
+                libc::munmap(p.cast(), head);
             }
             libc::munmap(aligned.add(span).cast(), len - head - span);
         }

@@ -41,6 +41,26 @@ impl Drop for Mapping {
     }
 }
 
+/// Zeroed private anonymous memory of `len` bytes (`mmap`); the caller unmaps it, usually by
+/// handing it to a [`Mapping`].
+pub(crate) fn anonymous(len: usize) -> std::io::Result<NonNull<u8>> {
+    // SAFETY: a fresh anonymous mapping overlaps no Rust object; checked for MAP_FAILED.
+    let p = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    NonNull::new(p.cast()).ok_or_else(|| std::io::Error::from_raw_os_error(libc::EFAULT))
+}
+
 /// A capture file mapped read-only (`MAP_PRIVATE`, `MADV_SEQUENTIAL`).
 ///
 /// If another process truncates the file while it is mapped, reading past the new end raises

@@ -145,7 +145,7 @@ pub(crate) fn mmap_ring(
     flags: libc::c_int,
     call: &'static str,
 ) -> io::Result<NonNull<u8>> {
-    intercept!(call, fake::anonymous(len));
+    intercept!(call, crate::mmap::anonymous(len));
     // SAFETY: a fresh mapping chosen by the kernel (addr NULL) overlaps no Rust object; the
     // result is checked against MAP_FAILED before use.
     let p = unsafe {
@@ -316,7 +316,6 @@ pub(crate) mod fake {
     use std::cell::RefCell;
     use std::io;
     use std::os::fd::OwnedFd;
-    use std::ptr::{self, NonNull};
 
     #[derive(Default)]
     struct State {
@@ -369,24 +368,5 @@ pub(crate) mod fake {
     /// A real descriptor (on /dev/null) so `OwnedFd`'s close stays honest.
     pub(super) fn dummy_fd() -> io::Result<OwnedFd> {
         Ok(std::fs::File::open("/dev/null")?.into())
-    }
-
-    /// Zeroed private anonymous memory standing in for a ring mapping; `Mapping` unmaps it.
-    pub(super) fn anonymous(len: usize) -> io::Result<NonNull<u8>> {
-        // SAFETY: a fresh anonymous mapping overlaps no Rust object; checked for MAP_FAILED.
-        let p = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        NonNull::new(p.cast()).ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))
     }
 }
