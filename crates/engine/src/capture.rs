@@ -359,7 +359,7 @@ fn run_file(
         Ok(m) => m,
         Err(e) => return (Summary::default(), Some(e.into())),
     };
-    let source = match FileSource::new(path.to_path_buf(), map.bytes()) {
+    let source = match FileSource::new(&map) {
         Ok(s) => s,
         Err(e) => return (Summary::default(), Some(e)),
     };

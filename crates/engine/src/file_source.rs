@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tapflow_sys::mmap::ReadAhead;
+use tapflow_sys::mmap::{MappedFile, ReadAhead};
 use tapflow_wire::Flags;
 use tapflow_wire::capfile::{FileError, FilePacket, Reader};
 use tapflow_wire::record::Direction;
@@ -19,6 +19,7 @@ const BLOCK_PACKETS: usize = 4096;
 #[derive(Debug)]
 pub struct FileSource<'a> {
     reader: Reader<'a>,
+    map: &'a MappedFile,
     bytes: &'a [u8],
     ahead: ReadAhead,
     path: PathBuf,
@@ -31,14 +32,17 @@ pub struct FileSource<'a> {
 }
 
 impl<'a> FileSource<'a> {
-    /// A source over the bytes of the file at `path`.
-    pub fn new(path: PathBuf, bytes: &'a [u8]) -> Result<FileSource<'a>, EngineError> {
+    /// A source over a mapped capture file.
+    pub fn new(map: &'a MappedFile) -> Result<FileSource<'a>, EngineError> {
+        let path = map.path().to_path_buf();
+        let bytes = map.bytes();
         let reader = Reader::new(bytes).map_err(|source| EngineError::File {
             path: path.clone(),
             source,
         })?;
         let mut s = FileSource {
             reader,
+            map,
             bytes,
             ahead: ReadAhead::from(0),
             path,
@@ -132,7 +136,10 @@ impl PacketSource for FileSource<'_> {
                         break;
                     }
                     None => {
+                        // Done with the file: its page tables go now, while the sinks drain,
+                        // not at exit.
                         self.ended = true;
+                        self.map.release();
                         break;
                     }
                 },
