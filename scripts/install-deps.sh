@@ -7,8 +7,8 @@
 set -euo pipefail
 
 PKGS=(
-    build-essential pkg-config # cc and linker for cargo, libpcap discovery
-    libpcap-dev                # the capture filter compiler (pcap_compile) and its headers
+    build-essential pkg-config # cc and linker for cargo
+    libpcap-dev                # libpcap, loaded by tapflow to compile -f expressions (pcap_compile)
     tshark                     # test oracle: reads our files back
     wireshark-common           # editcap, mergecap, capinfos (benchmarks, trace building)
     tcpdump                    # test oracle and benchmark baseline

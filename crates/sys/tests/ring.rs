@@ -275,7 +275,6 @@ fn b_a_tiny_ring_overflows_and_every_packet_is_accounted_for() {
 }
 
 #[test]
-#[cfg(feature = "bpf-expr")]
 fn c_a_compiled_filter_lets_only_matching_frames_through_and_swaps_live() {
     let Some(pair) = Pair::new('c') else { return };
     pair.run(|a, b| {
