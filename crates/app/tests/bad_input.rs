@@ -234,3 +234,46 @@ fn missing_privilege_is_named() {
         assert_clean_error(&o, None, &keys, &format!("{} as nobody", args.join(" ")));
     }
 }
+
+/// libpcap is loaded only for a filter expression: with its library hidden (a private mount
+/// namespace binds /dev/null over it), `-f` names the missing package and everything else runs.
+#[test]
+fn missing_libpcap_is_named_and_only_filters_need_it() {
+    require_root();
+    let Some(lib) = [
+        "/lib/x86_64-linux-gnu/libpcap.so.0.8",
+        "/usr/lib/libpcap.so.0.8",
+    ]
+    .iter()
+    .find_map(|l| std::fs::canonicalize(l).ok()) else {
+        eprintln!("skipped: libpcap's library not found where Debian keeps it");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = p(&dir.path().join("out.pcapng"));
+    let run = |extra: &str| {
+        let script = format!(
+            "mount --bind /dev/null {} && exec {} capture -r {} -w {out} -q {extra}",
+            lib.display(),
+            bin().display(),
+            p(&small_file()),
+        );
+        let mut c = Command::new("unshare");
+        c.args(["-m", "sh", "-c", &script]);
+        run_limited(&mut c, Duration::from_secs(20))
+    };
+    let o = run("-f udp");
+    assert_clean_error(
+        &o,
+        Some(2),
+        &["libpcap", "apt-get install"],
+        "-f without libpcap",
+    );
+    let o = run("");
+    assert!(
+        o.status.success(),
+        "no filter, no libpcap needed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(dir.path().join("out.pcapng").exists());
+}
