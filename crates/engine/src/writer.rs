@@ -123,9 +123,10 @@ impl RecordSink for FileSink {
         ctl: &ControlField,
         data: &[u8],
     ) -> Result<(), EngineError> {
-        let Some(f) = self.file.as_mut() else {
-            return self.open_and_record(interface, drops_before, ctl, data);
-        };
+        if self.file.is_none() {
+            self.open_file()?;
+        }
+        let f = self.file.as_mut().expect("opened above");
         // Each packet is encoded in place, in the buffer that goes to the device. (Blocks other
         // than packets never wait in `out`: they are flushed where they are made.)
         let n = match self.cfg.format {
@@ -218,26 +219,15 @@ impl FileSink {
         Ok(())
     }
 
-    /// The first record of a file: opens it, then records.
-    #[cold]
-    #[inline(never)]
-    fn open_and_record(
-        &mut self,
-        interface: u32,
-        drops_before: u64,
-        ctl: &ControlField,
-        data: &[u8],
-    ) -> Result<(), EngineError> {
-        self.open_file()?;
-        self.record(interface, drops_before, ctl, data)
-    }
-
     fn rotate(&mut self) -> Result<(), EngineError> {
         self.close_file()?;
         self.rotation += 1;
         Ok(())
     }
 
+    /// Opens the next file. Out of line: once per file.
+    #[cold]
+    #[inline(never)]
     fn open_file(&mut self) -> Result<(), EngineError> {
         let base = &self.cfg.path;
         let rotating = self.cfg.rotate_bytes.is_some() || self.cfg.rotate_every.is_some();
