@@ -66,7 +66,7 @@ pub struct FileSink {
     start_ns: u64,
     last_totals: Totals,
     last_if_stats: Option<(u64, u64)>,
-    /// Records written per interface (`isb_usrdeliv` of each).
+    /// Records written per interface (`isb_usrdeliv` of each); their sum is the report's.
     delivered: Vec<u64>,
     /// Whether the output buffer is prefetched ahead of the records.
     write_ahead: bool,
@@ -154,7 +154,6 @@ impl RecordSink for FileSink {
             }
         };
         f.bytes += n as u64;
-        self.report.records += 1;
         if let Some(d) = self.delivered.get_mut(interface as usize) {
             *d += 1;
         }
@@ -189,6 +188,8 @@ impl RecordSink for FileSink {
     fn close(&mut self, totals: &Totals) -> Result<SinkReport, EngineError> {
         self.last_totals = *totals;
         self.close_file()?;
+        // Every record was delivered on an announced interface.
+        self.report.records = self.delivered.iter().sum();
         Ok(std::mem::take(&mut self.report))
     }
 }
