@@ -523,7 +523,8 @@ impl Collector {
         self.send();
     }
 
-    /// Copies one finished message into the send queue, sending when the queue is full.
+    /// Copies one finished message into the send queue, sending the queue first when the message
+    /// would overfill it ([`SEND_BATCH`] messages, [`SEND_BYTES`] bytes).
     fn queue(&mut self, m: &[u8]) {
         if self.queued == SEND_BATCH || self.queued_bytes + m.len() > SEND_BYTES {
             self.send();
