@@ -432,9 +432,13 @@ impl FlowTable {
                 if h == NIL || self.flows[h as usize].last().saturating_add(idle) > now {
                     break;
                 }
-                // The next flow in line is likely the next to end: start loading it.
+                // The next flows in line are likely the next to end. The next one was asked
+                // for one flow ago: start loading its index slot, and the flow after it.
                 if let Some(next) = self.flows.get(self.flows[h as usize].next as usize) {
-                    tapflow_sys::cpu::prefetch(next);
+                    tapflow_sys::cpu::prefetch(&self.index[next.hash as usize & self.mask]);
+                    if let Some(after) = self.flows.get(next.next as usize) {
+                        tapflow_sys::cpu::prefetch(after);
+                    }
                 }
                 self.end(h, reason, out);
             }
