@@ -23,7 +23,7 @@ use crate::flow_text::TextFormat;
 use crate::forward::{MIN_MTU, payload_for_mtu};
 
 /// Records per batch from a worker.
-pub const BATCH: usize = 512;
+pub const BATCH: usize = 2048;
 
 /// Batches in flight between the workers and the exporter.
 const QUEUE: usize = 32;
@@ -244,6 +244,29 @@ impl ExportQueue {
                 back: self.back_tx.clone(),
             })
             .map_err(|_| EngineError::Config("the flow exporter stopped".into()))
+    }
+}
+
+#[cfg(test)]
+impl ExportQueue {
+    /// A queue with no exporter behind it, and a function that counts the records handed over
+    /// so far.
+    pub(crate) fn detached() -> (ExportQueue, impl FnMut() -> usize) {
+        let (tx, rx) = mpsc::sync_channel(QUEUE);
+        let (back_tx, back_rx) = mpsc::channel();
+        let mut n = 0;
+        let count = move || {
+            n += rx.try_iter().map(|b: Batch| b.records.len()).sum::<usize>();
+            n
+        };
+        (
+            ExportQueue {
+                tx,
+                back_tx,
+                back_rx,
+            },
+            count,
+        )
     }
 }
 

@@ -32,6 +32,11 @@ use crate::source::InterfaceInfo;
 /// after it was parsed, its slot loading meanwhile, and its flow once halfway.
 const DEPTH: usize = 8;
 
+/// How long (monotonic ns) finished records may wait in a batch that is not full. Each batch
+/// handed over wakes the exporter; on the worker's core that is two context switches, so a
+/// batch is sent when full, and a partial one only once it has waited this long (or at close).
+const HOLD_NS: u64 = 20_000_000;
+
 const FRAGMENT_SLOTS: usize = 4096;
 const FRAGMENT_TTL_NS: u64 = 30_000_000_000;
 
@@ -144,6 +149,7 @@ impl FlowMeter {
             fragments: vec![FragmentPorts::default(); FRAGMENT_SLOTS].into_boxed_slice(),
             out: Batcher {
                 batch: Vec::with_capacity(BATCH),
+                since: 0,
                 queue,
                 now: 0,
                 epoch: 0,
@@ -208,6 +214,8 @@ impl FlowMeter {
 #[derive(Debug)]
 struct Batcher {
     batch: Vec<FlowRecord>,
+    /// When (monotonic ns) the batch's first record was pushed, checked at each block's end.
+    since: u64,
     queue: ExportQueue,
     /// The meter's clock: newest packet time (or wall time, live).
     now: u64,
@@ -226,6 +234,7 @@ impl Batcher {
     }
 
     fn send(&mut self) {
+        self.since = 0;
         if let Err(e) = self.queue.send(&mut self.batch, self.now, self.epoch) {
             self.error.get_or_insert(e);
         }
@@ -235,6 +244,19 @@ impl Batcher {
     fn flush(&mut self) -> Result<(), EngineError> {
         if !self.batch.is_empty() {
             self.send();
+        }
+        self.error.take().map_or(Ok(()), Err)
+    }
+
+    /// At the end of a block: sends a partial batch that has waited [`HOLD_NS`]; reports a
+    /// failure of an earlier send.
+    fn flush_held(&mut self, mono: u64) -> Result<(), EngineError> {
+        if !self.batch.is_empty() {
+            if self.since == 0 {
+                self.since = mono;
+            } else if mono.saturating_sub(self.since) >= HOLD_NS {
+                self.send();
+            }
         }
         self.error.take().map_or(Ok(()), Err)
     }
@@ -310,9 +332,9 @@ impl RecordSink for FlowMeter {
         _totals: &Totals,
         _if_stats: Option<(u64, u64)>,
     ) -> Result<(), EngineError> {
+        let mono = tapflow_sys::clock::monotonic_ns();
         if self.clock == MeterClock::Wall {
             // Packet time, moved on by the wall clock while no packet moves it.
-            let mono = tapflow_sys::clock::monotonic_ns();
             if self.out.now != self.seen.0 {
                 self.seen = (self.out.now, mono);
             } else if self.seen.0 != 0 {
@@ -324,7 +346,7 @@ impl RecordSink for FlowMeter {
         self.catch_up();
         let out = &mut self.out;
         self.table.expire(out.now, &mut |r| out.push(r));
-        out.flush()
+        out.flush_held(mono)
     }
 
     fn live(&self) -> SinkLive {
@@ -347,5 +369,69 @@ impl RecordSink for FlowMeter {
             flows: Some(st),
             ..SinkReport::default()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow_table::CLASSES;
+    use tapflow_wire::record::Flags;
+
+    const S: u64 = 1_000_000_000;
+
+    /// An IPv4/UDP packet from port `sport` (LINKTYPE_RAW).
+    fn udp(sport: u16) -> Vec<u8> {
+        let mut p = vec![0u8; 28];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&28u16.to_be_bytes());
+        p[8] = 64;
+        p[9] = 17;
+        p[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        p[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        p[20..22].copy_from_slice(&sport.to_be_bytes());
+        p[22..24].copy_from_slice(&53u16.to_be_bytes());
+        p[24..26].copy_from_slice(&8u16.to_be_bytes());
+        p
+    }
+
+    fn feed(m: &mut FlowMeter, sport: u16, ts: u64) {
+        let p = udp(sport);
+        let ctl = ControlField::new(ts, Flags::default(), p.len() as u16, 0, p.len() as u32);
+        m.record(0, 0, &ctl, &p).unwrap();
+    }
+
+    #[test]
+    fn a_partial_batch_waits_for_the_hold_time_and_close_sends_the_rest() {
+        let (queue, mut handed_over) = ExportQueue::detached();
+        let table = TableConfig {
+            max_flows: 1000,
+            active_ns: 300 * S,
+            idle_ns: [60 * S; CLASSES],
+            seed: 1,
+        };
+        let mut m = FlowMeter::new(table, MeterClock::Packets, queue);
+        m.add_interface(&InterfaceInfo {
+            linktype: LinkType::Raw,
+            snaplen: 128,
+            name: None,
+            filter: None,
+            max_frame: None,
+        })
+        .unwrap();
+        let totals = Totals::default();
+        for port in 1..=3 {
+            feed(&mut m, port, S);
+        }
+        // Past the idle timeout: the sweep ends the first three flows.
+        feed(&mut m, 4, 100 * S);
+        m.end_of_block(&totals, None).unwrap();
+        m.end_of_block(&totals, None).unwrap();
+        assert_eq!(handed_over(), 0, "three records are not a full batch");
+        std::thread::sleep(std::time::Duration::from_nanos(HOLD_NS + 5_000_000));
+        m.end_of_block(&totals, None).unwrap();
+        assert_eq!(handed_over(), 3, "held for HOLD_NS, then sent");
+        let report = m.close(&totals).unwrap();
+        assert_eq!((handed_over(), report.records), (4, 4));
     }
 }
