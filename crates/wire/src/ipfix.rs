@@ -445,6 +445,17 @@ impl<'a> Put<'a> {
         self.buf[at..at + 2].copy_from_slice(&v.to_be_bytes());
     }
 
+    /// The next `N` bytes, to fill at fixed offsets; the cursor moves past them.
+    #[inline]
+    pub(crate) fn array<const N: usize>(&mut self) -> &mut [u8; N] {
+        let (at, len) = (self.pos, self.buf.len());
+        self.pos += N;
+        let Some(a) = self.buf[at..].first_chunk_mut::<N>() else {
+            panic!("{N} bytes at {at} past the end of a {len}-byte buffer");
+        };
+        a
+    }
+
     #[inline]
     pub(crate) fn bytes(&mut self, b: &[u8]) {
         self.buf[self.pos..self.pos + b.len()].copy_from_slice(b);
@@ -659,7 +670,17 @@ fn millis(ns: u64) -> u64 {
 
 /// Writes `r` in the order of [`TEMPLATE_V4`] / [`TEMPLATE_V6`].
 fn write_record(w: &mut Put<'_>, r: &FlowRecord) {
-    let start = w.pos();
+    // Into a fixed-size array: every offset below is then a constant and no write is checked.
+    if r.ipv6 {
+        fill_record(w.array::<RECORD_LEN_V6>(), r, &r.src, &r.dst);
+    } else {
+        fill_record(w.array::<RECORD_LEN_V4>(), r, &r.src[..4], &r.dst[..4]);
+    }
+}
+
+#[inline(always)]
+fn fill_record<const N: usize>(rec: &mut [u8; N], r: &FlowRecord, src: &[u8], dst: &[u8]) {
+    let w = &mut Put::at(rec, 0);
     let (fwd_first, fwd_last) = if r.fwd.packets > 0 {
         (r.fwd.first_ns, r.fwd.last_ns)
     } else {
@@ -673,13 +694,8 @@ fn write_record(w: &mut Put<'_>, r: &FlowRecord) {
     w.u16(r.rev.tcp_flags);
     w.u64(millis(rev_first));
     w.u64(millis(rev_last));
-    if r.ipv6 {
-        w.bytes(&r.src);
-        w.bytes(&r.dst);
-    } else {
-        w.bytes(&r.src[..4]);
-        w.bytes(&r.dst[..4]);
-    }
+    w.bytes(src);
+    w.bytes(dst);
     w.u16(r.sport);
     w.u16(r.dport);
     w.u16(if r.is_icmp() { r.dport } else { 0 });
@@ -695,10 +711,7 @@ fn write_record(w: &mut Put<'_>, r: &FlowRecord) {
     w.u16(r.vlan);
     w.u8(r.end_reason.to_u8());
     w.u8(BIFLOW_INITIATOR);
-    debug_assert_eq!(
-        w.pos() - start,
-        if r.ipv6 { RECORD_LEN_V6 } else { RECORD_LEN_V4 }
-    );
+    debug_assert_eq!(w.pos(), N);
 }
 
 #[cfg(test)]
