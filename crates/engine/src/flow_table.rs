@@ -3,7 +3,9 @@
 //!
 //! Layout, chosen for memory per flow and one cache miss per lookup in the common case:
 //! - a slab of 128-byte [`Flow`] entries (two cache lines), reserved for `max_flows` up front
-//!   but only touched as flows arrive, with a free list threaded through `next`;
+//!   but only touched as flows arrive, with a free list threaded through `next`; slab and index
+//!   are advised into transparent huge pages, as a large table read at random otherwise misses
+//!   the TLB on nearly every access;
 //! - an open-addressing index of `u32` slot numbers (0 = empty), linear probing at a load of at
 //!   most 1/2, backward-shift deletion (no tombstones); each flow keeps its 32-bit hash so
 //!   probes rarely touch a flow that does not match and deletion never rehashes a key;
@@ -259,12 +261,14 @@ impl FlowTable {
     pub fn new(cfg: TableConfig) -> FlowTable {
         let max = cfg.max_flows.clamp(1, NIL as usize - 1);
         let slots = (max * 2).next_power_of_two().min(INITIAL_SLOTS);
+        let mut flows = Vec::with_capacity(max);
+        tapflow_sys::mmap::advise_huge(flows.spare_capacity_mut());
         FlowTable {
             cfg: TableConfig {
                 max_flows: max,
                 ..cfg
             },
-            flows: Vec::with_capacity(max),
+            flows,
             free: NIL,
             index: vec![0; slots],
             mask: slots - 1,
@@ -541,6 +545,7 @@ impl FlowTable {
     fn grow_index(&mut self) {
         let slots = self.index.len() * 2;
         let old = std::mem::replace(&mut self.index, vec![0; slots]);
+        tapflow_sys::mmap::advise_huge(&self.index);
         self.mask = slots - 1;
         for v in old.into_iter().filter(|&v| v != 0) {
             let mut slot = self.flows[v as usize - 1].hash as usize & self.mask;

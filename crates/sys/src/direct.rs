@@ -324,13 +324,8 @@ mod tests {
         // Where the kernel offers THP (`madvise` or `always`), the mapping is eligible for it.
         let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
         if thp.is_ok_and(|t| !t.contains("[never]")) {
-            let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-            let vma = smaps
-                .split_inclusive("VmFlags")
-                .find(|v| v.contains(&format!("{at:x}-")))
-                .expect("the buffer's mapping");
-            let eligible = vma.lines().find_map(|l| l.strip_prefix("THPeligible:"));
-            assert_eq!(eligible.map(str::trim), Some("1"), "{vma}");
+            let eligible = crate::mmap::tests::thp_eligible(at);
+            assert_eq!(eligible.as_deref(), Some("1"));
         }
         // A small buffer is still exactly its size.
         assert_eq!(
