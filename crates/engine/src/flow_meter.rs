@@ -214,7 +214,8 @@ impl FlowMeter {
 #[derive(Debug)]
 struct Batcher {
     batch: Vec<FlowRecord>,
-    /// When (monotonic ns) the batch's first record was pushed, checked at each block's end.
+    /// When (monotonic ns) a block's end first found the batch not empty; 0 while it is
+    /// empty or not yet seen so.
     since: u64,
     queue: ExportQueue,
     /// The meter's clock: newest packet time (or wall time, live).
