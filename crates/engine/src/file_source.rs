@@ -1,6 +1,5 @@
 //! A capture file as a packet source: pcap (µs or ns, either byte order) or pcapng.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -20,9 +19,9 @@ const BLOCK_PACKETS: usize = 4096;
 pub struct FileSource<'a> {
     reader: Reader<'a>,
     map: &'a MappedFile,
+    /// `map`'s bytes, read on every packet.
     bytes: &'a [u8],
     ahead: ReadAhead,
-    path: PathBuf,
     interfaces: Vec<InterfaceInfo>,
     held: Option<FilePacket<'a>>,
     error: Option<FileError>,
@@ -34,10 +33,9 @@ pub struct FileSource<'a> {
 impl<'a> FileSource<'a> {
     /// A source over a mapped capture file.
     pub fn new(map: &'a MappedFile) -> Result<FileSource<'a>, EngineError> {
-        let path = map.path().to_path_buf();
         let bytes = map.bytes();
         let reader = Reader::new(bytes).map_err(|source| EngineError::File {
-            path: path.clone(),
+            path: map.path().to_path_buf(),
             source,
         })?;
         let mut s = FileSource {
@@ -45,7 +43,6 @@ impl<'a> FileSource<'a> {
             map,
             bytes,
             ahead: ReadAhead::from(0),
-            path,
             interfaces: Vec::new(),
             held: None,
             error: None,
@@ -119,7 +116,7 @@ impl PacketSource for FileSource<'_> {
         if self.ended {
             return match self.error.take() {
                 Some(source) => Err(EngineError::File {
-                    path: self.path.clone(),
+                    path: self.map.path().to_path_buf(),
                     source,
                 }),
                 None => Ok(Progress::End),
