@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tapflow_sys::direct::{DirectFile, HUGE_PAGE};
+use tapflow_sys::direct::DirectFile;
+use tapflow_sys::mmap::HUGE_PAGE;
 use tapflow_wire::pcapng::{IdbOptions, InterfaceStatistics};
 use tapflow_wire::record::ControlField;
 use tapflow_wire::{pcap, pcapng};

@@ -15,14 +15,11 @@ use std::sync::mpsc;
 use std::thread;
 
 use crate::SysError;
-use crate::mmap::{Mapping, ReadAhead};
+use crate::mmap::{HUGE_PAGE, Mapping, ReadAhead};
 
 /// Alignment of buffers, lengths and offsets for `O_DIRECT` (the logical block size is at most
 /// this on any device tapflow writes to).
 pub const ALIGN: usize = 4096;
-
-/// Size and alignment of a transparent huge page (x86-64 and arm64 with 4 KiB pages).
-pub const HUGE_PAGE: usize = 2 << 20;
 
 /// A chunk buffer: anonymous memory on a [`HUGE_PAGE`] boundary, advised `MADV_HUGEPAGE` and
 /// populated up front. In huge pages a chunk is one physically contiguous segment, so a 2 MiB
@@ -58,13 +55,12 @@ impl AlignedBuf {
             NonNull::new(aligned).ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?;
         // SAFETY: `ptr..ptr+span` is what remains of the mapping, owned by the `Mapping` alone.
         let map = unsafe { Mapping::from_raw(ptr, span) };
-        // SAFETY: advice on our own mapping. Either may fail (THP off, a kernel before 5.14):
-        // the memory is then ordinary pages, faulted in on first use.
-        unsafe {
-            libc::madvise(ptr.as_ptr().cast(), span, libc::MADV_HUGEPAGE);
-            libc::madvise(ptr.as_ptr().cast(), span, libc::MADV_POPULATE_WRITE);
-        }
-        Ok(AlignedBuf { map, cap })
+        let buf = AlignedBuf { map, cap };
+        crate::mmap::advise_huge(buf.as_slice());
+        // SAFETY: advice on our own mapping. It may fail (a kernel before 5.14): the memory is
+        // then faulted in on first use.
+        unsafe { libc::madvise(ptr.as_ptr().cast(), span, libc::MADV_POPULATE_WRITE) };
+        Ok(buf)
     }
 
     fn as_slice(&self) -> &[u8] {
@@ -321,9 +317,8 @@ mod tests {
         assert!(b.as_slice().iter().all(|&x| x == 0));
         b.as_mut_slice()[HUGE_PAGE - 1] = 7;
         assert_eq!(b.as_slice()[HUGE_PAGE - 1], 7);
-        // Where the kernel offers THP (`madvise` or `always`), the mapping is eligible for it.
-        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
-        if thp.is_ok_and(|t| !t.contains("[never]")) {
+        // Where the kernel offers THP, the mapping is eligible for it.
+        if crate::mmap::tests::thp_offered() {
             let eligible = crate::mmap::tests::thp_eligible(at);
             assert_eq!(eligible.as_deref(), Some("1"));
         }

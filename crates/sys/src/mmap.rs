@@ -41,6 +41,9 @@ impl Drop for Mapping {
     }
 }
 
+/// Size and alignment of a transparent huge page (x86-64 and arm64 with 4 KiB pages).
+pub const HUGE_PAGE: usize = 2 << 20;
+
 /// Zeroed private anonymous memory of `len` bytes (`mmap`); the caller unmaps it, usually by
 /// handing it to a [`Mapping`].
 pub(crate) fn anonymous(len: usize) -> std::io::Result<NonNull<u8>> {
@@ -67,11 +70,10 @@ pub(crate) fn anonymous(len: usize) -> std::io::Result<NonNull<u8>> {
 /// of the range can get huge pages, when first touched. A hint: where THP is off (or `buf` is
 /// smaller than one huge page) nothing changes.
 pub fn advise_huge<T>(buf: &[T]) {
-    const HUGE: usize = 2 << 20;
     let start = buf.as_ptr() as usize;
     let end = start + size_of_val(buf);
     let (from, to) = (start.next_multiple_of(4096), end & !4095);
-    if to.saturating_sub(from) < HUGE {
+    if to.saturating_sub(from) < HUGE_PAGE {
         return;
     }
     // SAFETY: advice on whole pages inside memory `buf` borrows; MADV_HUGEPAGE changes how the
@@ -209,8 +211,9 @@ pub(crate) mod tests {
     use super::*;
     use std::io::Write;
 
-    /// The `THPeligible` line of the mapping in /proc/self/smaps that holds `addr`.
-    pub(crate) fn thp_eligible(addr: usize) -> Option<String> {
+    /// The value of `field` (`Rss`, `THPeligible`, ...) for the mapping in /proc/self/smaps
+    /// that holds `addr`.
+    fn smaps_field(addr: usize, field: &str) -> Option<String> {
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
         let mut inside = false;
         for line in smaps.lines() {
@@ -219,22 +222,34 @@ pub(crate) mod tests {
                 && let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
             {
                 inside = (a..b).contains(&addr);
-            } else if inside && let Some(v) = line.strip_prefix("THPeligible:") {
+            } else if inside
+                && let Some(v) = line.strip_prefix(field).and_then(|v| v.strip_prefix(':'))
+            {
                 return Some(v.trim().to_string());
             }
         }
         None
     }
 
+    /// Whether the kernel offers transparent huge pages (`madvise` or `always`).
+    pub(crate) fn thp_offered() -> bool {
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .is_ok_and(|t| !t.contains("[never]"))
+    }
+
+    /// The `THPeligible` value of the mapping that holds `addr`.
+    pub(crate) fn thp_eligible(addr: usize) -> Option<String> {
+        smaps_field(addr, "THPeligible")
+    }
+
     #[test]
     fn advised_tables_are_eligible_for_huge_pages() {
-        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
-        if thp.is_err() || thp.as_ref().is_ok_and(|t| t.contains("[never]")) {
+        if !thp_offered() {
             return;
         }
         let mut v = Vec::<u64>::with_capacity(1 << 20); // 8 MiB
         let spare = v.spare_capacity_mut();
-        let mid = (spare.as_ptr() as usize).next_multiple_of(2 << 20);
+        let mid = (spare.as_ptr() as usize).next_multiple_of(HUGE_PAGE);
         advise_huge(spare);
         assert_eq!(thp_eligible(mid).as_deref(), Some("1"));
     }
@@ -261,15 +276,10 @@ pub(crate) mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// Resident kB of the mapping that starts at `at`, from /proc/self/smaps.
+    /// Resident kB of the mapping that holds `at`.
     fn resident_kb(at: usize) -> u64 {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let vma = smaps
-            .split_inclusive("VmFlags")
-            .find(|v| v.contains(&format!("\n{at:x}-")) || v.starts_with(&format!("{at:x}-")))
-            .expect("the file's mapping");
-        let rss = vma.lines().find_map(|l| l.strip_prefix("Rss:")).unwrap();
-        rss.trim().trim_end_matches("kB").trim().parse().unwrap()
+        let rss = smaps_field(at, "Rss").expect("the file's mapping");
+        rss.trim_end_matches("kB").trim().parse().unwrap()
     }
 
     #[test]
