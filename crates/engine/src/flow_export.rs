@@ -222,6 +222,16 @@ pub struct ExportQueue {
 }
 
 impl ExportQueue {
+    /// A worker's queue into `tx`, with its own channel for emptied batches coming back.
+    fn new(tx: SyncSender<Batch>) -> ExportQueue {
+        let (back_tx, back_rx) = mpsc::channel();
+        ExportQueue {
+            tx,
+            back_tx,
+            back_rx,
+        }
+    }
+
     /// Hands `batch` to the exporter and leaves an empty one (a returned batch when there is
     /// one) in its place. `clock_ns` is the meter's "now"; `epoch_ns` its first packet time
     /// (the NetFlow "boot" time for traces).
@@ -253,20 +263,12 @@ impl ExportQueue {
     /// so far.
     pub(crate) fn detached() -> (ExportQueue, impl FnMut() -> usize) {
         let (tx, rx) = mpsc::sync_channel(QUEUE);
-        let (back_tx, back_rx) = mpsc::channel();
         let mut n = 0;
         let count = move || {
             n += rx.try_iter().map(|b: Batch| b.records.len()).sum::<usize>();
             n
         };
-        (
-            ExportQueue {
-                tx,
-                back_tx,
-                back_rx,
-            },
-            count,
-        )
+        (ExportQueue::new(tx), count)
     }
 }
 
@@ -295,12 +297,7 @@ impl Exporter {
 
     /// A queue for one worker's meter.
     pub fn queue(&self) -> ExportQueue {
-        let (back_tx, back_rx) = mpsc::channel();
-        ExportQueue {
-            tx: self.tx.clone(),
-            back_tx,
-            back_rx,
-        }
+        ExportQueue::new(self.tx.clone())
     }
 
     /// Waits until every queue is dropped and everything is exported; finishes the outputs.
