@@ -428,7 +428,6 @@ struct Collector {
     link: Link,
     pending: Vec<Vec<u8>>,
     queued: usize,
-    queued_bytes: usize,
     /// When the oldest queued message was queued.
     queued_at: Option<std::time::Instant>,
     /// Messages the socket refused or that could not be written.
@@ -474,7 +473,6 @@ impl Collector {
                 .map(|_| Vec::with_capacity(max_len))
                 .collect(),
             queued: 0,
-            queued_bytes: 0,
             queued_at: None,
             lost: 0,
             last_connect_ns: tapflow_sys::clock::realtime_ns(),
@@ -546,10 +544,10 @@ impl Collector {
     /// Copies one finished message into the send queue, sending the queue first when the message
     /// would overfill it ([`SEND_BATCH`] messages, [`SEND_BYTES`] bytes).
     fn queue(&mut self, m: &[u8]) {
-        if self.queued == SEND_BATCH || self.queued_bytes + m.len() > SEND_BYTES {
+        let queued_bytes: usize = self.pending[..self.queued].iter().map(Vec::len).sum();
+        if self.queued == SEND_BATCH || queued_bytes + m.len() > SEND_BYTES {
             self.send();
         }
-        self.queued_bytes += m.len();
         let buf = &mut self.pending[self.queued];
         buf.clear();
         buf.extend_from_slice(m);
@@ -563,7 +561,6 @@ impl Collector {
         self.pace();
         let msgs = &self.pending[..self.queued];
         self.queued = 0;
-        self.queued_bytes = 0;
         self.queued_at = None;
         match &mut self.link {
             Link::Udp(sock) => {
