@@ -246,7 +246,7 @@ impl Batcher {
         if !self.batch.is_empty() {
             self.send();
         }
-        self.error.take().map_or(Ok(()), Err)
+        self.result()
     }
 
     /// At the end of a block: sends a partial batch that has waited [`HOLD_NS`]; reports a
@@ -259,9 +259,10 @@ impl Batcher {
                 self.send();
             }
         }
-        self.error.take().map_or(Ok(()), Err)
+        self.result()
     }
 
+    /// Reports a failure of an earlier send, once.
     fn result(&mut self) -> Result<(), EngineError> {
         self.error.take().map_or(Ok(()), Err)
     }
