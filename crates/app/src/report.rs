@@ -49,20 +49,22 @@ impl StatusLine {
         }
     }
 
-    /// Called by the engine about every 100 ms.
-    pub fn tick(&mut self, t: &Tick) {
+    /// Called by the engine; returns when it wants the next call: 100 ms for a progress bar,
+    /// one second for the status line, never when quiet.
+    pub fn tick(&mut self, t: &Tick) -> Option<Duration> {
+        const EVERY: Duration = Duration::from_secs(1);
         if let (Some(bar), Some((done, _))) = (&self.bar, t.progress) {
             bar.set_position(done);
             bar.set_message(format!("{} packets", t.totals.recorded));
-            return;
+            return Some(Duration::from_millis(100));
         }
         if self.quiet || t.progress.is_some() {
-            return;
+            return None;
         }
         let (prev_at, prev) = self.last.unwrap_or((Duration::ZERO, Totals::default()));
         let dt = t.elapsed.saturating_sub(prev_at);
-        if dt < Duration::from_secs(1) {
-            return;
+        if dt < EVERY {
+            return Some(EVERY - dt);
         }
         self.last = Some((t.elapsed, t.totals));
         let secs = dt.as_secs_f64();
@@ -86,6 +88,7 @@ impl StatusLine {
         } else {
             let _ = writeln!(err, "{line}");
         }
+        Some(EVERY)
     }
 
     /// Clears the status line or progress bar before the summary.

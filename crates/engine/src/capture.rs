@@ -141,12 +141,13 @@ pub struct Summary {
 /// the error is written and counted in the summary.
 ///
 /// `ready` is called once, when every ring is open and in its fanout group (or the file header
-/// is read), before the first packet is taken.
+/// is read), before the first packet is taken. `tick` is called at the start, then whenever
+/// the wait it returned has passed, until it returns `None`.
 pub fn run(
     cfg: &CaptureConfig,
     stop: &Arc<AtomicBool>,
     ready: &mut dyn FnMut(&Ready),
-    tick: &mut dyn FnMut(&Tick),
+    tick: &mut dyn FnMut(&Tick) -> Option<Duration>,
 ) -> (Summary, Option<EngineError>) {
     let started = Instant::now();
     let exporter = match &cfg.flows {
@@ -254,7 +255,7 @@ fn run_live(
     exporter: Option<&Exporter>,
     stop: &Arc<AtomicBool>,
     ready: &mut dyn FnMut(&Ready),
-    tick: &mut dyn FnMut(&Tick),
+    tick: &mut dyn FnMut(&Tick) -> Option<Duration>,
     started: Instant,
 ) -> (Summary, Option<EngineError>) {
     let opened = (|| {
@@ -352,7 +353,7 @@ fn run_file(
     exporter: Option<&Exporter>,
     stop: &Arc<AtomicBool>,
     ready: &mut dyn FnMut(&Ready),
-    tick: &mut dyn FnMut(&Tick),
+    tick: &mut dyn FnMut(&Tick) -> Option<Duration>,
     started: Instant,
 ) -> (Summary, Option<EngineError>) {
     let map = match MappedFile::open(path) {
@@ -502,20 +503,36 @@ fn run_worker<S: PacketSource>(worker: Worker<S>, done: &mpsc::Sender<()>) -> Wo
     worker.run()
 }
 
-/// Calls `tick` every 100 ms until every worker has said it is done on `done`, raising `stop`
-/// at the duration limit.
+/// Calls `tick` when it last asked to be called again (it returns the wait, or `None` for no
+/// more calls) until every worker has said it is done on `done`, raising `stop` at the
+/// duration limit. Between those moments the thread sleeps: an idle capture costs nothing here.
 fn monitor(
     cfg: &CaptureConfig,
     stop: &AtomicBool,
-    tick: &mut dyn FnMut(&Tick),
+    tick: &mut dyn FnMut(&Tick) -> Option<Duration>,
     started: Instant,
     shared: &[Arc<SharedTotals>],
     progress: Option<&dyn Fn() -> Option<(u64, u64)>>,
     done: &mpsc::Receiver<()>,
 ) {
+    let deadline = cfg.duration.map(|d| started + d);
+    let mut next_tick = Some(started);
     let mut running = shared.len();
     while running > 0 {
-        match done.recv_timeout(Duration::from_millis(100)) {
+        let wake = match (
+            next_tick,
+            deadline.filter(|_| !stop.load(Ordering::Relaxed)),
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let got = match wake {
+            Some(at) => done.recv_timeout(at.saturating_duration_since(Instant::now())),
+            None => done
+                .recv()
+                .map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+        };
+        match got {
             Ok(()) => {
                 running -= 1;
                 continue;
@@ -523,18 +540,23 @@ fn monitor(
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
-        if cfg.duration.is_some_and(|d| started.elapsed() >= d) {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
             stop.store(true, Ordering::Relaxed);
+        }
+        if next_tick.is_none_or(|t| now < t) {
+            continue;
         }
         let mut totals = Totals::default();
         for s in shared {
             totals.add(&s.load());
         }
-        tick(&Tick {
+        next_tick = tick(&Tick {
             totals,
             progress: progress.and_then(|p| p()),
             elapsed: started.elapsed(),
-        });
+        })
+        .map(|wait| now + wait);
     }
 }
 
@@ -566,4 +588,73 @@ fn collect(handles: Handles<'_>) -> (Summary, Option<EngineError>) {
         }
     }
     (summary, first_err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(duration: Option<Duration>) -> CaptureConfig {
+        CaptureConfig {
+            input: Input::File(PathBuf::from("unused")),
+            snaplen: 64,
+            filter: None,
+            file: None,
+            count: None,
+            duration,
+            forward: None,
+            flows: None,
+            rules: None,
+            control: None,
+            metrics: None,
+        }
+    }
+
+    /// Runs `monitor` over one pretend worker that says it is done after `work`, or once `stop`
+    /// is raised; returns the elapsed time of each tick.
+    fn watch(cfg: &CaptureConfig, work: Duration, waits: &[Option<Duration>]) -> Vec<Duration> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel();
+        let worker = {
+            let stop = Arc::clone(&stop);
+            thread::spawn(move || {
+                let t0 = Instant::now();
+                while t0.elapsed() < work && !stop.load(Ordering::Relaxed) {
+                    thread::sleep(Duration::from_millis(5));
+                }
+                tx.send(()).unwrap();
+            })
+        };
+        let mut calls = Vec::new();
+        let mut tick = |t: &Tick| {
+            calls.push(t.elapsed);
+            waits.get(calls.len() - 1).copied().flatten()
+        };
+        let shared = [Arc::new(SharedTotals::default())];
+        monitor(cfg, &stop, &mut tick, Instant::now(), &shared, None, &rx);
+        worker.join().unwrap();
+        calls
+    }
+
+    #[test]
+    fn the_monitor_ticks_only_when_the_tick_asks() {
+        let ms = Duration::from_millis;
+        // Asked again after 100 ms, then 50 ms, then never: three calls in a 600 ms run.
+        let calls = watch(&config(None), ms(600), &[Some(ms(100)), Some(ms(50)), None]);
+        assert_eq!(calls.len(), 3, "{calls:?}");
+        assert!(calls[1] >= ms(100) && calls[2] >= ms(150), "{calls:?}");
+        // A quiet capture: one call at the start, none after.
+        assert_eq!(watch(&config(None), ms(300), &[None]).len(), 1);
+    }
+
+    #[test]
+    fn the_monitor_raises_stop_at_the_duration_without_ticks() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        // The pretend worker would run for a minute; the duration ends it.
+        let calls = watch(&config(Some(ms(150))), ms(60_000), &[None]);
+        assert_eq!(calls.len(), 1);
+        let took = t0.elapsed();
+        assert!(took >= ms(150) && took < ms(30_000), "{took:?}");
+    }
 }

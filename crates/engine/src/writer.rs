@@ -83,7 +83,8 @@ impl std::fmt::Debug for FileSink {
 }
 
 impl FileSink {
-    /// A sink writing where `cfg` says; the first file is created with the first record.
+    /// A sink writing where `cfg` says; the first file is created when the first interface is
+    /// announced, before any packet (as tcpdump does), a rotated one with its first record.
     pub fn new(cfg: WriterConfig) -> FileSink {
         FileSink {
             cfg,
@@ -216,8 +217,12 @@ impl FileSink {
             write_idb(&mut self.out, &info);
             self.flush_out()?;
         }
+        let first = self.interfaces.is_empty();
         self.interfaces.push(info);
         self.delivered.push(0);
+        if first {
+            self.open_file()?;
+        }
         Ok(())
     }
 
@@ -303,12 +308,10 @@ impl FileSink {
 
     /// Finishes the current file: statistics, flush, sync, rename from `.part`.
     fn close_file(&mut self) -> Result<(), EngineError> {
+        // No file is open if no interface was ever announced, or if nothing arrived since the
+        // last rotation.
         if self.file.is_none() {
-            if self.interfaces.is_empty() || !self.report.files.is_empty() {
-                return Ok(());
-            }
-            // Nothing arrived: still leave a valid, empty file behind, as tcpdump does.
-            self.open_file()?;
+            return Ok(());
         }
         if self.cfg.format == Format::Pcapng {
             self.write_isbs()?;
@@ -338,5 +341,69 @@ fn write_err(path: &Path, source: std::io::Error) -> EngineError {
     EngineError::Write {
         path: path.to_path_buf(),
         source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tapflow_wire::LinkType;
+    use tapflow_wire::record::Flags;
+
+    fn sink(dir: &Path, rotate_bytes: Option<u64>) -> FileSink {
+        FileSink::new(WriterConfig {
+            path: dir.join("out.pcapng"),
+            format: Format::Pcapng,
+            worker: None,
+            rotate_bytes,
+            rotate_every: None,
+            isb_every: Duration::from_secs(3600),
+        })
+    }
+
+    fn ethernet() -> InterfaceInfo {
+        InterfaceInfo {
+            linktype: LinkType::Ethernet,
+            snaplen: 64,
+            name: Some("eth0".into()),
+            filter: None,
+            max_frame: None,
+        }
+    }
+
+    fn files(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn the_first_file_is_made_with_the_interface_and_a_rotated_one_with_its_first_record() {
+        let dir = std::env::temp_dir().join(format!("tf-writer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // Each file holds one record: the section and interface blocks alone are smaller than
+        // this, with one packet block they are larger.
+        let mut s = sink(&dir, Some(150));
+        assert!(files(&dir).is_empty());
+        RecordSink::add_interface(&mut s, &ethernet()).unwrap();
+        // Before any packet, as tcpdump: a bad path or a full disk shows at once.
+        assert_eq!(files(&dir), ["out-00000.pcapng.part"]);
+        let ctl = ControlField::new(1, Flags::default(), 60, 0, 60);
+        s.record(0, 0, &ctl, &[0u8; 60]).unwrap();
+        // Rotated after its record, and no empty file waits for the next one.
+        assert_eq!(files(&dir), ["out-00000.pcapng"]);
+        s.record(0, 0, &ctl, &[0u8; 60]).unwrap();
+        assert_eq!(files(&dir), ["out-00000.pcapng", "out-00001.pcapng"]);
+        let report = s.close(&Totals::default()).unwrap();
+        assert_eq!(report.files.len(), 2);
+        assert_eq!(report.records, 2);
+        assert_eq!(files(&dir), ["out-00000.pcapng", "out-00001.pcapng"]);
+        let first = std::fs::read(dir.join("out-00000.pcapng")).unwrap();
+        assert_eq!(first[..4], [0x0A, 0x0D, 0x0D, 0x0A], "section header block");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

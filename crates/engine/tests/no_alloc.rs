@@ -132,7 +132,7 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
     };
     let stop = Arc::new(AtomicBool::new(false));
     let before = ALLOCS.load(Ordering::Relaxed);
-    let (summary, err) = capture::run(&cfg, &stop, &mut |_| {}, &mut |_| {});
+    let (summary, err) = capture::run(&cfg, &stop, &mut |_| {}, &mut |_| None);
     let after = ALLOCS.load(Ordering::Relaxed);
     assert!(err.is_none(), "{err:?}");
     if flows {
