@@ -1,6 +1,7 @@
 //! A live interface as a packet source: one AF_PACKET TPACKET_V3 ring (one fanout member).
 
 use tapflow_sys::bpf;
+use tapflow_sys::iface::LinkCounters;
 use tapflow_sys::ring::{self, RxRing};
 use tapflow_wire::record::{Direction, TsSource};
 use tapflow_wire::{Flags, LinkType};
@@ -12,7 +13,7 @@ use crate::source::{InterfaceInfo, Packet, PacketSource, Progress, SourceStats};
 #[derive(Debug)]
 pub struct LiveSource {
     ring: RxRing,
-    ifname: String,
+    link: LinkCounters,
     interfaces: [InterfaceInfo; 1],
     stats: SourceStats,
     /// Kernel drops read from `PACKET_STATISTICS` but not yet placed before a packet.
@@ -25,7 +26,7 @@ impl LiveSource {
         let max_frame = tapflow_sys::iface::mtu(ifname).ok().map(|m| m + 18);
         LiveSource {
             ring,
-            ifname: ifname.to_string(),
+            link: LinkCounters::open(ifname),
             interfaces: [InterfaceInfo {
                 linktype: LinkType::Ethernet,
                 snaplen,
@@ -52,22 +53,6 @@ fn accumulate(stats: &mut SourceStats, unplaced: &mut u64, s: ring::TpacketStats
     stats.dropped += u64::from(s.drops);
     stats.freezes += u64::from(s.freeze_q_cnt);
     *unplaced += u64::from(s.drops);
-}
-
-/// The interface's own received and dropped counters (`isb_ifrecv`, `isb_ifdrop`) from sysfs.
-fn interface_counters(ifname: &str) -> (Option<u64>, Option<u64>) {
-    let read = |name: &str| -> Option<u64> {
-        std::fs::read_to_string(format!("/sys/class/net/{ifname}/statistics/{name}"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-    };
-    let dropped = match (read("rx_dropped"), read("rx_missed_errors")) {
-        (Some(a), Some(b)) => Some(a + b),
-        (a, b) => a.or(b),
-    };
-    (read("rx_packets"), dropped)
 }
 
 #[inline]
@@ -139,7 +124,7 @@ impl PacketSource for LiveSource {
 
     fn stats(&mut self) -> Result<SourceStats, EngineError> {
         self.poll_kernel()?;
-        let (rx, drop) = interface_counters(&self.ifname);
+        let (rx, drop) = self.link.read();
         self.stats.if_received = rx;
         self.stats.if_dropped = drop;
         Ok(self.stats)
