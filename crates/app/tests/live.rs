@@ -402,6 +402,13 @@ fn drops_in_a_tiny_ring_are_reported_exactly() {
         "closing ISB filteraccept vs {}",
         sum.text
     );
+    // The interface's own count (sysfs rx_packets) saw every frame, those the ring lost too.
+    let ifrecv = last.get(ISB_IFRECV).expect("closing ISB has isb_ifrecv");
+    assert!(
+        ifrecv >= sum.received,
+        "closing ISB ifrecv {ifrecv} < received, {}",
+        sum.text
+    );
 }
 
 /// Test 4: SIGTERM in the middle of a capture: the file is finished, renamed and complete.
