@@ -33,7 +33,7 @@ pub enum Command {
     Flows(CaptureArgs),
     /// Receive forwarded header datagrams from probes and record them into pcapng.
     Recv(RecvArgs),
-    /// Generate traffic on an interface (AF_PACKET TX ring).
+    /// Generate traffic on an interface (AF_PACKET, a batch of frames per sendmmsg).
     Gen(GenArgs),
     /// List and change the rules of a running capture.
     Rules(RulesArgs),

@@ -1,7 +1,8 @@
 //! tapflow's only door into Linux: every unsafe call, behind small safe types.
 //!
 //! - [`ring`]: the AF_PACKET `TPACKET_V3` receive ring (filter, fanout, statistics, blocks).
-//! - [`tx`]: the AF_PACKET `TX_RING` for the traffic generator.
+//! - [`tx`]: frames sent in batches (`sendmmsg`) on an AF_PACKET socket, for the traffic
+//!   generator.
 //! - [`bpf`]: classic BPF socket filters (tcpdump syntax through libpcap).
 //! - [`ethtool`]: NIC offload features, ring sizes, channels and driver (`SIOCETHTOOL`).
 //! - [`iface`], [`mmap`], [`clock`], [`cpu`], [`netns`]: small lookups and helpers.

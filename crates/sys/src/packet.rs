@@ -1,4 +1,4 @@
-//! Setup steps shared by the RX and TX rings: one small named function per step.
+//! Setup steps shared by the RX ring and the sender: one small named function per step.
 #![allow(unsafe_code)]
 
 use std::os::fd::{BorrowedFd, OwnedFd};

@@ -187,22 +187,50 @@ pub(crate) fn poll(
     }
 }
 
-/// `sendto(fd, NULL, 0, flags, NULL, 0)`: tells the kernel to transmit the TX ring's queued
-/// frames. Returns the bytes sent.
-pub(crate) fn sendto_kick(
+/// `sendmmsg(fd, frames, 0)`: each of the first [`SENDMMSG_MAX`] frames one message on the
+/// bound socket (no address). Returns how many the kernel took, from the first.
+pub(crate) fn sendmmsg_frames(
     fd: BorrowedFd<'_>,
-    flags: libc::c_int,
+    frames: &[&[u8]],
     call: &'static str,
 ) -> io::Result<usize> {
-    intercept!(call, Ok(0));
-    // SAFETY: no buffer and no address are passed (NULL with length 0).
-    let n = unsafe { libc::sendto(fd.as_raw_fd(), ptr::null(), 0, flags, ptr::null(), 0) };
-    if n < 0 {
+    use std::mem::MaybeUninit;
+    intercept!(call, Ok(frames.len().min(SENDMMSG_MAX)));
+    let n = frames.len().min(SENDMMSG_MAX);
+    let mut iov = [const { MaybeUninit::<libc::iovec>::uninit() }; SENDMMSG_MAX];
+    let mut hdr = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; SENDMMSG_MAX];
+    for i in 0..n {
+        let v = iov[i].write(libc::iovec {
+            iov_base: frames[i].as_ptr().cast_mut().cast(),
+            iov_len: frames[i].len(),
+        });
+        // SAFETY: mmsghdr is a plain C struct for which all-zero is valid (no name, no
+        // control data, no flags).
+        let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        h.msg_hdr.msg_iov = v;
+        h.msg_hdr.msg_iovlen = 1;
+        hdr[i].write(h);
+    }
+    // SAFETY: `hdr[..n]` are initialised, each pointing at its initialised iovec in `iov`,
+    // each at a live borrowed frame; all outlive the call. The kernel reads them and writes
+    // only `msg_len` inside `hdr[..n]`.
+    let r = unsafe {
+        libc::sendmmsg(
+            fd.as_raw_fd(),
+            hdr.as_mut_ptr().cast(),
+            n as libc::c_uint,
+            0,
+        )
+    };
+    if r < 0 {
         Err(io::Error::last_os_error())
     } else {
-        Ok(n as usize)
+        Ok(r as usize)
     }
 }
+
+/// The most frames [`sendmmsg_frames`] passes in one call.
+pub(crate) const SENDMMSG_MAX: usize = 256;
 
 /// An `ifreq` for `name`, or `ENODEV` if the name does not fit.
 fn ifreq(name: &str) -> io::Result<libc::ifreq> {

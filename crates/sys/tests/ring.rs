@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use tapflow_sys::bpf;
 use tapflow_sys::ring::{Fanout, FanoutMode, PACKET_BROADCAST, RxRing, RxRingConfig};
-use tapflow_sys::tx::{TxRing, TxRingConfig};
+use tapflow_sys::tx::TxBatch;
 use tapflow_sys::{clock, netns};
 
 /// A namespace with a veth pair inside; deleted on drop.
@@ -136,43 +136,28 @@ fn frame(len: usize, sport: u16, dport: u16, seq: u32) -> Vec<u8> {
     f
 }
 
-fn tx(iface: &str, bypass: bool) -> TxRing {
-    TxRing::open(
-        iface,
-        &TxRingConfig {
-            frame_size: 2048,
-            frame_count: 512,
-            qdisc_bypass: bypass,
-        },
-    )
-    .unwrap()
+fn tx(iface: &str, bypass: bool) -> TxBatch {
+    TxBatch::open(iface, 2048, bypass).unwrap()
 }
 
-/// Sends `frames`, waiting for the kernel every `batch` frames (so the receiving veth's
-/// backlog, 1000 packets by default, never overflows) unless `batch` is 0.
-fn send_all<F: AsRef<[u8]>>(ring: &mut TxRing, frames: impl IntoIterator<Item = F>, batch: usize) {
+/// Sends `frames`, a `sendmmsg` every `batch` frames (so the receiving veth's backlog, 1000
+/// packets by default, never overflows) or every full batch if `batch` is 0.
+fn send_all<F: AsRef<[u8]>>(tx: &mut TxBatch, frames: impl IntoIterator<Item = F>, batch: usize) {
     for (i, f) in frames.into_iter().enumerate() {
         let f = f.as_ref();
-        let mut slot = loop {
-            if ring.slot().is_some() {
-                break ring.slot().unwrap();
-            }
-            ring.flush().unwrap();
-            if ring.slot().is_none() {
-                std::thread::yield_now();
-            }
-        };
+        if tx.slot().is_none() {
+            tx.flush().unwrap();
+        }
+        let mut slot = tx.slot().unwrap();
         slot.buf()[..f.len()].copy_from_slice(f);
         slot.send(f.len());
         if batch > 0 && (i + 1) % batch == 0 {
-            ring.flush_wait().unwrap();
-        } else if (i + 1) % 64 == 0 {
-            ring.flush().unwrap();
+            tx.flush().unwrap();
         }
     }
-    ring.flush_wait().unwrap();
-    assert_eq!(ring.pending(), 0);
-    assert_eq!(ring.wrong_format(), 0);
+    tx.flush().unwrap();
+    assert_eq!(tx.pending(), 0);
+    assert_eq!(tx.wrong_format(), 0);
 }
 
 /// One received packet: tp_len, the captured bytes, timestamp, pkttype.
@@ -359,17 +344,21 @@ fn d_hash_fanout_puts_each_flow_on_exactly_one_ring() {
 }
 
 #[test]
-fn e_tx_ring_rate_on_veth() {
+fn e_batch_sender_rate_on_veth() {
     let Some(pair) = Pair::new('e') else { return };
     pair.run(|a, _b| {
         const N: u32 = 100_000;
-        let mut ring = tx(a, true);
+        let mut sender = tx(a, true);
         let template = frame(60, 4000, 7777, 0);
         let start = clock::monotonic_ns();
-        send_all(&mut ring, std::iter::repeat_n(&template[..], N as usize), 0);
+        send_all(
+            &mut sender,
+            std::iter::repeat_n(&template[..], N as usize),
+            0,
+        );
         let secs = (clock::monotonic_ns() - start) as f64 / 1e9;
         eprintln!(
-            "TX_RING on veth: {N} frames of 60 bytes in {secs:.3} s = {:.0} pps",
+            "sendmmsg on veth: {N} frames of 60 bytes in {secs:.3} s = {:.0} pps",
             f64::from(N) / secs
         );
     });
@@ -415,15 +404,7 @@ fn f_without_cap_net_raw_the_error_says_what_is_needed() {
             err.to_string(),
             "socket(AF_PACKET) on lo failed: needs root or CAP_NET_RAW (Operation not permitted)"
         );
-        let err = TxRing::open(
-            "lo",
-            &TxRingConfig {
-                frame_size: 2048,
-                frame_count: 4,
-                qdisc_bypass: false,
-            },
-        )
-        .unwrap_err();
+        let err = TxBatch::open("lo", 2048, false).unwrap_err();
         assert!(err.is_permission(), "{err}");
     })
     .join()
