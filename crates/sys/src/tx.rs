@@ -8,8 +8,8 @@
 //! user page a frame sits in, and a receiver on this host cannot keep such a page. On veth, or
 //! anything that loops a frame back in, the kernel allocates a page per frame and copies it
 //! there (`skb_copy_ubufs`), which costs more than the copy `sendmmsg` makes up front. Measured
-//! on veth: 2.37–2.43 Mpps against 2.17–2.18 for the ring at 60-byte frames, 2.29 against 2.10
-//! at 1514 bytes (docs/benchmarks.md, "Generator").
+//! on veth, same core: 2.25–2.28 Mpps against 2.12–2.17 for the ring at 60-byte frames,
+//! 2.12–2.14 against 2.07 at 1514 bytes (docs/benchmarks.md, "Generator").
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
