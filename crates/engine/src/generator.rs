@@ -62,6 +62,10 @@ trait FrameSource {
     fn max_len(&self) -> usize;
     /// Told once the sender is open: how many slots a batch has.
     fn batch_slots(&mut self, _slots: usize) {}
+    /// The EtherType of every frame, or 0 if they differ.
+    fn ethertype(&self) -> u16 {
+        0
+    }
 }
 
 struct Synthetic {
@@ -106,6 +110,13 @@ impl FrameSource for Synthetic {
 
     fn batch_slots(&mut self, slots: usize) {
         self.slots = slots as u64;
+    }
+
+    fn ethertype(&self) -> u16 {
+        // Every frame is the template with another port: the same link header.
+        self.template
+            .get(12..14)
+            .map_or(0, |t| u16::from_be_bytes([t[0], t[1]]))
     }
 }
 
@@ -213,7 +224,7 @@ fn send(
     stop: &AtomicBool,
     tick: &mut dyn FnMut(u64, Duration),
 ) -> Result<GenReport, EngineError> {
-    let mut tx = TxBatch::open(&cfg.ifname, src.max_len(), true)?;
+    let mut tx = TxBatch::open(&cfg.ifname, src.max_len(), true, src.ethertype())?;
     src.batch_slots(BATCH_FRAMES);
     let limit = cfg.count.unwrap_or(u64::MAX);
     let started = Instant::now();

@@ -3,6 +3,7 @@
 
 use std::os::fd::{BorrowedFd, OwnedFd};
 
+use crate::bpf;
 use crate::mmap::Mapping;
 use crate::{SysError, syscall};
 
@@ -127,5 +128,29 @@ pub(crate) fn bind_to(
             e,
         ),
         _ => SysError::call(CALL, ifname, e),
+    })
+}
+
+/// `SO_ATTACH_FILTER`.
+#[doc(alias = "SO_ATTACH_FILTER")]
+pub(crate) fn attach_filter(
+    fd: BorrowedFd<'_>,
+    ifname: &str,
+    prog: &[bpf::Instruction],
+) -> Result<(), SysError> {
+    const CALL: &str = "setsockopt(SO_ATTACH_FILTER)";
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        // The kernel only reads the program.
+        filter: prog.as_ptr().cast_mut(),
+    };
+    syscall::setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog, CALL).map_err(|e| {
+        let detail = match e.raw_os_error() {
+            Some(libc::EINVAL) => {
+                format!("the kernel rejected the {}-instruction program", prog.len())
+            }
+            _ => String::new(),
+        };
+        SysError::call_with(CALL, ifname, detail, e)
     })
 }

@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crate::bpf::{self, BPF_MAXINSNS};
 use crate::mmap::Mapping;
 use crate::packet::{
-    add_promiscuous, bind_to, map_ring, open_socket, page_size, phys_mem, set_version,
+    add_promiscuous, attach_filter, bind_to, map_ring, open_socket, page_size, phys_mem,
+    set_version,
 };
 use crate::tpacket::{self, BD_STATUS};
 pub use crate::tpacket::{BLOCK_DESC_LEN, ETHERNET_MAC_OFFSET};
@@ -525,30 +526,6 @@ fn check_filter(ifname: &str, prog: &[bpf::Instruction]) -> Result<(), SysError>
         ));
     }
     Ok(())
-}
-
-/// `SO_ATTACH_FILTER`.
-#[doc(alias = "SO_ATTACH_FILTER")]
-fn attach_filter(
-    fd: BorrowedFd<'_>,
-    ifname: &str,
-    prog: &[bpf::Instruction],
-) -> Result<(), SysError> {
-    const CALL: &str = "setsockopt(SO_ATTACH_FILTER)";
-    let fprog = libc::sock_fprog {
-        len: prog.len() as u16,
-        // The kernel only reads the program.
-        filter: prog.as_ptr().cast_mut(),
-    };
-    syscall::setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog, CALL).map_err(|e| {
-        let detail = match e.raw_os_error() {
-            Some(libc::EINVAL) => {
-                format!("the kernel rejected the {}-instruction program", prog.len())
-            }
-            _ => String::new(),
-        };
-        SysError::call_with(CALL, ifname, detail, e)
-    })
 }
 
 /// `SIOCSHWTSTAMP` then `PACKET_TIMESTAMP = SOF_TIMESTAMPING_RAW_HARDWARE`; false (software

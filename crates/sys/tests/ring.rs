@@ -137,7 +137,8 @@ fn frame(len: usize, sport: u16, dport: u16, seq: u32) -> Vec<u8> {
 }
 
 fn tx(iface: &str, bypass: bool) -> TxBatch {
-    TxBatch::open(iface, 2048, bypass).unwrap()
+    // Every test frame is IPv4: the socket is bound to that EtherType.
+    TxBatch::open(iface, 2048, bypass, 0x0800).unwrap()
 }
 
 /// Sends `frames`, a `sendmmsg` every `batch` frames (so the receiving veth's backlog, 1000
@@ -365,6 +366,32 @@ fn e_batch_sender_rate_on_veth() {
 }
 
 #[test]
+fn g_a_sender_bound_to_a_protocol_keeps_nothing_it_receives() {
+    use std::os::fd::{AsFd, AsRawFd};
+    let Some(pair) = Pair::new('g') else { return };
+    pair.run(|a, b| {
+        // A's sender is bound to IPv4 on A; B sends IPv4 frames to A.
+        let listener = tx(a, true);
+        let frames: Vec<Vec<u8>> = (0..50).map(|i| frame(60, 5000, 80, i)).collect();
+        send_all(&mut tx(b, true), &frames, 0);
+        std::thread::sleep(Duration::from_millis(50));
+        let mut buf = [0u8; 2048];
+        // SAFETY: recv into a live buffer of its length, on a socket we own.
+        let n = unsafe {
+            libc::recv(
+                listener.as_fd().as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        let err = std::io::Error::last_os_error();
+        assert_eq!(n, -1, "the sender received a frame");
+        assert_eq!(err.raw_os_error(), Some(libc::EAGAIN), "{err}");
+    });
+}
+
+#[test]
 fn f_without_cap_net_raw_the_error_says_what_is_needed() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -404,7 +431,7 @@ fn f_without_cap_net_raw_the_error_says_what_is_needed() {
             err.to_string(),
             "socket(AF_PACKET) on lo failed: needs root or CAP_NET_RAW (Operation not permitted)"
         );
-        let err = TxBatch::open("lo", 2048, false).unwrap_err();
+        let err = TxBatch::open("lo", 2048, false, 0).unwrap_err();
         assert!(err.is_permission(), "{err}");
     })
     .join()
