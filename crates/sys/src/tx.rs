@@ -108,7 +108,7 @@ impl TxBatch {
         const CALL: &str = "sendmmsg(AF_PACKET)";
         let mut frames = [&[][..]; BATCH_FRAMES];
         for (i, (f, &len)) in frames.iter_mut().zip(&self.lens).enumerate() {
-            let at = (self.first + i) % BATCH_FRAMES * self.max_frame;
+            let at = self.slot_offset(i);
             *f = &self.slots[at..at + len];
         }
         let frames = &frames[..self.lens.len()];
@@ -153,6 +153,12 @@ impl TxBatch {
         Ok(())
     }
 
+    /// Where the `i`-th frame of the batch starts in `slots`.
+    #[inline]
+    fn slot_offset(&self, i: usize) -> usize {
+        (self.first + i) % BATCH_FRAMES * self.max_frame
+    }
+
     /// Empties the batch; the next frame goes in the slot after the last one filled.
     fn take_batch(&mut self) {
         self.first = (self.first + self.lens.len()) % BATCH_FRAMES;
@@ -175,11 +181,6 @@ impl TxBatch {
     pub fn max_frame(&self) -> usize {
         self.max_frame
     }
-
-    /// The interface's name.
-    pub fn iface(&self) -> &str {
-        &self.iface
-    }
 }
 
 impl AsFd for TxBatch {
@@ -200,7 +201,7 @@ impl TxSlot<'_> {
     #[inline]
     pub fn buf(&mut self) -> &mut [u8] {
         let b = &mut *self.batch;
-        let at = (b.first + b.lens.len()) % BATCH_FRAMES * b.max_frame;
+        let at = b.slot_offset(b.lens.len());
         &mut b.slots[at..at + b.max_frame]
     }
 
