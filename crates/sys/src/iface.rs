@@ -64,10 +64,7 @@ pub fn flags(name: &str) -> Result<Flags, SysError> {
 /// The link speed in Mbit/s from `/sys/class/net/NAME/speed`; `None` when unknown (virtual
 /// devices, link down, or an interface outside the namespace sysfs was mounted in).
 pub fn speed_mbps(name: &str) -> Option<u32> {
-    if name.is_empty() || name.contains('/') || name.starts_with('.') {
-        return None;
-    }
-    let text = std::fs::read_to_string(format!("/sys/class/net/{name}/speed")).ok()?;
+    let text = std::fs::read_to_string(sysfs_attr(name, "speed")?).ok()?;
     let speed: i64 = text.trim().parse().ok()?;
     u32::try_from(speed).ok().filter(|&s| s > 0)
 }
@@ -86,10 +83,7 @@ impl LinkCounters {
     /// The counters of `name`; those sysfs does not offer read as unknown.
     pub fn open(name: &str) -> LinkCounters {
         let open = |counter: &str| {
-            if name.is_empty() || name.contains('/') || name.starts_with('.') {
-                return None;
-            }
-            std::fs::File::open(format!("/sys/class/net/{name}/statistics/{counter}")).ok()
+            std::fs::File::open(sysfs_attr(name, &format!("statistics/{counter}"))?).ok()
         };
         LinkCounters {
             rx_packets: open("rx_packets"),
@@ -110,6 +104,15 @@ impl LinkCounters {
         };
         (read_counter(&self.rx_packets), dropped)
     }
+}
+
+/// The path of attribute `attr` of interface `name` in sysfs; `None` for a name that is not
+/// one interface's (empty, or one that would leave `/sys/class/net/`).
+fn sysfs_attr(name: &str, attr: &str) -> Option<String> {
+    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+        return None;
+    }
+    Some(format!("/sys/class/net/{name}/{attr}"))
 }
 
 /// A sysfs attribute is produced afresh by each read from offset 0.
