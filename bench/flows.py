@@ -7,7 +7,8 @@ that read the same pcap (softflowd, nfpcapd, argus), all pinned to one CPU.
     python3 bench/flows.py --skip-tapflow        # anchors only
 
 Uses (or builds with scripts/make-trace.sh, like bench/offline.py) bench/out/big.pcap: >= 1M packets,
-~300k bidirectional 5-tuple flows, ~153 h of capture time. Warms the page cache, then runs every
+~300k bidirectional 5-tuple flows, ~153 h of capture time. Warms the page cache (and tops it up
+before every run: this VM's host drops cached pages all the time, see benchlib.top_up), then runs every
 command --runs times after --warmup untimed runs (interleaved: run 1 of each tool, then run 2 of
 each, ...), each under `taskset -c CPU`, and takes the MEDIAN of the user+sys CPU seconds that wait4
 reports for the process, all its threads and reaped children. The harness itself (and the UDP sink)
@@ -295,6 +296,7 @@ def main() -> None:
             argv = [a.replace("{out}", str(out)).replace("{work}", str(work)) for a in cmds[tool]]
             if sink:
                 sink.reset()
+            bl.top_up(trace)
             f = bl.run(pin + argv, work, f"{tool}-{run}", timeout=600)
             if f.rc != 0:
                 why = f"{tool} failed (exit {f.rc}): {(f.stderr + f.stdout).strip()[-300:]}"

@@ -2,7 +2,8 @@
 """Offline benchmark: cut a big trace to 64-byte headers with tapflow and with editcap.
 
 Builds (or reuses) bench/out/big.pcap with scripts/make-trace.sh (>= 1M packets, >= 200k flows,
-deterministic; see that script for how it is made), warms the page cache, then times each
+deterministic; see that script for how it is made), warms the page cache (topped up before each
+run: benchlib.top_up), then times each
 command best of 3 (wall clock; user+sys from wait4 of the best run), all pinned to one CPU:
 
   tapflow capture -r big.pcap -s 64 -w out.pcapng -q                  (pcapng, the default)
@@ -100,6 +101,7 @@ def main() -> None:
         best = None
         for run in range(args.runs):
             out = work / f"out-{run}.{ext}"
+            bl.top_up(trace)
             f = bl.run(pin + [a.replace("{out}", str(out)) for a in argv], work, f"{label.replace(' ', '-')}-{run}")
             if f.rc != 0:
                 bl.die(f"{label} failed (exit {f.rc}): {f.stderr.strip()[-400:]}")
