@@ -238,14 +238,14 @@ def warm(path: Path) -> None:
 
 def top_up(path: Path) -> None:
     """Reads `path` through once more, so that pages the kernel dropped from the page cache
-    since [`warm`] are back before the next timed run, for every tool alike.
+    since `warm()` are back before the next timed run, for every tool alike.
 
     On this VM the host reclaims page cache continuously, even with most memory free: `fincore`
     showed 7-25 MB of a 224 MB trace gone within 5-20 s. A run that meets those holes reads
     from disk and pays for it in CPU (block I/O, page-cache insertion, synchronous faults). Over
     six runs of `tapflow flows` with 2.5 s between them, medians were 84-86 ms without this and
     80-82 ms with it, and the outliers of 110-119 ms went away. Read-ahead refills the holes in
-    large folios, as `warm` leaves the rest.
+    large folios, as `warm()` leaves the rest.
     """
     fd = os.open(path, os.O_RDONLY)
     try:

@@ -8,9 +8,9 @@ that read the same pcap (softflowd, nfpcapd, argus), all pinned to one CPU.
 
 Uses (or builds with scripts/make-trace.sh, like bench/offline.py) bench/out/big.pcap: >= 1M packets,
 ~300k bidirectional 5-tuple flows, ~153 h of capture time. Warms the page cache (and tops it up
-before every run: this VM's host drops cached pages all the time, see benchlib.top_up), then runs every
-command --runs times after --warmup untimed runs (interleaved: run 1 of each tool, then run 2 of
-each, ...), each under `taskset -c CPU`, and takes the MEDIAN of the user+sys CPU seconds that wait4
+before every run: this VM's host drops cached pages all the time, see benchlib.top_up), then
+runs every command --runs times after --warmup untimed runs (interleaved: run 1 of each tool,
+then run 2 of each, ...), each under `taskset -c CPU`, and takes the MEDIAN of the user+sys CPU seconds that wait4
 reports for the process, all its threads and reaped children. The harness itself (and the UDP sink)
 moves to the other CPUs. Same timeouts for every tool where it has the knob (active 300 s, idle 60 s by default):
 

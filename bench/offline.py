@@ -3,8 +3,8 @@
 
 Builds (or reuses) bench/out/big.pcap with scripts/make-trace.sh (>= 1M packets, >= 200k flows,
 deterministic; see that script for how it is made), warms the page cache (topped up before each
-run: benchlib.top_up), then times each
-command best of 3 (wall clock; user+sys from wait4 of the best run), all pinned to one CPU:
+run: benchlib.top_up), then times each command best of 3 (wall clock; user+sys from wait4 of
+the best run), all pinned to one CPU:
 
   tapflow capture -r big.pcap -s 64 -w out.pcapng -q                  (pcapng, the default)
   tapflow capture -r big.pcap -s 64 -w out.pcap --format pcap -q      (classic ns pcap)
