@@ -230,10 +230,9 @@ def warm(path: Path) -> None:
     try:
         os.fsync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        while os.read(fd, 1 << 24):
-            pass
     finally:
         os.close(fd)
+    top_up(path)
 
 
 def top_up(path: Path) -> None:
