@@ -519,13 +519,15 @@ fn monitor(
     let mut next_tick = Some(started);
     let mut running = shared.len();
     while running > 0 {
-        let wake = match (
+        // The next tick or the duration's end, whichever comes first (the end only until it
+        // has raised stop).
+        let wake = [
             next_tick,
             deadline.filter(|_| !stop.load(Ordering::Relaxed)),
-        ) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         let got = match wake {
             Some(at) => done.recv_timeout(at.saturating_duration_since(Instant::now())),
             None => done
