@@ -51,8 +51,8 @@ pub struct GenReport {
     pub bytes: u64,
     /// Wall-clock seconds from the first frame to the last completion.
     pub seconds: f64,
-    /// Frames longer than the interface takes (MTU + Ethernet header) or shorter than an
-    /// Ethernet header, not sent.
+    /// Frames not sent: longer than the interface takes (MTU + Ethernet header), shorter than
+    /// an Ethernet header, or refused by the kernel (`EINVAL`, `EMSGSIZE`).
     pub failed: u64,
 }
 
