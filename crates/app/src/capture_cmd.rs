@@ -4,7 +4,6 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use tapflow_engine::capture::{self, CaptureConfig, Input, RingGeometry};
@@ -16,6 +15,7 @@ use tapflow_engine::flow_text::TextFormat;
 use tapflow_engine::forward::{self, Balance, ForwardConfig};
 use tapflow_engine::naming::{output_path, part_path};
 use tapflow_engine::plan;
+use tapflow_engine::stop::Stop;
 use tapflow_engine::writer::{Format, WriterConfig};
 use tapflow_wire::capfile::MAXIMUM_SNAPLEN;
 use tapflow_wire::rules::{Rule, parse_rules};
@@ -37,7 +37,7 @@ const NS: u64 = 1_000_000_000;
 
 /// Runs `tapflow capture`, or `tapflow flows` when `flows` is set (metering always on, a
 /// table on stdout unless another flow output is given).
-pub fn run(a: CaptureArgs, stop: &Arc<AtomicBool>, flows: bool) -> Result<ExitCode, Failure> {
+pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Failure> {
     let mut cfg = config(&a)?;
     cfg.flows = flow_config(&a.flows, flows)?;
     if let Some(base) = &a.write {

@@ -14,9 +14,9 @@ mod stats_cmd;
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use clap::Parser;
+use tapflow_engine::stop::Stop;
 
 use cli::{Cli, Command};
 
@@ -106,20 +106,20 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&stop)) {
+    let stop = match stop_on_signals() {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
             eprintln!("tapflow: error: cannot install the signal handler: {e}");
             return ExitCode::from(1);
         }
-    }
+    };
     let result = match cli.command {
         Command::Capture(args) => capture_cmd::run(args, &stop, false),
         Command::Flows(args) => capture_cmd::run(args, &stop, true),
-        Command::Recv(args) => recv_cmd::run(args, &stop),
-        Command::Gen(args) => gen_cmd::run(args, &stop),
+        Command::Recv(args) => recv_cmd::run(args, stop.flag()),
+        Command::Gen(args) => gen_cmd::run(args, stop.flag()),
         Command::Rules(args) => rules_cmd::run(args),
-        Command::Stats(args) => stats_cmd::run(args, &stop),
+        Command::Stats(args) => stats_cmd::run(args, stop.flag()),
         Command::Check(args) => return check_cmd::run(&args),
         Command::Doctor(args) => doctor_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(&args),
@@ -135,6 +135,16 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// A stop that SIGINT and SIGTERM raise: the handler sets the flag, then wakes the pollers.
+fn stop_on_signals() -> std::io::Result<Stop> {
+    let stop = Stop::new()?;
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(stop.flag()))?;
+        signal_hook::low_level::pipe::register(sig, stop.waker()?)?;
+    }
+    Ok(stop)
 }
 
 #[cfg(test)]
@@ -163,3 +173,4 @@ mod tests {
         );
     }
 }
+

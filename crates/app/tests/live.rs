@@ -616,3 +616,52 @@ fn pcap_format_is_nanosecond_pcap() {
         &rows[..3]
     );
 }
+
+/// The voluntary context switches of the capture's worker thread so far.
+fn worker_wakeups(pid: i32) -> u64 {
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let t = t.unwrap().path();
+        if std::fs::read_to_string(t.join("comm")).unwrap().trim() == "tapflow-w0" {
+            let status = std::fs::read_to_string(t.join("status")).unwrap();
+            let line = status
+                .lines()
+                .find(|l| l.starts_with("voluntary_ctxt_switches:"))
+                .unwrap();
+            return line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        }
+    }
+    panic!("no worker thread in /proc/{pid}/task");
+}
+
+/// On a quiet link the worker sleeps until a timer is due (the kernel's counters every half
+/// second, an ISB every second), not in short polls, and the timers still run while it sleeps.
+#[test]
+fn an_idle_capture_sleeps_between_its_timers() {
+    let p = VethPair::new("idl");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.pcapng");
+    let json = dir.path().join("sum.json");
+    let mut cap = start_capture(
+        &p,
+        &["-w", &s(&out), "--summary-json", &s(&json), "-f", "udp"],
+        1,
+    );
+    // A few packets open the file; then the link stays quiet.
+    p.send(&["--count", "10", "--size", "100"], dir.path(), 10);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = worker_wakeups(cap.pid());
+    std::thread::sleep(Duration::from_secs(3));
+    let woke = worker_wakeups(cap.pid()) - before;
+    let (status, err) = stop(&mut cap, libc::SIGINT);
+    assert!(status.success(), "capture exited with {status}: {err}");
+    // Three seconds: about six wake-ups for the counters and three for ISBs (a worker that
+    // polled every 100 ms woke 30 times).
+    assert!(woke <= 15, "the idle worker woke {woke} times in 3 s");
+    let sum = Summary::read(&json);
+    sum.assert_adds_up();
+    assert_eq!(sum.recorded, 10, "{}", sum.text);
+    let f = read_capture(&out);
+    assert!(f.damage.is_none(), "{:?}", f.damage);
+    // One a second while idle, and the closing one.
+    assert!(f.isbs.len() >= 4, "{} ISBs in {} s idle", f.isbs.len(), 3);
+}

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -27,6 +27,7 @@ use crate::probe::ProbeState;
 use crate::rules::{self, LiveRules, RuleListing};
 use crate::sink::RecordSink;
 use crate::source::PacketSource;
+use crate::stop::Stop;
 use crate::traffic::SharedStats;
 use crate::worker::{Worker, WorkerConfig, WorkerReport};
 use crate::writer::{FileSink, WriterConfig};
@@ -145,7 +146,7 @@ pub struct Summary {
 /// the wait it returned has passed, until it returns `None`.
 pub fn run(
     cfg: &CaptureConfig,
-    stop: &Arc<AtomicBool>,
+    stop: &Arc<Stop>,
     ready: &mut dyn FnMut(&Ready),
     tick: &mut dyn FnMut(&Tick) -> Option<Duration>,
 ) -> (Summary, Option<EngineError>) {
@@ -253,7 +254,7 @@ fn run_live(
     cfg: &CaptureConfig,
     li: LiveInput<'_>,
     exporter: Option<&Exporter>,
-    stop: &Arc<AtomicBool>,
+    stop: &Arc<Stop>,
     ready: &mut dyn FnMut(&Ready),
     tick: &mut dyn FnMut(&Tick) -> Option<Duration>,
     started: Instant,
@@ -298,11 +299,6 @@ fn run_live(
     let limit = cfg.count.map(|n| Arc::new(AtomicU64::new(n)));
     let wcfg = WorkerConfig {
         snaplen: cfg.snaplen,
-        // The sinks' timers run at the end of each poll: forwarding's flush interval bounds it.
-        poll_ms: cfg
-            .forward
-            .as_ref()
-            .map_or(100, |f| f.flush_after.as_millis().clamp(1, 100) as i32),
         drain_quiet: Duration::from_millis(u64::from(li.ring.retire_ms) * 3 + 20),
     };
     let multi = rings.len() > 1;
@@ -317,7 +313,8 @@ fn run_live(
     let (mut summary, err) = thread::scope(|s| {
         let mut handles = Vec::new();
         for ((k, ring), sinks) in rings.into_iter().enumerate().zip(all_sinks) {
-            let source = LiveSource::new(ring, li.ifname, cfg.snaplen, cfg.filter.clone());
+            let source = LiveSource::new(ring, li.ifname, cfg.snaplen, cfg.filter.clone())
+                .with_stop(Arc::clone(stop));
             let worker = Worker::new(
                 source,
                 sinks,
@@ -351,7 +348,7 @@ fn run_file(
     cfg: &CaptureConfig,
     path: &Path,
     exporter: Option<&Exporter>,
-    stop: &Arc<AtomicBool>,
+    stop: &Arc<Stop>,
     ready: &mut dyn FnMut(&Ready),
     tick: &mut dyn FnMut(&Tick) -> Option<Duration>,
     started: Instant,
@@ -404,7 +401,6 @@ fn run_file(
     let limit = cfg.count.map(|n| Arc::new(AtomicU64::new(n)));
     let wcfg = WorkerConfig {
         snaplen: cfg.snaplen,
-        poll_ms: 0,
         drain_quiet: Duration::ZERO,
     };
     let (done_tx, done_rx) = mpsc::channel();
@@ -508,7 +504,7 @@ fn run_worker<S: PacketSource>(worker: Worker<S>, done: &mpsc::Sender<()>) -> Wo
 /// duration limit. Between those moments the thread sleeps: an idle capture costs nothing here.
 fn monitor(
     cfg: &CaptureConfig,
-    stop: &AtomicBool,
+    stop: &Stop,
     tick: &mut dyn FnMut(&Tick) -> Option<Duration>,
     started: Instant,
     shared: &[Arc<SharedTotals>],
@@ -523,7 +519,7 @@ fn monitor(
         // has raised stop).
         let wake = [
             next_tick,
-            deadline.filter(|_| !stop.load(Ordering::Relaxed)),
+            deadline.filter(|_| !stop.is_raised()),
         ]
         .into_iter()
         .flatten()
@@ -544,7 +540,7 @@ fn monitor(
         }
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
-            stop.store(true, Ordering::Relaxed);
+            stop.raise();
         }
         if next_tick.is_none_or(|t| now < t) {
             continue;
@@ -615,13 +611,13 @@ mod tests {
     /// Runs `monitor` over one pretend worker that says it is done after `work`, or once `stop`
     /// is raised; returns the elapsed time of each tick.
     fn watch(cfg: &CaptureConfig, work: Duration, waits: &[Option<Duration>]) -> Vec<Duration> {
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(Stop::new().unwrap());
         let (tx, rx) = mpsc::channel();
         let worker = {
             let stop = Arc::clone(&stop);
             thread::spawn(move || {
                 let t0 = Instant::now();
-                while t0.elapsed() < work && !stop.load(Ordering::Relaxed) {
+                while t0.elapsed() < work && !stop.is_raised() {
                     thread::sleep(Duration::from_millis(5));
                 }
                 tx.send(()).unwrap();

@@ -14,6 +14,7 @@
 //! defrag flag makes the kernel reassemble them first.
 
 use std::hash::{BuildHasher, Hash, RandomState};
+use std::time::Duration;
 
 use tapflow_wire::LinkType;
 use tapflow_wire::flowkey::FlowFields;
@@ -349,6 +350,19 @@ impl RecordSink for FlowMeter {
         let out = &mut self.out;
         self.table.expire(out.now, &mut |r| out.push(r));
         out.flush_held(mono)
+    }
+
+    fn wake_within(&self) -> Option<Duration> {
+        // A partial batch leaves once it has waited HOLD_NS; ends by idle timeout are due
+        // within the worker's own wake-up interval.
+        (!self.out.batch.is_empty()).then(|| {
+            let held = tapflow_sys::clock::monotonic_ns().saturating_sub(self.out.since);
+            Duration::from_nanos(if self.out.since == 0 {
+                HOLD_NS
+            } else {
+                HOLD_NS.saturating_sub(held)
+            })
+        })
     }
 
     fn live(&self) -> SinkLive {

@@ -317,6 +317,14 @@ impl RecordSink for ForwardSink {
         Ok(())
     }
 
+    fn wake_within(&self) -> Option<Duration> {
+        self.dests
+            .iter()
+            .filter(|d| d.open_count > 0)
+            .map(|d| self.cfg.flush_after.saturating_sub(d.open_since.elapsed()))
+            .min()
+    }
+
     fn live(&self) -> SinkLive {
         SinkLive {
             forward_failed: self.failed,

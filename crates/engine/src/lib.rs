@@ -29,6 +29,7 @@ pub mod rules;
 mod server;
 pub mod sink;
 pub mod source;
+pub mod stop;
 pub mod traffic;
 pub mod worker;
 pub mod writer;

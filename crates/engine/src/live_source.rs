@@ -6,8 +6,11 @@ use tapflow_sys::ring::{self, RxRing};
 use tapflow_wire::record::{Direction, TsSource};
 use tapflow_wire::{Flags, LinkType};
 
+use std::sync::Arc;
+
 use crate::EngineError;
 use crate::source::{InterfaceInfo, Packet, PacketSource, Progress, SourceStats};
+use crate::stop::Stop;
 
 /// A ring and the counters read from it.
 #[derive(Debug)]
@@ -18,6 +21,9 @@ pub struct LiveSource {
     stats: SourceStats,
     /// Kernel drops read from `PACKET_STATISTICS` but not yet placed before a packet.
     unplaced_drops: u64,
+    /// Ends a wait for packets early once raised, until the intake is stopped (the drain then
+    /// waits on the ring alone).
+    stop: Option<Arc<Stop>>,
 }
 
 impl LiveSource {
@@ -36,7 +42,14 @@ impl LiveSource {
             }],
             stats: SourceStats::default(),
             unplaced_drops: 0,
+            stop: None,
         }
+    }
+
+    /// Makes a wait for packets end as soon as `stop` is raised.
+    pub fn with_stop(mut self, stop: Arc<Stop>) -> LiveSource {
+        self.stop = Some(stop);
+        self
     }
 
     /// Reads and accumulates the kernel's clear-on-read counters.
@@ -87,7 +100,8 @@ impl PacketSource for LiveSource {
         _max_packets: usize,
         mut f: F,
     ) -> Result<Progress, EngineError> {
-        let Some(block) = self.ring.next_block(timeout_ms)? else {
+        let wake = self.stop.as_deref().map(Stop::wake_fd);
+        let Some(block) = self.ring.next_block(timeout_ms, wake)? else {
             return Ok(Progress::Idle);
         };
         if block.losing() {
@@ -132,6 +146,8 @@ impl PacketSource for LiveSource {
 
     fn stop_intake(&mut self) -> Result<(), EngineError> {
         self.ring.set_filter(&bpf::reject_all())?;
+        // Raised for good: from here a wait must be for the ring's last blocks only.
+        self.stop = None;
         Ok(())
     }
 }

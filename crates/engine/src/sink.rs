@@ -4,6 +4,7 @@
 //! output is one new `RecordSink`.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use tapflow_wire::record::ControlField;
 
@@ -34,15 +35,22 @@ pub trait RecordSink: Send + std::fmt::Debug {
         data: &[u8],
     ) -> Result<(), EngineError>;
 
-    /// The end of a source block (at least every poll interval, even on an idle link): the
-    /// moment for timers (statistics blocks, rotation by time, flushing partial datagrams).
-    /// `totals` are the worker's counts so far; `if_stats` the interface's own (received,
-    /// dropped) counters, if known.
+    /// The end of a source block, or of a wait for one that found none: the moment for timers
+    /// (statistics blocks, rotation by time, flushing partial datagrams). `totals` are the
+    /// worker's counts so far; `if_stats` the interface's own (received, dropped) counters, if
+    /// known.
     fn end_of_block(
         &mut self,
         totals: &Totals,
         if_stats: Option<(u64, u64)>,
     ) -> Result<(), EngineError>;
+
+    /// How long an idle worker may wait for packets before this sink's next timer is due in
+    /// `end_of_block`; `None` while it has none. Asked before every wait: the worker also
+    /// wakes on its own at least every half second.
+    fn wake_within(&self) -> Option<Duration> {
+        None
+    }
 
     /// What the sink counts while it runs, for statistics; read once per block.
     fn live(&self) -> SinkLive {

@@ -2,7 +2,7 @@
 //! sinks, in one pass. No lock, no allocation and no syscall per packet.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::EngineError;
@@ -11,11 +11,13 @@ use crate::record_builder::RecordBuilder;
 use crate::rules::{self, RuleReader};
 use crate::sink::{RecordSink, SinkLive, SinkReport};
 use crate::source::{InterfaceInfo, Packet, PacketSource, Progress};
+use crate::stop::Stop;
 use crate::traffic::{SharedStats, Traffic};
 use tapflow_wire::LinkType;
 use tapflow_wire::cbpf::{self, Insn};
 
-/// How often the worker polls its source's counters (the kernel's are 32-bit and clear on read).
+/// How often the worker polls its source's counters (the kernel's are 32-bit and clear on read),
+/// and so the longest it waits for packets.
 const STATS_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Settings shared by all workers of one capture.
@@ -23,9 +25,6 @@ const STATS_INTERVAL: Duration = Duration::from_millis(500);
 pub struct WorkerConfig {
     /// Bytes of each packet to keep.
     pub snaplen: u32,
-    /// How long one wait for a block may take, in ms: bounds the reaction to a stop and the
-    /// interval of the sinks' timers on an idle link.
-    pub poll_ms: i32,
     /// How long the source must stay idle during a drain before the worker concludes it is empty.
     pub drain_quiet: Duration,
 }
@@ -58,7 +57,7 @@ struct Output {
     /// Losses not yet placed before a record.
     pending_drops: u64,
     limit: Option<Arc<AtomicU64>>,
-    stop: Arc<AtomicBool>,
+    stop: Arc<Stop>,
     if_stats: Option<(u64, u64)>,
     /// Room to put a stripped VLAN tag back into a packet's bytes.
     scratch: Vec<u8>,
@@ -96,7 +95,7 @@ impl<S: PacketSource> Worker<S> {
         cfg: WorkerConfig,
         shared: Arc<SharedTotals>,
         limit: Option<Arc<AtomicU64>>,
-        stop: Arc<AtomicBool>,
+        stop: Arc<Stop>,
     ) -> Worker<S> {
         let snaplen = cfg.snaplen;
         Worker {
@@ -180,10 +179,17 @@ impl<S: PacketSource> Worker<S> {
     fn capture(&mut self) -> Result<(), EngineError> {
         let mut last_stats = Instant::now();
         loop {
-            if self.out.stop.load(Ordering::Relaxed) || self.out.remaining() == 0 {
+            if self.out.stop.is_raised() || self.out.remaining() == 0 {
                 return self.drain();
             }
-            if self.step()? == Progress::End {
+            // Asleep until the counters or a sink's timer are due, or a stop wakes the source.
+            let wait = self
+                .out
+                .sinks
+                .iter()
+                .filter_map(|s| s.wake_within())
+                .fold(STATS_INTERVAL.saturating_sub(last_stats.elapsed()), Duration::min);
+            if self.step(wait)? == Progress::End {
                 return self.poll_stats();
             }
             if last_stats.elapsed() >= STATS_INTERVAL {
@@ -199,7 +205,7 @@ impl<S: PacketSource> Worker<S> {
         self.source.stop_intake()?;
         let mut quiet_since = Instant::now();
         loop {
-            match self.step()? {
+            match self.step(self.cfg.drain_quiet)? {
                 Progress::End => break,
                 Progress::Block => quiet_since = Instant::now(),
                 Progress::Idle if quiet_since.elapsed() >= self.cfg.drain_quiet => break,
@@ -209,14 +215,17 @@ impl<S: PacketSource> Worker<S> {
         self.poll_stats()
     }
 
-    /// Takes one block from the source through the sinks, then runs the sinks' timers.
-    fn step(&mut self) -> Result<Progress, EngineError> {
+    /// Takes one block from the source through the sinks, waiting up to `wait` for one, then
+    /// runs the sinks' timers.
+    fn step(&mut self, wait: Duration) -> Result<Progress, EngineError> {
         self.out.announce(self.source.interfaces())?;
         let max = self.out.remaining();
         let out = &mut self.out;
+        // Whole milliseconds, rounded up: a wait cut short would wake before its timer.
+        let wait_ms = i32::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
         let progress = self
             .source
-            .next_block(self.cfg.poll_ms, max, |p| out.on_packet(p))?;
+            .next_block(wait_ms, max, |p| out.on_packet(p))?;
         if let Some(e) = self.out.failed.take() {
             return Err(e);
         }
@@ -299,7 +308,7 @@ impl Output {
                 .is_err()
         {
             self.totals.past_limit += 1;
-            self.stop.store(true, Ordering::Relaxed);
+            self.stop.raise();
             return;
         }
         self.pending_drops += p.drops_before;
@@ -321,7 +330,7 @@ impl Output {
         for s in &mut self.sinks {
             if let Err(e) = s.record(p.interface, drops, &ctl, data) {
                 self.failed = Some(e);
-                self.stop.store(true, Ordering::Relaxed);
+                self.stop.raise();
                 self.totals.dropped_ours += 1;
                 return;
             }

@@ -187,6 +187,17 @@ impl RecordSink for FileSink {
         Ok(())
     }
 
+    fn wake_within(&self) -> Option<Duration> {
+        let f = self.file.as_ref()?;
+        let isb = (self.cfg.format == Format::Pcapng)
+            .then(|| self.cfg.isb_every.saturating_sub(self.last_isb.elapsed()));
+        let rotation = self
+            .cfg
+            .rotate_every
+            .map(|d| d.saturating_sub(f.opened.elapsed()));
+        isb.into_iter().chain(rotation).min()
+    }
+
     fn close(&mut self, totals: &Totals) -> Result<SinkReport, EngineError> {
         self.last_totals = *totals;
         self.close_file()?;

@@ -4,7 +4,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tapflow_engine::capture::{self, CaptureConfig, Input};
@@ -13,6 +13,7 @@ use tapflow_engine::flow_meter::FlowConfig;
 use tapflow_engine::flow_table::{CLASSES, TableConfig};
 use tapflow_engine::flow_text::TextFormat;
 use tapflow_engine::forward::{Balance, ForwardConfig, payload_for_mtu};
+use tapflow_engine::stop::Stop;
 use tapflow_engine::writer::{Format, WriterConfig};
 use tapflow_wire::LinkType;
 use tapflow_wire::build::{self, FrameSpec, L4};
@@ -130,7 +131,7 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
         control: None,
         metrics: None,
     };
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(Stop::new().unwrap());
     let before = ALLOCS.load(Ordering::Relaxed);
     let (summary, err) = capture::run(&cfg, &stop, &mut |_| {}, &mut |_| None);
     let after = ALLOCS.load(Ordering::Relaxed);

@@ -204,10 +204,14 @@ impl RxRing {
     }
 
     /// The next block in ring order if the kernel has handed it over; otherwise waits in
-    /// `poll()` up to `timeout_ms` (0: don't wait, negative: forever) and checks once more.
-    /// `None` if nothing arrived. An error if the interface went down, or if the next block is
-    /// still held (every block lent out).
-    pub fn next_block(&self, timeout_ms: i32) -> Result<Option<Block<'_>>, SysError> {
+    /// `poll()` up to `timeout_ms` (0: don't wait, negative: forever), or until `wake` turns
+    /// readable, and checks once more. `None` if nothing arrived. An error if the interface
+    /// went down, or if the next block is still held (every block lent out).
+    pub fn next_block(
+        &self,
+        timeout_ms: i32,
+        wake: Option<BorrowedFd<'_>>,
+    ) -> Result<Option<Block<'_>>, SysError> {
         let index = self.next.get();
         if self.held[index].get() {
             return Err(SysError::call_with(
@@ -230,6 +234,7 @@ impl RxRing {
         let revents = syscall::poll(
             self.fd.as_fd(),
             libc::POLLIN | libc::POLLERR,
+            wake,
             timeout_ms,
             "poll",
         )
@@ -822,8 +827,8 @@ mod tests {
         let _fake = Fake::install();
         let ring = RxRing::open("eth9", &cfg()).unwrap();
         let size = ring.block_size();
-        assert!(ring.next_block(0).unwrap().is_none());
-        assert!(ring.next_block(5).unwrap().is_none()); // fake poll times out
+        assert!(ring.next_block(0, None).unwrap().is_none());
+        assert!(ring.next_block(5, None).unwrap().is_none()); // fake poll times out
         let frame = [0xaa; 60];
         // Block 1 ready but block 0 not: nothing, order is strict.
         fill(
@@ -831,7 +836,7 @@ mod tests {
             1,
             &build::block(size, TP_STATUS_USER, 2, &[(&frame, 60, 1)]),
         );
-        assert!(ring.next_block(0).unwrap().is_none());
+        assert!(ring.next_block(0, None).unwrap().is_none());
         fill(
             &ring,
             0,
@@ -842,14 +847,14 @@ mod tests {
                 &[(&frame, 60, 1), (&frame, 99, 2)],
             ),
         );
-        let b0 = ring.next_block(0).unwrap().unwrap();
+        let b0 = ring.next_block(0, None).unwrap().unwrap();
         assert_eq!(
             (b0.index(), b0.seq_num(), b0.num_pkts(), b0.losing()),
             (0, 1, 2, true)
         );
         assert_eq!(b0.packets().map(|p| p.len).collect::<Vec<_>>(), [60, 99]);
         // Two blocks may be held at once, still in order.
-        let b1 = ring.next_block(0).unwrap().unwrap();
+        let b1 = ring.next_block(0, None).unwrap().unwrap();
         assert_eq!((b1.index(), b1.seq_num(), b1.losing()), (1, 2, false));
         drop(b0);
         assert_eq!(
@@ -862,7 +867,7 @@ mod tests {
             tpacket::block_status(ring_block(&ring, 1)),
             TP_STATUS_KERNEL
         );
-        assert!(ring.next_block(0).unwrap().is_none());
+        assert!(ring.next_block(0, None).unwrap().is_none());
     }
 
     #[test]
@@ -881,14 +886,14 @@ mod tests {
             0,
             &build::block(ring.block_size(), TP_STATUS_USER, 1, &[]),
         );
-        let held = ring.next_block(0).unwrap().unwrap();
-        let err = ring.next_block(0).unwrap_err();
+        let held = ring.next_block(0, None).unwrap().unwrap();
+        let err = ring.next_block(0, None).unwrap_err();
         assert!(
             err.to_string().contains("block 0 of 1 is still held"),
             "{err}"
         );
         drop(held);
-        assert!(ring.next_block(0).unwrap().is_none());
+        assert!(ring.next_block(0, None).unwrap().is_none());
     }
 
     fn ring_block(ring: &RxRing, index: usize) -> &[u8] {

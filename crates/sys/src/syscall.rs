@@ -164,24 +164,28 @@ pub(crate) fn mmap_ring(
     NonNull::new(p.cast()).ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))
 }
 
-/// `poll(fd, events, timeout_ms)`, returning `revents` (0 on timeout or EINTR). The fake
+/// `poll()` on `fd` for `events`, and on `wake` (if given) for `POLLIN`, up to `timeout_ms`.
+/// Returns `fd`'s `revents` (0 on timeout, on EINTR, or when only `wake` is ready). The fake
 /// always times out.
 pub(crate) fn poll(
     fd: BorrowedFd<'_>,
     events: libc::c_short,
+    wake: Option<BorrowedFd<'_>>,
     timeout_ms: i32,
     call: &'static str,
 ) -> io::Result<libc::c_short> {
     intercept!(call, Ok(0));
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events,
+    let mut pfds = [fd, wake.unwrap_or(fd)].map(|f| libc::pollfd {
+        fd: f.as_raw_fd(),
+        events: libc::POLLIN,
         revents: 0,
-    };
-    // SAFETY: one valid pollfd, count 1.
-    match check(unsafe { libc::poll(&mut pfd, 1, timeout_ms) }) {
+    });
+    pfds[0].events = events;
+    let n = if wake.is_some() { 2 } else { 1 };
+    // SAFETY: `n` valid pollfds in `pfds`.
+    match check(unsafe { libc::poll(pfds.as_mut_ptr(), n, timeout_ms) }) {
         Ok(0) => Ok(0),
-        Ok(_) => Ok(pfd.revents),
+        Ok(_) => Ok(pfds[0].revents),
         Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(0),
         Err(e) => Err(e),
     }

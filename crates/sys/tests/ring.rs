@@ -169,7 +169,7 @@ fn drain(ring: &RxRing, want: usize, wait: Duration) -> Vec<Seen> {
     let mut seen = Vec::new();
     let mut last = Instant::now();
     while seen.len() < want || want == usize::MAX {
-        match ring.next_block(20).unwrap() {
+        match ring.next_block(20, None).unwrap() {
             Some(block) => {
                 let before = seen.len();
                 seen.extend(
@@ -320,7 +320,7 @@ fn d_hash_fanout_puts_each_flow_on_exactly_one_ring() {
         let deadline = Instant::now() + Duration::from_secs(3);
         while per_ring.iter().sum::<usize>() < total && Instant::now() < deadline {
             for (r, ring) in rings.iter().enumerate() {
-                if let Some(block) = ring.next_block(5).unwrap() {
+                if let Some(block) = ring.next_block(5, None).unwrap() {
                     for p in block.packets() {
                         let sport = u16::from_be_bytes([p.data[34], p.data[35]]);
                         assert_eq!(
@@ -388,6 +388,40 @@ fn g_a_sender_bound_to_a_protocol_keeps_nothing_it_receives() {
         let err = std::io::Error::last_os_error();
         assert_eq!(n, -1, "the sender received a frame");
         assert_eq!(err.raw_os_error(), Some(libc::EAGAIN), "{err}");
+    });
+}
+
+#[test]
+fn h_a_readable_wake_fd_ends_the_wait_and_packets_still_come_first() {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
+    let Some(pair) = Pair::new('h') else { return };
+    pair.run(|a, b| {
+        let rx = RxRing::open(b, &rx_cfg(bpf::accept_all(64))).unwrap();
+        let (wake_rx, mut wake_tx) = UnixStream::pair().unwrap();
+        // Not readable: an idle ring waits out its timeout.
+        let t0 = Instant::now();
+        assert!(rx.next_block(200, Some(wake_rx.as_fd())).unwrap().is_none());
+        assert!(t0.elapsed() >= Duration::from_millis(190), "{:?}", t0.elapsed());
+        // Readable (and never read): a 10 s wait ends at once, every time.
+        wake_tx.write_all(b"!").unwrap();
+        for _ in 0..2 {
+            let t0 = Instant::now();
+            assert!(rx.next_block(10_000, Some(wake_rx.as_fd())).unwrap().is_none());
+            assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        }
+        // A block the kernel handed over is still taken while the wake fd is readable.
+        send_all(&mut tx(a, false), (0..10u32).map(|i| frame(60, 4000, 7777, i)), 10);
+        let t0 = Instant::now();
+        let block = loop {
+            if let Some(b) = rx.next_block(10_000, Some(wake_rx.as_fd())).unwrap() {
+                break b;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(5), "the block never came");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert_eq!(block.packets().count(), 10);
     });
 }
 
