@@ -281,6 +281,43 @@ fn every_corpus_file_replays_without_panic_and_round_trips() {
     );
 }
 
+/// The plain lane (one pcapng file, nothing else: ring or file packets straight into EPBs)
+/// writes the same packet blocks as the general path, which a second sink (a flow meter)
+/// forces: every clean corpus file, with its link types, interfaces, directions and lengths.
+#[test]
+fn the_plain_lane_writes_the_packet_blocks_the_general_path_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut compared = 0;
+    for e in manifest().iter().filter(|e| e.tshark_ok) {
+        let input = corpus_dir().join(&e.file);
+        let (plain, general) = (
+            tmp.path().join("plain.pcapng"),
+            tmp.path().join("general.pcapng"),
+        );
+        let json = tmp.path().join("sum.json");
+        for (out, extra) in [(&plain, &[][..]), (&general, &["--csv", "/dev/null"][..])] {
+            let o = capture_file(&input, out, &json, 64, extra);
+            assert!(
+                o.status.success(),
+                "{}: {}",
+                e.file,
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let (a, b) = (epbs(&plain), epbs(&general));
+        assert_eq!(a.len() as u64, e.packets, "{}: packet blocks", e.file);
+        if let Some(i) = a.iter().zip(&b).position(|(x, y)| x != y) {
+            panic!(
+                "{}: packet block {i} differs:\n plain   {:02x?}\n general {:02x?}",
+                e.file, a[i], b[i]
+            );
+        }
+        assert_eq!(a.len(), b.len(), "{}", e.file);
+        compared += a.len();
+    }
+    assert!(compared > 10_000, "only {compared} packets compared");
+}
+
 /// A copy of a corpus file with some damage, in `dir`.
 fn damaged_copy(dir: &Path, name: &str, from: &str, edit: impl FnOnce(&mut Vec<u8>)) -> PathBuf {
     let mut d = std::fs::read(corpus_dir().join(from)).unwrap();

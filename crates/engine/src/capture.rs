@@ -25,7 +25,7 @@ use crate::live_source::LiveSource;
 use crate::metrics::MetricsServer;
 use crate::probe::ProbeState;
 use crate::rules::{self, LiveRules, RuleListing};
-use crate::sink::RecordSink;
+use crate::sink::Sink;
 use crate::source::PacketSource;
 use crate::stop::Stop;
 use crate::traffic::SharedStats;
@@ -460,15 +460,15 @@ fn sinks_for(
     worker: Option<usize>,
     workers: usize,
     exporter: Option<&Exporter>,
-) -> Result<Vec<Box<dyn RecordSink>>, EngineError> {
-    let mut sinks: Vec<Box<dyn RecordSink>> = Vec::new();
+) -> Result<Vec<Sink>, EngineError> {
+    let mut sinks = Vec::new();
     if let Some(file) = &cfg.file {
         let mut wc = file.clone();
         wc.worker = worker;
         let sink = FileSink::new(wc);
         // A ring's records come from another CPU's cache, leaving the memory path to the
         // output buffer; a file's bytes stream from memory and need it themselves.
-        sinks.push(Box::new(match cfg.input {
+        sinks.push(Sink::File(match cfg.input {
             Input::Live { .. } => sink.with_write_ahead(),
             Input::File(_) => sink,
         }));
@@ -476,11 +476,11 @@ fn sinks_for(
     if let Some(fwd) = &cfg.forward {
         let mut fc = fwd.clone();
         fc.stream = worker.unwrap_or(0) as u16;
-        sinks.push(Box::new(ForwardSink::new(fc)?));
+        sinks.push(Sink::Forward(ForwardSink::new(fc)?));
     }
     if let (Some(flows), Some(x)) = (&cfg.flows, exporter) {
         let clock = meter_clock(&cfg.input);
-        sinks.push(Box::new(flows.meter(workers, worker, clock, x)));
+        sinks.push(Sink::Flows(flows.meter(workers, worker, clock, x)));
     }
     Ok(sinks)
 }
@@ -517,13 +517,10 @@ fn monitor(
     while running > 0 {
         // The next tick or the duration's end, whichever comes first (the end only until it
         // has raised stop).
-        let wake = [
-            next_tick,
-            deadline.filter(|_| !stop.is_raised()),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
+        let wake = [next_tick, deadline.filter(|_| !stop.is_raised())]
+            .into_iter()
+            .flatten()
+            .min();
         let got = match wake {
             Some(at) => done.recv_timeout(at.saturating_duration_since(Instant::now())),
             None => done

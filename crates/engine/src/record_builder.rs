@@ -43,6 +43,33 @@ impl RecordBuilder {
         (p.data.len() + extra).min(self.snaplen)
     }
 
+    /// `flags`, marked [`Flags::OFFLOAD_MERGED`] if a packet of `len` bytes is larger than the
+    /// interface's largest frame.
+    #[inline]
+    fn offload(&self, flags: Flags, len: u32) -> Flags {
+        match self.max_frame {
+            Some(max) if len > max => flags.with(Flags::OFFLOAD_MERGED),
+            _ => flags,
+        }
+    }
+
+    /// The captured bytes and control-field flags of `p`'s record, for a packet without a
+    /// stripped VLAN tag and a builder without the whole-IP sum: what [`RecordBuilder::build`]
+    /// puts in the record, without building it.
+    #[inline]
+    pub fn plain<'s>(&self, p: &Packet<'s>) -> (&'s [u8], Flags) {
+        debug_assert!(p.stripped_vlan.is_none() && !self.ip_sum);
+        (
+            &p.data[..p.data.len().min(self.snaplen)],
+            self.offload(p.flags, p.len),
+        )
+    }
+
+    /// Whether records carry the whole-IP sum.
+    pub fn ip_sum(&self) -> bool {
+        self.ip_sum
+    }
+
     /// The header record of `p`: its control field and captured bytes. The bytes are `p`'s own
     /// (no copy), or, when the kernel stripped a VLAN tag, a copy in `scratch` with the tag put
     /// back where the wire had it.
@@ -64,11 +91,7 @@ impl RecordBuilder {
             }
             _ => &p.data[..caplen],
         };
-        if let Some(max) = self.max_frame
-            && len > max
-        {
-            flags = flags.with(Flags::OFFLOAD_MERGED);
-        }
+        flags = self.offload(flags, len);
         let whole = self.ip_sum && caplen as u32 == len;
         let cksum = match whole_ip_sum(self.linktype, data, whole) {
             Some(s) => {

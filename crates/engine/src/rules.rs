@@ -333,6 +333,21 @@ impl RuleReader {
         self.seen = generation;
     }
 
+    /// Whether the rules changed since this reader last looked (one load).
+    #[inline]
+    pub fn changed(&self) -> bool {
+        self.live.generation.load(Ordering::Acquire) != self.seen
+    }
+
+    /// Whether every packet is admitted: no rule is active in the newest rule set.
+    pub fn admits_all(&mut self) -> bool {
+        let generation = self.live.generation.load(Ordering::Acquire);
+        if generation != self.seen {
+            self.refresh(generation);
+        }
+        !self.table.active
+    }
+
     /// Whether a packet matches a rule; counts it under the first rule it matches.
     ///
     /// The rules are those published before the packet reached the ring: a change publishes

@@ -1,7 +1,7 @@
 //! Record sinks: where a worker's header records go (files, collectors, ...). A worker calls
 //! its sinks directly, one record at a time, in its own thread: no queue, no copy in between.
 //! A sink that must wait for a device or a network does that in a thread of its own. A new
-//! output is one new `RecordSink`.
+//! output is one new `RecordSink`, and a variant of [`Sink`].
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -10,7 +10,10 @@ use tapflow_wire::record::ControlField;
 
 use crate::EngineError;
 use crate::counters::Totals;
+use crate::flow_meter::FlowMeter;
+use crate::forward::ForwardSink;
 use crate::source::InterfaceInfo;
+use crate::writer::FileSink;
 
 /// A consumer of header records, owned by one worker.
 pub trait RecordSink: Send + std::fmt::Debug {
@@ -59,6 +62,71 @@ pub trait RecordSink: Send + std::fmt::Debug {
 
     /// The worker has drained; `totals` are its final counts. Finish everything.
     fn close(&mut self, totals: &Totals) -> Result<SinkReport, EngineError>;
+}
+
+/// One of a worker's sinks. An enum rather than a `Box<dyn RecordSink>`: the worker calls
+/// `record` for every packet, and a direct call is inlined into its loop over the ring block,
+/// where the sink's per-packet checks (is a file open, which format) are made once per loop.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // At most three, in a Vec: a box would cost a load a packet.
+pub enum Sink {
+    /// A pcapng or pcap file.
+    File(FileSink),
+    /// Header records to collectors over UDP.
+    Forward(ForwardSink),
+    /// A flow meter.
+    Flows(FlowMeter),
+}
+
+macro_rules! each {
+    ($sink:expr, $s:ident => $e:expr) => {
+        match $sink {
+            Sink::File($s) => $e,
+            Sink::Forward($s) => $e,
+            Sink::Flows($s) => $e,
+        }
+    };
+}
+
+impl RecordSink for Sink {
+    fn wants_ip_sum(&self) -> bool {
+        each!(self, s => s.wants_ip_sum())
+    }
+
+    fn add_interface(&mut self, info: &InterfaceInfo) -> Result<(), EngineError> {
+        each!(self, s => s.add_interface(info))
+    }
+
+    #[inline(always)]
+    fn record(
+        &mut self,
+        interface: u32,
+        drops_before: u64,
+        ctl: &ControlField,
+        data: &[u8],
+    ) -> Result<(), EngineError> {
+        each!(self, s => s.record(interface, drops_before, ctl, data))
+    }
+
+    fn end_of_block(
+        &mut self,
+        totals: &Totals,
+        if_stats: Option<(u64, u64)>,
+    ) -> Result<(), EngineError> {
+        each!(self, s => s.end_of_block(totals, if_stats))
+    }
+
+    fn wake_within(&self) -> Option<Duration> {
+        each!(self, s => s.wake_within())
+    }
+
+    fn live(&self) -> SinkLive {
+        each!(self, s => s.live())
+    }
+
+    fn close(&mut self, totals: &Totals) -> Result<SinkReport, EngineError> {
+        each!(self, s => s.close(totals))
+    }
 }
 
 /// A running sink's counters, summed over a worker's sinks.

@@ -9,7 +9,7 @@ use crate::EngineError;
 use crate::counters::{SharedTotals, Totals};
 use crate::record_builder::RecordBuilder;
 use crate::rules::{self, RuleReader};
-use crate::sink::{RecordSink, SinkLive, SinkReport};
+use crate::sink::{RecordSink, Sink, SinkLive, SinkReport};
 use crate::source::{InterfaceInfo, Packet, PacketSource, Progress};
 use crate::stop::Stop;
 use crate::traffic::{SharedStats, Traffic};
@@ -43,7 +43,7 @@ pub struct WorkerReport {
 /// Everything the worker owns except its source.
 #[derive(Debug)]
 struct Output {
-    sinks: Vec<Box<dyn RecordSink>>,
+    sinks: Vec<Sink>,
     /// Each interface announced to the sinks, by index.
     interfaces: Vec<Announced>,
     /// The live rules, if the capture has any: a packet no rule matches is filtered.
@@ -63,6 +63,8 @@ struct Output {
     scratch: Vec<u8>,
     /// The first sink failure; later packets are counted as dropped by tapflow.
     failed: Option<EngineError>,
+    /// The plain lane is open for this block (see [`Output::open_plain_lane`]).
+    plain: bool,
 }
 
 /// What the worker keeps of an interface it announced.
@@ -91,7 +93,7 @@ impl<S: PacketSource> Worker<S> {
     /// `stop` is raised by a signal, by the limit, or by the caller.
     pub fn new(
         source: S,
-        sinks: Vec<Box<dyn RecordSink>>,
+        sinks: Vec<Sink>,
         cfg: WorkerConfig,
         shared: Arc<SharedTotals>,
         limit: Option<Arc<AtomicU64>>,
@@ -114,6 +116,7 @@ impl<S: PacketSource> Worker<S> {
                 if_stats: None,
                 scratch: Vec::with_capacity(snaplen as usize + 4),
                 failed: None,
+                plain: false,
             },
             shared,
             stats: None,
@@ -183,12 +186,10 @@ impl<S: PacketSource> Worker<S> {
                 return self.drain();
             }
             // Asleep until the counters or a sink's timer are due, or a stop wakes the source.
-            let wait = self
-                .out
-                .sinks
-                .iter()
-                .filter_map(|s| s.wake_within())
-                .fold(STATS_INTERVAL.saturating_sub(last_stats.elapsed()), Duration::min);
+            let wait = self.out.sinks.iter().filter_map(|s| s.wake_within()).fold(
+                STATS_INTERVAL.saturating_sub(last_stats.elapsed()),
+                Duration::min,
+            );
             if self.step(wait)? == Progress::End {
                 return self.poll_stats();
             }
@@ -223,9 +224,12 @@ impl<S: PacketSource> Worker<S> {
         let out = &mut self.out;
         // Whole milliseconds, rounded up: a wait cut short would wake before its timer.
         let wait_ms = i32::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
-        let progress = self
-            .source
-            .next_block(wait_ms, max, |p| out.on_packet(p))?;
+        let progress = if out.open_plain_lane() {
+            self.source
+                .next_block(wait_ms, max, |p| out.on_plain_packet(p))?
+        } else {
+            self.source.next_block(wait_ms, max, |p| out.on_packet(p))?
+        };
         if let Some(e) = self.out.failed.take() {
             return Err(e);
         }
@@ -282,6 +286,61 @@ impl Output {
         self.limit.as_ref().map_or(usize::MAX, |l| {
             usize::try_from(l.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
         })
+    }
+
+    /// Whether the next block may take the plain lane: records go to one pcapng file and
+    /// nothing else, with no filter, active rule or `-c` limit to apply, and no sink failed.
+    /// (The whole-IP sum is then never wanted: only forwarding reads it.) The lane closes
+    /// for the rest of the block if the rules change or the file fails.
+    fn open_plain_lane(&mut self) -> bool {
+        self.plain = self.filter.is_none()
+            && self.rules.as_mut().is_none_or(RuleReader::admits_all)
+            && self.limit.is_none()
+            && self.failed.is_none()
+            && matches!(&self.sinks[..], [Sink::File(f)] if f.is_pcapng());
+        self.plain
+    }
+
+    /// [`Output::on_packet`] in the plain lane: a packet with no loss before it and no
+    /// stripped VLAN tag goes from the ring straight into an EPB, without a control field in
+    /// between (the EPB is the same; measured: about 6 ns less a packet live). Any other
+    /// packet takes the general path.
+    #[inline(always)]
+    fn on_plain_packet(&mut self, p: &Packet<'_>) {
+        if self.rules.as_ref().is_some_and(RuleReader::changed) {
+            self.plain = false;
+        }
+        let (true, Some(i), [Sink::File(file)]) = (
+            self.plain,
+            self.interfaces.get(p.interface as usize),
+            &mut self.sinks[..],
+        ) else {
+            return self.on_other_packet(p);
+        };
+        if p.drops_before | self.pending_drops != 0 || p.stripped_vlan.is_some() {
+            return self.on_other_packet(p);
+        }
+        if let Some(t) = &mut self.traffic {
+            t.count(i.linktype, p.data, p.len, p.ts_ns);
+        }
+        let (data, flags) = i.builder.plain(p);
+        if let Err(e) = file.epb(p.interface, 0, p.ts_ns, data, p.len, flags.epb_flags()) {
+            self.plain = false;
+            self.failed = Some(e);
+            self.stop.raise();
+            self.totals.dropped_ours += 1;
+            return;
+        }
+        self.totals.recorded += 1;
+        self.totals.bytes += u64::from(p.len);
+    }
+
+    /// The plain lane's way out for a packet it does not take: out of line, so that the
+    /// general path does not crowd the lane's loop.
+    #[cold]
+    #[inline(never)]
+    fn on_other_packet(&mut self, p: &Packet<'_>) {
+        self.on_packet(p);
     }
 
     #[inline]

@@ -181,16 +181,10 @@ impl DirectFile {
 
     /// The next `n` bytes of the file, to be filled by the caller (encoders write in place).
     /// `n` may be at most the chunk size less 4 KiB.
-    #[inline]
+    #[inline(always)]
     pub fn append(&mut self, n: usize) -> io::Result<&mut [u8]> {
         if self.len + n > self.buf.cap {
-            self.hand_over()?;
-            if self.len + n > self.buf.cap {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("{n} bytes do not fit a {}-byte chunk", self.buf.cap),
-                ));
-            }
+            self.next_chunk(n)?;
         }
         let start = self.len;
         self.len += n;
@@ -198,6 +192,21 @@ impl DirectFile {
             ahead.advance(self.buf.as_slice(), self.len);
         }
         Ok(&mut self.buf.as_mut_slice()[start..start + n])
+    }
+
+    /// Makes room for `n` bytes: the full chunk goes to the I/O thread. Out of line: once per
+    /// chunk.
+    #[cold]
+    #[inline(never)]
+    fn next_chunk(&mut self, n: usize) -> io::Result<()> {
+        self.hand_over()?;
+        if self.len + n > self.buf.cap {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{n} bytes do not fit a {}-byte chunk", self.buf.cap),
+            ));
+        }
+        Ok(())
     }
 
     /// Gives the aligned part of the buffer to the I/O thread and continues in the other

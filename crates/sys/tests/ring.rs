@@ -403,22 +403,37 @@ fn h_a_readable_wake_fd_ends_the_wait_and_packets_still_come_first() {
         // Not readable: an idle ring waits out its timeout.
         let t0 = Instant::now();
         assert!(rx.next_block(200, Some(wake_rx.as_fd())).unwrap().is_none());
-        assert!(t0.elapsed() >= Duration::from_millis(190), "{:?}", t0.elapsed());
+        assert!(
+            t0.elapsed() >= Duration::from_millis(190),
+            "{:?}",
+            t0.elapsed()
+        );
         // Readable (and never read): a 10 s wait ends at once, every time.
         wake_tx.write_all(b"!").unwrap();
         for _ in 0..2 {
             let t0 = Instant::now();
-            assert!(rx.next_block(10_000, Some(wake_rx.as_fd())).unwrap().is_none());
+            assert!(
+                rx.next_block(10_000, Some(wake_rx.as_fd()))
+                    .unwrap()
+                    .is_none()
+            );
             assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
         }
         // A block the kernel handed over is still taken while the wake fd is readable.
-        send_all(&mut tx(a, false), (0..10u32).map(|i| frame(60, 4000, 7777, i)), 10);
+        send_all(
+            &mut tx(a, false),
+            (0..10u32).map(|i| frame(60, 4000, 7777, i)),
+            10,
+        );
         let t0 = Instant::now();
         let block = loop {
             if let Some(b) = rx.next_block(10_000, Some(wake_rx.as_fd())).unwrap() {
                 break b;
             }
-            assert!(t0.elapsed() < Duration::from_secs(5), "the block never came");
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "the block never came"
+            );
             std::thread::sleep(Duration::from_millis(5));
         };
         assert_eq!(block.packets().count(), 10);

@@ -693,7 +693,7 @@ pub const fn epb_len(caplen: usize, epb_flags: bool, dropcount: bool) -> usize {
 ///
 /// # Panics
 /// If `buf` has another length: the caller sizes it with [`epb_len`].
-#[inline]
+#[inline(always)]
 pub fn emit_epb(
     buf: &mut [u8],
     interface_id: u32,

@@ -1026,3 +1026,24 @@ fn socket_inodes(pid: i32) -> HashSet<String> {
     }
     inodes
 }
+
+/// The Enhanced Packet Blocks of a pcapng file tapflow wrote (little-endian), byte for byte.
+pub fn epbs(path: &Path) -> Vec<Vec<u8>> {
+    let d = std::fs::read(path).unwrap();
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + 12 <= d.len() {
+        let word = |o: usize| u32::from_le_bytes(d[o..o + 4].try_into().unwrap());
+        let len = word(at + 4) as usize;
+        assert!(
+            len >= 12 && at + len <= d.len(),
+            "bad block at {at} in {}",
+            path.display()
+        );
+        if word(at) == 6 {
+            out.push(d[at..at + len].to_vec());
+        }
+        at += len;
+    }
+    out
+}
