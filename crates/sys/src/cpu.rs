@@ -30,6 +30,21 @@ pub fn prefetch<T: ?Sized>(v: &T) {
     let _ = v;
 }
 
+/// [`prefetch`] of the one line holding address `p`, which need not be valid: a prefetch
+/// never faults. For walks that run ahead of a buffer, past its end near the end.
+#[inline(always)]
+pub fn prefetch_line(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: SSE is part of the x86_64 baseline, and a prefetch never faults: it reads
+        // nothing the program sees.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
