@@ -113,15 +113,9 @@ impl FileSink {
 }
 
 impl FileSink {
-    /// Whether records go to pcapng files (where [`FileSink::epb`] takes them).
-    pub fn is_pcapng(&self) -> bool {
-        self.cfg.format == Format::Pcapng
-    }
-
-    /// Writes one Enhanced Packet Block: `record()` for pcapng, with the control field taken
-    /// apart (the worker's plain lane calls it directly, with no drops and the flags it made).
+    /// Writes one Enhanced Packet Block: `record()` for pcapng.
     #[inline(always)]
-    pub fn epb(
+    fn epb(
         &mut self,
         interface: u32,
         drops_before: u64,
@@ -165,7 +159,7 @@ impl RecordSink for FileSink {
         self.add_interface(info.clone())
     }
 
-    #[inline]
+    #[inline(always)]
     fn record(
         &mut self,
         interface: u32,
