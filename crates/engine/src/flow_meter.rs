@@ -286,7 +286,7 @@ impl RecordSink for FlowMeter {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     fn record(
         &mut self,
         interface: u32,
