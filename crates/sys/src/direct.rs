@@ -77,8 +77,11 @@ impl AlignedBuf {
 
 /// A file written sequentially, by direct I/O where the filesystem allows it.
 ///
-/// Two chunk buffers take turns: while an I/O thread writes one to the device, the caller fills
-/// the other, so encoding and device time overlap.
+/// Three chunk buffers take turns: while an I/O thread writes one to the device, the caller
+/// fills another, so encoding and device time overlap; the third lets a full chunk wait for
+/// the device, so that the next write starts the moment the last one ends (with two, the device
+/// sat idle while the I/O thread handed a buffer back and waited for the caller's next one:
+/// offline, 54 ms of wall time against 49, median of 8).
 pub struct DirectFile {
     buf: AlignedBuf,
     len: usize,
@@ -112,7 +115,8 @@ impl DirectFile {
                 error,
             })
         };
-        let (buf, spare) = (buffer()?, buffer()?);
+        let buf = buffer()?;
+        let spares = [buffer()?, buffer()?];
         let open = |flags: i32| {
             OpenOptions::new()
                 .write(true)
@@ -128,9 +132,11 @@ impl DirectFile {
             }
             Err(error) => return Err(open_error(path, error)),
         };
-        let (to_io, io_rx) = mpsc::sync_channel::<(AlignedBuf, usize)>(1);
-        let (io_tx, from_io) = mpsc::sync_channel::<AlignedBuf>(2);
-        io_tx.send(spare).expect("the receiver is here");
+        let (to_io, io_rx) = mpsc::sync_channel::<(AlignedBuf, usize)>(2);
+        let (io_tx, from_io) = mpsc::sync_channel::<AlignedBuf>(3);
+        for spare in spares {
+            io_tx.send(spare).expect("the receiver is here");
+        }
         let io = thread::Builder::new()
             .name("tapflow-io".into())
             .spawn(move || {
