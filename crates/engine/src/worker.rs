@@ -327,14 +327,20 @@ impl Output {
         let (data, flags) = i.builder.plain(p);
         let ctl = ControlField::new(p.ts_ns, flags, data.len() as u16, 0, p.len);
         if let Err(e) = sink.record(p.interface, 0, &ctl, data) {
-            self.plain = false;
-            self.failed = Some(e);
-            self.stop.raise();
-            self.totals.dropped_ours += 1;
-            return;
+            return self.sink_failed(e);
         }
         self.totals.recorded += 1;
         self.totals.bytes += u64::from(p.len);
+    }
+
+    /// A sink refused a record: the run stops, the record counts as dropped by tapflow, and so
+    /// do the packets after it (in the general path, which the lane closes for).
+    #[cold]
+    fn sink_failed(&mut self, e: EngineError) {
+        self.plain = false;
+        self.failed = Some(e);
+        self.stop.raise();
+        self.totals.dropped_ours += 1;
     }
 
     /// The plain lane's way out for a packet it does not take: out of line, so that the
@@ -390,10 +396,7 @@ impl Output {
         let drops = std::mem::take(&mut self.pending_drops);
         for s in &mut self.sinks {
             if let Err(e) = s.record(p.interface, drops, &ctl, data) {
-                self.failed = Some(e);
-                self.stop.raise();
-                self.totals.dropped_ours += 1;
-                return;
+                return self.sink_failed(e);
             }
         }
         self.totals.recorded += 1;
