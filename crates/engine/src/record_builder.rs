@@ -65,11 +65,6 @@ impl RecordBuilder {
         )
     }
 
-    /// Whether records carry the whole-IP sum.
-    pub fn ip_sum(&self) -> bool {
-        self.ip_sum
-    }
-
     /// The header record of `p`: its control field and captured bytes. The bytes are `p`'s own
     /// (no copy), or, when the kernel stripped a VLAN tag, a copy in `scratch` with the tag put
     /// back where the wire had it.

@@ -112,48 +112,6 @@ impl FileSink {
     }
 }
 
-impl FileSink {
-    /// Writes one Enhanced Packet Block: `record()` for pcapng.
-    #[inline(always)]
-    fn epb(
-        &mut self,
-        interface: u32,
-        drops_before: u64,
-        ts_ns: u64,
-        data: &[u8],
-        orig_len: u32,
-        epb_flags: u32,
-    ) -> Result<(), EngineError> {
-        if self.file.is_none() {
-            self.open_file()?;
-        }
-        let f = self.file.as_mut().expect("opened above");
-        // Encoded in place, in the buffer that goes to the device. (Blocks other than packets
-        // never wait in `out`: they are flushed where they are made.)
-        let flags = Some(epb_flags).filter(|&f| f != 0);
-        let drops = Some(drops_before).filter(|&d| d > 0);
-        let n = pcapng::epb_len(data.len(), flags.is_some(), drops.is_some());
-        let buf = f.file.append(n).map_err(|e| write_err(&f.part, e))?;
-        pcapng::emit_epb(buf, interface, ts_ns, data, orig_len, flags, drops);
-        self.written(interface, n)
-    }
-
-    /// Counts a record of `n` bytes just written, and rotates if the file is full.
-    #[inline(always)]
-    fn written(&mut self, interface: u32, n: usize) -> Result<(), EngineError> {
-        let f = self.file.as_mut().expect("a record was just written");
-        f.bytes += n as u64;
-        let full = self.cfg.rotate_bytes.is_some_and(|limit| f.bytes >= limit);
-        if let Some(d) = self.delivered.get_mut(interface as usize) {
-            *d += 1;
-        }
-        if full {
-            self.rotate()?;
-        }
-        Ok(())
-    }
-}
-
 impl RecordSink for FileSink {
     fn add_interface(&mut self, info: &InterfaceInfo) -> Result<(), EngineError> {
         self.add_interface(info.clone())
@@ -167,24 +125,44 @@ impl RecordSink for FileSink {
         ctl: &ControlField,
         data: &[u8],
     ) -> Result<(), EngineError> {
-        if self.cfg.format == Format::Pcapng {
-            return self.epb(
-                interface,
-                drops_before,
-                ctl.rxtime,
-                data,
-                ctl.orig_len(),
-                ctl.flags.epb_flags(),
-            );
-        }
         if self.file.is_none() {
             self.open_file()?;
         }
         let f = self.file.as_mut().expect("opened above");
-        let n = pcap::record_len(data.len());
-        let buf = f.file.append(n).map_err(|e| write_err(&f.part, e))?;
-        pcap::emit_record(buf, ctl.rxtime, data, ctl.orig_len());
-        self.written(interface, n)
+        // Each packet is encoded in place, in the buffer that goes to the device. (Blocks other
+        // than packets never wait in `out`: they are flushed where they are made.)
+        let n = match self.cfg.format {
+            Format::Pcapng => {
+                let flags = Some(ctl.flags.epb_flags()).filter(|&f| f != 0);
+                let drops = Some(drops_before).filter(|&d| d > 0);
+                let n = pcapng::epb_len(data.len(), flags.is_some(), drops.is_some());
+                let buf = f.file.append(n).map_err(|e| write_err(&f.part, e))?;
+                pcapng::emit_epb(
+                    buf,
+                    interface,
+                    ctl.rxtime,
+                    data,
+                    ctl.orig_len(),
+                    flags,
+                    drops,
+                );
+                n
+            }
+            Format::Pcap => {
+                let n = pcap::record_len(data.len());
+                let buf = f.file.append(n).map_err(|e| write_err(&f.part, e))?;
+                pcap::emit_record(buf, ctl.rxtime, data, ctl.orig_len());
+                n
+            }
+        };
+        f.bytes += n as u64;
+        if let Some(d) = self.delivered.get_mut(interface as usize) {
+            *d += 1;
+        }
+        if self.cfg.rotate_bytes.is_some_and(|limit| f.bytes >= limit) {
+            self.rotate()?;
+        }
+        Ok(())
     }
 
     fn end_of_block(
