@@ -333,6 +333,15 @@ impl RuleReader {
         self.seen = generation;
     }
 
+    /// Takes up the newest rule set if it changed (one load when it did not).
+    #[inline]
+    fn catch_up(&mut self) {
+        let generation = self.live.generation.load(Ordering::Acquire);
+        if generation != self.seen {
+            self.refresh(generation);
+        }
+    }
+
     /// Whether the rules changed since this reader last looked (one load).
     #[inline]
     pub fn changed(&self) -> bool {
@@ -341,10 +350,7 @@ impl RuleReader {
 
     /// Whether every packet is admitted: no rule is active in the newest rule set.
     pub fn admits_all(&mut self) -> bool {
-        let generation = self.live.generation.load(Ordering::Acquire);
-        if generation != self.seen {
-            self.refresh(generation);
-        }
+        self.catch_up();
         !self.table.active
     }
 
@@ -355,10 +361,7 @@ impl RuleReader {
     /// for every packet.
     #[inline]
     pub fn admit(&mut self, linktype: LinkType, frame: &[u8], len: u32) -> bool {
-        let generation = self.live.generation.load(Ordering::Acquire);
-        if generation != self.seen {
-            self.refresh(generation);
-        }
+        self.catch_up();
         if !self.table.active {
             return true;
         }
