@@ -263,6 +263,19 @@ impl Batcher {
         self.result()
     }
 
+    /// How long a partial batch may still wait before [`Batcher::flush_held`] sends it, at
+    /// monotonic time `mono`; `None` while the batch is empty.
+    fn held_due(&self, mono: u64) -> Option<Duration> {
+        (!self.batch.is_empty()).then(|| {
+            let held = if self.since == 0 {
+                0
+            } else {
+                mono.saturating_sub(self.since)
+            };
+            Duration::from_nanos(HOLD_NS.saturating_sub(held))
+        })
+    }
+
     /// Reports a failure of an earlier send, once.
     fn result(&mut self) -> Result<(), EngineError> {
         self.error.take().map_or(Ok(()), Err)
@@ -353,16 +366,8 @@ impl RecordSink for FlowMeter {
     }
 
     fn wake_within(&self) -> Option<Duration> {
-        // A partial batch leaves once it has waited HOLD_NS; ends by idle timeout are due
-        // within the worker's own wake-up interval.
-        (!self.out.batch.is_empty()).then(|| {
-            let held = tapflow_sys::clock::monotonic_ns().saturating_sub(self.out.since);
-            Duration::from_nanos(if self.out.since == 0 {
-                HOLD_NS
-            } else {
-                HOLD_NS.saturating_sub(held)
-            })
-        })
+        // Ends by idle timeout are due within the worker's own wake-up interval.
+        self.out.held_due(tapflow_sys::clock::monotonic_ns())
     }
 
     fn live(&self) -> SinkLive {
