@@ -11,23 +11,15 @@ pub fn process_cpu_ns() -> u64 {
 /// with no effect on what the program computes.
 #[inline(always)]
 pub fn prefetch<T: ?Sized>(v: &T) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let p = std::ptr::from_ref(v).cast::<i8>();
-        // From the start of the line holding the first byte to the line holding the last.
-        let lead = p as usize % 64;
-        let first = p.wrapping_sub(lead);
-        let mut at = 0;
-        while at < lead + size_of_val(v).max(1) {
-            // SAFETY: SSE is part of the x86_64 baseline, and a prefetch never faults: it
-            // reads nothing the program sees.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(at)) };
-            at += 64;
-        }
+    let p = std::ptr::from_ref(v).cast::<u8>();
+    // From the start of the line holding the first byte to the line holding the last.
+    let lead = p as usize % 64;
+    let first = p.wrapping_sub(lead);
+    let mut at = 0;
+    while at < lead + size_of_val(v).max(1) {
+        prefetch_line(first.wrapping_add(at));
+        at += 64;
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = v;
 }
 
 /// [`prefetch`] of the one line holding address `p`, which need not be valid: a prefetch
