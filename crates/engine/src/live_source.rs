@@ -1,12 +1,12 @@
 //! A live interface as a packet source: one AF_PACKET TPACKET_V3 ring (one fanout member).
 
+use std::sync::Arc;
+
 use tapflow_sys::bpf;
 use tapflow_sys::iface::LinkCounters;
 use tapflow_sys::ring::{self, RxRing};
 use tapflow_wire::record::{Direction, TsSource};
 use tapflow_wire::{Flags, LinkType};
-
-use std::sync::Arc;
 
 use crate::EngineError;
 use crate::source::{InterfaceInfo, Packet, PacketSource, Progress, SourceStats};
