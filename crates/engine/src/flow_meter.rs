@@ -229,6 +229,11 @@ struct Batcher {
 impl Batcher {
     #[inline]
     fn push(&mut self, r: FlowRecord) {
+        // The batch's memory was last read by the exporter: start loading the lines a few
+        // records on, so that writing them does not wait.
+        if let Some(ahead) = self.batch.spare_capacity_mut().get(4) {
+            tapflow_sys::cpu::prefetch(ahead);
+        }
         self.batch.push(r);
         if self.batch.len() >= BATCH {
             self.send();

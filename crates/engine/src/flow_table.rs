@@ -3,9 +3,10 @@
 //!
 //! Layout, chosen for memory per flow and one cache miss per lookup in the common case:
 //! - a slab of 128-byte [`Flow`] entries (two cache lines), reserved for `max_flows` up front
-//!   but only touched as flows arrive, with a free list threaded through `next`; slab and index
-//!   are advised into transparent huge pages, as a large table read at random otherwise misses
-//!   the TLB on nearly every access;
+//!   but only touched as flows arrive; slab and index are advised into transparent huge pages,
+//!   as a large table read at random otherwise misses the TLB on nearly every access;
+//! - the slots of ended flows on a stack of their own (reserved like the slab), reused last in,
+//!   first out, so that a new flow takes a slot without first loading it;
 //! - an open-addressing index of `u32` slot numbers (0 = empty), linear probing at a load of at
 //!   most 1/2, backward-shift deletion (no tombstones); each flow keeps its 32-bit hash so
 //!   probes rarely touch a flow that does not match and deletion never rehashes a key;
@@ -247,7 +248,9 @@ pub struct TableStats {
 pub struct FlowTable {
     cfg: TableConfig,
     flows: Vec<Flow>,
-    free: u32,
+    /// Slots of ended flows, reused last in, first out: a stack of its own, so that taking a slot
+    /// does not wait for the slot to load.
+    free: Vec<u32>,
     index: Vec<u32>,
     mask: usize,
     len: usize,
@@ -271,7 +274,7 @@ impl FlowTable {
                 ..cfg
             },
             flows,
-            free: NIL,
+            free: Vec::with_capacity(max),
             index: vec![0; slots],
             mask: slots - 1,
             len: 0,
@@ -526,19 +529,17 @@ impl FlowTable {
         if p.proto == 6 && p.tcp_flags & RST != 0 {
             f.class = Class::Closed as u8;
         }
-        let i = if self.free == NIL {
-            self.flows.push(f);
-            (self.flows.len() - 1) as u32
-        } else {
-            let i = self.free;
-            self.free = self.flows[i as usize].next;
+        let i = if let Some(i) = self.free.pop() {
             self.flows[i as usize] = f;
-            // The next new flow takes that slot: start loading it (freed by a sweep, it has
+            // The next new flow takes the next slot: start loading it (freed by a sweep, it has
             // likely left the cache since).
-            if let Some(next) = self.flows.get(self.free as usize) {
-                tapflow_sys::cpu::prefetch(next);
+            if let Some(&next) = self.free.last() {
+                tapflow_sys::cpu::prefetch(&self.flows[next as usize]);
             }
             i
+        } else {
+            self.flows.push(f);
+            (self.flows.len() - 1) as u32
         };
         self.index[slot] = i + 1;
         self.push_tail(i);
@@ -583,8 +584,7 @@ impl FlowTable {
         self.unlink(i);
         self.remove_from_index(i);
         self.flows[i as usize].reset_counters();
-        self.flows[i as usize].next = self.free;
-        self.free = i;
+        self.free.push(i);
         self.len -= 1;
     }
 
