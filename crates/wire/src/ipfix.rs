@@ -8,17 +8,21 @@
 //! +--------------------------------------------------------------+
 //! | Template Set (id 2): template 256 (IPv4), 257 (IPv6)         |  when templates are due
 //! +--------------------------------------------------------------+
-//! | Data Set 256: IPv4 records, 91 octets each                   |  if the message has any
+//! | Data Set 256: IPv4 records, 83 octets each                   |  if the message has any
 //! +--------------------------------------------------------------+
-//! | Data Set 257: IPv6 records, 115 octets each                  |  if the message has any
+//! | Data Set 257: IPv6 records, 107 octets each                  |  if the message has any
 //! +--------------------------------------------------------------+
 //! ```
 //!
 //! Each call to [`Encoder::encode`] cuts its records into consecutive runs, one per message,
 //! each as long as fits in `max_message_len`; within a message the IPv4 records of the run go
-//! in one Data Set and the IPv6 records in another, each in input order. Sets are not padded
-//! (padding is optional, RFC 7011 §3.3.1). The sequence number is the count of data records
-//! sent before the message in this session, so a template-only message does not advance it.
+//! in one Data Set and the IPv6 records in another, each in input order. Over UDP, a message
+//! whose unused room is shorter than one record of its last Data Set is padded with zeros to
+//! exactly `max_message_len`, inside that set (RFC 7011 §3.3.1: padding shorter than any record
+//! of its set): full messages are then all of one size, and a run of them leaves as one
+//! segmented send (`UDP_SEGMENT`). Collectors read whole records and skip the padding. The
+//! sequence number is the count of data records sent before the message in this session, so a
+//! template-only message does not advance it.
 //!
 //! Templates ride in the same message as the data, before it (RFC 7011 §8: the Template Set
 //! comes first). Over UDP they go in the first message of the session and again in the next
@@ -614,6 +618,8 @@ impl Encoder {
         if templates {
             write_template_set(&mut w);
         }
+        // Where the last Data Set starts and the length of its records.
+        let mut last_set = None;
         for ipv6 in [false, true] {
             if !batch.iter().any(|r| r.ipv6 == ipv6) {
                 continue;
@@ -625,11 +631,29 @@ impl Encoder {
                 write_record(&mut w, r);
             }
             let set_len = w.pos() - start;
-            let id = if ipv6 { TEMPLATE_ID_V6 } else { TEMPLATE_ID_V4 };
+            let (id, record_len) = if ipv6 {
+                (TEMPLATE_ID_V6, RECORD_LEN_V6)
+            } else {
+                (TEMPLATE_ID_V4, RECORD_LEN_V4)
+            };
             w.set_u16(start, id);
             w.set_u16(start + 2, set_len as u16);
+            last_set = Some((start, record_len));
         }
-        let len = w.pos();
+        let mut len = w.pos();
+        // Padding: over UDP only, where it makes full messages one size; never a whole record's
+        // worth, which a collector would read as a record.
+        let room = self.cfg.max_message_len - len;
+        if let Some((start, record_len)) = last_set
+            && self.cfg.transport == Transport::Udp
+            && room > 0
+            && room < record_len
+        {
+            self.buf[len..len + room].fill(0);
+            len += room;
+            let set_len = (len - start) as u16;
+            Put::at(&mut self.buf, start + 2).u16(set_len);
+        }
         let mut h = Put::at(&mut self.buf, 0);
         h.u16(VERSION);
         h.u16(len as u16);
@@ -792,20 +816,22 @@ pub(crate) mod tests {
         v
     }
 
+    /// The records of a Data Set body of `record_len`-octet records, after checking that what
+    /// follows the last whole record (padding) is zeros.
+    fn records_in(body: &[u8], record_len: usize) -> usize {
+        let padding = &body[body.len() / record_len * record_len..];
+        assert!(padding.iter().all(|&b| b == 0), "padding is zeros");
+        body.len() / record_len
+    }
+
     /// (carries templates, IPv4 records, IPv6 records) of a message.
     fn shape(msg: &[u8]) -> (bool, usize, usize) {
         let mut s = (false, 0, 0);
         for (id, body) in sets(msg) {
             match id {
                 TEMPLATE_SET_ID => s.0 = true,
-                TEMPLATE_ID_V4 => {
-                    assert_eq!(body.len() % RECORD_LEN_V4, 0);
-                    s.1 += body.len() / RECORD_LEN_V4;
-                }
-                TEMPLATE_ID_V6 => {
-                    assert_eq!(body.len() % RECORD_LEN_V6, 0);
-                    s.2 += body.len() / RECORD_LEN_V6;
-                }
+                TEMPLATE_ID_V4 => s.1 += records_in(body, RECORD_LEN_V4),
+                TEMPLATE_ID_V6 => s.2 += records_in(body, RECORD_LEN_V6),
                 _ => panic!("unexpected set {id}"),
             }
         }
@@ -1063,6 +1089,32 @@ pub(crate) mod tests {
         assert_eq!(be32(&m[0], 8), 0);
     }
 
+
+    /// Over UDP, full messages are all `max_message_len` long, padded with zeros inside their
+    /// last set; the last, shorter message is not padded, and neither is anything over TCP.
+    #[test]
+    fn full_udp_messages_are_padded_to_one_size() {
+        // 16 + 4 + 5 * 83 = 435 octets of IPv4 records: 77 short of 512, less than a record.
+        let max = 512;
+        let recs = vec![tcp(false); 12];
+        let mut enc = udp(max, Refresh::default());
+        let msgs = collect(&mut enc, &recs, T0);
+        let lens: Vec<usize> = msgs.iter().map(Vec::len).collect();
+        // The first also carries the templates (3 records fit), the second 5, the last 4.
+        assert_eq!(lens, [512, 512, 16 + 4 + 4 * 83]);
+        assert_eq!(msgs.iter().map(|m| shape(m).1).collect::<Vec<_>>(), [3, 5, 4]);
+        let (_, body) = sets(&msgs[1])[0];
+        assert_eq!(body.len(), 512 - 16 - 4);
+        assert_eq!(records_in(body, RECORD_LEN_V4), 5);
+        let mut tcp_enc = Encoder::new(Config {
+            max_message_len: max,
+            transport: Transport::Tcp,
+            ..Config::new(1)
+        })
+        .unwrap();
+        let lens: Vec<usize> = collect(&mut tcp_enc, &recs, T0).iter().map(Vec::len).collect();
+        assert!(lens.iter().all(|&l| l < max), "{lens:?}");
+    }
     #[test]
     fn config_is_checked() {
         let cfg = |max| Config {
@@ -1128,11 +1180,25 @@ pub(crate) mod tests {
                 assert!(!first || t, "templates in the first message");
                 first = false;
                 seq += (a + b) as u32;
+                // What the message holds before any padding; padding fills it to `max` exactly,
+                // and is shorter than a record of its set (the last).
+                let set = |n: usize, len: usize| if n > 0 { SET_HEADER_LEN + n * len } else { 0 };
+                let content = HEADER_LEN
+                    + if t { TEMPLATE_SET_LEN } else { 0 }
+                    + set(a, RECORD_LEN_V4)
+                    + set(b, RECORD_LEN_V6);
+                if content < m.len() {
+                    let last = if b > 0 { RECORD_LEN_V6 } else { RECORD_LEN_V4 };
+                    assert_eq!(m.len(), max, "padded to the maximum");
+                    assert!(m.len() - content < last, "padding shorter than a record");
+                } else {
+                    assert_eq!(content, m.len());
+                }
                 // A message that stops early had no room for the next record.
                 if let Some(next) = recs.get(seq as usize) {
                     let open = if next.ipv6 { b > 0 } else { a > 0 };
                     let rec = if next.ipv6 { RECORD_LEN_V6 } else { RECORD_LEN_V4 };
-                    let need = m.len() + rec + if open { 0 } else { SET_HEADER_LEN };
+                    let need = content + rec + if open { 0 } else { SET_HEADER_LEN };
                     assert!(need > max, "record {seq} would have fit");
                 }
                 n4 += a;

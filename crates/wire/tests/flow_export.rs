@@ -259,8 +259,8 @@ fn addr(v: &FieldValue) -> ([u8; 16], bool) {
 /// An encoded message and its export time.
 type Msg = (Vec<u8>, u64);
 
-/// IPFIX messages for the sample: small messages (so several, one with both families), the
-/// templates in the first only, a second batch, a template-only tick at the 60 s refresh, and a
+/// IPFIX messages for the sample: small messages (so several, one with both families, full ones
+/// padded), the templates in the first only, a second batch, a template-only tick at the 60 s refresh, and a
 /// third batch after it.
 fn ipfix_messages() -> (Vec<Msg>, Vec<FlowRecord>) {
     let recs = sample();
@@ -925,6 +925,8 @@ fn ipfix_decodes_in_tshark_with_our_values() {
         frames.iter().any(both_families),
         "a message with both Data Sets"
     );
+    // Full messages are padded to the maximum (RFC 7011 §3.3.1); tshark reads past the padding.
+    assert!(msgs.iter().any(|(m, _)| m.len() == 512), "a padded message");
     let mut rest = &sent[..];
     let mut sequence = 0;
     for (i, (got, (m, now))) in frames.iter().zip(&msgs).enumerate() {
