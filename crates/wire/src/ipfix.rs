@@ -1089,7 +1089,6 @@ pub(crate) mod tests {
         assert_eq!(be32(&m[0], 8), 0);
     }
 
-
     /// Over UDP, full messages are all `max_message_len` long, padded with zeros inside their
     /// last set; the last, shorter message is not padded, and neither is anything over TCP.
     #[test]
@@ -1102,7 +1101,10 @@ pub(crate) mod tests {
         let lens: Vec<usize> = msgs.iter().map(Vec::len).collect();
         // The first also carries the templates (3 records fit), the second 5, the last 4.
         assert_eq!(lens, [512, 512, 16 + 4 + 4 * 83]);
-        assert_eq!(msgs.iter().map(|m| shape(m).1).collect::<Vec<_>>(), [3, 5, 4]);
+        assert_eq!(
+            msgs.iter().map(|m| shape(m).1).collect::<Vec<_>>(),
+            [3, 5, 4]
+        );
         let (_, body) = sets(&msgs[1])[0];
         assert_eq!(body.len(), 512 - 16 - 4);
         assert_eq!(records_in(body, RECORD_LEN_V4), 5);
@@ -1112,9 +1114,13 @@ pub(crate) mod tests {
             ..Config::new(1)
         })
         .unwrap();
-        let lens: Vec<usize> = collect(&mut tcp_enc, &recs, T0).iter().map(Vec::len).collect();
+        let lens: Vec<usize> = collect(&mut tcp_enc, &recs, T0)
+            .iter()
+            .map(Vec::len)
+            .collect();
         assert!(lens.iter().all(|&l| l < max), "{lens:?}");
     }
+
     #[test]
     fn config_is_checked() {
         let cfg = |max| Config {
