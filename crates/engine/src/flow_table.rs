@@ -14,7 +14,10 @@
 //!   which each flow was last moved to its tail. A flow moves at most once per second of packet
 //!   time, so a busy flow costs no list work on most packets; the idle sweep walks only list
 //!   heads and is late by less than one second. The heads are also the oldest flows, the ones
-//!   evicted first when the table is full.
+//!   evicted first when the table is full. A flow keeps its predecessor; the successors are a
+//!   `u32` array beside the slab (4 bytes a flow), small enough to stay cached, so the sweep
+//!   runs ahead along a list, loading the flows it will end, instead of waiting for each flow
+//!   to learn where the next one is.
 //!
 //! The hash is seeded per table so that an attacker who does not know the seed cannot aim
 //! packets at one probe chain.
@@ -92,6 +95,8 @@ const NIL: u32 = u32::MAX;
 /// lookup).
 const INITIAL_SLOTS: usize = 1 << 16;
 const NS: u64 = 1_000_000_000;
+/// How many flows ahead of the head of a list the idle sweep starts loading flows.
+const SWEEP_AHEAD: usize = 8;
 
 const FIN: u16 = 0x01;
 const SYN: u16 = 0x02;
@@ -139,7 +144,7 @@ impl Side {
     }
 }
 
-/// One flow: key, both directions' counters, links. 128 bytes.
+/// One flow: key, both directions' counters, its predecessor in its list. 128 bytes.
 #[derive(Debug, Clone, Copy, Default)]
 #[repr(C, align(64))]
 struct Flow {
@@ -149,7 +154,6 @@ struct Flow {
     rev: Side,
     hash: u32,
     prev: u32,
-    next: u32,
     moved_s: u32,
     sport: u16,
     dport: u16,
@@ -248,6 +252,10 @@ pub struct TableStats {
 pub struct FlowTable {
     cfg: TableConfig,
     flows: Vec<Flow>,
+    /// Each flow's successor in its list, beside the slab rather than in it: the idle sweep
+    /// walks ahead along a list without loading the flows it passes (4 bytes a flow, few
+    /// enough to stay in the cache).
+    next: Vec<u32>,
     /// Slots of ended flows, reused last in, first out: a stack of its own, so that taking a slot
     /// does not wait for the slot to load.
     free: Vec<u32>,
@@ -274,6 +282,7 @@ impl FlowTable {
                 ..cfg
             },
             flows,
+            next: Vec::with_capacity(max),
             free: Vec::with_capacity(max),
             index: vec![0; slots],
             mask: slots - 1,
@@ -439,18 +448,35 @@ impl FlowTable {
             } else {
                 EndReason::IdleTimeout
             };
+            let due = |t: &FlowTable, h: u32| {
+                h != NIL && t.flows[h as usize].last().saturating_add(idle) <= now
+            };
+            if !due(self, self.head[c as usize]) {
+                continue;
+            }
+            // The flows next in line are likely the next to end. A cursor runs `SWEEP_AHEAD`
+            // flows ahead of the head along the successors (which stay in the cache), starting
+            // to load each flow it passes; the next flow's index slot is asked for one flow
+            // ahead, its flow having been loaded meanwhile.
+            let mut ahead = self.head[c as usize];
+            for _ in 0..SWEEP_AHEAD {
+                let Some(f) = self.flows.get(ahead as usize) else {
+                    break;
+                };
+                tapflow_sys::cpu::prefetch(f);
+                ahead = self.next[ahead as usize];
+            }
             loop {
                 let h = self.head[c as usize];
-                if h == NIL || self.flows[h as usize].last().saturating_add(idle) > now {
+                if !due(self, h) {
                     break;
                 }
-                // The next flows in line are likely the next to end. The next one was asked
-                // for one flow ago: start loading its index slot, and the flow after it.
-                if let Some(next) = self.flows.get(self.flows[h as usize].next as usize) {
-                    tapflow_sys::cpu::prefetch(&self.index[next.hash as usize & self.mask]);
-                    if let Some(after) = self.flows.get(next.next as usize) {
-                        tapflow_sys::cpu::prefetch(after);
-                    }
+                if let Some(f) = self.flows.get(ahead as usize) {
+                    tapflow_sys::cpu::prefetch(f);
+                    ahead = self.next[ahead as usize];
+                }
+                if let Some(n) = self.flows.get(self.next[h as usize] as usize) {
+                    tapflow_sys::cpu::prefetch(&self.index[n.hash as usize & self.mask]);
                 }
                 self.end(h, reason, out);
             }
@@ -522,7 +548,6 @@ impl FlowTable {
             class: class as u8,
             moved_s: (ts / NS) as u32,
             prev: NIL,
-            next: NIL,
             ..Flow::default()
         };
         f.count(!swap, ts, u64::from(p.octets), p.tcp_flags);
@@ -539,6 +564,7 @@ impl FlowTable {
             i
         } else {
             self.flows.push(f);
+            self.next.push(NIL);
             (self.flows.len() - 1) as u32
         };
         self.index[slot] = i + 1;
@@ -611,14 +637,15 @@ impl FlowTable {
     }
 
     fn unlink(&mut self, i: u32) {
-        let (prev, next, c) = {
+        let (prev, c) = {
             let f = &self.flows[i as usize];
-            (f.prev, f.next, usize::from(f.class))
+            (f.prev, usize::from(f.class))
         };
+        let next = self.next[i as usize];
         if prev == NIL {
             self.head[c] = next;
         } else {
-            self.flows[prev as usize].next = next;
+            self.next[prev as usize] = next;
         }
         if next == NIL {
             self.tail[c] = prev;
@@ -630,15 +657,12 @@ impl FlowTable {
     fn push_tail(&mut self, i: u32) {
         let c = usize::from(self.flows[i as usize].class);
         let t = self.tail[c];
-        {
-            let f = &mut self.flows[i as usize];
-            f.prev = t;
-            f.next = NIL;
-        }
+        self.flows[i as usize].prev = t;
+        self.next[i as usize] = NIL;
         if t == NIL {
             self.head[c] = i;
         } else {
-            self.flows[t as usize].next = i;
+            self.next[t as usize] = i;
         }
         self.tail[c] = i;
     }
