@@ -301,6 +301,9 @@ def main() -> None:
             argv = [a.replace("{out}", str(out)).replace("{work}", str(work)) for a in cmds[tool]]
             if sink:
                 sink.reset()
+            # The last tool's output (nfpcapd's and argus's files) goes to the disk now, not by
+            # a kernel flusher while the next tool is timed.
+            os.sync()
             bl.top_up(trace)
             f = bl.run(pin + argv, work, f"{tool}-{run}", timeout=600)
             if f.rc != 0:
