@@ -11,7 +11,9 @@ Uses (or builds with scripts/make-trace.sh, like bench/offline.py) bench/out/big
 before every run: this VM's host drops cached pages all the time, see benchlib.top_up), then
 runs every command --runs times after --warmup untimed runs (interleaved: run 1 of each tool,
 then run 2 of each, ...), each under `taskset -c CPU`, and takes the MEDIAN of the user+sys CPU seconds that wait4
-reports for the process, all its threads and reaped children. The harness itself (and the UDP sink)
+reports for the process, all its threads and reaped children. Before every timed run the harness
+calls sync, so that the previous tool's output (nfpcapd's, argus's files) is not written back
+while the next tool is timed. The harness itself (and the UDP sink)
 moves to the other CPUs. Same timeouts for every tool where it has the knob (active 300 s, idle 60 s by default):
 
   tapflow csv    tapflow flows -r T --csv /dev/null -q --active-timeout A --idle-timeout I
