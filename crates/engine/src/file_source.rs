@@ -122,24 +122,27 @@ impl PacketSource for FileSource<'_> {
                 None => Ok(Progress::End),
             };
         }
+        // A packet held back by the last block (it named a new interface) comes first.
+        let mut held = self.held.take();
         for _ in 0..BLOCK_PACKETS.min(max_packets) {
-            let fp = match self.held.take() {
-                Some(fp) => fp,
-                None => match self.reader.next_packet() {
-                    Some(Ok(fp)) => fp,
-                    Some(Err(e)) => {
-                        self.error = Some(e);
-                        self.ended = true;
-                        break;
-                    }
-                    None => {
-                        // Done with the file: its page tables go now, while the sinks drain,
-                        // not at exit.
-                        self.ended = true;
-                        self.map.release();
-                        break;
-                    }
-                },
+            let next = match held.take() {
+                Some(fp) => Some(Ok(fp)),
+                None => self.reader.next_packet(),
+            };
+            let fp = match next {
+                Some(Ok(fp)) => fp,
+                Some(Err(e)) => {
+                    self.error = Some(e);
+                    self.ended = true;
+                    break;
+                }
+                None => {
+                    // Done with the file: its page tables go now, while the sinks drain, not
+                    // at exit.
+                    self.ended = true;
+                    self.map.release();
+                    break;
+                }
             };
             if fp.interface as usize >= self.interfaces.len() {
                 self.sync_interfaces();
@@ -153,6 +156,10 @@ impl PacketSource for FileSource<'_> {
             self.ahead
                 .advance(self.bytes, self.reader.offset() as usize);
             f(&packet(&fp));
+        }
+        if held.is_some() {
+            // Asked for no packet at all: it waits for the next block.
+            self.held = held;
         }
         self.position.store(self.reader.offset(), Ordering::Relaxed);
         Ok(Progress::Block)
