@@ -460,26 +460,31 @@ impl FlowTable {
             // ahead, its flow having been loaded meanwhile.
             let mut ahead = self.head[c as usize];
             for _ in 0..SWEEP_AHEAD {
-                let Some(f) = self.flows.get(ahead as usize) else {
-                    break;
-                };
-                tapflow_sys::cpu::prefetch(f);
-                ahead = self.next[ahead as usize];
+                ahead = self.load_ahead(ahead);
             }
             loop {
                 let h = self.head[c as usize];
                 if !due(self, h) {
                     break;
                 }
-                if let Some(f) = self.flows.get(ahead as usize) {
-                    tapflow_sys::cpu::prefetch(f);
-                    ahead = self.next[ahead as usize];
-                }
+                ahead = self.load_ahead(ahead);
                 if let Some(n) = self.flows.get(self.next[h as usize] as usize) {
                     tapflow_sys::cpu::prefetch(&self.index[n.hash as usize & self.mask]);
                 }
                 self.end(h, reason, out);
             }
+        }
+    }
+
+    /// Starts loading flow `i` for the idle sweep; its successor in its list (`NIL` past the end).
+    #[inline]
+    fn load_ahead(&self, i: u32) -> u32 {
+        match self.flows.get(i as usize) {
+            Some(f) => {
+                tapflow_sys::cpu::prefetch(f);
+                self.next[i as usize]
+            }
+            None => NIL,
         }
     }
 
