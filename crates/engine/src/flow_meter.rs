@@ -261,12 +261,11 @@ impl Batcher {
     /// At the end of a block: sends a partial batch that has waited [`HOLD_NS`]; reports a
     /// failure of an earlier send.
     fn flush_held(&mut self, mono: u64) -> Result<(), EngineError> {
-        if !self.batch.is_empty() {
-            if self.since == 0 {
-                self.since = mono;
-            } else if mono.saturating_sub(self.since) >= HOLD_NS {
-                self.send();
-            }
+        if !self.batch.is_empty() && self.since == 0 {
+            self.since = mono;
+        }
+        if self.held_due(mono) == Some(Duration::ZERO) {
+            self.send();
         }
         self.result()
     }
