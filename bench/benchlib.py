@@ -235,6 +235,15 @@ def warm(path: Path) -> None:
     top_up(path)
 
 
+def build_c(name: str, dest: Path) -> Path:
+    """Compiles bench/NAME.c with `cc -O2` into DEST/NAME and returns its path. Raises OSError
+    without cc, subprocess.CalledProcessError if it fails."""
+    out = dest / name
+    subprocess.run(["cc", "-O2", "-o", str(out), str(REPO / "bench" / f"{name}.c")], check=True,
+                   capture_output=True)
+    return out
+
+
 def top_up(path: Path) -> None:
     """Reads `path` through once more, so that pages the kernel dropped from the page cache
     since `warm()` are back before the next timed run, for every tool alike.

@@ -411,13 +411,13 @@ class Stream:
 
     def __init__(self, outdir: Path, trace: Path, pin: list[str]) -> None:
         self.trace, self.pin, self.ms = trace, pin, []
-        self.bin = outdir / "stream"
-        r = shutil.which("cc") and subprocess.run(
-            ["cc", "-O2", "-o", str(self.bin), str(bl.REPO / "bench" / "stream.c")], capture_output=True)
-        self.ok = bool(r) and r.returncode == 0
+        try:
+            self.bin: Path | None = bl.build_c("stream", outdir)
+        except (OSError, subprocess.CalledProcessError):
+            self.bin = None
 
     def measure(self) -> None:
-        if not self.ok:
+        if self.bin is None:
             return
         bl.top_up(self.trace)
         r = subprocess.run([*self.pin, str(self.bin), str(self.trace)], capture_output=True, text=True)

@@ -327,9 +327,7 @@ def main() -> None:
         atexit.register(shutil.rmtree, work, True)
     if "floor" in tools:
         bl.need("cc")
-        args.floor_bin = work / "floor"
-        subprocess.run(["cc", "-O2", "-o", str(args.floor_bin), str(bl.REPO / "bench" / "floor.c")],
-                       check=True)
+        args.floor_bin = bl.build_c("floor", work)
     args.nsng_bpf = work / "snap.bpf"
     args.nsng_bpf.write_text(subprocess.run(["tcpdump", "-dd", "-s", str(args.snaplen), ""],
                                             capture_output=True, text=True, check=True).stdout
