@@ -6,17 +6,17 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tapflow_engine::capture::{self, CaptureConfig, Input, RingGeometry};
 use tapflow_engine::control;
-use tapflow_engine::flow_export::{ExportConfig, ExportTarget, TextDest};
-use tapflow_engine::flow_meter::FlowConfig;
-use tapflow_engine::flow_table::{CLASSES, Class, TableConfig};
-use tapflow_engine::flow_text::TextFormat;
-use tapflow_engine::forward::{self, Balance, ForwardConfig};
 use tapflow_engine::naming::{output_path, part_path};
-use tapflow_engine::plan;
+use tapflow_engine::pipeline::{self, CaptureConfig, Input, RingGeometry};
+use tapflow_engine::sink::file::{Format, WriterConfig};
+use tapflow_engine::sink::flow::export::{ExportConfig, ExportTarget, TextDest};
+use tapflow_engine::sink::flow::meter::FlowConfig;
+use tapflow_engine::sink::flow::table::{CLASSES, Class, TableConfig};
+use tapflow_engine::sink::flow::text::TextFormat;
+use tapflow_engine::sink::forward::{self, Balance, ForwardConfig};
 use tapflow_engine::stop::Stop;
-use tapflow_engine::writer::{Format, WriterConfig};
+use tapflow_engine::tools::plan;
 use tapflow_wire::capfile::MAXIMUM_SNAPLEN;
 use tapflow_wire::rules::{Rule, parse_rules};
 use tapflow_wire::{datagram, record};
@@ -52,7 +52,7 @@ pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Fa
     };
     let mut status = StatusLine::new(&label, a.quiet, file_len);
     let quiet = a.quiet;
-    let mut announce = |r: &capture::Ready| {
+    let mut announce = |r: &pipeline::Ready| {
         // Like tcpdump's "listening on" line; tests and scripts wait for it. Files say nothing.
         if let Some(ring) = r.ring {
             eprintln!(
@@ -90,7 +90,7 @@ pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Fa
             eprintln!("tapflow: metrics on http://{a}/metrics");
         }
     };
-    let (summary, err) = capture::run(&cfg, stop, &mut announce, &mut |t| status.tick(t));
+    let (summary, err) = pipeline::run(&cfg, stop, &mut announce, &mut |t| status.tick(t));
     status.finish();
     if err.is_none() || summary.totals.received > 0 {
         eprintln!("{}", summary_line(&summary.totals));

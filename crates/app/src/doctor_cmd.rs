@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
-use tapflow_engine::doctor::{
+use tapflow_engine::tools::doctor::{
     self, Change, Finding, Fix, Intent, Outcome, Readings, Severity, warnings,
 };
 use tapflow_sys::ethtool::Support;
@@ -18,7 +18,12 @@ const WIDTH: usize = 100;
 
 /// Runs `tapflow doctor`.
 pub fn run(a: DoctorArgs) -> Result<ExitCode, Failure> {
-    in_range("--threads", a.threads, 1, tapflow_engine::plan::MAX_THREADS)?;
+    in_range(
+        "--threads",
+        a.threads,
+        1,
+        tapflow_engine::tools::plan::MAX_THREADS,
+    )?;
     let intent = Intent {
         threads: a.threads,
         snaplen: a.snaplen,

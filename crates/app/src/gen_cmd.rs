@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use tapflow_engine::generator::{self, GenConfig, Traffic};
+use tapflow_engine::tools::generator::{self, GenConfig, Traffic};
 use tapflow_wire::build::{FrameSpec, L4};
 use tapflow_wire::ethernet::EthernetAddress;
 

@@ -1,11 +1,11 @@
 //! `tapflow plan`: sizes the capture ring with the SEPCOM model adapted to TPACKET_V3 blocks
-//! (`tapflow_engine::plan`), and prints bounds, a geometry and the predicted losses.
+//! (`tapflow_engine::tools::plan`), and prints bounds, a geometry and the predicted losses.
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use tapflow_engine::plan::{self, Loss, Plan, RingBehaviour, RingGeometry, Workload};
+use tapflow_engine::tools::plan::{self, Loss, Plan, RingBehaviour, RingGeometry, Workload};
 use tapflow_wire::capfile::MAXIMUM_SNAPLEN;
 
 use crate::cli::PlanArgs;

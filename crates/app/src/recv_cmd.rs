@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use tapflow_engine::receiver::{self, Cidr, ReceiverConfig, ReceiverSummary};
-use tapflow_engine::writer::{Format, WriterConfig};
+use tapflow_engine::sink::file::{Format, WriterConfig};
 
 use crate::Failure;
 use crate::cli::RecvArgs;

@@ -5,11 +5,11 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use tapflow_engine::capture::{Summary, Tick};
 use tapflow_engine::counters::Totals;
-use tapflow_engine::flow_meter::FlowSummary;
-use tapflow_engine::forward::ForwardReport;
+use tapflow_engine::pipeline::{Summary, Tick};
 use tapflow_engine::rules::RuleListing;
+use tapflow_engine::sink::flow::meter::FlowSummary;
+use tapflow_engine::sink::forward::ForwardReport;
 
 use crate::Failure;
 

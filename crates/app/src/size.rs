@@ -1,7 +1,7 @@
 //! Sizes and rates on the command line: `4096`, `64K`, `1M`, `2G` (powers of 1024) for bytes,
 //! `200k`, `1.488M` (powers of 1000) for packet rates; and sizes printed back the same way.
 
-use tapflow_engine::plan;
+use tapflow_engine::tools::plan;
 
 /// `text` split into its number and its K, M or G suffix (lower case), if it has one.
 fn split_suffix(text: &str) -> (&str, Option<char>) {

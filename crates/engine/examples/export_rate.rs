@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tapflow_engine::flow_export::{
+use tapflow_engine::sink::flow::export::{
     BATCH, ExportConfig, ExportTarget, Exporter, MeterClock, Protocol,
 };
 use tapflow_wire::flowrecord::{EndReason, FlowRecord};

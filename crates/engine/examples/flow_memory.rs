@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use tapflow_engine::flow_table::{CLASSES, FlowTable, TableConfig};
+use tapflow_engine::sink::flow::table::{CLASSES, FlowTable, TableConfig};
 use tapflow_wire::flowkey::FlowFields;
 use tapflow_wire::flowrecord::EndReason;
 

@@ -6,22 +6,12 @@
 //! happens in one place, the kernel ring, where it is counted exactly.
 #![forbid(unsafe_code)]
 
-pub mod capture;
 pub mod control;
 pub mod counters;
-pub mod doctor;
 pub mod error;
-pub mod file_source;
-pub mod flow_export;
-pub mod flow_meter;
-pub mod flow_table;
-pub mod flow_text;
-pub mod forward;
-pub mod generator;
-pub mod live_source;
 pub mod metrics;
 pub mod naming;
-pub mod plan;
+pub mod pipeline;
 pub mod probe;
 pub mod receiver;
 pub mod record_builder;
@@ -30,8 +20,8 @@ mod server;
 pub mod sink;
 pub mod source;
 pub mod stop;
+pub mod tools;
 pub mod traffic;
 pub mod worker;
-pub mod writer;
 
 pub use error::EngineError;

@@ -22,11 +22,11 @@ use tapflow_wire::record::Records;
 
 use crate::EngineError;
 use crate::counters::Totals;
-use crate::flow_export::{Exporter, MeterClock};
-use crate::flow_meter::{FlowConfig, FlowMeter, FlowSummary};
 use crate::sink::RecordSink;
+use crate::sink::file::{FileSink, WriterConfig};
+use crate::sink::flow::export::{Exporter, MeterClock};
+use crate::sink::flow::meter::{FlowConfig, FlowMeter, FlowSummary};
 use crate::source::InterfaceInfo;
-use crate::writer::{FileSink, WriterConfig};
 
 /// Distinct probe interfaces accepted; more become bad datagrams.
 pub const MAX_INTERFACES: usize = 4096;
@@ -524,7 +524,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::writer::Format;
+    use crate::sink::file::Format;
     use tapflow_wire::datagram::{Builder, Header};
     use tapflow_wire::record::{ControlField, Flags, push_record};
 

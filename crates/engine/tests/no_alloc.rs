@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tapflow_engine::capture::{self, CaptureConfig, Input};
-use tapflow_engine::flow_export::{ExportConfig, ExportTarget, TextDest};
-use tapflow_engine::flow_meter::FlowConfig;
-use tapflow_engine::flow_table::{CLASSES, TableConfig};
-use tapflow_engine::flow_text::TextFormat;
-use tapflow_engine::forward::{Balance, ForwardConfig, payload_for_mtu};
+use tapflow_engine::pipeline::{self, CaptureConfig, Input};
+use tapflow_engine::sink::file::{Format, WriterConfig};
+use tapflow_engine::sink::flow::export::{ExportConfig, ExportTarget, TextDest};
+use tapflow_engine::sink::flow::meter::FlowConfig;
+use tapflow_engine::sink::flow::table::{CLASSES, TableConfig};
+use tapflow_engine::sink::flow::text::TextFormat;
+use tapflow_engine::sink::forward::{Balance, ForwardConfig, payload_for_mtu};
 use tapflow_engine::stop::Stop;
-use tapflow_engine::writer::{Format, WriterConfig};
 use tapflow_wire::LinkType;
 use tapflow_wire::build::{self, FrameSpec, L4};
 use tapflow_wire::rules::Rule;
@@ -133,7 +133,7 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
     };
     let stop = Arc::new(Stop::new().unwrap());
     let before = ALLOCS.load(Ordering::Relaxed);
-    let (summary, err) = capture::run(&cfg, &stop, &mut |_| {}, &mut |_| None);
+    let (summary, err) = pipeline::run(&cfg, &stop, &mut |_| {}, &mut |_| None);
     let after = ALLOCS.load(Ordering::Relaxed);
     assert!(err.is_none(), "{err:?}");
     if flows {

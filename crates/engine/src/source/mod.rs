@@ -1,5 +1,8 @@
 //! The packet-source trait: live rings, capture files, and (later) AF_XDP.
 
+pub mod file;
+pub mod ring;
+
 use tapflow_wire::{Flags, LinkType};
 
 use crate::EngineError;

@@ -19,8 +19,8 @@ use tapflow_wire::flowrecord::FlowRecord;
 use tapflow_wire::{ipfix, netflow5, netflow9};
 
 use crate::EngineError;
-use crate::flow_text::TextFormat;
-use crate::forward::{MIN_MTU, payload_for_mtu};
+use crate::sink::flow::text::TextFormat;
+use crate::sink::forward::{MIN_MTU, payload_for_mtu};
 
 /// Records per batch from a worker. Each batch handed over wakes the exporter (two context
 /// switches when it shares the worker's core), so batches are large: with 8192 instead of

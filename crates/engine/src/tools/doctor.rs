@@ -407,7 +407,7 @@ fn rx_ring(r: &Readings) -> Finding {
     let hold = |n: u32| match r.speed_mbps {
         Some(s) if s > 0 => format!(
             "{:.0} µs of minimum-size frames at {s} Mbit/s",
-            f64::from(n) / crate::plan::line_rate_pps(f64::from(s), 64) * 1e6
+            f64::from(n) / crate::tools::plan::line_rate_pps(f64::from(s), 64) * 1e6
         ),
         _ => format!("{n} frames"),
     };

@@ -3,6 +3,10 @@
 //! A sink that must wait for a device or a network does that in a thread of its own. A new
 //! output is one new `RecordSink`, and a variant of [`Sink`].
 
+pub mod file;
+pub mod flow;
+pub mod forward;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -10,10 +14,10 @@ use tapflow_wire::record::ControlField;
 
 use crate::EngineError;
 use crate::counters::Totals;
-use crate::flow_meter::FlowMeter;
-use crate::forward::ForwardSink;
+use crate::sink::file::FileSink;
+use crate::sink::flow::meter::FlowMeter;
+use crate::sink::forward::ForwardSink;
 use crate::source::InterfaceInfo;
-use crate::writer::FileSink;
 
 /// A consumer of header records, owned by one worker.
 pub trait RecordSink: Send + std::fmt::Debug {
@@ -159,7 +163,7 @@ pub struct SinkReport {
     /// Records the sink could not deliver (counted, never retried).
     pub failed: u64,
     /// What a forwarding sink sent, per collector.
-    pub forward: Option<crate::forward::ForwardReport>,
+    pub forward: Option<crate::sink::forward::ForwardReport>,
     /// What a flow meter counted.
-    pub flows: Option<crate::flow_meter::MeterStats>,
+    pub flows: Option<crate::sink::flow::meter::MeterStats>,
 }

@@ -23,8 +23,10 @@ use tapflow_wire::record::ControlField;
 
 use crate::EngineError;
 use crate::counters::Totals;
-use crate::flow_export::{BATCH, ExportConfig, ExportQueue, ExportReport, Exporter, MeterClock};
-use crate::flow_table::{FlowTable, TableConfig, TableStats};
+use crate::sink::flow::export::{
+    BATCH, ExportConfig, ExportQueue, ExportReport, Exporter, MeterClock,
+};
+use crate::sink::flow::table::{FlowTable, TableConfig, TableStats};
 use crate::sink::{RecordSink, SinkLive, SinkReport};
 use crate::source::InterfaceInfo;
 
@@ -403,7 +405,7 @@ impl RecordSink for FlowMeter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow_table::CLASSES;
+    use crate::sink::flow::table::CLASSES;
     use tapflow_wire::record::Flags;
 
     const S: u64 = 1_000_000_000;

@@ -17,22 +17,22 @@ use tapflow_wire::rules::Rule;
 use crate::EngineError;
 use crate::control::ControlServer;
 use crate::counters::{SharedTotals, Totals};
-use crate::file_source::FileSource;
-use crate::flow_export::{Exporter, MeterClock};
-use crate::flow_meter::{FlowConfig, FlowSummary};
-use crate::forward::{ForwardConfig, ForwardReport, ForwardSink};
-use crate::live_source::LiveSource;
 use crate::metrics::MetricsServer;
 use crate::probe::ProbeState;
 use crate::rules::{self, LiveRules, RuleListing};
 use crate::sink::Sink;
+use crate::sink::file::{FileSink, WriterConfig};
+use crate::sink::flow::export::{Exporter, MeterClock};
+use crate::sink::flow::meter::{FlowConfig, FlowSummary};
+use crate::sink::forward::{ForwardConfig, ForwardReport, ForwardSink};
 use crate::source::PacketSource;
+use crate::source::file::FileSource;
+use crate::source::ring::LiveSource;
 use crate::stop::Stop;
 use crate::traffic::SharedStats;
 use crate::worker::{Worker, WorkerConfig, WorkerReport};
-use crate::writer::{FileSink, WriterConfig};
 
-pub use crate::plan::RingGeometry;
+pub use crate::tools::plan::RingGeometry;
 
 /// Where packets come from.
 #[derive(Debug, Clone)]
