@@ -15,6 +15,7 @@ use tapflow_engine::sink::flow::meter::FlowConfig;
 use tapflow_engine::sink::flow::table::{CLASSES, Class, TableConfig};
 use tapflow_engine::sink::flow::text::TextFormat;
 use tapflow_engine::sink::forward::{self, Balance, ForwardConfig};
+use tapflow_engine::source::ring::RingInput;
 use tapflow_engine::stop::Stop;
 use tapflow_engine::tools::plan;
 use tapflow_wire::capfile::MAXIMUM_SNAPLEN;
@@ -44,7 +45,7 @@ pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Fa
         check_writable(base, &cfg)?;
     }
     let (label, file_len) = match &cfg.input {
-        Input::Live { ifname, .. } => (format!("capturing on {ifname}"), None),
+        Input::Live(RingInput { ifname, .. }) => (format!("capturing on {ifname}"), None),
         Input::File(p) => (
             format!("reading {}", p.display()),
             std::fs::metadata(p).ok().map(|m| m.len()),
@@ -151,13 +152,13 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
             let fanout_group = a
                 .fanout_group
                 .unwrap_or((std::process::id() & 0xffff) as u16);
-            Input::Live {
+            Input::Live(RingInput {
                 ifname: ifname.clone(),
                 threads: a.threads,
                 ring,
                 fanout_group,
                 promiscuous: !a.no_promiscuous,
-            }
+            })
         }
         (None, Some(path)) => {
             if a.threads != 1 {
@@ -382,7 +383,7 @@ fn check_writable(base: &std::path::Path, cfg: &CaptureConfig) -> Result<(), Fai
         .file
         .as_ref()
         .is_some_and(|f| f.rotate_bytes.is_some() || f.rotate_every.is_some());
-    let multi = matches!(cfg.input, Input::Live { threads, .. } if threads > 1);
+    let multi = matches!(&cfg.input, Input::Live(r) if r.threads > 1);
     let probe = part_path(&output_path(
         base,
         multi.then_some(0),

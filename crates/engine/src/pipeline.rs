@@ -1,16 +1,15 @@
-//! A whole capture: N workers (one per fanout member, or one over a file), each with its own
-//! sinks, and a monitor loop on the caller's thread for the status line and the stop conditions.
+//! The run every input shares: one worker per source (a fanout member, a file, a datagram
+//! socket), each feeding its own sinks; the exporter, the control socket and `/metrics`; and a
+//! monitor on the caller's thread for the status line and the stop conditions.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tapflow_sys::bpf;
 use tapflow_sys::mmap::MappedFile;
-use tapflow_sys::ring::{Fanout, FanoutMode, RxRing, RxRingConfig};
 use tapflow_wire::LinkType;
 use tapflow_wire::rules::Rule;
 
@@ -19,15 +18,14 @@ use crate::control::ControlServer;
 use crate::counters::{SharedTotals, Totals};
 use crate::metrics::MetricsServer;
 use crate::probe::ProbeState;
-use crate::rules::{self, LiveRules, RuleListing};
+use crate::rules::RuleListing;
 use crate::sink::Sink;
 use crate::sink::file::{FileSink, WriterConfig};
 use crate::sink::flow::export::{Exporter, MeterClock};
 use crate::sink::flow::meter::{FlowConfig, FlowSummary};
 use crate::sink::forward::{ForwardConfig, ForwardReport, ForwardSink};
-use crate::source::PacketSource;
-use crate::source::file::FileSource;
-use crate::source::ring::LiveSource;
+use crate::source::ring::RingInput;
+use crate::source::{self, Opened, PacketSource};
 use crate::stop::Stop;
 use crate::traffic::SharedStats;
 use crate::worker::{Worker, WorkerConfig, WorkerReport};
@@ -38,18 +36,7 @@ pub use crate::tools::plan::RingGeometry;
 #[derive(Debug, Clone)]
 pub enum Input {
     /// A live interface.
-    Live {
-        /// Interface name.
-        ifname: String,
-        /// Number of workers in the fanout group.
-        threads: usize,
-        /// Ring geometry per worker.
-        ring: RingGeometry,
-        /// `PACKET_FANOUT` group id.
-        fanout_group: u16,
-        /// Put the interface in promiscuous mode while capturing.
-        promiscuous: bool,
-    },
+    Live(RingInput),
     /// A pcap or pcapng file.
     File(PathBuf),
 }
@@ -151,62 +138,29 @@ pub fn run(
     tick: &mut dyn FnMut(&Tick) -> Option<Duration>,
 ) -> (Summary, Option<EngineError>) {
     let started = Instant::now();
-    let exporter = match &cfg.flows {
-        Some(f) => match Exporter::start(&f.export, meter_clock(&cfg.input)) {
-            Ok(x) => Some(x),
-            Err(e) => return (Summary::default(), Some(e)),
-        },
-        None => None,
-    };
-    let (mut summary, err) = match &cfg.input {
-        Input::Live {
-            ifname,
-            threads,
+    let opened = match &cfg.input {
+        Input::Live(ring) => source::ring::open(
             ring,
-            fanout_group,
-            promiscuous,
-        } => run_live(
-            cfg,
-            LiveInput {
-                ifname,
-                threads: *threads,
-                ring: *ring,
-                fanout_group: *fanout_group,
-                promiscuous: *promiscuous,
-            },
-            exporter.as_ref(),
+            cfg.snaplen,
+            cfg.filter.as_deref(),
+            cfg.rules.clone(),
             stop,
-            ready,
-            tick,
-            started,
         ),
-        Input::File(path) => run_file(cfg, path, exporter.as_ref(), stop, ready, tick, started),
+        Input::File(path) => {
+            let map = match MappedFile::open(path) {
+                Ok(m) => m,
+                Err(e) => return (Summary::default(), Some(e.into())),
+            };
+            return match source::file::open(&map, cfg.snaplen, cfg.rules.clone()) {
+                Ok(o) => run_opened(cfg, o, stop, ready, tick, started),
+                Err(e) => (Summary::default(), Some(e)),
+            };
+        }
     };
-    if let Some(x) = exporter {
-        summary
-            .flows
-            .get_or_insert_with(FlowSummary::default)
-            .export = x.finish();
+    match opened {
+        Ok(o) => run_opened(cfg, o, stop, ready, tick, started),
+        Err(e) => (Summary::default(), Some(e)),
     }
-    summary.seconds = started.elapsed().as_secs_f64();
-    (summary, err)
-}
-
-struct LiveInput<'a> {
-    ifname: &'a str,
-    threads: usize,
-    ring: RingGeometry,
-    fanout_group: u16,
-    promiscuous: bool,
-}
-
-/// The live rules of a capture: `-f` first, then the rules, in one kernel program.
-fn live_rules(cfg: &CaptureConfig, workers: usize) -> Result<Arc<LiveRules>, EngineError> {
-    let base = match &cfg.filter {
-        Some(expr) => Some(rules::compile_expr(expr, LinkType::Ethernet, cfg.snaplen)?),
-        None => None,
-    };
-    LiveRules::new(cfg.rules.clone(), workers, cfg.snaplen, base)
 }
 
 /// The control socket and metrics endpoint a capture asked for.
@@ -224,107 +178,105 @@ fn start_servers(cfg: &CaptureConfig, probe: &Arc<ProbeState>) -> Result<Servers
     Ok((control, metrics))
 }
 
-fn open_rings(
-    li: &LiveInput<'_>,
-    program: &[bpf::Instruction],
-) -> Result<Vec<RxRing>, EngineError> {
-    let fanout = (li.threads > 1).then_some(Fanout {
-        group_id: li.fanout_group,
-        mode: FanoutMode::Hash,
-        defrag: true,
-    });
-    (0..li.threads)
-        .map(|_| {
-            let rc = RxRingConfig {
-                block_size: li.ring.block_size,
-                block_count: li.ring.block_count,
-                retire_tov_ms: li.ring.retire_ms,
-                filter: program.to_vec(),
-                fanout,
-                hw_timestamps: true,
-                fill_rxhash: false,
-                promiscuous: li.promiscuous,
-            };
-            RxRing::open(li.ifname, &rc).map_err(EngineError::from)
-        })
-        .collect()
-}
-
-fn run_live(
+/// Runs an opened input: [`run`]'s work once the sources exist, for any kind of source.
+pub fn run_opened<S: PacketSource + Send>(
     cfg: &CaptureConfig,
-    li: LiveInput<'_>,
-    exporter: Option<&Exporter>,
+    opened: Opened<S>,
     stop: &Arc<Stop>,
     ready: &mut dyn FnMut(&Ready),
     tick: &mut dyn FnMut(&Tick) -> Option<Duration>,
     started: Instant,
 ) -> (Summary, Option<EngineError>) {
-    let opened = (|| {
-        let rules = live_rules(cfg, li.threads)?;
-        let rings = open_rings(&li, &rules.kernel_program())?;
-        rules.attach(
-            rings
-                .iter()
-                .map(RxRing::filter_handle)
-                .collect::<Result<_, _>>()?,
-        );
-        let shared: Vec<_> = (0..rings.len())
-            .map(|_| {
-                (
-                    Arc::<SharedTotals>::default(),
-                    Arc::<SharedStats>::default(),
-                )
-            })
-            .collect();
-        let probe = Arc::new(ProbeState::new(shared.clone(), Some(Arc::clone(&rules))));
-        let servers = start_servers(cfg, &probe)?;
-        Ok::<_, EngineError>((rules, rings, shared, servers))
-    })();
-    let (rules, rings, shared, servers) = match opened {
-        Ok(s) => s,
-        Err(e) => return (Summary::default(), Some(e)),
-    };
-    let hw_timestamps = rings.iter().all(|r| r.hw_timestamps());
-    ready(&Ready {
-        input: li.ifname.to_string(),
-        linktype: LinkType::Ethernet,
-        snaplen: cfg.snaplen,
-        workers: rings.len(),
-        ring: Some(li.ring),
+    let Opened {
+        sources,
+        input,
+        linktype,
+        ring,
         hw_timestamps,
-        rules: cfg.rules.is_some().then(|| rules.list()),
+        rules,
+        filter_in_user_space,
+        realtime,
+        drain_quiet,
+        progress,
+    } = opened;
+    // A file's flows end by the file's own clock; a live input's also while it is quiet.
+    let clock = if realtime {
+        MeterClock::Wall
+    } else {
+        MeterClock::Packets
+    };
+    let exporter = match &cfg.flows {
+        Some(f) => match Exporter::start(&f.export, clock) {
+            Ok(x) => Some(x),
+            Err(e) => return (Summary::default(), Some(e)),
+        },
+        None => None,
+    };
+    let workers = sources.len();
+    let shared: Vec<(Arc<SharedTotals>, Arc<SharedStats>)> =
+        (0..workers).map(|_| Default::default()).collect();
+    let probe = Arc::new(ProbeState::new(shared.clone(), rules.clone()));
+    let servers = match start_servers(cfg, &probe) {
+        Ok(s) => s,
+        Err(e) => return finish(Summary::default(), Some(e), exporter, started),
+    };
+    ready(&Ready {
+        input,
+        linktype,
+        snaplen: cfg.snaplen,
+        workers,
+        ring,
+        hw_timestamps,
+        rules: rules
+            .as_ref()
+            .filter(|_| cfg.rules.is_some())
+            .map(|r| r.list()),
         control: servers.0.as_ref().map(|c| c.path().to_path_buf()),
         metrics: servers.1.as_ref().map(MetricsServer::addr),
     });
+    let multi = workers > 1;
+    let mut all_sinks = Vec::with_capacity(workers);
+    for k in 0..workers {
+        match sinks_for(
+            cfg,
+            multi.then_some(k),
+            workers,
+            exporter.as_ref(),
+            clock,
+            realtime,
+        ) {
+            Ok(s) => all_sinks.push(s),
+            Err(e) => return finish(Summary::default(), Some(e), exporter, started),
+        }
+    }
     let limit = cfg.count.map(|n| Arc::new(AtomicU64::new(n)));
     let wcfg = WorkerConfig {
         snaplen: cfg.snaplen,
-        drain_quiet: Duration::from_millis(u64::from(li.ring.retire_ms) * 3 + 20),
+        drain_quiet,
     };
-    let multi = rings.len() > 1;
-    let mut all_sinks = Vec::new();
-    for k in 0..rings.len() {
-        match sinks_for(cfg, multi.then_some(k), rings.len(), exporter) {
-            Ok(s) => all_sinks.push(s),
-            Err(e) => return (Summary::default(), Some(e)),
-        }
-    }
+    // Traffic statistics cost a few ns per packet: paid only when they are served.
+    let served = servers.0.is_some() || servers.1.is_some();
     let (done_tx, done_rx) = mpsc::channel();
     let (mut summary, err) = thread::scope(|s| {
-        let mut handles = Vec::new();
-        for ((k, ring), sinks) in rings.into_iter().enumerate().zip(all_sinks) {
-            let source = LiveSource::new(ring, li.ifname, cfg.snaplen, cfg.filter.clone())
-                .with_stop(Arc::clone(stop));
-            let worker = Worker::new(
+        let mut handles = Vec::with_capacity(workers);
+        for ((k, source), sinks) in sources.into_iter().enumerate().zip(all_sinks) {
+            let mut worker = Worker::new(
                 source,
                 sinks,
                 wcfg.clone(),
                 Arc::clone(&shared[k].0),
                 limit.clone(),
                 Arc::clone(stop),
-            )
-            .with_rules(rules.reader(k))
-            .with_stats(Arc::clone(&shared[k].1));
+            );
+            if served {
+                worker = worker.with_stats(Arc::clone(&shared[k].1));
+            }
+            if let Some(r) = &rules {
+                worker = worker.with_rules(r.reader(k));
+            }
+            if let (true, Some(expr)) = (filter_in_user_space, &cfg.filter) {
+                worker = worker.with_filter(expr);
+            }
             let w = thread::Builder::new()
                 .name(format!("tapflow-w{k}"))
                 .spawn_scoped(s, {
@@ -335,123 +287,33 @@ fn run_live(
             handles.push(w);
         }
         let totals: Vec<_> = shared.iter().map(|(t, _)| Arc::clone(t)).collect();
-        monitor(cfg, stop, tick, started, &totals, None, &done_rx);
+        let progress = progress
+            .as_ref()
+            .map(|(done, total)| (Arc::clone(done), *total));
+        monitor(cfg, stop, tick, started, &totals, progress, &done_rx);
         collect(handles)
     });
     drop(servers);
-    summary.rules = Some(rules.list()).filter(|l| l.active);
+    summary.rules = rules.map(|r| r.list()).filter(|l| l.active);
     summary.hw_timestamps = hw_timestamps;
-    (summary, err)
+    finish(summary, err, exporter, started)
 }
 
-fn run_file(
-    cfg: &CaptureConfig,
-    path: &Path,
-    exporter: Option<&Exporter>,
-    stop: &Arc<Stop>,
-    ready: &mut dyn FnMut(&Ready),
-    tick: &mut dyn FnMut(&Tick) -> Option<Duration>,
+/// Waits for the exporter to send everything, and completes the summary.
+fn finish(
+    mut summary: Summary,
+    err: Option<EngineError>,
+    exporter: Option<Exporter>,
     started: Instant,
 ) -> (Summary, Option<EngineError>) {
-    let map = match MappedFile::open(path) {
-        Ok(m) => m,
-        Err(e) => return (Summary::default(), Some(e.into())),
-    };
-    let source = match FileSource::new(&map) {
-        Ok(s) => s,
-        Err(e) => return (Summary::default(), Some(e)),
-    };
-    let position = source.position();
-    let total = source.len();
-    // A file has no kernel filter: its rules, if any, are matched in user space only.
-    let rules = match &cfg.rules {
-        Some(r) => match LiveRules::new(Some(r.clone()), 1, cfg.snaplen, None) {
-            Ok(l) => Some(l),
-            Err(e) => return (Summary::default(), Some(e)),
-        },
-        None => None,
-    };
-    let shared = (
-        Arc::<SharedTotals>::default(),
-        Arc::<SharedStats>::default(),
-    );
-    let probe = Arc::new(ProbeState::new(vec![shared.clone()], rules.clone()));
-    let servers = match start_servers(cfg, &probe) {
-        Ok(s) => s,
-        Err(e) => return (Summary::default(), Some(e)),
-    };
-    ready(&Ready {
-        input: path.display().to_string(),
-        linktype: source
-            .interfaces()
-            .first()
-            .map_or(LinkType::Ethernet, |i| i.linktype),
-        snaplen: cfg.snaplen,
-        workers: 1,
-        ring: None,
-        hw_timestamps: false,
-        rules: rules.as_ref().map(|r| r.list()),
-        control: servers.0.as_ref().map(|c| c.path().to_path_buf()),
-        metrics: servers.1.as_ref().map(MetricsServer::addr),
-    });
-    let sinks = match sinks_for(cfg, None, 1, exporter) {
-        Ok(s) => s,
-        Err(e) => return (Summary::default(), Some(e)),
-    };
-    let limit = cfg.count.map(|n| Arc::new(AtomicU64::new(n)));
-    let wcfg = WorkerConfig {
-        snaplen: cfg.snaplen,
-        drain_quiet: Duration::ZERO,
-    };
-    let (done_tx, done_rx) = mpsc::channel();
-    let result = thread::scope(|s| {
-        let (totals, stats) = shared;
-        let mut worker = Worker::new(
-            source,
-            sinks,
-            wcfg,
-            Arc::clone(&totals),
-            limit,
-            Arc::clone(stop),
-        );
-        // Traffic statistics cost a few ns per packet: a file pays only when they are served.
-        if servers.0.is_some() || servers.1.is_some() {
-            worker = worker.with_stats(stats);
-        }
-        if let Some(r) = &rules {
-            worker = worker.with_rules(r.reader(0));
-        }
-        if let Some(expr) = &cfg.filter {
-            worker = worker.with_filter(expr);
-        }
-        let w = thread::Builder::new()
-            .name("tapflow-w0".into())
-            .spawn_scoped(s, move || run_worker(worker, &done_tx))
-            .expect("spawning a worker thread");
-        let progress = || Some((position.load(Ordering::Relaxed), total));
-        monitor(
-            cfg,
-            stop,
-            tick,
-            started,
-            &[totals],
-            Some(&progress),
-            &done_rx,
-        );
-        collect(vec![w])
-    });
-    drop(servers);
-    let (mut summary, err) = result;
-    summary.rules = rules.map(|r| r.list());
-    (summary, err)
-}
-
-/// A file's flows end by the file's own clock; a live link's also while it is quiet.
-fn meter_clock(input: &Input) -> MeterClock {
-    match input {
-        Input::Live { .. } => MeterClock::Wall,
-        Input::File(_) => MeterClock::Packets,
+    if let Some(x) = exporter {
+        summary
+            .flows
+            .get_or_insert_with(FlowSummary::default)
+            .export = x.finish();
     }
+    summary.seconds = started.elapsed().as_secs_f64();
+    (summary, err)
 }
 
 /// The sinks of one worker's output thread.
@@ -460,17 +322,18 @@ fn sinks_for(
     worker: Option<usize>,
     workers: usize,
     exporter: Option<&Exporter>,
+    clock: MeterClock,
+    write_ahead: bool,
 ) -> Result<Vec<Sink>, EngineError> {
     let mut sinks = Vec::new();
     if let Some(file) = &cfg.file {
         let mut wc = file.clone();
         wc.worker = worker;
         let sink = FileSink::new(wc);
-        // A ring's records come from another CPU's cache, leaving the memory path to the
-        // output buffer; a file's bytes stream from memory and need it themselves.
-        sinks.push(Sink::File(match cfg.input {
-            Input::Live { .. } => sink.with_write_ahead(),
-            Input::File(_) => sink,
+        sinks.push(Sink::File(if write_ahead {
+            sink.with_write_ahead()
+        } else {
+            sink
         }));
     }
     if let Some(fwd) = &cfg.forward {
@@ -479,7 +342,6 @@ fn sinks_for(
         sinks.push(Sink::Forward(ForwardSink::new(fc)?));
     }
     if let (Some(flows), Some(x)) = (&cfg.flows, exporter) {
-        let clock = meter_clock(&cfg.input);
         sinks.push(Sink::Flows(flows.meter(workers, worker, clock, x)));
     }
     Ok(sinks)
@@ -508,7 +370,7 @@ fn monitor(
     tick: &mut dyn FnMut(&Tick) -> Option<Duration>,
     started: Instant,
     shared: &[Arc<SharedTotals>],
-    progress: Option<&dyn Fn() -> Option<(u64, u64)>>,
+    progress: Option<(Arc<AtomicU64>, u64)>,
     done: &mpsc::Receiver<()>,
 ) {
     let deadline = cfg.duration.map(|d| started + d);
@@ -548,7 +410,9 @@ fn monitor(
         }
         next_tick = tick(&Tick {
             totals,
-            progress: progress.and_then(|p| p()),
+            progress: progress
+                .as_ref()
+                .map(|(done, total)| (done.load(Ordering::Relaxed), *total)),
             elapsed: started.elapsed(),
         })
         .map(|wait| now + wait);

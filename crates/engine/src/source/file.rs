@@ -9,7 +9,38 @@ use tapflow_wire::capfile::{FileError, FilePacket, Reader};
 use tapflow_wire::record::Direction;
 
 use crate::EngineError;
-use crate::source::{InterfaceInfo, Packet, PacketSource, Progress, SourceStats};
+use crate::rules::LiveRules;
+use crate::source::{InterfaceInfo, Opened, Packet, PacketSource, Progress, SourceStats};
+use tapflow_wire::rules::Rule;
+
+/// Opens a mapped capture file as the input of one worker. A file has no kernel filter: its
+/// rules, if any, and a `-f` expression run in user space.
+pub fn open(
+    map: &MappedFile,
+    snaplen: u32,
+    rules: Option<Vec<Rule>>,
+) -> Result<Opened<FileSource<'_>>, EngineError> {
+    let source = FileSource::new(map)?;
+    let rules = match rules {
+        Some(r) => Some(LiveRules::new(Some(r), 1, snaplen, None)?),
+        None => None,
+    };
+    Ok(Opened {
+        input: map.path().display().to_string(),
+        linktype: source
+            .interfaces()
+            .first()
+            .map_or(tapflow_wire::LinkType::Ethernet, |i| i.linktype),
+        ring: None,
+        hw_timestamps: false,
+        rules,
+        filter_in_user_space: true,
+        realtime: false,
+        drain_quiet: std::time::Duration::ZERO,
+        progress: Some((source.position(), source.len())),
+        sources: vec![source],
+    })
+}
 
 /// Packets delivered per block.
 const BLOCK_PACKETS: usize = 4096;

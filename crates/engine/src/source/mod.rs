@@ -1,11 +1,19 @@
-//! The packet-source trait: live rings, capture files, and (later) AF_XDP.
+//! Where packets come from: the [`PacketSource`] trait, and what an input becomes when it is
+//! opened for a run ([`Opened`]): one source per worker. A new source is one new file here
+//! that implements the trait and has an `open` function, and one line in
+//! [`crate::pipeline::run`] (or its own command) that calls it.
 
 pub mod file;
 pub mod ring;
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
 use tapflow_wire::{Flags, LinkType};
 
 use crate::EngineError;
+use crate::rules::LiveRules;
+use crate::tools::plan::RingGeometry;
 
 /// One packet as a source delivers it, borrowed from the source's memory.
 #[derive(Debug, Clone, Copy)]
@@ -96,4 +104,33 @@ pub trait PacketSource {
     fn progress(&self) -> Option<(u64, u64)> {
         None
     }
+}
+
+/// An input opened for a run: one source per worker, and what the run needs to know of it.
+#[derive(Debug)]
+pub struct Opened<S> {
+    /// One source per worker.
+    pub sources: Vec<S>,
+    /// The input's name: an interface, a file path, a listening address.
+    pub input: String,
+    /// Link type of the (first) interface.
+    pub linktype: LinkType,
+    /// Ring geometry of each worker, for a ring.
+    pub ring: Option<RingGeometry>,
+    /// Whether the NIC's clock stamps packets.
+    pub hw_timestamps: bool,
+    /// The rules: attached to the sources' kernel filters, or matched in user space. A live
+    /// input always has them (they can be given later through the control socket).
+    pub rules: Option<Arc<LiveRules>>,
+    /// Whether a `-f` expression must run in user space (no kernel filter ran it).
+    pub filter_in_user_space: bool,
+    /// Whether packets arrive in real time (a link, a socket) rather than from a file: flows
+    /// then also end by the wall clock while the input is quiet, and a file sink loads its
+    /// output buffer ahead, since the input comes from another CPU's cache and leaves it the
+    /// memory path.
+    pub realtime: bool,
+    /// How long a drain waits for the source to stay quiet before it concludes it is empty.
+    pub drain_quiet: std::time::Duration,
+    /// Bytes of input done (shared with the source) and the total, for a progress bar.
+    pub progress: Option<(Arc<AtomicU64>, u64)>,
 }

@@ -1,16 +1,102 @@
 //! A live interface as a packet source: one AF_PACKET TPACKET_V3 ring (one fanout member).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tapflow_sys::bpf;
 use tapflow_sys::iface::LinkCounters;
-use tapflow_sys::ring::{self, RxRing};
+use tapflow_sys::ring::{self, Fanout, FanoutMode, RxRing, RxRingConfig};
 use tapflow_wire::record::{Direction, TsSource};
+use tapflow_wire::rules::Rule;
 use tapflow_wire::{Flags, LinkType};
 
 use crate::EngineError;
-use crate::source::{InterfaceInfo, Packet, PacketSource, Progress, SourceStats};
+use crate::rules::{self, LiveRules};
+use crate::source::{InterfaceInfo, Opened, Packet, PacketSource, Progress, SourceStats};
 use crate::stop::Stop;
+use crate::tools::plan::RingGeometry;
+
+/// A live interface to capture on.
+#[derive(Debug, Clone)]
+pub struct RingInput {
+    /// Interface name.
+    pub ifname: String,
+    /// Number of workers in the fanout group.
+    pub threads: usize,
+    /// Ring geometry per worker.
+    pub ring: RingGeometry,
+    /// `PACKET_FANOUT` group id.
+    pub fanout_group: u16,
+    /// Put the interface in promiscuous mode while capturing.
+    pub promiscuous: bool,
+}
+
+/// Opens one ring per worker on the interface, in one fanout group, each behind one kernel
+/// program: the tcpdump expression `filter` first, then the rules (which the control socket
+/// can change later). A stop raised later wakes a worker waiting on its ring.
+pub fn open(
+    input: &RingInput,
+    snaplen: u32,
+    filter: Option<&str>,
+    rules: Option<Vec<Rule>>,
+    stop: &Arc<Stop>,
+) -> Result<Opened<LiveSource>, EngineError> {
+    let base = match filter {
+        Some(expr) => Some(rules::compile_expr(expr, LinkType::Ethernet, snaplen)?),
+        None => None,
+    };
+    let rules = LiveRules::new(rules, input.threads, snaplen, base)?;
+    let rings = open_rings(input, &rules.kernel_program())?;
+    rules.attach(
+        rings
+            .iter()
+            .map(RxRing::filter_handle)
+            .collect::<Result<_, _>>()?,
+    );
+    let hw_timestamps = rings.iter().all(RxRing::hw_timestamps);
+    let sources = rings
+        .into_iter()
+        .map(|r| {
+            LiveSource::new(r, &input.ifname, snaplen, filter.map(str::to_string))
+                .with_stop(Arc::clone(stop))
+        })
+        .collect();
+    Ok(Opened {
+        sources,
+        input: input.ifname.clone(),
+        linktype: LinkType::Ethernet,
+        ring: Some(input.ring),
+        hw_timestamps,
+        rules: Some(rules),
+        filter_in_user_space: false,
+        realtime: true,
+        drain_quiet: Duration::from_millis(u64::from(input.ring.retire_ms) * 3 + 20),
+        progress: None,
+    })
+}
+
+fn open_rings(input: &RingInput, program: &[bpf::Instruction]) -> Result<Vec<RxRing>, EngineError> {
+    let fanout = (input.threads > 1).then_some(Fanout {
+        group_id: input.fanout_group,
+        mode: FanoutMode::Hash,
+        defrag: true,
+    });
+    (0..input.threads)
+        .map(|_| {
+            let rc = RxRingConfig {
+                block_size: input.ring.block_size,
+                block_count: input.ring.block_count,
+                retire_tov_ms: input.ring.retire_ms,
+                filter: program.to_vec(),
+                fanout,
+                hw_timestamps: true,
+                fill_rxhash: false,
+                promiscuous: input.promiscuous,
+            };
+            RxRing::open(&input.ifname, &rc).map_err(EngineError::from)
+        })
+        .collect()
+}
 
 /// A ring and the counters read from it.
 #[derive(Debug)]
