@@ -50,6 +50,7 @@ pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Fa
             format!("reading {}", p.display()),
             std::fs::metadata(p).ok().map(|m| m.len()),
         ),
+        Input::Datagrams(d) => (format!("receiving on {}", d.listen), None),
     };
     let mut status = StatusLine::new(&label, a.quiet, file_len);
     let quiet = a.quiet;

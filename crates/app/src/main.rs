@@ -116,7 +116,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Capture(args) => capture_cmd::run(args, &stop, false),
         Command::Flows(args) => capture_cmd::run(args, &stop, true),
-        Command::Recv(args) => recv_cmd::run(args, stop.flag()),
+        Command::Recv(args) => recv_cmd::run(args, &stop),
         Command::Gen(args) => gen_cmd::run(args, stop.flag()),
         Command::Rules(args) => rules_cmd::run(args),
         Command::Stats(args) => stats_cmd::run(args, stop.flag()),

@@ -1,45 +1,69 @@
 //! `tapflow recv`: checks the request, runs the receiver, prints the per-probe accounting.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tapflow_engine::receiver::{self, Cidr, ReceiverConfig, ReceiverSummary};
+use tapflow_engine::pipeline::{self, CaptureConfig, Input};
 use tapflow_engine::sink::file::{Format, WriterConfig};
+use tapflow_engine::sink::flow::meter::FlowSummary;
+use tapflow_engine::source::datagrams::{self, Cidr, DatagramInput, Ledger};
+use tapflow_engine::stop::Stop;
 
 use crate::Failure;
 use crate::cli::RecvArgs;
 use crate::report::json_string;
 
-pub fn run(a: RecvArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
-    let cfg = config(&a)?;
+/// What a receiver run did: the source's ledger, and what the pipeline wrote.
+#[derive(Debug, Default)]
+struct ReceiverSummary {
+    ledger: Ledger,
+    files: Vec<PathBuf>,
+    seconds: f64,
+    flows: Option<FlowSummary>,
+}
+
+pub fn run(a: RecvArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let cfg = config(&a, &ledger)?;
     let quiet = a.quiet;
-    let mut ready = |addr: std::net::SocketAddr, rcvbuf: usize| {
+    let read = || {
+        ledger
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    };
+    let mut ready = |_: &pipeline::Ready| {
+        let l = read();
         // Tests and scripts wait for this line.
         eprintln!(
-            "tapflow: receiving on {addr} (udp), receive buffer {} KiB",
-            rcvbuf / 1024
+            "tapflow: receiving on {} (udp), receive buffer {} KiB",
+            l.listen.map_or("?".into(), |a: SocketAddr| a.to_string()),
+            l.rcvbuf / 1024
         );
     };
-    let mut tick = |probes: &[receiver::ProbeReport], elapsed: Duration| {
-        if quiet {
-            return;
+    let mut tick = |t: &pipeline::Tick| {
+        if !quiet && !t.elapsed.is_zero() {
+            let probes = read().probes.len();
+            eprintln!(
+                "tapflow recv: {:.0} s, {probes} probes, {} records, {} lost in transit, {} lost on probes",
+                t.elapsed.as_secs_f64(),
+                t.totals.recorded,
+                t.totals.dropped_in_transit,
+                t.totals.dropped_kernel,
+            );
         }
-        let (r, t, p) = probes.iter().fold((0, 0, 0), |s, x| {
-            (
-                s.0 + x.records,
-                s.1 + x.lost_in_transit,
-                s.2 + x.lost_on_probe,
-            )
-        });
-        eprintln!(
-            "tapflow recv: {:.0} s, {} probes, {r} records, {t} lost in transit, {p} lost on probes",
-            elapsed.as_secs_f64(),
-            probes.len()
-        );
+        (!quiet).then_some(Duration::from_secs(1))
     };
-    let (summary, err) = receiver::run(&cfg, stop, &mut ready, &mut tick);
+    let (summary, err) = pipeline::run(&cfg, stop, &mut ready, &mut tick);
+    let summary = ReceiverSummary {
+        ledger: read(),
+        files: summary.files,
+        seconds: summary.seconds,
+        flows: summary.flows,
+    };
     for line in summary_lines(&summary) {
         eprintln!("{line}");
     }
@@ -51,7 +75,7 @@ pub fn run(a: RecvArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
     crate::report::finish(a.summary_json.as_deref(), || summary_json(&summary), err)
 }
 
-fn config(a: &RecvArgs) -> Result<ReceiverConfig, Failure> {
+fn config(a: &RecvArgs, ledger: &Arc<Mutex<Ledger>>) -> Result<CaptureConfig, Failure> {
     let bad = |m: String| Failure::Usage(m);
     let allow = a
         .allow
@@ -70,34 +94,44 @@ fn config(a: &RecvArgs) -> Result<ReceiverConfig, Failure> {
     if a.rotate_size.is_some_and(|n| n < 4096) {
         return Err(bad("--rotate-size must be at least 4K".into()));
     }
-    Ok(ReceiverConfig {
-        listen: a.listen,
-        file: WriterConfig {
+    Ok(CaptureConfig {
+        input: Input::Datagrams(DatagramInput {
+            listen: a.listen,
+            allow,
+            rcvbuf: a.rcvbuf,
+            ledger: Arc::clone(ledger),
+        }),
+        snaplen: datagrams::SNAPLEN,
+        filter: None,
+        file: Some(WriterConfig {
             path: a.write.clone(),
             format: Format::Pcapng,
             worker: None,
             rotate_bytes: a.rotate_size,
             rotate_every: secs(a.rotate_seconds, "--rotate-seconds")?,
             isb_every: Duration::from_secs(1),
-        },
-        allow,
-        rcvbuf: a.rcvbuf,
+        }),
+        count: None,
         duration: secs(a.duration, "--duration")?,
+        forward: None,
         flows: crate::capture_cmd::flow_config(&a.flows, false)?,
+        rules: None,
+        control: None,
+        metrics: None,
     })
 }
 
 /// The exit lines: totals, then one per probe interface and one per bad source.
 fn summary_lines(s: &ReceiverSummary) -> Vec<String> {
-    let (d, r, t, p) = s.totals();
+    let (d, r, t, p) = s.ledger.totals();
     let mut out = vec![format!(
         "tapflow: {r} records received in {d} datagrams from {} probe interfaces, \
          {t} lost in transit, {p} lost on probes, {} bad datagrams, {} refused",
-        s.probes.len(),
-        s.bad_total(),
-        s.refused
+        s.ledger.probes.len(),
+        s.ledger.bad_total(),
+        s.ledger.refused
     )];
-    for x in &s.probes {
+    for x in &s.ledger.probes {
         out.push(format!(
             "tapflow:   interface {}: probe {} at {} if {}: {} records, {} lost in transit, \
              {} lost on probe, {} datagrams, {} late",
@@ -112,7 +146,7 @@ fn summary_lines(s: &ReceiverSummary) -> Vec<String> {
             x.late
         ));
     }
-    for (src, n, why) in &s.bad {
+    for (src, n, why) in &s.ledger.bad {
         out.push(format!(
             "tapflow:   {n} bad datagrams from {} (last: {why})",
             src.map_or("other sources".into(), |a| a.to_string())
@@ -122,8 +156,9 @@ fn summary_lines(s: &ReceiverSummary) -> Vec<String> {
 }
 
 fn summary_json(s: &ReceiverSummary) -> String {
-    let (d, r, t, p) = s.totals();
+    let (d, r, t, p) = s.ledger.totals();
     let probes: Vec<String> = s
+        .ledger
         .probes
         .iter()
         .map(|x| {
@@ -145,6 +180,7 @@ fn summary_json(s: &ReceiverSummary) -> String {
         })
         .collect();
     let bad: Vec<String> = s
+        .ledger
         .bad
         .iter()
         .map(|(src, n, why)| {
@@ -164,10 +200,10 @@ fn summary_json(s: &ReceiverSummary) -> String {
         "{{\"datagrams\":{d},\"records\":{r},\"lost_in_transit\":{t},\"lost_on_probe\":{p},\
          \"bad\":{},\"refused\":{},\"seconds\":{:.6},\"rcvbuf\":{},\"files\":[{}],\
          \"probes\":[{}],\"bad_sources\":[{}]{}}}\n",
-        s.bad_total(),
-        s.refused,
+        s.ledger.bad_total(),
+        s.ledger.refused,
         s.seconds,
-        s.rcvbuf,
+        s.ledger.rcvbuf,
         files.join(","),
         probes.join(","),
         bad.join(","),

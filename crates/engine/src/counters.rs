@@ -6,8 +6,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Totals of one worker. `received = recorded + filtered + dropped_kernel + dropped_ours +
-/// past_limit` holds once the worker has drained.
+/// Totals of one worker. `received = recorded + filtered + dropped_kernel + dropped_in_transit +
+/// dropped_ours + past_limit` holds once the worker has drained.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Totals {
     /// Packets the kernel handed to the socket, drops included (Σ `tp_packets`), or packets read
@@ -20,6 +20,8 @@ pub struct Totals {
     pub filtered: u64,
     /// Packets the kernel dropped because the ring was full (Σ `tp_drops`).
     pub dropped_kernel: u64,
+    /// Records a probe sent that never reached this receiver (missing datagrams).
+    pub dropped_in_transit: u64,
     /// Records tapflow dropped because the writer's queue was full.
     pub dropped_ours: u64,
     /// Packets received after `-c COUNT` was reached.
@@ -39,6 +41,7 @@ impl Totals {
         self.recorded += o.recorded;
         self.filtered += o.filtered;
         self.dropped_kernel += o.dropped_kernel;
+        self.dropped_in_transit += o.dropped_in_transit;
         self.dropped_ours += o.dropped_ours;
         self.past_limit += o.past_limit;
         self.freezes += o.freezes;
@@ -52,6 +55,7 @@ impl Totals {
             - (self.recorded
                 + self.filtered
                 + self.dropped_kernel
+                + self.dropped_in_transit
                 + self.dropped_ours
                 + self.past_limit) as i128
     }
@@ -74,6 +78,7 @@ pub struct SharedTotals {
     recorded: AtomicU64,
     filtered: AtomicU64,
     dropped_kernel: AtomicU64,
+    dropped_in_transit: AtomicU64,
     dropped_ours: AtomicU64,
     past_limit: AtomicU64,
     freezes: AtomicU64,
@@ -88,6 +93,7 @@ impl SharedTotals {
         self.recorded.store(t.recorded, Relaxed);
         self.filtered.store(t.filtered, Relaxed);
         self.dropped_kernel.store(t.dropped_kernel, Relaxed);
+        self.dropped_in_transit.store(t.dropped_in_transit, Relaxed);
         self.dropped_ours.store(t.dropped_ours, Relaxed);
         self.past_limit.store(t.past_limit, Relaxed);
         self.freezes.store(t.freezes, Relaxed);
@@ -102,6 +108,7 @@ impl SharedTotals {
             recorded: self.recorded.load(Relaxed),
             filtered: self.filtered.load(Relaxed),
             dropped_kernel: self.dropped_kernel.load(Relaxed),
+            dropped_in_transit: self.dropped_in_transit.load(Relaxed),
             dropped_ours: self.dropped_ours.load(Relaxed),
             past_limit: self.past_limit.load(Relaxed),
             freezes: self.freezes.load(Relaxed),
@@ -122,7 +129,8 @@ mod tests {
             received: 10,
             recorded: 6,
             filtered: 0,
-            dropped_kernel: 3,
+            dropped_kernel: 2,
+            dropped_in_transit: 1,
             dropped_ours: 1,
             past_limit: 0,
             freezes: 2,

@@ -13,7 +13,6 @@ pub mod metrics;
 pub mod naming;
 pub mod pipeline;
 pub mod probe;
-pub mod receiver;
 pub mod record_builder;
 pub mod rules;
 mod server;

@@ -24,6 +24,7 @@ use crate::sink::file::{FileSink, WriterConfig};
 use crate::sink::flow::export::{Exporter, MeterClock};
 use crate::sink::flow::meter::{FlowConfig, FlowSummary};
 use crate::sink::forward::{ForwardConfig, ForwardReport, ForwardSink};
+use crate::source::datagrams::DatagramInput;
 use crate::source::ring::RingInput;
 use crate::source::{self, Opened, PacketSource};
 use crate::stop::Stop;
@@ -39,6 +40,8 @@ pub enum Input {
     Live(RingInput),
     /// A pcap or pcapng file.
     File(PathBuf),
+    /// Batch datagrams from probes (`tapflow recv`).
+    Datagrams(DatagramInput),
 }
 
 /// Everything a capture needs.
@@ -138,28 +141,31 @@ pub fn run(
     tick: &mut dyn FnMut(&Tick) -> Option<Duration>,
 ) -> (Summary, Option<EngineError>) {
     let started = Instant::now();
-    let opened = match &cfg.input {
-        Input::Live(ring) => source::ring::open(
-            ring,
-            cfg.snaplen,
-            cfg.filter.as_deref(),
-            cfg.rules.clone(),
-            stop,
-        ),
-        Input::File(path) => {
-            let map = match MappedFile::open(path) {
-                Ok(m) => m,
-                Err(e) => return (Summary::default(), Some(e.into())),
-            };
-            return match source::file::open(&map, cfg.snaplen, cfg.rules.clone()) {
+    // Each source opens itself; the rest of the run is the same for all of them.
+    macro_rules! go {
+        ($opened:expr) => {
+            match $opened {
                 Ok(o) => run_opened(cfg, o, stop, ready, tick, started),
                 Err(e) => (Summary::default(), Some(e)),
-            };
+            }
+        };
+    }
+    match &cfg.input {
+        Input::Live(ring) => {
+            let filter = cfg.filter.as_deref();
+            go!(source::ring::open(
+                ring,
+                cfg.snaplen,
+                filter,
+                cfg.rules.clone(),
+                stop
+            ))
         }
-    };
-    match opened {
-        Ok(o) => run_opened(cfg, o, stop, ready, tick, started),
-        Err(e) => (Summary::default(), Some(e)),
+        Input::File(path) => match MappedFile::open(path) {
+            Ok(map) => go!(source::file::open(&map, cfg.snaplen, cfg.rules.clone())),
+            Err(e) => (Summary::default(), Some(e.into())),
+        },
+        Input::Datagrams(d) => go!(source::datagrams::open(d)),
     }
 }
 

@@ -246,6 +246,7 @@ impl<S: PacketSource> Worker<S> {
         let t = &mut self.out.totals;
         t.received = s.received;
         t.dropped_kernel = s.dropped;
+        t.dropped_in_transit = s.dropped_in_transit;
         t.freezes = s.freezes;
         t.blocks = s.blocks;
         self.out.if_stats = s.if_received.zip(s.if_dropped);

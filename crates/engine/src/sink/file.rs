@@ -298,7 +298,7 @@ impl FileSink {
                 ifrecv: if_stats.map(|s| s.0),
                 ifdrop: if_stats.map(|s| s.1),
                 filteraccept: one.then_some(t.received),
-                osdrop: one.then_some(t.dropped_kernel + t.dropped_ours),
+                osdrop: one.then_some(t.dropped_kernel + t.dropped_in_transit + t.dropped_ours),
                 usrdeliv: Some(delivered),
             };
             pcapng::write_isb(&mut self.out, id, now, &s);

@@ -3,6 +3,7 @@
 //! that implements the trait and has an `open` function, and one line in
 //! [`crate::pipeline::run`] (or its own command) that calls it.
 
+pub mod datagrams;
 pub mod file;
 pub mod ring;
 
@@ -65,8 +66,10 @@ pub enum Progress {
 pub struct SourceStats {
     /// Packets offered (Σ `tp_packets`, or packets read).
     pub received: u64,
-    /// Packets dropped before us (Σ `tp_drops`).
+    /// Packets dropped before us (Σ `tp_drops`, or lost on a probe).
     pub dropped: u64,
+    /// Records a probe sent that never arrived (missing datagrams).
+    pub dropped_in_transit: u64,
     /// Ring freezes (Σ `tp_freeze_q_cnt`).
     pub freezes: u64,
     /// Ring blocks handed to user space.

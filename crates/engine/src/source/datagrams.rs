@@ -1,32 +1,27 @@
-//! The receiver behind `tapflow recv`: the paper's file-recording application. It takes batch
-//! datagrams from many probes with `recvmmsg`, gives every probe interface its own pcapng
-//! interface, and writes the records through the [`FileSink`] unchanged: a datagram's records
-//! already are header records, so each one goes to the file sink as it is.
+//! Batch datagrams from probes as a packet source: the paper's file-recording receiver
+//! (`tapflow recv`). It takes the datagrams of many probes with `recvmmsg` and gives every
+//! probe interface an interface of its own; a datagram's records already are header records,
+//! so each one reaches the sinks with its control field's time, lengths and flags.
 //!
-//! Loss is exact and placed: for each (probe address, probe id, session, stream) the receiver
+//! Loss is exact and placed: for each (probe address, probe id, session, stream) the source
 //! follows the sequence number and the records-before count. Records a missing datagram
 //! carried are "lost in transit"; the difference of the cumulative `drops` field is "lost on
-//! the probe". Both go into `epb_dropcount` of the next record of that interface. Datagrams
-//! that do not parse are counted per source address and dropped; nothing a sender does can
-//! stop the receiver.
+//! the probe". Both are placed before the next record of that interface (`epb_dropcount`).
+//! Datagrams that do not parse are counted per source address and dropped; nothing a sender
+//! does can stop the receiver.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use tapflow_sys::udp::{RecvBatch, UdpSocket};
-use tapflow_wire::LinkType;
 use tapflow_wire::datagram::{self, Datagram};
-use tapflow_wire::record::Records;
+use tapflow_wire::record::{self, Records};
+use tapflow_wire::{Flags, LinkType};
 
 use crate::EngineError;
-use crate::counters::Totals;
-use crate::sink::RecordSink;
-use crate::sink::file::{FileSink, WriterConfig};
-use crate::sink::flow::export::{Exporter, MeterClock};
-use crate::sink::flow::meter::{FlowConfig, FlowMeter, FlowSummary};
-use crate::source::InterfaceInfo;
+use crate::source::{InterfaceInfo, Opened, Packet, PacketSource, Progress, SourceStats};
 
 /// Distinct probe interfaces accepted; more become bad datagrams.
 pub const MAX_INTERFACES: usize = 4096;
@@ -34,6 +29,9 @@ pub const MAX_INTERFACES: usize = 4096;
 pub const MAX_STREAMS: usize = 65_536;
 /// Distinct source addresses whose bad datagrams are counted apart; the rest are summed.
 pub const MAX_BAD_SOURCES: usize = 1024;
+
+/// How long one wait for datagrams lasts: the longest a stop waits to be seen.
+const READ_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// An address prefix (`--allow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,14 +42,30 @@ pub struct Cidr {
     pub prefix: u8,
 }
 
+/// Why a prefix did not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CidrError {
+    /// The address part is not an IPv4 or IPv6 address.
+    #[error("'{0}' is not an address or CIDR prefix")]
+    Address(String),
+    /// The length is not a number up to the address's width.
+    #[error("'{text}': prefix length must be 0 to {max}")]
+    Length {
+        /// The prefix as given.
+        text: String,
+        /// 32 or 128.
+        max: u8,
+    },
+}
+
 impl Cidr {
     /// Parses `ADDR/LEN` or a bare address (a host prefix).
-    pub fn parse(s: &str) -> Result<Cidr, String> {
+    pub fn parse(s: &str) -> Result<Cidr, CidrError> {
         let (a, p) = s.split_once('/').unwrap_or((s, ""));
         let addr: IpAddr = a
             .trim()
             .parse()
-            .map_err(|_| format!("'{s}' is not an address or CIDR prefix"))?;
+            .map_err(|_| CidrError::Address(s.to_string()))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = if p.is_empty() {
             max
@@ -59,7 +73,10 @@ impl Cidr {
             p.parse::<u8>()
                 .ok()
                 .filter(|&n| n <= max)
-                .ok_or_else(|| format!("'{s}': prefix length must be 0 to {max}"))?
+                .ok_or_else(|| CidrError::Length {
+                    text: s.to_string(),
+                    max,
+                })?
         };
         Ok(Cidr { addr, prefix })
     }
@@ -85,21 +102,18 @@ impl Cidr {
     }
 }
 
-/// What `tapflow recv` needs.
+/// Where and from whom to receive.
 #[derive(Debug, Clone)]
-pub struct ReceiverConfig {
+pub struct DatagramInput {
     /// Address to bind.
     pub listen: SocketAddr,
-    /// The pcapng output.
-    pub file: WriterConfig,
     /// Accepted source prefixes; empty accepts everyone.
     pub allow: Vec<Cidr>,
     /// Receive buffer to ask for.
     pub rcvbuf: usize,
-    /// Stop after this long.
-    pub duration: Option<Duration>,
-    /// Flow metering of the received records (`--export`, `--json`, `--csv`), if any.
-    pub flows: Option<FlowConfig>,
+    /// Where the source keeps its per-probe accounting for the caller to read, during the run
+    /// and after it.
+    pub ledger: Arc<Mutex<Ledger>>,
 }
 
 /// One probe interface as the receiver saw it.
@@ -117,7 +131,7 @@ pub struct ProbeReport {
     pub index: u32,
     /// Datagrams accepted.
     pub datagrams: u64,
-    /// Records written.
+    /// Records received.
     pub records: u64,
     /// Records sent to this receiver that never arrived (missing datagrams).
     pub lost_in_transit: u64,
@@ -127,9 +141,9 @@ pub struct ProbeReport {
     pub late: u64,
 }
 
-/// The outcome of a receiver run.
+/// The receiver's accounting: per probe interface, bad and refused datagrams.
 #[derive(Debug, Clone, Default)]
-pub struct ReceiverSummary {
+pub struct Ledger {
     /// The bound address.
     pub listen: Option<SocketAddr>,
     /// The receive buffer the kernel granted.
@@ -137,19 +151,13 @@ pub struct ReceiverSummary {
     /// Per probe interface, in pcapng interface order.
     pub probes: Vec<ProbeReport>,
     /// Bad datagrams per source address (`None`: sources past [`MAX_BAD_SOURCES`]), with the
-    /// last reason.
+    /// last reason, by address.
     pub bad: Vec<(Option<IpAddr>, u64, String)>,
     /// Datagrams from sources outside `--allow`.
     pub refused: u64,
-    /// Files completed.
-    pub files: Vec<std::path::PathBuf>,
-    /// Wall-clock seconds.
-    pub seconds: f64,
-    /// What flow metering counted and exported, if it was on.
-    pub flows: Option<FlowSummary>,
 }
 
-impl ReceiverSummary {
+impl Ledger {
     /// Sums over probes: (datagrams, records, lost in transit, lost on probe).
     pub fn totals(&self) -> (u64, u64, u64, u64) {
         self.probes.iter().fold((0, 0, 0, 0), |t, p| {
@@ -214,42 +222,34 @@ impl std::fmt::Display for Reject {
     }
 }
 
-/// The receiver's bookkeeping, apart from the socket (unit-tested without one).
+/// What one datagram gave.
 #[derive(Debug)]
-pub struct Collector {
-    sink: FileSink,
-    meter: Option<FlowMeter>,
+enum Accepted<'a> {
+    /// Nothing to record (bad, late, or only counters).
+    Nothing,
+    /// It names a probe interface not seen before: announce it, then take the datagram again.
+    NewInterface(InterfaceInfo),
+    /// Its records, for pcapng interface `index`, with `loss` records lost before them.
+    Records {
+        index: u32,
+        loss: u64,
+        records: &'a [u8],
+    },
+}
+
+/// The receiver's bookkeeping, apart from the socket (unit-tested without one).
+#[derive(Debug, Default)]
+struct Book {
     interfaces: HashMap<IfKey, u32>,
     streams: HashMap<StreamKey, StreamState>,
     probes: Vec<ProbeReport>,
     /// Loss noted on an interface with no record to put it before yet.
     pending: Vec<u64>,
     bad: HashMap<Option<IpAddr>, (u64, Reject)>,
-    /// Counts for the statistics blocks (of interface 0, see `accept`).
-    totals: Totals,
+    refused: u64,
 }
 
-impl Collector {
-    /// A collector writing through `file`.
-    pub fn new(file: WriterConfig) -> Collector {
-        Collector {
-            sink: FileSink::new(file),
-            meter: None,
-            interfaces: HashMap::new(),
-            streams: HashMap::new(),
-            probes: Vec::new(),
-            pending: Vec::new(),
-            bad: HashMap::new(),
-            totals: Totals::default(),
-        }
-    }
-
-    /// Meters flows from the received records too.
-    pub fn with_meter(mut self, meter: FlowMeter) -> Collector {
-        self.meter = Some(meter);
-        self
-    }
-
+impl Book {
     fn count_bad(&mut self, from: Option<IpAddr>, why: Reject) {
         let key = if self.bad.len() < MAX_BAD_SOURCES || self.bad.contains_key(&from) {
             from
@@ -261,28 +261,27 @@ impl Collector {
         e.1 = why;
     }
 
-    /// Handles one datagram from `from`; a bad one is counted, never an error. Errors are the
-    /// output file's.
-    pub fn datagram(
+    /// Takes one datagram from `from`; a bad one is counted, never an error.
+    fn accept<'a>(
         &mut self,
-        bytes: &[u8],
+        bytes: &'a [u8],
         from: Option<SocketAddr>,
         truncated: bool,
-    ) -> Result<(), EngineError> {
+    ) -> Accepted<'a> {
         let source = from.map(|a| a.ip().to_canonical());
         let Some(ip) = source else {
             self.count_bad(None, Reject::NoAddress);
-            return Ok(());
+            return Accepted::Nothing;
         };
         if truncated {
             self.count_bad(source, Reject::Truncated);
-            return Ok(());
+            return Accepted::Nothing;
         }
         let d = match Datagram::parse(bytes) {
             Ok(d) => d,
             Err(e) => {
                 self.count_bad(source, Reject::Parse(e));
-                return Ok(());
+                return Accepted::Nothing;
             }
         };
         let h = *d.header();
@@ -301,14 +300,14 @@ impl Collector {
         let known = self.streams.get(&skey).copied();
         if known.is_none() && self.streams.len() >= MAX_STREAMS {
             self.count_bad(source, Reject::TooMany);
-            return Ok(());
+            return Accepted::Nothing;
         }
         let st = known.unwrap_or_default();
         let index = match self.interfaces.get(&ikey) {
             Some(&i) => i,
             None if self.interfaces.len() >= MAX_INTERFACES => {
                 self.count_bad(source, Reject::TooMany);
-                return Ok(());
+                return Accepted::Nothing;
             }
             None => {
                 let i = self.probes.len() as u32;
@@ -317,17 +316,6 @@ impl Collector {
                 } else {
                     format!("probe {} at {} if {}", h.probe, ip, h.interface)
                 };
-                let info = InterfaceInfo {
-                    linktype: LinkType::from_u16(h.linktype),
-                    snaplen: h.snaplen,
-                    name: Some(name),
-                    filter: None,
-                    max_frame: None,
-                };
-                self.sink.add_interface(&info)?;
-                if let Some(m) = &mut self.meter {
-                    m.add_interface(&info)?;
-                }
                 self.interfaces.insert(ikey, i);
                 self.probes.push(ProbeReport {
                     source: Some(ip),
@@ -338,17 +326,23 @@ impl Collector {
                     ..ProbeReport::default()
                 });
                 self.pending.push(0);
-                i
+                return Accepted::NewInterface(InterfaceInfo {
+                    linktype: LinkType::from_u16(h.linktype),
+                    snaplen: h.snaplen,
+                    name: Some(name),
+                    filter: None,
+                    max_frame: None,
+                });
             }
         };
         let p = &mut self.probes[index as usize];
         if h.sequence < st.next_sequence {
             p.late += 1;
-            return Ok(());
+            return Accepted::Nothing;
         }
         if h.records_before < st.next_records || h.drops < st.drops_seen {
             self.count_bad(source, Reject::Inconsistent);
-            return Ok(());
+            return Accepted::Nothing;
         }
         let transit = h.records_before - st.next_records;
         let on_probe = h.drops - st.drops_seen;
@@ -367,166 +361,191 @@ impl Collector {
         let loss = self.pending[index as usize] + transit + on_probe;
         if h.count == 0 {
             self.pending[index as usize] = loss;
-            return Ok(());
+            return Accepted::Nothing;
         }
         self.pending[index as usize] = 0;
-        // Interface statistics blocks describe interface 0: its probe's counts.
-        let p0 = &self.probes[0];
-        self.totals = Totals {
-            received: p0.records + p0.lost_in_transit + p0.lost_on_probe,
-            recorded: p0.records,
-            dropped_kernel: p0.lost_on_probe,
-            dropped_ours: p0.lost_in_transit,
-            ..Totals::default()
-        };
-        // The datagram parser checked every record's length against the datagram.
-        let mut drops = loss;
-        for r in Records::new(d.records()) {
-            let Ok((ctl, data)) = r else { break };
-            let drops = std::mem::take(&mut drops);
-            self.sink.record(index, drops, &ctl, data)?;
-            if let Some(m) = &mut self.meter {
-                m.record(index, drops, &ctl, data)?;
-            }
+        Accepted::Records {
+            index,
+            loss,
+            records: d.records(),
         }
-        if let Some(m) = &mut self.meter {
-            m.end_of_block(&self.totals, None)?;
-        }
-        self.sink.end_of_block(&self.totals, None)
     }
 
-    /// Finishes the output and reports.
-    pub fn close(mut self) -> Result<ReceiverSummary, EngineError> {
-        let report = self.sink.close(&self.totals)?;
-        let flows = match &mut self.meter {
-            Some(m) => m.close(&self.totals)?.flows,
-            None => None,
-        };
-        let mut bad: Vec<_> = self
+    /// The counts as the run's totals: every record a probe sent or lost, the records lost on
+    /// the probes and those lost in transit.
+    fn stats(&self) -> SourceStats {
+        let t = self.probes.iter().fold((0, 0, 0), |t, p| {
+            (
+                t.0 + p.records,
+                t.1 + p.lost_on_probe,
+                t.2 + p.lost_in_transit,
+            )
+        });
+        SourceStats {
+            received: t.0 + t.1 + t.2,
+            dropped: t.1,
+            dropped_in_transit: t.2,
+            ..SourceStats::default()
+        }
+    }
+
+    fn ledger(&self, into: &mut Ledger) {
+        into.probes.clone_from(&self.probes);
+        into.bad = self
             .bad
-            .into_iter()
-            .map(|(ip, (n, why))| (ip, n, why.to_string()))
+            .iter()
+            .map(|(ip, (n, why))| (*ip, *n, why.to_string()))
             .collect();
-        bad.sort_by_key(|b| b.0);
-        Ok(ReceiverSummary {
-            probes: self.probes,
-            bad,
-            files: report.files,
-            flows: flows.map(|meter| FlowSummary {
-                meter,
-                ..Default::default()
-            }),
-            ..ReceiverSummary::default()
-        })
-    }
-
-    /// The per-probe counts so far.
-    pub fn probes(&self) -> &[ProbeReport] {
-        &self.probes
+        into.bad.sort_by_key(|b| b.0);
+        into.refused = self.refused;
     }
 }
 
-/// Runs the receiver until `stop` is raised or the duration passes. `ready` is called once the
-/// socket is bound, with its address and granted receive buffer; `tick` about every second.
-pub fn run(
-    cfg: &ReceiverConfig,
-    stop: &AtomicBool,
-    ready: &mut dyn FnMut(SocketAddr, usize),
-    tick: &mut dyn FnMut(&[ProbeReport], Duration),
-) -> (ReceiverSummary, Option<EngineError>) {
-    let started = Instant::now();
-    let sock = match UdpSocket::bind(cfg.listen) {
-        Ok(s) => s,
-        Err(e) => return (ReceiverSummary::default(), Some(e.into())),
-    };
-    let setup = sock
-        .set_rcvbuf(cfg.rcvbuf)
-        .and_then(|r| Ok((r, sock.local_addr()?)))
-        .and_then(|r| sock.set_read_timeout(Duration::from_millis(50)).map(|()| r));
-    let (rcvbuf, local) = match setup {
-        Ok(x) => x,
-        Err(e) => return (ReceiverSummary::default(), Some(e.into())),
-    };
-    ready(local, rcvbuf);
-    let exporter = match &cfg.flows {
-        Some(f) => match Exporter::start(&f.export, MeterClock::Wall) {
-            Ok(x) => Some(x),
-            Err(e) => return (ReceiverSummary::default(), Some(e)),
-        },
-        None => None,
-    };
-    let mut c = Collector::new(cfg.file.clone());
-    if let (Some(f), Some(x)) = (&cfg.flows, &exporter) {
-        c = c.with_meter(f.meter(1, cfg.listen, MeterClock::Wall, x));
+/// A UDP socket receiving batch datagrams.
+#[derive(Debug)]
+pub struct DatagramSource {
+    sock: UdpSocket,
+    allow: Vec<Cidr>,
+    batch: RecvBatch,
+    /// Datagrams in `batch`, and the next one to take.
+    received: usize,
+    next: usize,
+    book: Book,
+    interfaces: Vec<InterfaceInfo>,
+    ledger: Arc<Mutex<Ledger>>,
+    /// The intake is closed: take what is queued, then end.
+    draining: bool,
+}
+
+/// Binds the socket and opens it as the input of one worker.
+pub fn open(input: &DatagramInput) -> Result<Opened<DatagramSource>, EngineError> {
+    let sock = UdpSocket::bind(input.listen)?;
+    let rcvbuf = sock.set_rcvbuf(input.rcvbuf)?;
+    let local = sock.local_addr()?;
+    sock.set_read_timeout(READ_TIMEOUT)?;
+    {
+        let mut l = input.ledger.lock().unwrap_or_else(PoisonError::into_inner);
+        l.listen = Some(local);
+        l.rcvbuf = rcvbuf;
     }
-    let mut refused = 0u64;
-    let mut rb = RecvBatch::new();
-    let mut last_tick = Instant::now();
-    let mut err = None;
-    let mut draining = false;
-    loop {
-        if !draining
-            && (stop.load(Ordering::Relaxed)
-                || cfg.duration.is_some_and(|d| started.elapsed() >= d))
-        {
-            draining = true;
-        }
-        let n = match sock.recv_batch(&mut rb, !draining) {
-            Ok(n) => n,
-            Err(e) => {
-                err = Some(e.into());
-                break;
-            }
-        };
-        if n == 0 && draining {
-            break;
-        }
-        for i in 0..n {
-            let Some((bytes, from, cut)) = rb.get(i) else {
+    Ok(Opened {
+        sources: vec![DatagramSource {
+            sock,
+            allow: input.allow.clone(),
+            batch: RecvBatch::new(),
+            received: 0,
+            next: 0,
+            book: Book::default(),
+            interfaces: Vec::new(),
+            ledger: Arc::clone(&input.ledger),
+            draining: false,
+        }],
+        input: local.to_string(),
+        linktype: LinkType::Ethernet,
+        ring: None,
+        hw_timestamps: false,
+        rules: None,
+        filter_in_user_space: true,
+        realtime: true,
+        drain_quiet: Duration::ZERO,
+        progress: None,
+    })
+}
+
+impl DatagramSource {
+    /// Hands the records of the datagrams received to `f`, from the next one on. Stops before
+    /// a datagram that names a new probe interface, so the worker announces it first.
+    fn deliver<F: FnMut(&Packet<'_>)>(&mut self, f: &mut F) {
+        while self.next < self.received {
+            let Some((bytes, from, cut)) = self.batch.get(self.next) else {
                 break;
             };
-            if !cfg.allow.is_empty()
-                && !from.is_some_and(|a| cfg.allow.iter().any(|c| c.contains(a.ip())))
+            if !self.allow.is_empty()
+                && !from.is_some_and(|a| self.allow.iter().any(|c| c.contains(a.ip())))
             {
-                refused += 1;
+                self.book.refused += 1;
+                self.next += 1;
                 continue;
             }
-            if let Err(e) = c.datagram(bytes, from, cut) {
-                err = Some(e);
-                break;
+            match self.book.accept(bytes, from, cut) {
+                Accepted::NewInterface(info) => {
+                    self.interfaces.push(info);
+                    return;
+                }
+                Accepted::Nothing => {}
+                Accepted::Records {
+                    index,
+                    loss,
+                    records,
+                } => {
+                    // The datagram parser checked every record's length against the datagram.
+                    let mut drops = loss;
+                    for (ctl, data) in Records::new(records).map_while(Result::ok) {
+                        f(&Packet {
+                            data,
+                            ts_ns: ctl.rxtime,
+                            len: ctl.orig_len(),
+                            // The sum and the long length are the probe's encoding: the
+                            // record builder makes its own.
+                            flags: Flags(ctl.flags.0 & !(Flags::CKSUM_WHOLE | Flags::LEN32)),
+                            interface: index,
+                            stripped_vlan: None,
+                            drops_before: std::mem::take(&mut drops),
+                        });
+                    }
+                }
+            }
+            self.next += 1;
+        }
+    }
+}
+
+impl PacketSource for DatagramSource {
+    fn interfaces(&self) -> &[InterfaceInfo] {
+        &self.interfaces
+    }
+
+    fn next_block<F: FnMut(&Packet<'_>)>(
+        &mut self,
+        _timeout_ms: i32,
+        _max_packets: usize,
+        mut f: F,
+    ) -> Result<Progress, EngineError> {
+        if self.next == self.received {
+            self.next = 0;
+            self.received = self.sock.recv_batch(&mut self.batch, !self.draining)?;
+            if self.received == 0 {
+                return Ok(if self.draining {
+                    Progress::End
+                } else {
+                    Progress::Idle
+                });
             }
         }
-        if err.is_some() {
-            break;
-        }
-        if last_tick.elapsed() >= Duration::from_secs(1) {
-            last_tick = Instant::now();
-            tick(c.probes(), started.elapsed());
-        }
+        self.deliver(&mut f);
+        Ok(Progress::Block)
     }
-    let mut summary = match c.close() {
-        Ok(s) => s,
-        Err(e) => {
-            err.get_or_insert(e);
-            ReceiverSummary::default()
-        }
-    };
-    if let Some(x) = exporter {
-        summary.flows.get_or_insert_with(Default::default).export = x.finish();
+
+    fn stats(&mut self) -> Result<SourceStats, EngineError> {
+        let mut l = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
+        self.book.ledger(&mut l);
+        Ok(self.book.stats())
     }
-    summary.listen = Some(local);
-    summary.rcvbuf = rcvbuf;
-    summary.refused = refused;
-    summary.seconds = started.elapsed().as_secs_f64();
-    (summary, err)
+
+    fn stop_intake(&mut self) -> Result<(), EngineError> {
+        self.draining = true;
+        Ok(())
+    }
 }
+
+/// Largest caplen a record can carry: the worker keeps records whole.
+pub const SNAPLEN: u32 = record::MAX_CAPLEN as u32;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sink::file::Format;
     use tapflow_wire::datagram::{Builder, Header};
-    use tapflow_wire::record::{ControlField, Flags, push_record};
+    use tapflow_wire::record::{ControlField, push_record};
 
     fn dg(seq: u64, before: u64, drops: u64, count: u16) -> Vec<u8> {
         let mut recs = Vec::new();
@@ -551,35 +570,36 @@ mod tests {
         buf
     }
 
-    fn collector(dir: &std::path::Path) -> Collector {
-        Collector::new(WriterConfig {
-            path: dir.join("r.pcapng"),
-            format: Format::Pcapng,
-            worker: None,
-            rotate_bytes: None,
-            rotate_every: None,
-            isb_every: Duration::from_secs(3600),
-        })
+    /// Accepts a datagram as the source does: a new interface is announced, then the datagram
+    /// is taken again. Returns (records delivered, loss placed before them).
+    fn take(b: &mut Book, bytes: &[u8], from: Option<SocketAddr>) -> (usize, u64) {
+        loop {
+            match b.accept(bytes, from, false) {
+                Accepted::NewInterface(_) => continue,
+                Accepted::Nothing => return (0, 0),
+                Accepted::Records { loss, records, .. } => {
+                    return (Records::new(records).count(), loss);
+                }
+            }
+        }
     }
 
     #[test]
     fn gaps_become_transit_loss_and_drops_probe_loss() {
-        let dir = std::env::temp_dir().join(format!("tf-recv-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut c = collector(&dir);
+        let mut b = Book::default();
         let from = Some("192.0.2.1:4000".parse().unwrap());
-        c.datagram(&dg(0, 0, 0, 5), from, false).unwrap();
+        assert_eq!(take(&mut b, &dg(0, 0, 0, 5), from), (5, 0));
         // Datagram 1 (5 records) lost; datagram 2 reports 2 records lost on the probe.
-        c.datagram(&dg(2, 10, 2, 5), from, false).unwrap();
+        assert_eq!(take(&mut b, &dg(2, 10, 2, 5), from), (5, 7));
         // Late arrival of datagram 1: not written twice, counted late.
-        c.datagram(&dg(1, 5, 0, 5), from, false).unwrap();
+        assert_eq!(take(&mut b, &dg(1, 5, 0, 5), from), (0, 0));
         // A drops-only datagram, then records: the loss lands before the next record.
-        c.datagram(&dg(3, 15, 4, 0), from, false).unwrap();
-        c.datagram(&dg(4, 15, 4, 1), from, false).unwrap();
+        assert_eq!(take(&mut b, &dg(3, 15, 4, 0), from), (0, 0));
+        assert_eq!(take(&mut b, &dg(4, 15, 4, 1), from), (1, 2));
         // Garbage and counters that go backwards.
-        c.datagram(b"hello", from, false).unwrap();
-        c.datagram(&dg(5, 3, 4, 1), from, false).unwrap();
-        let p = c.probes()[0].clone();
+        assert_eq!(take(&mut b, b"hello", from), (0, 0));
+        assert_eq!(take(&mut b, &dg(5, 3, 4, 1), from), (0, 0));
+        let p = b.probes[0].clone();
         assert_eq!(
             (
                 p.datagrams,
@@ -590,9 +610,34 @@ mod tests {
             ),
             (4, 11, 5, 4, 1)
         );
-        let s = c.close().unwrap();
-        assert_eq!(s.bad_total(), 2);
-        std::fs::remove_dir_all(&dir).unwrap();
+        let mut l = Ledger::default();
+        b.ledger(&mut l);
+        assert_eq!(l.bad_total(), 2);
+        // Every record sent is accounted for: received, or lost on the probe or on the way.
+        let s = b.stats();
+        assert_eq!((s.received, s.dropped, s.dropped_in_transit), (20, 4, 5));
+    }
+
+    #[test]
+    fn a_new_interface_is_announced_before_its_records() {
+        let mut b = Book::default();
+        let from = Some("192.0.2.1:4000".parse().unwrap());
+        let d = dg(0, 0, 0, 3);
+        let Accepted::NewInterface(info) = b.accept(&d, from, false) else {
+            panic!("the first datagram of a probe interface announces it");
+        };
+        assert_eq!(info.name.as_deref(), Some("probe 3 at 192.0.2.1"));
+        assert_eq!(info.snaplen, 64);
+        // Taken again, it delivers its records, counted once.
+        assert!(matches!(
+            b.accept(&d, from, false),
+            Accepted::Records {
+                index: 0,
+                loss: 0,
+                ..
+            }
+        ));
+        assert_eq!(b.probes[0].records, 3);
     }
 
     #[test]
