@@ -96,7 +96,7 @@ pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Fa
     status.finish();
     if err.is_none() || summary.totals.received > 0 {
         eprintln!("{}", summary_line(&summary.totals));
-        if let Some(f) = &summary.forward {
+        if let Some(f) = &summary.sinks.forward {
             eprintln!("{}", forward_line(f));
         }
         if let Some(f) = &summary.flows {

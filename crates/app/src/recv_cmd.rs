@@ -60,7 +60,7 @@ pub fn run(a: RecvArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
     let (summary, err) = pipeline::run(&cfg, stop, &mut ready, &mut tick);
     let summary = ReceiverSummary {
         ledger: read(),
-        files: summary.files,
+        files: summary.sinks.file.map(|f| f.files).unwrap_or_default(),
         seconds: summary.seconds,
         flows: summary.flows,
     };

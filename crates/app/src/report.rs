@@ -304,8 +304,10 @@ fn rules_json(l: Option<&RuleListing>) -> String {
 pub fn capture_json(s: &Summary) -> String {
     let t = &s.totals;
     let files: Vec<String> = s
-        .files
+        .sinks
+        .file
         .iter()
+        .flat_map(|f| &f.files)
         .map(|f| json_string(&f.to_string_lossy()))
         .collect();
     format!(
@@ -324,7 +326,7 @@ pub fn capture_json(s: &Summary) -> String {
         s.seconds,
         s.hw_timestamps,
         files.join(","),
-        forward_json(s.forward.as_ref()),
+        forward_json(s.sinks.forward.as_ref()),
         flows_json(s.flows.as_ref()),
         rules_json(s.rules.as_ref())
     )

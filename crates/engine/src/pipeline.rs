@@ -19,11 +19,11 @@ use crate::counters::{SharedTotals, Totals};
 use crate::metrics::MetricsServer;
 use crate::probe::ProbeState;
 use crate::rules::RuleListing;
-use crate::sink::Sink;
 use crate::sink::file::{FileSink, WriterConfig};
 use crate::sink::flow::export::{Exporter, MeterClock};
 use crate::sink::flow::meter::{FlowConfig, FlowSummary};
-use crate::sink::forward::{ForwardConfig, ForwardReport, ForwardSink};
+use crate::sink::forward::{ForwardConfig, ForwardSink};
+use crate::sink::registry::{Sink, SinkReports};
 use crate::source::datagrams::DatagramInput;
 use crate::source::ring::RingInput;
 use crate::source::{self, Opened, PacketSource};
@@ -112,15 +112,13 @@ pub struct Ready {
 pub struct Summary {
     /// Final totals over all workers.
     pub totals: Totals,
-    /// Files written.
-    pub files: Vec<PathBuf>,
+    /// What the sinks reported, summed over workers per kind of sink.
+    pub sinks: SinkReports,
     /// Wall-clock duration.
     pub seconds: f64,
     /// Whether the NIC's clock stamped the packets.
     pub hw_timestamps: bool,
-    /// What forwarding sent, summed over workers.
-    pub forward: Option<ForwardReport>,
-    /// What flow metering counted and exported.
+    /// What flow metering counted (the meters' reports) and exported.
     pub flows: Option<FlowSummary>,
     /// The rules at the end, with their counters, if the capture had active rules.
     pub rules: Option<RuleListing>,
@@ -313,10 +311,10 @@ fn finish(
     started: Instant,
 ) -> (Summary, Option<EngineError>) {
     if let Some(x) = exporter {
-        summary
-            .flows
-            .get_or_insert_with(FlowSummary::default)
-            .export = x.finish();
+        summary.flows = Some(FlowSummary {
+            meter: summary.sinks.flows.unwrap_or_default(),
+            export: x.finish(),
+        });
     }
     summary.seconds = started.elapsed().as_secs_f64();
     (summary, err)
@@ -438,18 +436,8 @@ fn collect(handles: Handles<'_>) -> (Summary, Option<EngineError>) {
         if let Some(e) = report.error {
             first_err.get_or_insert(e);
         }
-        for r in report.sinks {
-            summary.files.extend(r.files);
-            if let Some(f) = r.forward {
-                summary.forward.get_or_insert_with(Default::default).add(&f);
-            }
-            if let Some(m) = r.flows {
-                summary
-                    .flows
-                    .get_or_insert_with(FlowSummary::default)
-                    .meter
-                    .add(&m);
-            }
+        for r in &report.sinks {
+            summary.sinks.add(r);
         }
     }
     (summary, first_err)

@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::counters::{SharedTotals, Totals};
 use crate::rules::LiveRules;
-use crate::sink::SinkLive;
+use crate::sink::record_sink::SinkLive;
 use crate::traffic::{SharedStats, Traffic};
 
 /// One worker's counters at one moment.

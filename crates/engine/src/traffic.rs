@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use tapflow_wire::LinkType;
 use tapflow_wire::link::{NetworkProto, network_layer};
 
-use crate::sink::SinkLive;
+use crate::sink::record_sink::SinkLive;
 
 const TCP: u8 = 6;
 const UDP: u8 = 17;

@@ -143,7 +143,7 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
         assert_eq!(summary.totals.filtered, n as u64 - passed);
         let rules = summary.rules.expect("rule listing");
         assert_eq!(rules.rules.iter().map(|r| r.packets).sum::<u64>(), passed);
-        let fw = summary.forward.expect("forward report");
+        let fw = summary.sinks.forward.expect("forward report");
         assert_eq!(fw.records + fw.failed, passed, "{fw:?}");
         assert!(fw.destinations.iter().all(|d| d.2 > 0), "{fw:?}");
         let f = summary.flows.expect("flow summary");

@@ -13,7 +13,7 @@ use tapflow_wire::{pcap, pcapng};
 use crate::EngineError;
 use crate::counters::Totals;
 use crate::naming::{output_path, part_path};
-use crate::sink::{RecordSink, SinkReport};
+use crate::sink::record_sink::{Outcome, RecordSink};
 use crate::source::InterfaceInfo;
 
 /// Output file format.
@@ -54,6 +54,22 @@ struct OpenFile {
     opened: Instant,
 }
 
+/// What a file sink wrote.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct FileReport {
+    /// Files completed, in order.
+    pub files: Vec<PathBuf>,
+    /// Records written.
+    pub records: u64,
+}
+
+impl Outcome for FileReport {
+    fn add(&mut self, o: &FileReport) {
+        self.files.extend(o.files.iter().cloned());
+        self.records += o.records;
+    }
+}
+
 /// Writes a worker's records to pcapng or pcap files.
 pub struct FileSink {
     cfg: WriterConfig,
@@ -62,7 +78,7 @@ pub struct FileSink {
     out: Vec<u8>,
     file: Option<OpenFile>,
     rotation: u64,
-    report: SinkReport,
+    report: FileReport,
     last_isb: Instant,
     start_ns: u64,
     last_totals: Totals,
@@ -92,7 +108,7 @@ impl FileSink {
             out: Vec::with_capacity(64 << 10),
             file: None,
             rotation: 0,
-            report: SinkReport::default(),
+            report: FileReport::default(),
             last_isb: Instant::now(),
             start_ns: now_ns(),
             last_totals: Totals::default(),
@@ -113,6 +129,8 @@ impl FileSink {
 }
 
 impl RecordSink for FileSink {
+    type Report = FileReport;
+
     fn add_interface(&mut self, info: &InterfaceInfo) -> Result<(), EngineError> {
         self.add_interface(info.clone())
     }
@@ -198,7 +216,7 @@ impl RecordSink for FileSink {
         isb.into_iter().chain(rotation).min()
     }
 
-    fn close(&mut self, totals: &Totals) -> Result<SinkReport, EngineError> {
+    fn close(&mut self, totals: &Totals) -> Result<FileReport, EngineError> {
         self.last_totals = *totals;
         self.close_file()?;
         // Every record was delivered on an announced interface.

@@ -27,7 +27,7 @@ use tapflow_wire::record::{CONTROL_LEN, ControlField, emit_record, record_len};
 
 use crate::EngineError;
 use crate::counters::Totals;
-use crate::sink::{RecordSink, SinkLive, SinkReport};
+use crate::sink::record_sink::{Outcome, RecordSink, SinkLive};
 use crate::source::InterfaceInfo;
 
 /// How records are spread over collectors.
@@ -95,9 +95,9 @@ pub struct ForwardReport {
     pub last_errno: Option<i32>,
 }
 
-impl ForwardReport {
+impl Outcome for ForwardReport {
     /// Adds another worker's report (collectors matched by position).
-    pub fn add(&mut self, o: &ForwardReport) {
+    fn add(&mut self, o: &ForwardReport) {
         for (i, d) in o.destinations.iter().enumerate() {
             match self.destinations.get_mut(i) {
                 Some(m) => {
@@ -244,6 +244,8 @@ impl ForwardSink {
 }
 
 impl RecordSink for ForwardSink {
+    type Report = ForwardReport;
+
     fn wants_ip_sum(&self) -> bool {
         true
     }
@@ -332,7 +334,7 @@ impl RecordSink for ForwardSink {
         }
     }
 
-    fn close(&mut self, _totals: &Totals) -> Result<SinkReport, EngineError> {
+    fn close(&mut self, _totals: &Totals) -> Result<ForwardReport, EngineError> {
         // Losses after the last record that reached a datagram go out with a datagram of their
         // own.
         if self.drops > 0 {
@@ -347,12 +349,7 @@ impl RecordSink for ForwardSink {
             self.dests[d].lost += std::mem::take(&mut self.drops);
         }
         self.finish();
-        Ok(SinkReport {
-            forward: Some(self.report()),
-            records: self.dests.iter().map(|d| d.records).sum(),
-            failed: self.failed,
-            ..SinkReport::default()
-        })
+        Ok(self.report())
     }
 }
 
@@ -574,7 +571,7 @@ mod tests {
             .collect();
         feed(&mut s, &frames, 0, 3);
         let r = s.close(&Totals::default()).unwrap();
-        let fw = r.forward.unwrap();
+        let fw = r;
         assert_eq!((fw.records, fw.failed), (400, 0));
         let got: Vec<_> = ls.iter().map(drain).collect();
         let mut seen = vec![None; 400];
@@ -660,6 +657,6 @@ mod tests {
             "refused records reported before the next record"
         );
         assert_eq!(h.records_before, sent_before);
-        assert_eq!(r.forward.unwrap().failed, failed);
+        assert_eq!(r.failed, failed);
     }
 }

@@ -27,7 +27,7 @@ use crate::sink::flow::export::{
     BATCH, ExportConfig, ExportQueue, ExportReport, Exporter, MeterClock,
 };
 use crate::sink::flow::table::{FlowTable, TableConfig, TableStats};
-use crate::sink::{RecordSink, SinkLive, SinkReport};
+use crate::sink::record_sink::{Outcome, RecordSink, SinkLive};
 use crate::source::InterfaceInfo;
 
 /// Packets parsed ahead of the one being counted. Counting a packet touches its flow's index
@@ -65,9 +65,9 @@ pub struct MeterStats {
     pub table: TableStats,
 }
 
-impl MeterStats {
+impl Outcome for MeterStats {
     /// Adds another meter's counts.
-    pub fn add(&mut self, o: &MeterStats) {
+    fn add(&mut self, o: &MeterStats) {
         self.not_ip += o.not_ip;
         self.fragments_joined += o.fragments_joined;
         self.fragments_unjoined += o.fragments_unjoined;
@@ -303,6 +303,8 @@ fn fragment_tag(f: &FlowFields, ident: u32) -> u64 {
 }
 
 impl RecordSink for FlowMeter {
+    type Report = MeterStats;
+
     fn add_interface(&mut self, info: &InterfaceInfo) -> Result<(), EngineError> {
         self.linktypes.push(info.linktype);
         Ok(())
@@ -388,17 +390,12 @@ impl RecordSink for FlowMeter {
         }
     }
 
-    fn close(&mut self, _totals: &Totals) -> Result<SinkReport, EngineError> {
+    fn close(&mut self, _totals: &Totals) -> Result<MeterStats, EngineError> {
         self.catch_up();
         let out = &mut self.out;
         self.table.drain(EndReason::ForcedEnd, &mut |r| out.push(r));
         out.flush()?;
-        let st = self.stats();
-        Ok(SinkReport {
-            records: st.table.ended.iter().sum(),
-            flows: Some(st),
-            ..SinkReport::default()
-        })
+        Ok(self.stats())
     }
 }
 
@@ -462,6 +459,9 @@ mod tests {
         m.end_of_block(&totals, None).unwrap();
         assert_eq!(handed_over(), 3, "held for HOLD_NS, then sent");
         let report = m.close(&totals).unwrap();
-        assert_eq!((handed_over(), report.records), (4, 4));
+        assert_eq!(
+            (handed_over(), report.table.ended.iter().sum::<u64>()),
+            (4, 4)
+        );
     }
 }
