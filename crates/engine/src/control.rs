@@ -114,28 +114,41 @@ fn serve(mut s: UnixStream, probe: &ProbeState) -> std::io::Result<()> {
     s.write_all(reply.as_bytes())
 }
 
-fn answer(command: &str, body: &str, probe: &ProbeState) -> Result<String, String> {
+/// Why the control socket refused a request; sent to the client as `error: ...`.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    /// The capture reads a file, which has no live rules.
+    #[error("this capture has no live rules (it reads a file)")]
+    NoRules,
+    /// The rule in a `rules add` request does not parse.
+    #[error("{0}")]
+    Rule(String),
+    /// The rule file in a `rules load` request does not parse.
+    #[error(transparent)]
+    RuleFile(#[from] tapflow_wire::rules::ParseError),
+    /// The rules could not be changed.
+    #[error(transparent)]
+    Change(#[from] EngineError),
+    /// Not a request the socket knows.
+    #[error("unknown request '{0}'")]
+    Unknown(String),
+}
+
+fn answer(command: &str, body: &str, probe: &ProbeState) -> Result<String, Refusal> {
     let words: Vec<&str> = command.split_whitespace().collect();
     if words == ["stats"] {
         return Ok(metrics::render(probe));
     }
-    let rules = || {
-        probe
-            .rules()
-            .ok_or_else(|| "this capture has no live rules (it reads a file)".to_string())
-    };
+    let rules = || probe.rules().ok_or(Refusal::NoRules);
     let listing = match words.as_slice() {
         ["rules", "list"] => rules()?.list(),
         ["rules", "add"] => {
-            let rule = Rule::parse(body.trim())?;
-            rules()?.add(rule).map_err(|e| e.to_string())?
+            let rule = Rule::parse(body.trim()).map_err(Refusal::Rule)?;
+            rules()?.add(rule)?
         }
-        ["rules", "del", name] => rules()?.delete(name).map_err(|e| e.to_string())?,
-        ["rules", "load"] => {
-            let set = parse_rules(body).map_err(|e| e.to_string())?;
-            rules()?.replace(set).map_err(|e| e.to_string())?
-        }
-        _ => return Err(format!("unknown request '{command}'")),
+        ["rules", "del", name] => rules()?.delete(name)?,
+        ["rules", "load"] => rules()?.replace(parse_rules(body)?)?,
+        _ => return Err(Refusal::Unknown(command.to_string())),
     };
     Ok(listing_text(&listing))
 }
