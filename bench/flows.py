@@ -36,8 +36,15 @@ Before and after the timed runs, bench/stream.c (built with cc into the output d
 one pass over the cached trace: the least any reader of it costs, printed in the footnote, as the
 memory bandwidth the host leaves this VM moves tapflow's times more than the anchors'.
 After a tool's first run its output is counted (not timed): tapflow's summary line, softflowd's
-statistics, `nfdump -R DIR -I`, `racount`. Writes bench/out/flows.csv and bench/out/flows.md and
-prints the markdown table. A tapflow binary without the `flows` command is skipped with a message.
+statistics, `nfdump -R DIR -I`, `racount`.
+
+--baseline PATH runs a second tapflow binary beside every tapflow row chosen, as "tapflow-base",
+"tapflow-base-ipfix", "tapflow-base-ipfix-1500", in the same rounds (each pair taking turns at
+going first), and the table shows each tapflow row's CPU ÷ its base row's, for a regression check.
+
+Writes bench/out/flows.csv and bench/out/flows.md, draws docs/img/flows.svg (plot.py; --img
+elsewhere) and prints the markdown table. A tapflow binary without the `flows` command is skipped
+with a message.
 """
 
 from __future__ import annotations
@@ -61,9 +68,15 @@ from pathlib import Path
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib as bl  # noqa: E402
+import plot  # noqa: E402
 
 TOOLS = ["tapflow", "tapflow-ipfix", "tapflow-ipfix-1500", "softflowd", "nfpcapd", "argus"]
-IPFIX_TOOLS = ("tapflow-ipfix", "tapflow-ipfix-1500", "softflowd")
+# The --baseline binary's row for each tapflow row.
+BASE_OF = {"tapflow": "tapflow-base", "tapflow-ipfix": "tapflow-base-ipfix",
+           "tapflow-ipfix-1500": "tapflow-base-ipfix-1500"}
+ALL = TOOLS + list(BASE_OF.values())
+IPFIX_TOOLS = ("tapflow-ipfix", "tapflow-ipfix-1500", "tapflow-base-ipfix", "tapflow-base-ipfix-1500",
+               "softflowd")
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 
 
@@ -182,6 +195,19 @@ def median(xs: list[float]) -> float:
     return bl.median(xs)
 
 
+def round_order(tools: list[str], run: int) -> list[str]:
+    """The tools of round `run`: each tapflow row and its tapflow-base row swap places every
+    other round, since on this machine whichever of two binaries runs second in a fixed order
+    measures ~1% faster."""
+    order = list(tools)
+    if run % 2:
+        for new, base in BASE_OF.items():
+            if new in order and base in order:
+                i, j = order.index(new), order.index(base)
+                order[i], order[j] = order[j], order[i]
+    return order
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", default=None, help="trace to use (default bench/out/big.pcap, built if missing)")
@@ -195,8 +221,11 @@ def main() -> None:
     ap.add_argument("--tools", default=",".join(TOOLS), help=f"comma list from {','.join(TOOLS)}")
     ap.add_argument("--tapflow", dest="tapflow_bin", default=None,
                     help="tapflow binary (default target/release/tapflow)")
+    ap.add_argument("--baseline", dest="baseline_bin", default=None, metavar="PATH",
+                    help="a second tapflow binary, run as tapflow-base rows beside the tapflow rows")
     ap.add_argument("--skip-tapflow", action="store_true", help="time only the anchors")
     ap.add_argument("--out", default=str(bl.REPO / "bench" / "out"), help="output directory")
+    ap.add_argument("--img", default=str(plot.IMG), help="where the plot goes (default docs/img)")
     args = ap.parse_args()
 
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
@@ -222,6 +251,15 @@ def main() -> None:
             print(f"# SKIP tapflow: {why}", file=sys.stderr)
             skipped.append(f"tapflow skipped: {why}")
             tools = [t for t in tools if not t.startswith("tapflow")]
+    baseline = Path(args.baseline_bin).resolve() if args.baseline_bin else None
+    if baseline:
+        ok, why = tapflow_has_flows(baseline)
+        if not ok:
+            bl.die(f"--baseline: {why}")
+        if not any(t in BASE_OF for t in tools):
+            bl.die("--baseline needs a tapflow row in --tools")
+        # Each base row right after its tapflow row, so the two run back to back in every round.
+        tools = [x for t in tools for x in ([t, BASE_OF[t]] if t in BASE_OF else [t])]
     if not tools:
         bl.die("nothing to run")
 
@@ -272,11 +310,13 @@ def main() -> None:
         "argus": ["argus", "-X", "-F", str(argus_conf), "-r", T, "-w", "{out}"],
     }
     cmds["tapflow-ipfix-1500"] = [*cmds["tapflow-ipfix"], "--export-mtu", "1500"]
-    tapflow_rows = [t for t in TOOLS if t.startswith("tapflow")]
-    byte_unit = {t: "frame length" if t == "argus" else "IP length" for t in TOOLS}
-    direction = {"tapflow": "biflow", "softflowd": "biflow (-b)",
-                 "nfpcapd": "one record per direction", "argus": "biflow",
-                 **{t: "biflow (RFC 5103)" for t in tapflow_rows if t.startswith("tapflow-ipfix")}}
+    if baseline:
+        for new, base in BASE_OF.items():
+            cmds[base] = [str(baseline), *cmds[new][1:]]
+    tapflow_rows = [t for t in ALL if t.startswith("tapflow")]
+    byte_unit = {t: "frame length" if t == "argus" else "IP length" for t in ALL}
+    direction = {"softflowd": "biflow (-b)", "nfpcapd": "one record per direction", "argus": "biflow",
+                 **{t: "biflow (RFC 5103)" if "ipfix" in t else "biflow" for t in tapflow_rows}}
     given = {
         **{t: " ".join(tf_timeouts) for t in tapflow_rows},
         "softflowd": f"-t maxlife={A}, tcp/tcp.rst/tcp.fin/udp/icmp/general={I} (all inert with -r), -m 2000000",
@@ -285,6 +325,15 @@ def main() -> None:
     }
 
     pin = ["taskset", "-c", str(args.cpu)] if args.cpu >= 0 else []
+
+    def shown(argv: list[str]) -> str:
+        """A command as flows.md shows it: placeholders for the trace, scratch paths and port."""
+        text = " ".join(argv).replace(T, "TRACE")
+        if baseline:  # first: tapflow's path may be a prefix of the baseline's
+            text = text.replace(str(baseline), "tapflow-base")
+        return (text.replace(str(tapflow), "tapflow").replace(str(work), "WORK").replace("{out}", "OUT")
+                .replace("{work}", "WORK").replace(f":{port}", ":PORT"))
+
     load0 = os.getloadavg()[0]
     if load0 > 0.5:
         print(f"# warning: load average {load0:.2f}: something else is running, CPU times may be inflated",
@@ -296,7 +345,7 @@ def main() -> None:
     runs: dict[str, list] = {t: [] for t in tools}
     counts: dict[str, dict] = {}
     for run in range(-args.warmup, args.runs):
-        for tool in list(tools):
+        for tool in round_order(tools, run):
             out = work / f"{tool}-{run}.out"
             if tool == "nfpcapd":
                 out.mkdir()
@@ -324,11 +373,11 @@ def main() -> None:
                 time.sleep(0.3)  # let the sink drain the socket
             if run >= 0:
                 runs[tool].append(f)
-            print(f"  {tool:14s} {'warm-up' if run < 0 else f'run {run}'}: {f.cpu:7.3f} s cpu "
+            print(f"  {tool:23s} {'warm-up' if run < 0 else f'run {run}'}: {f.cpu:7.3f} s cpu "
                   f"({f.utime:.3f} user, {f.stime:.3f} sys), {f.wall:7.3f} s wall", file=sys.stderr)
             if run == 0:
                 counts[tool] = count_output(tool, f, out, sink)
-                print(f"  {tool:14s} output: {counts[tool]['summary']}", file=sys.stderr)
+                print(f"  {tool:23s} output: {counts[tool]['summary']}", file=sys.stderr)
             if out.is_dir():
                 shutil.rmtree(out)
             elif out.exists():
@@ -355,13 +404,17 @@ def main() -> None:
             "records_are": direction[tool],
             "timeouts_given": given[tool],
             "output": counts[tool]["summary"],
-            "argv": " ".join(cmds[tool]).replace(T, "TRACE").replace(str(tapflow), "tapflow")
-                    .replace(str(work), "WORK").replace("{out}", "OUT").replace("{work}", "WORK")
-                    .replace(f":{port}", ":PORT"),
+            "argv": shown(cmds[tool]),
         })
-    base = next((r for r in rows if r["tool"] == "tapflow"), None)
+    # The ratios: each tool's CPU over the reference row's (tapflow-ipfix, as a user runs it),
+    # and each tapflow row's over its baseline row's.
+    by = {r["tool"]: r for r in rows}
+    ref = next((t for t in ("tapflow-ipfix", "tapflow") if t in by), None)
     for r in rows:
-        r["tapflow_speedup"] = round(r["cpu_s"] / base["cpu_s"], 2) if base and base["cpu_s"] else ""
+        r["ref"] = ref or ""
+        r["cpu_vs_ref"] = round(r["cpu_s"] / by[ref]["cpu_s"], 2) if ref and by[ref]["cpu_s"] else ""
+        b = by.get(BASE_OF.get(r["tool"], ""))
+        r["cpu_vs_base"] = round(r["cpu_s"] / b["cpu_s"], 3) if b and b["cpu_s"] else ""
 
     csv_path = outdir / "flows.csv"
     with open(csv_path, "w", newline="") as fh:
@@ -379,16 +432,18 @@ def main() -> None:
             f"nfdump {versions['nfdump']}, argus {versions['argus']}; {platform.release()}, "
             f"{os.cpu_count()} CPUs, load average {load0:.2f} at start, {datetime.date.today().isoformat()}"
             f"{stream.summary()}")
+    base_col = " | CPU ÷ tapflow-base's" if baseline else ""
     lines = [
         "| tool | CPU s (user+sys) | min CPU s | user s | sys s | wall s | Mpkt per CPU-s "
-        "| tapflow (csv) speed ÷ this | records out | packets counted | bytes are | records are |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        f"| CPU ÷ {ref}'s{base_col} | records out | packets counted | bytes are | records are |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if baseline else "") + "---:|---:|---|---|",
     ]
     for r in rows:
         lines.append(f"| {r['tool']} | {r['cpu_s']:.3f} | {r['cpu_min_s']:.3f} | {r['user_s']:.3f} | {r['sys_s']:.3f} "
                      f"| {r['wall_s']:.3f} "
-                     f"| {r['mpkt_per_cpu_s']} | {r['tapflow_speedup'] or '—'} | {r['records']} "
-                     f"| {r['packets_counted']} | {r['bytes_are']} | {r['records_are']} |")
+                     f"| {r['mpkt_per_cpu_s']} | {r['cpu_vs_ref'] or '—'}"
+                     + (f" | {r['cpu_vs_base'] or '—'}" if baseline else "")
+                     + f" | {r['records']} | {r['packets_counted']} | {r['bytes_are']} | {r['records_are']} |")
     lines += ["", "Commands (TRACE = the trace, PORT = the UDP sink of this script, OUT/WORK = scratch):", ""]
     lines += [f"- {r['tool']}: `{r['argv']}`" for r in rows]
     lines += ["", "Timeouts each tool was given:", ""]
@@ -400,8 +455,11 @@ def main() -> None:
     lines += [f"\n{s}" for s in skipped]
     md = "\n".join(lines) + "\n"
     (outdir / "flows.md").write_text(md)
+    made = plot.plot_flows(csv_path, Path(args.img),
+                           f"{n_in:,} packets ({trace.name}), median of {args.runs} runs, taskset -c {args.cpu}; "
+                           f"{platform.release()}, {datetime.date.today().isoformat()}{stream.summary()}")
     print(md)
-    print(f"wrote {csv_path}, {outdir / 'flows.md'}")
+    print(f"wrote {', '.join(map(str, [csv_path, outdir / 'flows.md', *made]))}")
 
 
 class Stream:
@@ -441,7 +499,7 @@ def count_output(tool: str, f: bl.Finished, out: Path, sink: IpfixSink | None) -
         received = bl.grab_int(r"(\d+) received", text)
         d = {"records": records if records is not None else "?", "packets": received if received is not None else "?"}
         s = f"{flows} flows, {records} records, {received} packets received (tapflow's summary)"
-        if tool.startswith("tapflow-ipfix") and sink:
+        if "ipfix" in tool and sink:
             k = sink.snapshot()
             s += (f"; sink: {k['datagrams']} datagrams, {k['records']} IPFIX data records, {k['option_records']} "
                   f"options records, {k['seq_errors']} sequence errors")

@@ -5,12 +5,16 @@ the paper's 73 per 4124-byte datagram. Runs in a private network namespace (loop
 
     sudo bench/forward.py [--input bench/out/big.pcap] [--runs 3]
 
-Writes bench/out/forward.md.
+Writes bench/out/forward.md and bench/out/forward.csv (the probe's CPU per packet) and draws
+docs/img/forward.svg (plot.py; --img elsewhere).
 """
 import argparse
 import atexit
+import csv
+import datetime
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -18,8 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib  # noqa: E402
+import plot  # noqa: E402
 
 REPO = benchlib.REPO
 HEADER_LEN = 56  # batch datagram header, crates/wire/src/datagram.rs
@@ -42,10 +48,11 @@ CPU_TABLE = ["| mode | CPU s (median of runs) | ns/packet | extra ns/packet |",
              "|---|---|---|---|"]
 
 
-def cpu_rows(modes: list[tuple[str, list[str]]], runs: int, run_once) -> list[str]:
+def cpu_rows(setup: str, modes: list[tuple[str, list[str]]], runs: int, run_once,
+             data: list[dict]) -> list[str]:
     """One table row per (mode, extra arguments): the median of `runs` CPU times that
     run_once(extra, run) returns with the packets recorded, per packet, and the extra over
-    the first mode."""
+    the first mode. Each row is also appended to `data` (forward.csv) under `setup`."""
     rows, base = [], None
     for mode, extra in modes:
         results = [run_once(extra, r) for r in range(runs)]
@@ -53,10 +60,12 @@ def cpu_rows(modes: list[tuple[str, list[str]]], runs: int, run_once) -> list[st
         npk = results[-1][1]
         base = c if base is None else base
         rows.append(f"| {mode} | {c:.3f} | {c / npk * 1e9:.1f} | {(c - base) / npk * 1e9:+.1f} |")
+        data.append({"setup": setup, "mode": mode, "cpu_s": round(c, 4), "packets": npk,
+                     "ns_per_packet": round(c / npk * 1e9, 1), "extra_ns": round((c - base) / npk * 1e9, 1)})
     return rows
 
 
-def probe_only(tf: str, big: Path, work: Path, runs: int) -> list[str]:
+def probe_only(tf: str, big: Path, work: Path, runs: int, data: list[dict]) -> list[str]:
     """The probe's own cost: forwarding over a veth (MTU 65535) to a collector namespace whose
     ingress drops the datagrams (an nftables netdev hook) before its IP stack, so the sender's
     CPU pays its send path but not the collector's IP/UDP receive and socket wake-up, which on
@@ -86,9 +95,9 @@ def probe_only(tf: str, big: Path, work: Path, runs: int) -> list[str]:
             benchlib.die(f"not every record was sent: {cj['forward']}")
         return fin.cpu, cj["recorded"]
 
-    out += cpu_rows([("off", []),
-                     ("--forward, MTU 65535, collector drops at ingress",
-                      ["--forward", "198.18.0.2:5000", "--mtu", "65535"])], runs, run_once)
+    out += cpu_rows("veth", [("off", []),
+                             ("--forward, MTU 65535, collector drops at ingress",
+                              ["--forward", "198.18.0.2:5000", "--mtu", "65535"])], runs, run_once, data)
     pair.cleanup()
     return out + [""]
 
@@ -98,6 +107,7 @@ def main() -> None:
     ap.add_argument("--input", default=str(REPO / "bench/out/big.pcap"))
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--tapflow", default=None)
+    ap.add_argument("--img", default=str(plot.IMG), help="where the plot goes (default docs/img)")
     a = ap.parse_args()
     tf = str(benchlib.tapflow_path(a.tapflow))
     big = Path(a.input)
@@ -158,11 +168,20 @@ def main() -> None:
             rout.unlink(missing_ok=True)
         return fin.cpu, npk
 
-    lines += cpu_rows([("off", []), ("--forward, MTU 65535", ["--mtu", "65535"]),
-                       ("--forward, MTU 9000", ["--mtu", "9000"]),
-                       ("--forward, MTU 1500", ["--mtu", "1500"])], a.runs, forward_once)
+    data: list[dict] = []
+    lines += cpu_rows("loopback", [("off", []), ("--forward, MTU 65535", ["--mtu", "65535"]),
+                                   ("--forward, MTU 9000", ["--mtu", "9000"]),
+                                   ("--forward, MTU 1500", ["--mtu", "1500"])], a.runs, forward_once, data)
     lines.append("")
-    lines += probe_only(tf, big, work, a.runs)
+    lines += probe_only(tf, big, work, a.runs, data)
+    csv_path = REPO / "bench/out/forward.csv"
+    with open(csv_path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(data[0].keys()))
+        w.writeheader()
+        w.writerows(data)
+    plot.plot_forward(csv_path, Path(a.img),
+                      f"offline capture -r of {data[0]['packets']:,} packets, -s 64, median of {a.runs}; "
+                      f"{platform.release()}, {datetime.date.today().isoformat()}")
 
     # 2. Receiver records per CPU second.
     lines += ["## Receiver: records written per second of its one core", "",

@@ -167,7 +167,8 @@ def one(args, topo: Topo, work: Path, frame: int, rep: int, squeeze: bool) -> di
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tapflow-bin")
+    ap.add_argument("--tapflow", "--tapflow-bin", dest="tapflow_bin",
+                    help="tapflow binary (default target/release/tapflow)")
     ap.add_argument("--packets", type=int, default=1_000_000)
     ap.add_argument("--sizes", default="64,512,1518")
     ap.add_argument("--repeat", type=int, default=2)

@@ -20,8 +20,12 @@ and this disk (TPACKET_V3 ring walked with prefetch, EPBs into a buffer written 
 nothing else). Its CPU is the yardstick for what any capture tool's CPU per packet can reach on
 the machine; the table then also shows floor/tcpdump and tapflow/floor.
 
-Root only. Writes bench/out/live.csv, bench/out/live-ratio.svg, bench/out/live-cpu.svg and
-prints a markdown table. See bench/README.md.
+--baseline PATH adds a second tapflow binary, "tapflow-base", as one more tool (capture and
+generator): it runs beside "tapflow" in the same rounds, the two taking turns at going first, and
+the tables show tapflow/tapflow-base, for a regression check.
+
+Root only. Writes bench/out/live.csv, draws docs/img/live-loss.svg, live-cpu.svg and gen.svg
+(plot.py; --img elsewhere) and prints a markdown table. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -45,9 +49,10 @@ import benchlib as bl  # noqa: E402
 import plot  # noqa: E402
 
 SIZES = [64, 128, 256, 384, 512, 768, 1024, 1518]
-TOOLS = plot.TOOL_ORDER
+TOOLS = ["tapflow", "tcpdump", "netsniff-ng", "floor"]
+BASE = "tapflow-base"  # the --baseline binary
 # Ours: built here, not looked up on PATH, and writing pcapng.
-OWN_TOOLS = ("tapflow", "floor")
+OWN_TOOLS = ("tapflow", BASE, "floor")
 SRC_MAC = "02:00:00:00:00:01"
 # A unicast MAC that is not the capture end's own: frames arrive as PACKET_OTHERHOST, as on a
 # mirror port, and the IP stack in namespace B drops them right away.
@@ -88,7 +93,8 @@ class Gen:
             cmd = ["trafgen", "--no-sock-mem", "--notouch-irq", "--dev", self.pair.va,
                    "--conf", str(conf), "--num", str(n), "--cpus", "1"]
         else:
-            cmd = [str(self.args.tapflow_bin), "gen", "-i", self.pair.va, "--size", str(size),
+            binary = self.args.baseline_bin if self.kind == BASE else self.args.tapflow_bin
+            cmd = [str(binary), "gen", "-i", self.pair.va, "--size", str(size),
                    "--count", str(n), "--flows", str(self.args.flows), "--src-mac", SRC_MAC,
                    "--dst-mac", DST_MAC, "--src-ip", SRC_IP, "--dst-ip", DST_IP, "-q",
                    "--summary-json", str(self.work / f"{tag}.json")]
@@ -118,8 +124,9 @@ class Gen:
 # capture tools
 
 def capture_argv(tool: str, args, pair: bl.Pair, out: Path, js: Path) -> list[str]:
-    if tool == "tapflow":
-        cmd = [str(args.tapflow_bin), "capture", "-i", pair.vb, "-s", str(args.snaplen),
+    if tool in ("tapflow", BASE):
+        binary = args.baseline_bin if tool == BASE else args.tapflow_bin
+        cmd = [str(binary), "capture", "-i", pair.vb, "-s", str(args.snaplen),
                "-w", str(out), "-q", "--summary-json", str(js)]
     elif tool == "tcpdump":
         # -Z root: Debian's tcpdump drops to user "tcpdump" before creating the -w file.
@@ -153,7 +160,7 @@ def parse_tool_stats(tool: str, text: str, js: Path) -> dict:
         n = bl.grab_int(r"^floor: (\d+) packets", text)
         return {"tool_recorded": n, "tool_received": n,
                 "tool_dropped": bl.grab_int(r"(\d+) dropped by kernel", text)}
-    # tapflow
+    # tapflow, tapflow-base
     d: dict = {}
     if js.exists():
         s = json.loads(js.read_text())
@@ -209,8 +216,8 @@ def one_capture(tool: str, frame: int, gen: Gen, args, pair: bl.Pair, work: Path
     }
     if f.rc not in (0, 130, -2):
         print(f"warning: {tool} exited {f.rc}: {f.stderr.strip()[-300:]}", file=sys.stderr)
-    if tool == "tapflow" and st.get("tool_recorded") is not None and st["tool_recorded"] != in_file:
-        print(f"warning: tapflow summary says recorded={st['tool_recorded']} but its files hold "
+    if tool in ("tapflow", BASE) and st.get("tool_recorded") is not None and st["tool_recorded"] != in_file:
+        print(f"warning: {tool} summary says recorded={st['tool_recorded']} but its files hold "
               f"{in_file} packets", file=sys.stderr)
     if not args.keep:
         for x in files:
@@ -228,8 +235,8 @@ def markdown(rows: list[dict], gens: list[dict], tools: list[str]) -> str:
     head = ["frame B"]
     for t in tools:
         head += [f"{t} ratio %", f"{t} CPU s/Mpkt"]
-    pairs = [(a, b) for a, b in (("tapflow", "tcpdump"), ("floor", "tcpdump"), ("tapflow", "floor"))
-             if a in tools and b in tools]
+    pairs = [(a, b) for a, b in (("tapflow", "tcpdump"), ("floor", "tcpdump"), ("tapflow", "floor"),
+                                 ("tapflow", BASE)) if a in tools and b in tools]
     head += [f"{a}/{b} CPU" for a, b in pairs]
     head.append("gen pps")
     lines.append("| " + " | ".join(head) + " |")
@@ -254,18 +261,28 @@ def markdown(rows: list[dict], gens: list[dict], tools: list[str]) -> str:
         lines.append("")
         lines.append("Generators alone (no capture), same core, packets per second:")
         lines.append("")
-        kinds = sorted({g["gen"] for g in gens})
-        lines.append("| frame B | " + " | ".join(kinds) +
-                     (" | tapflow/trafgen |" if set(kinds) >= {"tapflow", "trafgen"} else " |"))
-        lines.append("|" + "---:|" * (len(kinds) + 1 + (1 if set(kinds) >= {"tapflow", "trafgen"} else 0)))
+        kinds = [k for k in ("trafgen", "tapflow", BASE) if any(g["gen"] == k for g in gens)]
+        gpairs = [(a, b) for a, b in (("tapflow", "trafgen"), (BASE, "trafgen"), ("tapflow", BASE))
+                  if a in kinds and b in kinds]
+        lines.append("| frame B | " + " | ".join(kinds) + "".join(f" | {a}/{b}" for a, b in gpairs) + " |")
+        lines.append("|" + "---:|" * (len(kinds) + 1 + len(gpairs)))
         for frame in sorted({g["frame"] for g in gens}):
             v = {k: bl.median([g["pps"] for g in gens if g["frame"] == frame and g["gen"] == k])
                  for k in kinds}
             cells = [str(frame)] + [f"{v[k]:,.0f}" for k in kinds]
-            if set(kinds) >= {"tapflow", "trafgen"}:
-                cells.append(f"{v['tapflow'] / v['trafgen']:.2f}" if v["trafgen"] else "n/a")
+            cells += [f"{v[a] / v[b]:.2f}" if v[b] else "n/a" for a, b in gpairs]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def round_order(tools: list[str], rep: int) -> list[str]:
+    """The tools of round `rep`: tapflow and tapflow-base swap places every other round, since
+    on this machine whichever of two binaries runs second in a fixed order measures ~1% faster."""
+    order = list(tools)
+    if rep % 2 and "tapflow" in order and BASE in order:
+        i, j = order.index("tapflow"), order.index(BASE)
+        order[i], order[j] = order[j], order[i]
+    return order
 
 
 def main() -> None:
@@ -292,7 +309,11 @@ def main() -> None:
                     help="skip reading the caplen range of each output file")
     ap.add_argument("--tapflow", dest="tapflow_bin", default=None,
                     help="tapflow binary (default target/release/tapflow)")
+    ap.add_argument("--baseline", dest="baseline_bin", default=None, metavar="PATH",
+                    help="a second tapflow binary, run as tool 'tapflow-base' beside 'tapflow' "
+                         "(capture and generator) for a regression check")
     ap.add_argument("--out", default=str(bl.REPO / "bench" / "out"), help="output directory")
+    ap.add_argument("--img", default=str(plot.IMG), help="where the plots go (default docs/img)")
     ap.add_argument("--keep", action="store_true", help="keep the capture files")
     args = ap.parse_args()
 
@@ -303,6 +324,13 @@ def main() -> None:
     for t in tools:
         if t not in TOOLS:
             bl.die(f"unknown tool {t!r} (choose from {', '.join(TOOLS)})", 2)
+    if args.baseline_bin:
+        args.baseline_bin = Path(args.baseline_bin).resolve()
+        if not args.baseline_bin.exists():
+            bl.die(f"--baseline {args.baseline_bin} not found")
+        # Beside tapflow, so the two run back to back in every round.
+        at = tools.index("tapflow") + 1 if "tapflow" in tools else 0
+        tools.insert(at, BASE)
     for s in sizes:
         if not 64 <= s <= 1518:
             bl.die(f"frame size {s} out of range 64..1518", 2)
@@ -343,14 +371,15 @@ def main() -> None:
     gens: list[dict] = []
     for frame in sizes:
         if not args.no_gen_baseline:
-            kinds = ["trafgen"] + (["tapflow"] if args.tapflow_bin.exists() else [])
+            kinds = ["trafgen"] + (["tapflow"] if args.tapflow_bin.exists() else []) + \
+                ([BASE] if args.baseline_bin else [])
             for kind in kinds:
                 for rep in range(args.repeat):
                     r = Gen(kind, args, pair, work).run(frame, args.packets, f"alone-{kind}-{frame}-{rep}")
                     gens.append({"frame": frame, "gen": kind, "rep": rep, **r})
                     print(f"  {frame:5d} B  {kind:8s} alone: {r['pps']:12,.0f} pps", file=sys.stderr)
         for rep in range(args.repeat):
-            for tool in tools:
+            for tool in round_order(tools, rep):
                 row = one_capture(tool, frame, gen, args, pair, work, rep)
                 rows.append(row)
                 print(f"  {frame:5d} B  {tool:12s} sent {row['sent']:>9} at {row['gen_pps']:>9,} pps  "
@@ -372,10 +401,10 @@ def main() -> None:
             w.writerow({"frame": g["frame"], "tool": f"gen:{g['gen']}", "rep": g["rep"], "sent": g["sent"],
                         "gen": g["gen"], "gen_alone_pps": round(g["pps"]), "cpu_s": round(g["gen_cpu"], 4)})
 
-    note = (f"{args.packets:,} pkts/run, gen={args.gen} on CPU{args.gen_cpu}, capture on CPU{args.cap_cpu}, "
-            f"snaplen {args.snaplen}, veth, {platform.release()}, "
+    note = (f"{args.packets:,} pkts/run, medians of {args.repeat}, gen={args.gen} on CPU{args.gen_cpu}, "
+            f"capture on CPU{args.cap_cpu}, snaplen {args.snaplen}, veth, {platform.release()}, "
             f"{datetime.date.today().isoformat()}")
-    made = plot.plot_live(csv_path, note) if rows else []
+    made = plot.plot_live(csv_path, Path(args.img), note)
     print(markdown(rows, gens, tools))
     print(f"\n{note}\nwrote {', '.join(map(str, [csv_path, *made]))}")
 

@@ -16,15 +16,18 @@ continued with SIGCONT. The kernel's drops (summary "dropped_kernel") are compar
 `tapflow plan --rate R --block-size B --block-count N --stall-ms S --json` at the rate gen
 measured and the stall as it happened (SIGSTOP to SIGCONT, timed here).
 
-Root only. Writes bench/out/plan-costs.csv and bench/out/plan.csv and prints markdown tables.
+Root only. Writes bench/out/plan-costs.csv and bench/out/plan.csv, draws docs/img/plan.svg
+(predicted against measured drops; plot.py, --img elsewhere) and prints markdown tables.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import datetime
 import json
 import os
+import platform
 import signal
 import sys
 import time
@@ -33,6 +36,7 @@ from pathlib import Path
 sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib as bl  # noqa: E402
+import plot  # noqa: E402
 
 FRAME = 64  # bytes on the wire with FCS: gen --size 60
 SNAPLEN = 64
@@ -173,6 +177,9 @@ def stalls(args, pair, work: Path, packet_ns: float, block_ns: float) -> None:
         w = csv.DictWriter(fh, fieldnames=list(out[0].keys()))
         w.writeheader()
         w.writerows(out)
+    plot.plot_plan(args.out / "plan.csv", args.img,
+                   f"{FRAME}-byte frames, -s {SNAPLEN}, 10 ms retire timeout, SIGSTOP for the stall, "
+                   f"{args.repeat} run(s) each; {platform.release()}, {datetime.date.today().isoformat()}")
     print("### Model vs measured drops (bench/plan.py part 2)\n")
     print("| rate (gen, pps) | ring | stall ms (asked, real) | model: packets/block | model: absorbs | "
           "model: lost | measured: lost | measured: packets/block |")
@@ -186,14 +193,17 @@ def stalls(args, pair, work: Path, packet_ns: float, block_ns: float) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tapflow-bin", help="tapflow binary (default target/release/tapflow)")
+    ap.add_argument("--tapflow", "--tapflow-bin", dest="tapflow_bin",
+                    help="tapflow binary (default target/release/tapflow)")
     ap.add_argument("--packets", type=int, default=1_000_000, help="packets per cost run")
     ap.add_argument("--cost-rate", type=int, default=500_000, help="gen rate for the cost runs")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--skip-costs", action="store_true", help="use --cost-ns/--block-cost-ns")
     ap.add_argument("--cost-ns", type=float, default=None)
     ap.add_argument("--block-cost-ns", type=float, default=None)
+    ap.add_argument("--img", default=str(plot.IMG), help="where the plot goes (default docs/img)")
     args = ap.parse_args()
+    args.img = Path(args.img)
     if os.geteuid() != 0:
         bl.die("needs root (namespaces, packet sockets)")
     bl.need("ip", "taskset")

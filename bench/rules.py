@@ -22,23 +22,29 @@ Timed, each pinned with taskset to one CPU, median of --runs after one untimed w
 CPU is user+sys from wait4. The packets each side keeps are counted once, untimed (tapflow's
 summary JSON; tcpdump -w FILE then capinfos) and must be equal. tcpdump's optimizer takes minutes
 on expressions of thousands of terms, so tcpdump runs only up to --tcpdump-max rules. Writes
-bench/out/rules.md and prints it.
+bench/out/rules.md and bench/out/rules.csv, draws docs/img/rules.svg (plot.py; --img elsewhere)
+and prints the table.
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import csv
+import datetime
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib as bl  # noqa: E402
+import plot  # noqa: E402
 
 FLOW = re.compile(r" IP (\d+\.\d+\.\d+)\.\d+\.(\d+) > (\d+\.\d+\.\d+)\.\d+\.(\d+): (Flags|UDP)")
 
@@ -83,6 +89,7 @@ def main() -> None:
     ap.add_argument("--cpu", type=int, default=1)
     ap.add_argument("--tapflow", dest="tapflow_bin", default=None)
     ap.add_argument("--out", default=str(bl.REPO / "bench" / "out"))
+    ap.add_argument("--img", default=str(plot.IMG), help="where the plot goes (default docs/img)")
     args = ap.parse_args()
     bl.need("tcpdump", "capinfos", "taskset")
     outdir = Path(args.out)
@@ -117,13 +124,13 @@ def main() -> None:
         if name.startswith("tapflow"):
             f = bl.run(argv + ["--summary-json", str(summary)], work, "count")
             if f.rc != 0:
-                bl.die(f"{name} failed: {f.err.strip()}")
+                bl.die(f"{name} failed: {f.stderr.strip()}")
             kept[name] = json.loads(summary.read_text())["recorded"]
         else:
             out = work / "kept.pcap"
             f = bl.run(argv[:3] + ["-w", str(out), argv[-1]], work, "count")
             if f.rc != 0:
-                bl.die(f"{name} failed: {f.err.strip()}")
+                bl.die(f"{name} failed: {f.stderr.strip()}")
             kept[name] = bl.capinfos_count(out)
             out.unlink()
     for n in sizes:
@@ -135,7 +142,7 @@ def main() -> None:
         for name, argv in cmds.items():
             f = bl.run(pin + argv, work, "t")
             if f.rc != 0:
-                bl.die(f"{name} failed: {f.err.strip()}")
+                bl.die(f"{name} failed: {f.stderr.strip()}")
             if run > 0:
                 cpu[name].append(f.cpu)
     med = {k: bl.median(v) for k, v in cpu.items()}
@@ -156,7 +163,23 @@ def main() -> None:
                      + (f"{td:.3f} | {td / t:.2f}× |" if td else "not run | – |"))
     text = "\n".join(lines) + "\n"
     (outdir / "rules.md").write_text(text)
+    data = [{"rules": "none", "kept": kept["tapflow none"], "tapflow_cpu_s": round(med["tapflow none"], 4),
+             "ns_per_packet": "", "tcpdump_cpu_s": ""}]
+    for n in sizes:
+        t, td = med[f"tapflow {n}"], med.get(f"tcpdump {n}")
+        data.append({"rules": str(n), "kept": kept[f"tapflow {n}"], "tapflow_cpu_s": round(t, 4),
+                     "ns_per_packet": round((t - base) * 1e9 / n_in, 1) if n else "",
+                     "tcpdump_cpu_s": round(td, 4) if td else ""})
+    csv_path = outdir / "rules.csv"
+    with open(csv_path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(data[0].keys()))
+        w.writeheader()
+        w.writerows(data)
+    made = plot.plot_rules(csv_path, Path(args.img),
+                           f"{trace.name}: {n_in:,} packets, median of {args.runs}, taskset -c {args.cpu}; "
+                           f"{platform.release()}, {datetime.date.today().isoformat()}")
     print(text)
+    print(f"wrote {', '.join(map(str, [outdir / 'rules.md', csv_path, *made]))}")
 
 
 if __name__ == "__main__":

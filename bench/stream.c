@@ -6,9 +6,9 @@
  * Maps FILE with its page tables made up front (MAP_POPULATE), then reads one byte of every
  * 64-byte line, front to back, twice, and prints the time of the mapping and of each pass.
  * Nothing is parsed: a pass is the least a reader of FILE from the page cache can cost. Its time
- * moves with the memory bandwidth the host leaves this VM (16.7 ms for the 224 MB benchmark
- * trace in a quiet hour of 2026-11-25, 26 ms in a busy one), and so does tapflow's, whose walk
- * of a trace is bound by it (docs/benchmarks.md).
+ * moves with the memory bandwidth the host leaves this VM (14.5-17 ms for the 224 MB benchmark
+ * trace when the host is quiet, 25-27 ms when it is busy), and so does tapflow's, whose walk of
+ * a trace is bound by it (docs/benchmarks.md).
  *
  * Build and run: cc -O2 -o /tmp/stream bench/stream.c && taskset -c 1 /tmp/stream bench/out/big.pcap
  */
