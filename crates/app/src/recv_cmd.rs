@@ -46,13 +46,17 @@ pub fn run(a: RecvArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
     };
     let mut tick = |t: &pipeline::Tick| {
         if !quiet && !t.elapsed.is_zero() {
-            let probes = read().probes.len();
+            let l = read();
             eprintln!(
-                "tapflow recv: {:.0} s, {probes} probes, {} records, {} lost in transit, {} lost on probes",
+                "tapflow recv: {:.0} s, {} probes, {} records, {} lost in transit, {} lost on probes, \
+                 {} bad datagrams, {} refused",
                 t.elapsed.as_secs_f64(),
+                l.probes.len(),
                 t.totals.recorded,
                 t.totals.dropped_in_transit,
                 t.totals.dropped_kernel,
+                l.bad_total(),
+                l.refused,
             );
         }
         (!quiet).then_some(Duration::from_secs(1))

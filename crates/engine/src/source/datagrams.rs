@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tapflow_sys::udp::{RecvBatch, UdpSocket};
 use tapflow_wire::datagram::{self, Datagram};
@@ -23,8 +23,22 @@ use tapflow_wire::{Flags, LinkType};
 use crate::EngineError;
 use crate::source::{InterfaceInfo, Opened, Packet, PacketSource, Progress, SourceStats};
 
-/// Distinct probe interfaces accepted; more become bad datagrams.
+/// Distinct probe interfaces followed at once; more become bad datagrams until idle ones
+/// expire.
 pub const MAX_INTERFACES: usize = 4096;
+/// Probe interfaces one source address may hold at once: a sender that forges probe ids
+/// fills its own share, not the table.
+pub const MAX_INTERFACES_PER_SOURCE: usize = 64;
+/// A probe interface or stream with no datagram for this long is forgotten: its table entry
+/// is free for another, and if it comes back it is announced again as a new interface.
+pub const IDLE_EXPIRY: Duration = Duration::from_secs(300);
+/// The largest step a stream's `records_before` or `drops` may take between two datagrams
+/// that follow each other, and per datagram missing between them: more records than one
+/// datagram can carry is a forged or broken counter, not loss.
+const MAX_RECORDS_PER_DATAGRAM: u64 = (datagram::MAX_DATAGRAM / record::CONTROL_LEN) as u64;
+/// The largest step a stream's `drops` may take between two of its datagrams: about three
+/// hours of a 100 Gbit/s link's smallest packets.
+const MAX_DROPS_STEP: u64 = 1 << 40;
 /// Distinct sequence streams followed; more become bad datagrams.
 pub const MAX_STREAMS: usize = 65_536;
 /// Distinct source addresses whose bad datagrams are counted apart; the rest are summed.
@@ -192,11 +206,20 @@ struct StreamKey {
     stream: u16,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct StreamState {
     next_sequence: u64,
     next_records: u64,
     drops_seen: u64,
+    last_seen: Instant,
+}
+
+/// A probe interface being followed.
+#[derive(Debug, Clone, Copy)]
+struct IfState {
+    /// Its pcapng interface index.
+    index: u32,
+    last_seen: Instant,
 }
 
 /// Why a well-formed datagram was still refused.
@@ -205,6 +228,8 @@ enum Reject {
     Parse(datagram::Error),
     /// Counters that go backwards within a stream.
     Inconsistent,
+    /// Counters that leap further than the datagrams missing could have carried.
+    Impossible,
     TooMany,
     Truncated,
     NoAddress,
@@ -215,6 +240,9 @@ impl std::fmt::Display for Reject {
         match self {
             Reject::Parse(e) => write!(f, "{e}"),
             Reject::Inconsistent => f.write_str("records-before or drops went backwards"),
+            Reject::Impossible => {
+                f.write_str("records-before or drops leapt further than any loss could")
+            }
             Reject::TooMany => f.write_str("too many probe interfaces or streams"),
             Reject::Truncated => f.write_str("datagram larger than the receive slot"),
             Reject::NoAddress => f.write_str("sender address not IPv4/IPv6"),
@@ -240,7 +268,9 @@ enum Accepted<'a> {
 /// The receiver's bookkeeping, apart from the socket (unit-tested without one).
 #[derive(Debug, Default)]
 struct Book {
-    interfaces: HashMap<IfKey, u32>,
+    interfaces: HashMap<IfKey, IfState>,
+    /// Interfaces followed per source address.
+    per_source: HashMap<IpAddr, usize>,
     streams: HashMap<StreamKey, StreamState>,
     probes: Vec<ProbeReport>,
     /// Loss noted on an interface with no record to put it before yet.
@@ -267,6 +297,7 @@ impl Book {
         bytes: &'a [u8],
         from: Option<SocketAddr>,
         truncated: bool,
+        now: Instant,
     ) -> Accepted<'a> {
         let source = from.map(|a| a.ip().to_canonical());
         let Some(ip) = source else {
@@ -302,10 +333,20 @@ impl Book {
             self.count_bad(source, Reject::TooMany);
             return Accepted::Nothing;
         }
-        let st = known.unwrap_or_default();
-        let index = match self.interfaces.get(&ikey) {
-            Some(&i) => i,
-            None if self.interfaces.len() >= MAX_INTERFACES => {
+        let st = known.unwrap_or(StreamState {
+            next_sequence: 0,
+            next_records: 0,
+            drops_seen: 0,
+            last_seen: now,
+        });
+        let full = self.interfaces.len() >= MAX_INTERFACES
+            || self.per_source.get(&ip).copied().unwrap_or(0) >= MAX_INTERFACES_PER_SOURCE;
+        let index = match self.interfaces.get_mut(&ikey) {
+            Some(i) => {
+                i.last_seen = now;
+                i.index
+            }
+            None if full => {
                 self.count_bad(source, Reject::TooMany);
                 return Accepted::Nothing;
             }
@@ -316,7 +357,14 @@ impl Book {
                 } else {
                     format!("probe {} at {} if {}", h.probe, ip, h.interface)
                 };
-                self.interfaces.insert(ikey, i);
+                self.interfaces.insert(
+                    ikey,
+                    IfState {
+                        index: i,
+                        last_seen: now,
+                    },
+                );
+                *self.per_source.entry(ip).or_insert(0) += 1;
                 self.probes.push(ProbeReport {
                     source: Some(ip),
                     probe: h.probe,
@@ -340,25 +388,39 @@ impl Book {
             p.late += 1;
             return Accepted::Nothing;
         }
-        if h.records_before < st.next_records || h.drops < st.drops_seen {
+        // Counters that go backwards, or leap further than the missing datagrams could have
+        // carried, are forged or broken: the datagram is refused, and its counts never reach
+        // the totals.
+        let missing = h.sequence - st.next_sequence;
+        let (Some(transit), Some(on_probe), Some(next_sequence), Some(next_records)) = (
+            h.records_before.checked_sub(st.next_records),
+            h.drops.checked_sub(st.drops_seen),
+            h.sequence.checked_add(1),
+            h.records_before.checked_add(u64::from(h.count)),
+        ) else {
             self.count_bad(source, Reject::Inconsistent);
             return Accepted::Nothing;
+        };
+        if transit > missing.saturating_mul(MAX_RECORDS_PER_DATAGRAM) || on_probe > MAX_DROPS_STEP {
+            self.count_bad(source, Reject::Impossible);
+            return Accepted::Nothing;
         }
-        let transit = h.records_before - st.next_records;
-        let on_probe = h.drops - st.drops_seen;
         self.streams.insert(
             skey,
             StreamState {
-                next_sequence: h.sequence + 1,
-                next_records: h.records_before + u64::from(h.count),
+                next_sequence,
+                next_records,
                 drops_seen: h.drops,
+                last_seen: now,
             },
         );
         p.datagrams += 1;
-        p.records += u64::from(h.count);
-        p.lost_in_transit += transit;
-        p.lost_on_probe += on_probe;
-        let loss = self.pending[index as usize] + transit + on_probe;
+        p.records = p.records.saturating_add(u64::from(h.count));
+        p.lost_in_transit = p.lost_in_transit.saturating_add(transit);
+        p.lost_on_probe = p.lost_on_probe.saturating_add(on_probe);
+        let loss = self.pending[index as usize]
+            .saturating_add(transit)
+            .saturating_add(on_probe);
         if h.count == 0 {
             self.pending[index as usize] = loss;
             return Accepted::Nothing;
@@ -369,6 +431,25 @@ impl Book {
             loss,
             records: d.records(),
         }
+    }
+
+    /// Forgets the interfaces and streams idle since before `now - IDLE_EXPIRY`.
+    fn expire(&mut self, now: Instant) {
+        let Some(cut) = now.checked_sub(IDLE_EXPIRY) else {
+            return;
+        };
+        let per_source = &mut self.per_source;
+        self.interfaces.retain(|k, i| {
+            let keep = i.last_seen >= cut;
+            if !keep && let Some(n) = per_source.get_mut(&k.source) {
+                *n -= 1;
+                if *n == 0 {
+                    per_source.remove(&k.source);
+                }
+            }
+            keep
+        });
+        self.streams.retain(|_, s| s.last_seen >= cut);
     }
 
     /// The counts as the run's totals: every record a probe sent or lost, the records lost on
@@ -415,6 +496,8 @@ pub struct DatagramSource {
     ledger: Arc<Mutex<Ledger>>,
     /// The intake is closed: take what is queued, then end.
     draining: bool,
+    /// When idle interfaces and streams were last looked for.
+    last_expiry: Instant,
 }
 
 /// Binds the socket and opens it as the input of one worker.
@@ -439,6 +522,7 @@ pub fn open(input: &DatagramInput) -> Result<Opened<DatagramSource>, EngineError
             interfaces: Vec::new(),
             ledger: Arc::clone(&input.ledger),
             draining: false,
+            last_expiry: Instant::now(),
         }],
         input: local.to_string(),
         linktype: LinkType::Ethernet,
@@ -456,6 +540,7 @@ impl DatagramSource {
     /// Hands the records of the datagrams received to `f`, from the next one on. Stops before
     /// a datagram that names a new probe interface, so the worker announces it first.
     fn deliver<F: FnMut(&Packet<'_>)>(&mut self, f: &mut F) {
+        let now = Instant::now();
         while self.next < self.received {
             let Some((bytes, from, cut)) = self.batch.get(self.next) else {
                 break;
@@ -467,7 +552,7 @@ impl DatagramSource {
                 self.next += 1;
                 continue;
             }
-            match self.book.accept(bytes, from, cut) {
+            match self.book.accept(bytes, from, cut, now) {
                 Accepted::NewInterface(info) => {
                     self.interfaces.push(info);
                     return;
@@ -527,6 +612,11 @@ impl PacketSource for DatagramSource {
     }
 
     fn stats(&mut self) -> Result<SourceStats, EngineError> {
+        let now = Instant::now();
+        if now.duration_since(self.last_expiry) >= IDLE_EXPIRY / 10 {
+            self.last_expiry = now;
+            self.book.expire(now);
+        }
         let mut l = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
         self.book.ledger(&mut l);
         Ok(self.book.stats())
@@ -548,9 +638,19 @@ mod tests {
     use tapflow_wire::record::{ControlField, push_record};
 
     fn dg(seq: u64, before: u64, drops: u64, count: u16) -> Vec<u8> {
+        dg_of(3, seq, before, drops, count)
+    }
+
+    fn dg_of(probe: u32, seq: u64, before: u64, drops: u64, count: u16) -> Vec<u8> {
         let mut recs = Vec::new();
         for i in 0..count {
-            let ctl = ControlField::new(before + u64::from(i), Flags::default(), 0, 0, 60);
+            let ctl = ControlField::new(
+                before.wrapping_add(u64::from(i)),
+                Flags::default(),
+                0,
+                0,
+                60,
+            );
             push_record(&mut recs, ctl, &[0u8; 20]);
         }
         let mut buf = Vec::new();
@@ -558,7 +658,7 @@ mod tests {
         b.push_raw(&recs);
         b.seal(&Header {
             count,
-            probe: 3,
+            probe,
             session: 1,
             linktype: 1,
             snaplen: 64,
@@ -574,7 +674,7 @@ mod tests {
     /// is taken again. Returns (records delivered, loss placed before them).
     fn take(b: &mut Book, bytes: &[u8], from: Option<SocketAddr>) -> (usize, u64) {
         loop {
-            match b.accept(bytes, from, false) {
+            match b.accept(bytes, from, false, Instant::now()) {
                 Accepted::NewInterface(_) => continue,
                 Accepted::Nothing => return (0, 0),
                 Accepted::Records { loss, records, .. } => {
@@ -623,14 +723,14 @@ mod tests {
         let mut b = Book::default();
         let from = Some("192.0.2.1:4000".parse().unwrap());
         let d = dg(0, 0, 0, 3);
-        let Accepted::NewInterface(info) = b.accept(&d, from, false) else {
+        let Accepted::NewInterface(info) = b.accept(&d, from, false, Instant::now()) else {
             panic!("the first datagram of a probe interface announces it");
         };
         assert_eq!(info.name.as_deref(), Some("probe 3 at 192.0.2.1"));
         assert_eq!(info.snaplen, 64);
         // Taken again, it delivers its records, counted once.
         assert!(matches!(
-            b.accept(&d, from, false),
+            b.accept(&d, from, false, Instant::now()),
             Accepted::Records {
                 index: 0,
                 loss: 0,
@@ -638,6 +738,67 @@ mod tests {
             }
         ));
         assert_eq!(b.probes[0].records, 3);
+    }
+
+    #[test]
+    fn forged_counters_are_refused_and_never_wrap_the_sums() {
+        let mut b = Book::default();
+        let from = Some("192.0.2.1:4000".parse().unwrap());
+        assert_eq!(take(&mut b, &dg(0, 0, 0, 5), from), (5, 0));
+        // A leap of records-before no missing datagram could explain.
+        assert_eq!(take(&mut b, &dg(1, u64::MAX - 4, 0, 1), from), (0, 0));
+        // Drops that leap by almost 2^64.
+        assert_eq!(take(&mut b, &dg(1, 5, u64::MAX - 3, 1), from), (0, 0));
+        // A records-before that overflows with its own count.
+        assert_eq!(take(&mut b, &dg(1, u64::MAX - 1, 0, 5), from), (0, 0));
+        // A first datagram of a stream claiming records before sequence 0.
+        let other = Some("192.0.2.2:4000".parse().unwrap());
+        assert_eq!(take(&mut b, &dg(0, 1_000_000, 0, 1), other), (0, 0));
+        // One datagram missing (its records are loss), then the stream goes on.
+        assert_eq!(take(&mut b, &dg(2, 10, 0, 1), from), (1, 5));
+        let p = &b.probes[0];
+        assert_eq!((p.records, p.lost_in_transit, p.lost_on_probe), (6, 5, 0));
+        let mut l = Ledger::default();
+        b.ledger(&mut l);
+        assert_eq!(l.bad_total(), 4);
+        assert!(l.bad.iter().any(|x| x.2.contains("leapt")), "{:?}", l.bad);
+        let s = b.stats();
+        assert_eq!((s.received, s.dropped_in_transit), (11, 5));
+    }
+
+    #[test]
+    fn forged_probe_ids_fill_their_sources_share_and_idle_ones_expire() {
+        let mut b = Book::default();
+        let t0 = Instant::now();
+        let forger_addr: SocketAddr = "198.51.100.7:4000".parse().unwrap();
+        let forger = Some(forger_addr);
+        let mut announced = 0;
+        for id in 0..5000 {
+            if let Accepted::NewInterface(_) = b.accept(&dg_of(id, 0, 0, 0, 1), forger, false, t0) {
+                announced += 1;
+            }
+        }
+        assert_eq!(announced, MAX_INTERFACES_PER_SOURCE);
+        // Another probe still gets in.
+        let honest = Some("192.0.2.1:4000".parse().unwrap());
+        assert!(matches!(
+            b.accept(&dg_of(9, 0, 0, 0, 1), honest, false, t0),
+            Accepted::NewInterface(_)
+        ));
+        // The honest probe keeps talking; the forged ids go quiet and expire.
+        let later = t0 + IDLE_EXPIRY / 2;
+        assert!(matches!(
+            b.accept(&dg_of(9, 0, 0, 0, 1), honest, false, later),
+            Accepted::Records { .. }
+        ));
+        b.expire(t0 + IDLE_EXPIRY + Duration::from_secs(1));
+        assert_eq!(b.interfaces.len(), 1);
+        assert!(!b.per_source.contains_key(&forger_addr.ip()));
+        // The forger's address may announce probes again, within its share.
+        assert!(matches!(
+            b.accept(&dg_of(77, 0, 0, 0, 1), forger, false, later),
+            Accepted::NewInterface(_)
+        ));
     }
 
     #[test]
