@@ -36,9 +36,12 @@ impl Failure {
         use tapflow_engine::EngineError as E;
         use tapflow_sys::SysError as S;
         let usage = match &e {
-            E::File { .. } | E::Config(_) | E::Unsupported(_) => true,
+            E::File { .. } | E::Config(_) | E::Unsupported(_) | E::StalePart(_) => true,
             E::Sys(S::NoSuchInterface { .. } | S::Filter { .. }) => true,
-            E::Sys(S::File { error, .. }) => error.kind() == std::io::ErrorKind::NotFound,
+            E::Sys(S::File { error, .. }) => matches!(
+                error.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::AlreadyExists
+            ),
             // EINVAL: the kernel (or our own check before it) refused a value the user chose.
             E::Sys(s) => {
                 s.errno()

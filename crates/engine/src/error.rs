@@ -24,6 +24,14 @@ pub enum EngineError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// An output's `.part` file is there already: a run stopped by force (SIGKILL, a power
+    /// cut) left it, with the packets written until then.
+    #[error(
+        "{} exists: a run that was stopped by force left it, with the packets written until \
+         then (tshark reads it); rename or remove it, then start again",
+        .0.display()
+    )]
+    StalePart(PathBuf),
     /// The requested output cannot hold this input.
     #[error("{0}")]
     Unsupported(String),

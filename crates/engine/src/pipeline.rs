@@ -159,12 +159,28 @@ pub fn run(
                 stop
             ))
         }
+        Input::File(path) if writes_over(cfg, path) => (
+            Summary::default(),
+            Some(EngineError::Config(format!(
+                "{}: the output would replace the input it is read from",
+                path.display()
+            ))),
+        ),
         Input::File(path) => match MappedFile::open(path) {
             Ok(map) => go!(source::file::open(&map, cfg.snaplen, cfg.rules.clone())),
             Err(e) => (Summary::default(), Some(e.into())),
         },
         Input::Datagrams(d) => go!(source::datagrams::open(d)),
     }
+}
+
+/// Whether a file output of `cfg` is the input file itself (the same inode).
+fn writes_over(cfg: &CaptureConfig, input: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Some(out), Ok(inp)) = (&cfg.file, std::fs::metadata(input)) else {
+        return false;
+    };
+    std::fs::metadata(&out.path).is_ok_and(|o| (o.dev(), o.ino()) == (inp.dev(), inp.ino()))
 }
 
 /// The control socket and metrics endpoint a capture asked for.

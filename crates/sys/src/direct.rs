@@ -5,10 +5,9 @@
 //! (tmpfs, some FUSE), the file is written through the cache.
 #![allow(unsafe_code)]
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::mpsc;
@@ -16,6 +15,7 @@ use std::thread;
 
 use crate::SysError;
 use crate::mmap::{HUGE_PAGE, Mapping, ReadAhead};
+use crate::outfile;
 
 /// Alignment of buffers, lengths and offsets for `O_DIRECT` (the logical block size is at most
 /// this on any device tapflow writes to).
@@ -104,7 +104,8 @@ impl std::fmt::Debug for DirectFile {
 }
 
 impl DirectFile {
-    /// Creates (truncates) `path`, writing to the device in chunks of `chunk` bytes.
+    /// Creates `path`, which must not exist yet (a file or link planted there is refused, see
+    /// [`outfile::create_new`]), writing to the device in chunks of `chunk` bytes.
     pub fn create(path: &Path, chunk: usize) -> Result<DirectFile, SysError> {
         // The buffers first: a file is not left behind for want of memory.
         let buffer = || {
@@ -117,18 +118,13 @@ impl DirectFile {
         };
         let buf = buffer()?;
         let spares = [buffer()?, buffer()?];
-        let open = |flags: i32| {
-            OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .custom_flags(flags)
-                .open(path)
-        };
-        let (file, direct) = match open(libc::O_DIRECT) {
+        // A filesystem without O_DIRECT refuses it at open (EINVAL), after creating the file.
+        let (file, direct) = match outfile::create_new(path, libc::O_DIRECT) {
             Ok(f) => (f, true),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                (open(0).map_err(|error| open_error(path, error))?, false)
+                let _ = std::fs::remove_file(path);
+                let f = outfile::create_new(path, 0).map_err(|error| open_error(path, error))?;
+                (f, false)
             }
             Err(error) => return Err(open_error(path, error)),
         };
@@ -307,7 +303,7 @@ mod tests {
     use super::*;
 
     fn round_trip(dir: &Path, sizes: &[usize]) {
-        let path = dir.join(format!("direct-{}", sizes.len()));
+        let path = dir.join(format!("direct-{sizes:?}"));
         let mut f = DirectFile::create(&path, 3 * ALIGN).unwrap();
         let mut want = Vec::new();
         for (i, &n) in sizes.iter().enumerate() {
@@ -347,7 +343,9 @@ mod tests {
     #[test]
     fn files_hold_exactly_what_was_written() {
         // The target directory lives on the real disk (O_DIRECT), unlike a tmpfs /tmp.
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/direct-test");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../../target/direct-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         round_trip(&dir, &[]);
         round_trip(&dir, &[1]);

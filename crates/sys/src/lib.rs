@@ -5,6 +5,7 @@
 //!   generator.
 //! - [`bpf`]: classic BPF socket filters (tcpdump syntax through libpcap).
 //! - [`ethtool`]: NIC offload features, ring sizes, channels and driver (`SIOCETHTOOL`).
+//! - [`outfile`]: output files that never follow a link or replace what is not a regular file.
 //! - [`iface`], [`mmap`], [`clock`], [`cpu`], [`netns`]: small lookups and helpers.
 //!
 //! Unsafe code is denied at the root and allowed only in the modules that call the kernel; each
@@ -22,6 +23,7 @@ pub mod iface;
 pub mod listener;
 pub mod mmap;
 pub mod netns;
+pub mod outfile;
 mod packet;
 pub mod peer;
 pub mod ring;

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tapflow_sys::direct::DirectFile;
 use tapflow_sys::mmap::HUGE_PAGE;
+use tapflow_sys::outfile;
 use tapflow_wire::pcapng::{IdbOptions, InterfaceStatistics};
 use tapflow_wire::record::ControlField;
 use tapflow_wire::{pcap, pcapng};
@@ -269,7 +270,20 @@ impl FileSink {
         let rotating = self.cfg.rotate_bytes.is_some() || self.cfg.rotate_every.is_some();
         let path = output_path(base, self.cfg.worker, rotating.then_some(self.rotation));
         let part = part_path(&path);
-        let file = DirectFile::create(&part, CHUNK)?.with_write_ahead(self.write_ahead);
+        // Refused before anything is written: the name will not be given to the file.
+        outfile::check_replaceable(&path)?;
+        let file = match DirectFile::create(&part, CHUNK) {
+            Ok(f) => f.with_write_ahead(self.write_ahead),
+            Err(e)
+                if e.errno()
+                    .map(std::io::Error::from_raw_os_error)
+                    .map(|e| e.kind())
+                    == Some(std::io::ErrorKind::AlreadyExists) =>
+            {
+                return Err(EngineError::StalePart(part));
+            }
+            Err(e) => return Err(e.into()),
+        };
         self.file = Some(OpenFile {
             file,
             part,
@@ -347,6 +361,9 @@ impl FileSink {
         }
         let f = self.file.take().expect("checked above");
         f.file.finish().map_err(|e| write_err(&f.part, e))?;
+        // The name is taken only from a regular file: a device, a directory or a link put
+        // there keeps it, and the packets stay in the `.part` file.
+        outfile::check_replaceable(&f.path)?;
         std::fs::rename(&f.part, &f.path).map_err(|e| write_err(&f.path, e))?;
         self.report.files.push(f.path);
         Ok(())

@@ -1,0 +1,170 @@
+//! Outputs that cannot be turned against the host: no link is followed, nothing that is not a
+//! regular file is replaced, the input is never written over, and a `.part` file left by a
+//! killed run is named, not overwritten. Every refusal comes before a packet is taken, with
+//! exit code 2 and one line.
+
+mod common;
+
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+use tapflow_wire::LinkType;
+use tapflow_wire::build::{self, FrameSpec, L4};
+use tapflow_wire::ethernet::EthernetAddress;
+use tapflow_wire::pcap;
+
+/// A fresh directory for one test.
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tf-out-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Writes a pcap of `n` UDP frames made with the project's packet builder.
+fn trace(path: &Path, n: u16) {
+    let mut out = Vec::new();
+    pcap::write_header(&mut out, LinkType::Ethernet, 65535);
+    let mut frame = [0u8; 100];
+    for i in 0..n {
+        let spec = FrameSpec {
+            src_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            dst_mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
+            src_ip: "192.0.2.1".parse().unwrap(),
+            dst_ip: "192.0.2.2".parse().unwrap(),
+            proto: L4::Udp,
+            src_port: 1000 + i,
+            dst_port: 53,
+            frame_len: frame.len(),
+        };
+        build::build(&spec, &mut frame).unwrap();
+        let at = out.len();
+        out.resize(at + pcap::record_len(frame.len()), 0);
+        pcap::emit_record(&mut out[at..], 1_000_000_000 + u64::from(i), &frame, 100);
+    }
+    std::fs::write(path, out).unwrap();
+}
+
+fn p(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+fn refused(args: &[&str], keys: &[&str]) {
+    let o = run_limited(&mut tapflow(args), Duration::from_secs(20));
+    assert_clean_error(&o, Some(2), keys, &format!("tapflow {}", args.join(" ")));
+}
+
+#[test]
+fn a_device_is_never_replaced_by_an_output() {
+    let d = dir("dev");
+    let input = d.join("in.pcap");
+    trace(&input, 10);
+    refused(
+        &["capture", "-r", &p(&input), "-w", "/dev/full", "-q"],
+        &["/dev/full", "device"],
+    );
+    let m = std::fs::symlink_metadata("/dev/full").unwrap();
+    assert!(
+        std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type()),
+        "/dev/full is still a device"
+    );
+    assert!(!Path::new("/dev/full.part").exists());
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_directory_as_output_is_refused_at_start() {
+    let d = dir("dir");
+    let input = d.join("in.pcap");
+    trace(&input, 10);
+    let out = d.join("out");
+    std::fs::create_dir(&out).unwrap();
+    refused(
+        &["capture", "-r", &p(&input), "-w", &p(&out), "-q"],
+        &[&p(&out), "directory"],
+    );
+    assert!(out.is_dir());
+    assert!(!d.join("out.part").exists(), "nothing is left behind");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_planted_part_link_is_not_followed() {
+    let d = dir("link");
+    let input = d.join("in.pcap");
+    trace(&input, 10);
+    let victim = d.join("victim");
+    std::fs::write(&victim, b"root's file").unwrap();
+    symlink(&victim, d.join("y.pcapng.part")).unwrap();
+    let out = d.join("y.pcapng");
+    refused(
+        &["capture", "-r", &p(&input), "-w", &p(&out), "-q"],
+        &["y.pcapng.part"],
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"root's file");
+    assert!(!out.exists());
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_part_left_by_a_killed_run_is_named_and_kept() {
+    let d = dir("stale");
+    let input = d.join("in.pcap");
+    trace(&input, 10);
+    let part = d.join("t.pcapng.part");
+    std::fs::write(&part, b"packets of the run that was killed").unwrap();
+    refused(
+        &[
+            "capture",
+            "-r",
+            &p(&input),
+            "-w",
+            &p(&d.join("t.pcapng")),
+            "-q",
+        ],
+        &["t.pcapng.part", "rename or remove"],
+    );
+    assert_eq!(
+        std::fs::read(&part).unwrap(),
+        b"packets of the run that was killed"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn the_input_is_never_written_over() {
+    let d = dir("same");
+    let input = d.join("in.pcap");
+    trace(&input, 10);
+    let before = std::fs::read(&input).unwrap();
+    refused(
+        &["capture", "-r", &p(&input), "-w", &p(&input), "-q"],
+        &["in.pcap", "input"],
+    );
+    assert_eq!(std::fs::read(&input).unwrap(), before);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn outputs_are_0640_whatever_the_umask_and_replace_regular_files() {
+    let d = dir("mode");
+    let input = d.join("in.pcap");
+    trace(&input, 10);
+    let out = d.join("o.pcapng");
+    std::fs::write(&out, b"an old trace").unwrap();
+    // A umask that takes the group's bits away: the file still gets 0640.
+    let o = run_limited(
+        std::process::Command::new("sh")
+            .args(["-c", "umask 077 && exec \"$0\" \"$@\""])
+            .arg(bin())
+            .args(["capture", "-r", &p(&input), "-w", &p(&out), "-q"]),
+        Duration::from_secs(20),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mode = std::fs::metadata(&out).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640);
+    assert_eq!(capinfos_count(&out), 10);
+    std::fs::remove_dir_all(&d).unwrap();
+}
