@@ -168,3 +168,55 @@ fn outputs_are_0640_whatever_the_umask_and_replace_regular_files() {
     assert_eq!(capinfos_count(&out), 10);
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn each_rotated_file_counts_its_own_packets_in_its_statistics() {
+    let d = dir("isb");
+    let input = d.join("in.pcap");
+    trace(&input, 200);
+    let out = d.join("t.pcapng");
+    let o = run_limited(
+        &mut tapflow([
+            "capture",
+            "-r",
+            &p(&input),
+            "-w",
+            &p(&out),
+            "--rotate-size",
+            "4K",
+            "-q",
+        ]),
+        Duration::from_secs(20),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|f| f.extension().is_some_and(|x| x == "pcapng"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 4, "{files:?}");
+    let (mut accepted, mut delivered) = (0, 0);
+    for f in &files {
+        let c = read_capture(f);
+        let last = c
+            .isbs
+            .last()
+            .unwrap_or_else(|| panic!("{}: no ISB", f.display()));
+        let (fa, ud) = (
+            last.get(ISB_FILTERACCEPT).unwrap(),
+            last.get(ISB_USRDELIV).unwrap(),
+        );
+        // The file's own packets, and no fewer accepted than kept.
+        assert_eq!(ud, c.packets.len() as u64, "{}", f.display());
+        assert!(
+            fa >= ud,
+            "{}: filteraccept {fa} < usrdeliv {ud}",
+            f.display()
+        );
+        accepted += fa;
+        delivered += ud;
+    }
+    assert_eq!((accepted, delivered), (200, 200));
+    std::fs::remove_dir_all(&d).unwrap();
+}

@@ -4,7 +4,7 @@
 //! with relaxed stores, so readers see a recent, internally consistent-enough view without any
 //! lock or per-packet atomic.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering, Ordering::Relaxed, fence};
 
 /// Totals of one worker. `received = recorded + filtered + dropped_kernel + dropped_in_transit +
 /// dropped_ours + past_limit` holds once the worker has drained.
@@ -49,6 +49,21 @@ impl Totals {
         self.bytes += o.bytes;
     }
 
+    /// Lifts `received` to at least what is accounted for. The kernel's count is read twice a
+    /// second while records are counted as they go, so between two readings the records can
+    /// run ahead of it; the totals a sink or a reader sees never do.
+    #[inline]
+    pub fn settle(&mut self) {
+        let accounted = self
+            .recorded
+            .saturating_add(self.filtered)
+            .saturating_add(self.dropped_kernel)
+            .saturating_add(self.dropped_in_transit)
+            .saturating_add(self.dropped_ours)
+            .saturating_add(self.past_limit);
+        self.received = self.received.max(accounted);
+    }
+
     /// Packets not yet accounted for (0 after a drained stop).
     pub fn unaccounted(&self) -> i128 {
         self.received as i128
@@ -71,9 +86,11 @@ impl Totals {
     }
 }
 
-/// A worker's published counters.
+/// A worker's published counters, read as one consistent snapshot: a sequence number, odd
+/// while the single writer is publishing, tells a reader to read again (a seqlock).
 #[derive(Debug, Default)]
 pub struct SharedTotals {
+    sequence: AtomicU64,
     received: AtomicU64,
     recorded: AtomicU64,
     filtered: AtomicU64,
@@ -89,6 +106,9 @@ pub struct SharedTotals {
 impl SharedTotals {
     /// Publishes a snapshot (single writer).
     pub fn publish(&self, t: &Totals) {
+        let seq = self.sequence.load(Relaxed);
+        self.sequence.store(seq.wrapping_add(1), Relaxed);
+        fence(Ordering::Release);
         self.received.store(t.received, Relaxed);
         self.recorded.store(t.recorded, Relaxed);
         self.filtered.store(t.filtered, Relaxed);
@@ -99,10 +119,23 @@ impl SharedTotals {
         self.freezes.store(t.freezes, Relaxed);
         self.blocks.store(t.blocks, Relaxed);
         self.bytes.store(t.bytes, Relaxed);
+        self.sequence.store(seq.wrapping_add(2), Ordering::Release);
     }
 
-    /// Reads the last published snapshot.
+    /// Reads the last published snapshot, whole.
     pub fn load(&self) -> Totals {
+        loop {
+            let before = self.sequence.load(Ordering::Acquire);
+            let t = self.load_fields();
+            fence(Ordering::Acquire);
+            if before.is_multiple_of(2) && self.sequence.load(Relaxed) == before {
+                return t;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    fn load_fields(&self) -> Totals {
         Totals {
             received: self.received.load(Relaxed),
             recorded: self.recorded.load(Relaxed),
@@ -145,5 +178,46 @@ mod tests {
         assert_eq!(sum.received, 20);
         assert_eq!(sum.unaccounted(), 0);
         assert!((t.collected_percent() - 60.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_reader_never_sees_half_a_snapshot() {
+        let s = std::sync::Arc::new(SharedTotals::default());
+        let w = {
+            let s = std::sync::Arc::clone(&s);
+            std::thread::spawn(move || {
+                for i in 0..200_000u64 {
+                    s.publish(&Totals {
+                        received: i,
+                        recorded: i,
+                        ..Totals::default()
+                    });
+                }
+            })
+        };
+        let mut reads = 0u64;
+        while !w.is_finished() || reads == 0 {
+            let t = s.load();
+            assert_eq!(t.received, t.recorded, "a torn snapshot");
+            reads += 1;
+        }
+        w.join().unwrap();
+        assert_eq!(s.load().recorded, 199_999);
+    }
+
+    #[test]
+    fn settled_totals_never_show_more_records_than_packets() {
+        let mut t = Totals {
+            received: 100,
+            recorded: 130,
+            filtered: 5,
+            ..Totals::default()
+        };
+        t.settle();
+        assert_eq!((t.received, t.unaccounted()), (135, 0));
+        // A newer kernel reading above what is accounted for stands.
+        t.received = 200;
+        t.settle();
+        assert_eq!(t.received, 200);
     }
 }

@@ -167,7 +167,7 @@ impl<S: PacketSource> Worker<S> {
         self.publish();
         let mut sinks = Vec::new();
         for s in &mut self.out.sinks {
-            match s.close(&self.out.totals) {
+            match s.close(&self.out.totals, self.out.if_stats) {
                 Ok(r) => sinks.push(r),
                 Err(e) => {
                     error.get_or_insert(e);
@@ -235,6 +235,7 @@ impl<S: PacketSource> Worker<S> {
         if let Some(e) = self.out.failed.take() {
             return Err(e);
         }
+        self.out.totals.settle();
         for s in &mut self.out.sinks {
             s.end_of_block(&self.out.totals, self.out.if_stats)?;
         }
@@ -250,6 +251,7 @@ impl<S: PacketSource> Worker<S> {
         t.dropped_in_transit = s.dropped_in_transit;
         t.freezes = s.freezes;
         t.blocks = s.blocks;
+        t.settle();
         self.out.if_stats = s.if_received.zip(s.if_dropped);
         Ok(())
     }

@@ -71,6 +71,15 @@ impl Outcome for FileReport {
     }
 }
 
+/// The counts at the moment a file was opened.
+#[derive(Debug, Clone, Default)]
+struct FileBase {
+    start_ns: u64,
+    totals: Totals,
+    if_stats: Option<(u64, u64)>,
+    delivered: Vec<u64>,
+}
+
 /// Writes a worker's records to pcapng or pcap files.
 pub struct FileSink {
     cfg: WriterConfig,
@@ -81,11 +90,14 @@ pub struct FileSink {
     rotation: u64,
     report: FileReport,
     last_isb: Instant,
-    start_ns: u64,
     last_totals: Totals,
     last_if_stats: Option<(u64, u64)>,
     /// Records written per interface (`isb_usrdeliv` of each); their sum is the report's.
     delivered: Vec<u64>,
+    /// The counts when the current file was opened: its statistics blocks count from there.
+    base: FileBase,
+    /// Packets the statistics of the current file say it accepted, so far.
+    accepted: u64,
     /// Whether the output buffer is prefetched ahead of the records.
     write_ahead: bool,
 }
@@ -111,10 +123,11 @@ impl FileSink {
             rotation: 0,
             report: FileReport::default(),
             last_isb: Instant::now(),
-            start_ns: now_ns(),
             last_totals: Totals::default(),
             last_if_stats: None,
             delivered: Vec::new(),
+            base: FileBase::default(),
+            accepted: 0,
             write_ahead: false,
         }
     }
@@ -217,8 +230,13 @@ impl RecordSink for FileSink {
         isb.into_iter().chain(rotation).min()
     }
 
-    fn close(&mut self, totals: &Totals) -> Result<FileReport, EngineError> {
+    fn close(
+        &mut self,
+        totals: &Totals,
+        if_stats: Option<(u64, u64)>,
+    ) -> Result<FileReport, EngineError> {
         self.last_totals = *totals;
+        self.last_if_stats = if_stats.or(self.last_if_stats);
         self.close_file()?;
         // Every record was delivered on an announced interface.
         self.report.records = self.delivered.iter().sum();
@@ -284,6 +302,18 @@ impl FileSink {
             }
             Err(e) => return Err(e.into()),
         };
+        // A file rotated within a block opens before the totals move: it counts from where
+        // the last file's statistics ended.
+        let mut totals = self.last_totals;
+        totals.received = totals
+            .received
+            .max(self.base.totals.received + std::mem::take(&mut self.accepted));
+        self.base = FileBase {
+            start_ns: now_ns(),
+            totals,
+            if_stats: self.last_if_stats,
+            delivered: self.delivered.clone(),
+        };
         self.file = Some(OpenFile {
             file,
             part,
@@ -313,24 +343,44 @@ impl FileSink {
         self.flush_out()
     }
 
+    /// Writes a statistics block per interface. Every count is the file's own, from its
+    /// opening (`isb_starttime`) to now.
     fn write_isbs(&mut self) -> Result<(), EngineError> {
         self.last_isb = Instant::now();
-        let t = self.last_totals;
+        let (t, b) = (&self.last_totals, &self.base.totals);
         let now = now_ns();
+        let delivered: Vec<u64> = (0..self.delivered.len())
+            .map(|i| {
+                let base = self.base.delivered.get(i).copied().unwrap_or(0);
+                self.delivered[i].saturating_sub(base)
+            })
+            .collect();
         // The capture's counters (the socket's, or the file's) are one set: they describe the
         // interface only when there is one. Each interface gets what was written for it. (A
         // file input may announce a second interface later: ISBs written before then carried
         // the counters for interface 0, those after do not.)
         let one = self.interfaces.len() == 1;
-        let if_stats = self.last_if_stats.filter(|_| one);
-        for (id, &delivered) in (0u32..).zip(&self.delivered) {
+        let dropped = |t: &Totals| t.dropped_kernel + t.dropped_in_transit + t.dropped_ours;
+        let osdrop = dropped(t).saturating_sub(dropped(b));
+        // A file rotated by size within a block has written records the totals, settled at the
+        // last block's end, do not count yet: what it accepted is at least what it kept.
+        let filteraccept = t
+            .received
+            .saturating_sub(b.received)
+            .max(delivered.iter().sum::<u64>() + osdrop);
+        self.accepted = filteraccept;
+        let if_stats = self.last_if_stats.filter(|_| one).map(|(rx, drop)| {
+            let (rx0, drop0) = self.base.if_stats.unwrap_or((0, 0));
+            (rx.saturating_sub(rx0), drop.saturating_sub(drop0))
+        });
+        for (id, &delivered) in (0u32..).zip(&delivered) {
             let s = InterfaceStatistics {
-                starttime_ns: Some(self.start_ns),
+                starttime_ns: Some(self.base.start_ns),
                 endtime_ns: Some(now),
                 ifrecv: if_stats.map(|s| s.0),
                 ifdrop: if_stats.map(|s| s.1),
-                filteraccept: one.then_some(t.received),
-                osdrop: one.then_some(t.dropped_kernel + t.dropped_in_transit + t.dropped_ours),
+                filteraccept: one.then_some(filteraccept),
+                osdrop: one.then_some(osdrop),
                 usrdeliv: Some(delivered),
             };
             pcapng::write_isb(&mut self.out, id, now, &s);
@@ -444,7 +494,7 @@ mod tests {
         assert_eq!(files(&dir), ["out-00000.pcapng"]);
         s.record(0, 0, &ctl, &[0u8; 60]).unwrap();
         assert_eq!(files(&dir), ["out-00000.pcapng", "out-00001.pcapng"]);
-        let report = s.close(&Totals::default()).unwrap();
+        let report = s.close(&Totals::default(), None).unwrap();
         assert_eq!(report.files.len(), 2);
         assert_eq!(report.records, 2);
         assert_eq!(files(&dir), ["out-00000.pcapng", "out-00001.pcapng"]);

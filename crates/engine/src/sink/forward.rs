@@ -334,7 +334,11 @@ impl RecordSink for ForwardSink {
         }
     }
 
-    fn close(&mut self, _totals: &Totals) -> Result<ForwardReport, EngineError> {
+    fn close(
+        &mut self,
+        _totals: &Totals,
+        _if_stats: Option<(u64, u64)>,
+    ) -> Result<ForwardReport, EngineError> {
         // Losses after the last record that reached a datagram go out with a datagram of their
         // own.
         if self.drops > 0 {
@@ -570,7 +574,7 @@ mod tests {
             .map(|i| frame(1000 + i % 20, 80, i % 2 == 1))
             .collect();
         feed(&mut s, &frames, 0, 3);
-        let r = s.close(&Totals::default()).unwrap();
+        let r = s.close(&Totals::default(), None).unwrap();
         let fw = r;
         assert_eq!((fw.records, fw.failed), (400, 0));
         let got: Vec<_> = ls.iter().map(drain).collect();
@@ -612,7 +616,7 @@ mod tests {
         let mut s = sink(&ls, Balance::RoundRobin, datagram::HEADER_LEN + 4 * 64);
         let frames: Vec<Vec<u8>> = (0..40u16).map(|i| frame(i, 80, false)).collect();
         feed(&mut s, &frames, 0, 0);
-        s.close(&Totals::default()).unwrap();
+        s.close(&Totals::default(), None).unwrap();
         let got: Vec<_> = ls.iter().map(drain).collect();
         assert_eq!((got[0].len(), got[1].len()), (5, 5));
         for (c, dgs) in got.iter().enumerate() {
@@ -648,7 +652,7 @@ mod tests {
         let failed = s.failed;
         let sent_before = s.dests[0].records;
         feed(&mut s, &[frame(1, 2, false)], 1000, 0);
-        let r = s.close(&Totals::default()).unwrap();
+        let r = s.close(&Totals::default(), None).unwrap();
         let got = drain(&back);
         let (h, ts) = got.last().unwrap();
         assert_eq!(ts, &vec![1000]);

@@ -57,8 +57,13 @@ pub trait RecordSink: Send + std::fmt::Debug {
         SinkLive::default()
     }
 
-    /// The worker has drained; `totals` are its final counts. Finish everything.
-    fn close(&mut self, totals: &Totals) -> Result<Self::Report, EngineError>;
+    /// The worker has drained; `totals` are its final counts and `if_stats` the interface's
+    /// last, read with them. Finish everything.
+    fn close(
+        &mut self,
+        totals: &Totals,
+        if_stats: Option<(u64, u64)>,
+    ) -> Result<Self::Report, EngineError>;
 }
 
 /// A sink's report at close, summed over the workers that each had one.

@@ -109,9 +109,13 @@ macro_rules! registry {
             }
 
             /// See [`RecordSink::close`].
-            pub fn close(&mut self, totals: &Totals) -> Result<SinkReport, EngineError> {
+            pub fn close(
+                &mut self,
+                totals: &Totals,
+                if_stats: Option<(u64, u64)>,
+            ) -> Result<SinkReport, EngineError> {
                 Ok(match self {
-                    $(Sink::$kind(s) => SinkReport::$kind(s.close(totals)?),)+
+                    $(Sink::$kind(s) => SinkReport::$kind(s.close(totals, if_stats)?),)+
                 })
             }
         }

@@ -110,15 +110,19 @@ pub struct LiveSource {
     /// Ends a wait for packets early once raised, until the intake is stopped (the drain then
     /// waits on the ring alone).
     stop: Option<Arc<Stop>>,
+    /// The interface's own counters when the ring opened: its statistics count from there.
+    link_base: (Option<u64>, Option<u64>),
 }
 
 impl LiveSource {
     /// A source over an open ring on `ifname`.
     pub fn new(ring: RxRing, ifname: &str, snaplen: u32, filter: Option<String>) -> LiveSource {
         let max_frame = tapflow_sys::iface::mtu(ifname).ok().map(|m| m + 18);
+        let link = LinkCounters::open(ifname);
         LiveSource {
             ring,
-            link: LinkCounters::open(ifname),
+            link_base: link.read(),
+            link,
             interfaces: [InterfaceInfo {
                 linktype: LinkType::Ethernet,
                 snaplen,
@@ -225,8 +229,10 @@ impl PacketSource for LiveSource {
     fn stats(&mut self) -> Result<SourceStats, EngineError> {
         self.poll_kernel()?;
         let (rx, drop) = self.link.read();
-        self.stats.if_received = rx;
-        self.stats.if_dropped = drop;
+        let since_open =
+            |now: Option<u64>, base: Option<u64>| now.map(|n| n.saturating_sub(base.unwrap_or(0)));
+        self.stats.if_received = since_open(rx, self.link_base.0);
+        self.stats.if_dropped = since_open(drop, self.link_base.1);
         Ok(self.stats)
     }
 

@@ -390,7 +390,11 @@ impl RecordSink for FlowMeter {
         }
     }
 
-    fn close(&mut self, _totals: &Totals) -> Result<MeterStats, EngineError> {
+    fn close(
+        &mut self,
+        _totals: &Totals,
+        _if_stats: Option<(u64, u64)>,
+    ) -> Result<MeterStats, EngineError> {
         self.catch_up();
         let out = &mut self.out;
         self.table.drain(EndReason::ForcedEnd, &mut |r| out.push(r));
@@ -458,7 +462,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_nanos(HOLD_NS + 5_000_000));
         m.end_of_block(&totals, None).unwrap();
         assert_eq!(handed_over(), 3, "held for HOLD_NS, then sent");
-        let report = m.close(&totals).unwrap();
+        let report = m.close(&totals, None).unwrap();
         assert_eq!(
             (handed_over(), report.table.ended.iter().sum::<u64>()),
             (4, 4)
