@@ -17,13 +17,13 @@
 //! Buffers are pooled per collector; the steady state allocates nothing.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tapflow_sys::udp::{MMSG_BATCH, UdpSocket};
 use tapflow_wire::LinkType;
 use tapflow_wire::datagram::{self, Header};
 use tapflow_wire::flowkey;
-use tapflow_wire::record::{CONTROL_LEN, ControlField, emit_record, record_len};
+use tapflow_wire::record::{CONTROL_LEN, ControlField, MAX_CAPLEN, emit_record, record_len};
 
 use crate::EngineError;
 use crate::counters::Totals;
@@ -76,6 +76,28 @@ pub fn payload_for_mtu(mtu: u32, dest: &SocketAddr) -> usize {
 /// The MTU of the route to `dest` (`IP_MTU` on a connected socket).
 pub fn route_mtu(dest: SocketAddr) -> Result<u32, EngineError> {
     Ok(UdpSocket::connect(dest)?.path_mtu()?)
+}
+
+/// Whether a datagram of `payload_max` bytes carries the record of `caplen` packet bytes beside
+/// the datagram header.
+#[inline]
+pub fn carries(payload_max: usize, caplen: usize) -> bool {
+    datagram::HEADER_LEN + record_len(caplen) <= payload_max
+}
+
+/// Whether every record of a capture keeping `snaplen` bytes fits a datagram of `payload_max`
+/// bytes (a record carries at most [`MAX_CAPLEN`] bytes, whatever the snaplen).
+pub fn snaplen_fits(snaplen: u32, payload_max: usize) -> bool {
+    carries(payload_max, (snaplen as usize).min(MAX_CAPLEN))
+}
+
+/// A session number for this run, never 0: the wall clock's nanoseconds folded to 32 bits and
+/// mixed with the process id, so a collector tells a restarted probe from the one before.
+pub fn session_id() -> u32 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    ((now ^ now >> 32) as u32 ^ std::process::id().rotate_left(16)).max(1)
 }
 
 /// What a forwarding sink did, per collector and in total.
@@ -264,7 +286,7 @@ impl RecordSink for ForwardSink {
         self.drops += drops_before;
         let len = record_len(data.len());
         let payload_max = self.cfg.payload_max;
-        if datagram::HEADER_LEN + len > payload_max {
+        if !carries(payload_max, data.len()) {
             // Cannot be carried at all: lost on the probe, reported before the next record.
             self.failed += 1;
             self.drops += 1;
@@ -486,6 +508,26 @@ mod tests {
     use super::*;
     use tapflow_sys::udp::RecvBatch;
     use tapflow_wire::datagram::Datagram;
+
+    #[test]
+    fn a_datagram_carries_a_record_if_header_and_record_fit() {
+        // 56-byte header + 16-byte control field + 64 bytes = 136.
+        assert!(carries(136, 64) && !carries(135, 64));
+        // 1500-byte MTU over IPv4: 1472 bytes of payload, snaplen up to 1400 fits.
+        let p = payload_for_mtu(1500, &"10.0.0.1:5000".parse().unwrap());
+        assert!(snaplen_fits(1400, p) && !snaplen_fits(1401, p));
+        // A record keeps at most 65535 bytes, which no datagram carries beside the header.
+        assert!(!snaplen_fits(262_144, datagram::MAX_DATAGRAM));
+        assert_eq!(
+            snaplen_fits(262_144, 1 << 20),
+            snaplen_fits(65_535, 1 << 20)
+        );
+    }
+
+    #[test]
+    fn sessions_are_never_zero() {
+        assert_ne!(session_id(), 0);
+    }
     use tapflow_wire::record::{Flags, Records};
 
     fn frame(sport: u16, dport: u16, rev: bool) -> Vec<u8> {

@@ -119,6 +119,15 @@ impl RingGeometry {
     pub fn bytes(&self) -> u64 {
         u64::from(self.block_size) * u64::from(self.block_count)
     }
+
+    /// The same ring memory (rounded up to whole blocks) in blocks of `block_size` bytes.
+    pub fn with_block_size(self, block_size: u32) -> RingGeometry {
+        RingGeometry {
+            block_size,
+            block_count: self.bytes().div_ceil(u64::from(block_size)).max(1) as u32,
+            ..self
+        }
+    }
 }
 
 /// What one ring (one fanout member) must carry, and what its consumer costs.
@@ -342,6 +351,18 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_new_block_size_keeps_the_ring_memory() {
+        let g = RingGeometry {
+            block_size: 1 << 20,
+            block_count: 10,
+            retire_ms: 10,
+        };
+        let h = g.with_block_size(3 << 20);
+        assert_eq!((h.block_size, h.block_count, h.retire_ms), (3 << 20, 4, 10));
+        assert_eq!(g.with_block_size(64 << 20).block_count, 1);
+    }
 
     fn work(rate: f64) -> Workload {
         Workload {

@@ -76,6 +76,11 @@ impl Class {
     }
 }
 
+/// Idle timeouts in seconds per [`Class`], in index order: TCP 300, UDP 60, ICMP 60, other 60,
+/// closed TCP 5 (Zeek's inactivity timeouts; docs/flows.md compares them with softflowd's,
+/// nfpcapd's and YAF's).
+pub const DEFAULT_IDLE_SECS: [u64; CLASSES] = [300, 60, 60, 60, 5];
+
 /// Timeouts and size of a table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TableConfig {
