@@ -22,7 +22,7 @@ use tapflow_wire::rules::{Rule, parse_rules};
 
 use crate::cli::{BalanceArg, CaptureArgs, FlowArgs, FormatArg};
 use crate::report::{
-    StatusLine, capture_json, finish, flow_lines, forward_line, rules_line, summary_line,
+    CaptureJson, StatusLine, finish, flow_lines, forward_line, rules_line, summary_line,
 };
 use crate::size;
 use crate::{Failure, in_range};
@@ -102,7 +102,11 @@ pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Fa
             eprintln!("{}", rules_line(l));
         }
     }
-    finish(a.summary_json.as_deref(), || capture_json(&summary), err)
+    finish(
+        a.summary_json.as_deref(),
+        || CaptureJson::new(&summary),
+        err,
+    )
 }
 
 fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {

@@ -1,16 +1,19 @@
 //! `tapflow recv`: checks the request, runs the receiver, prints the per-probe accounting.
 
+use std::net::IpAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use tapflow_engine::receiver::{self, Cidr, ReceiverConfig, ReceiverSummary};
+use serde::Serialize;
+use tapflow_engine::receiver::{self, Cidr, ProbeReport, ReceiverConfig, ReceiverSummary};
 use tapflow_engine::sink::file::{Format, WriterConfig};
+use tapflow_engine::sink::flow::meter::FlowSummary;
 
 use crate::Failure;
 use crate::cli::RecvArgs;
-use crate::report::json_string;
 
 pub fn run(a: RecvArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
     let cfg = config(&a)?;
@@ -48,7 +51,7 @@ pub fn run(a: RecvArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
             eprintln!("{line}");
         }
     }
-    crate::report::finish(a.summary_json.as_deref(), || summary_json(&summary), err)
+    crate::report::finish(a.summary_json.as_deref(), || RecvJson::new(&summary), err)
 }
 
 fn config(a: &RecvArgs) -> Result<ReceiverConfig, Failure> {
@@ -121,56 +124,58 @@ fn summary_lines(s: &ReceiverSummary) -> Vec<String> {
     out
 }
 
-fn summary_json(s: &ReceiverSummary) -> String {
-    let (d, r, t, p) = s.totals();
-    let probes: Vec<String> = s
-        .probes
-        .iter()
-        .map(|x| {
-            format!(
-                "{{\"index\":{},\"probe\":{},\"source\":{},\"probe_interface\":{},\
-                 \"linktype\":{},\"datagrams\":{},\"records\":{},\"lost_in_transit\":{},\
-                 \"lost_on_probe\":{},\"late\":{}}}",
-                x.index,
-                x.probe,
-                json_string(&x.source.map_or(String::new(), |a| a.to_string())),
-                x.interface,
-                x.linktype,
-                x.datagrams,
-                x.records,
-                x.lost_in_transit,
-                x.lost_on_probe,
-                x.late
-            )
-        })
-        .collect();
-    let bad: Vec<String> = s
-        .bad
-        .iter()
-        .map(|(src, n, why)| {
-            format!(
-                "{{\"source\":{},\"count\":{n},\"last\":{}}}",
-                json_string(&src.map_or(String::new(), |a| a.to_string())),
-                json_string(why)
-            )
-        })
-        .collect();
-    let files: Vec<String> = s
-        .files
-        .iter()
-        .map(|f| json_string(&f.to_string_lossy()))
-        .collect();
-    format!(
-        "{{\"datagrams\":{d},\"records\":{r},\"lost_in_transit\":{t},\"lost_on_probe\":{p},\
-         \"bad\":{},\"refused\":{},\"seconds\":{:.6},\"rcvbuf\":{},\"files\":[{}],\
-         \"probes\":[{}],\"bad_sources\":[{}]{}}}\n",
-        s.bad_total(),
-        s.refused,
-        s.seconds,
-        s.rcvbuf,
-        files.join(","),
-        probes.join(","),
-        bad.join(","),
-        crate::report::flows_json(s.flows.as_ref())
-    )
+/// The JSON summary of a receiver run (`--summary-json`): the totals over probe interfaces,
+/// then each probe interface and each bad source, and `flows` when metering was on.
+#[derive(Debug, Serialize)]
+struct RecvJson<'a> {
+    datagrams: u64,
+    records: u64,
+    lost_in_transit: u64,
+    lost_on_probe: u64,
+    bad: u64,
+    refused: u64,
+    seconds: f64,
+    rcvbuf: usize,
+    #[serde(serialize_with = "crate::report::paths")]
+    files: &'a [PathBuf],
+    probes: &'a [ProbeReport],
+    bad_sources: Vec<BadSource<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flows: Option<&'a FlowSummary>,
+}
+
+/// Bad datagrams from one source address (`null`: the sources past the receiver's limit).
+#[derive(Debug, Serialize)]
+struct BadSource<'a> {
+    source: Option<IpAddr>,
+    count: u64,
+    last: &'a str,
+}
+
+impl<'a> RecvJson<'a> {
+    fn new(s: &'a ReceiverSummary) -> RecvJson<'a> {
+        let (datagrams, records, lost_in_transit, lost_on_probe) = s.totals();
+        RecvJson {
+            datagrams,
+            records,
+            lost_in_transit,
+            lost_on_probe,
+            bad: s.bad_total(),
+            refused: s.refused,
+            seconds: s.seconds,
+            rcvbuf: s.rcvbuf,
+            files: &s.files,
+            probes: &s.probes,
+            bad_sources: s
+                .bad
+                .iter()
+                .map(|(source, count, last)| BadSource {
+                    source: *source,
+                    count: *count,
+                    last,
+                })
+                .collect(),
+            flows: s.flows.as_ref(),
+        }
+    }
 }

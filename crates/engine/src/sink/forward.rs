@@ -19,6 +19,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use serde::Serialize;
 use tapflow_sys::udp::{MMSG_BATCH, UdpSocket};
 use tapflow_wire::LinkType;
 use tapflow_wire::datagram::{self, Header};
@@ -100,33 +101,47 @@ pub fn session_id() -> u32 {
     ((now ^ now >> 32) as u32 ^ std::process::id().rotate_left(16)).max(1)
 }
 
-/// What a forwarding sink did, per collector and in total.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct ForwardReport {
-    /// Per collector: address, datagrams sent, records sent.
-    pub destinations: Vec<(SocketAddr, u64, u64)>,
-    /// Datagrams the kernel accepted.
+/// What a forwarding sink sent to one collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CollectorReport {
+    /// The collector's address.
+    pub collector: SocketAddr,
+    /// Datagrams the kernel accepted for it.
     pub datagrams: u64,
     /// Records in them.
     pub records: u64,
+}
+
+/// What a forwarding sink did, per collector and in total.
+///
+/// As JSON: `{"records":…,"datagrams":…,"failed":…,"send_errors":…,"last_errno":…,
+/// "collectors":[{"collector":"ADDR:PORT","datagrams":…,"records":…},…]}`.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+pub struct ForwardReport {
+    /// Records sent, over all collectors.
+    pub records: u64,
+    /// Datagrams the kernel accepted, over all collectors.
+    pub datagrams: u64,
     /// Records that could not be sent (refused sends, records larger than a datagram).
     pub failed: u64,
     /// Refused `sendmmsg` calls.
     pub send_errors: u64,
     /// The errno of the last refused send.
     pub last_errno: Option<i32>,
+    /// Per collector, in the order given.
+    pub collectors: Vec<CollectorReport>,
 }
 
 impl ForwardReport {
     /// Adds another worker's report (collectors matched by position).
     pub fn add(&mut self, o: &ForwardReport) {
-        for (i, d) in o.destinations.iter().enumerate() {
-            match self.destinations.get_mut(i) {
+        for (i, d) in o.collectors.iter().enumerate() {
+            match self.collectors.get_mut(i) {
                 Some(m) => {
-                    m.1 += d.1;
-                    m.2 += d.2;
+                    m.datagrams += d.datagrams;
+                    m.records += d.records;
                 }
-                None => self.destinations.push(*d),
+                None => self.collectors.push(*d),
             }
         }
         self.datagrams += o.datagrams;
@@ -489,10 +504,14 @@ impl ForwardSink {
 
     fn report(&self) -> ForwardReport {
         ForwardReport {
-            destinations: self
+            collectors: self
                 .dests
                 .iter()
-                .map(|d| (d.addr, d.datagrams, d.records))
+                .map(|d| CollectorReport {
+                    collector: d.addr,
+                    datagrams: d.datagrams,
+                    records: d.records,
+                })
                 .collect(),
             datagrams: self.dests.iter().map(|d| d.datagrams).sum(),
             records: self.dests.iter().map(|d| d.records).sum(),
@@ -527,6 +546,26 @@ mod tests {
     #[test]
     fn sessions_are_never_zero() {
         assert_ne!(session_id(), 0);
+    }
+
+    #[test]
+    fn reports_serialize_with_collectors() {
+        let mut r = ForwardReport {
+            records: 3,
+            datagrams: 2,
+            collectors: vec![CollectorReport {
+                collector: "10.0.0.2:5000".parse().unwrap(),
+                datagrams: 2,
+                records: 3,
+            }],
+            ..ForwardReport::default()
+        };
+        r.add(&r.clone());
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            "{\"records\":6,\"datagrams\":4,\"failed\":0,\"send_errors\":0,\"last_errno\":null,\
+             \"collectors\":[{\"collector\":\"10.0.0.2:5000\",\"datagrams\":4,\"records\":6}]}"
+        );
     }
     use tapflow_wire::record::{Flags, Records};
 

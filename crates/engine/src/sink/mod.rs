@@ -10,6 +10,7 @@ pub mod forward;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use tapflow_wire::record::ControlField;
 
 use crate::EngineError;
@@ -134,7 +135,7 @@ impl RecordSink for Sink {
 }
 
 /// A running sink's counters, summed over a worker's sinks.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SinkLive {
     /// Records a forwarding sink failed to send.
     pub forward_failed: u64,
