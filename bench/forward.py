@@ -91,7 +91,7 @@ def probe_only(tf: str, big: Path, work: Path, runs: int, data: list[dict]) -> l
         if fin.rc != 0:
             benchlib.die(f"capture failed: {fin.stderr}")
         cj = json.loads((work / "po.json").read_text())
-        if extra and cj["forward"]["forwarded_records"] != cj["recorded"]:
+        if extra and cj["forward"]["records"] != cj["recorded"]:
             benchlib.die(f"not every record was sent: {cj['forward']}")
         return fin.cpu, cj["recorded"]
 
@@ -161,9 +161,9 @@ def main() -> None:
             time.sleep(0.3)
             rj = recv_stop(rp, rt0, rjs)
             fw = cj["forward"]
-            if fw["forwarded_records"] + fw["forward_failed"] != npk:
+            if fw["records"] + fw["failed"] != npk:
                 benchlib.die(f"probe accounting does not add up: {cj}")
-            if rj["records"] + rj["lost_in_transit"] != fw["forwarded_records"]:
+            if rj["records"] + rj["lost_in_transit"] != fw["records"]:
                 benchlib.die(f"receiver accounting does not add up: {rj} vs {fw}")
             rout.unlink(missing_ok=True)
         return fin.cpu, npk
@@ -229,7 +229,7 @@ def main() -> None:
         time.sleep(0.3)
         recv_stop(rp, rt0, rjs)
         rout.unlink(missing_ok=True)
-        measured = cj["forwarded_records"] / max(cj["forwarded_datagrams"], 1)
+        measured = cj["records"] / max(cj["datagrams"], 1)
         paper = "73 (40 B headers + 16 B control field)" if mtu == 4124 else ""
         lines.append(f"| {mtu} | {per_datagram(mtu, 54)} | {measured:.1f} | "
                      f"{per_datagram(mtu, 40)} | {paper} |")

@@ -8,7 +8,7 @@ Four namespaces: T (traffic) --veth--> P (probe) --veth, MTU 9000--> C1, C2 (col
 
     recorded at a collector            Σ collector "records"
     lost in transit, seen by a gap     Σ collector "lost_in_transit"
-    not sent by the probe              probe "forward_failed"
+    not sent by the probe              probe "forward": "failed"
     dropped by the probe's kernel ring probe "dropped_kernel"
     dropped by the probe itself        probe "dropped_ours"
     dropped on the link before the     P's interface rx_dropped (veth backlog)
@@ -151,8 +151,8 @@ def one(args, topo: Topo, work: Path, frame: int, rep: int, squeeze: bool) -> di
         "frame": frame, "rep": rep, "squeeze": squeeze, "sent": int(gen["sent"]), "gen_pps": float(gen["pps"]),
         "link_dropped": topo.rx_dropped() - drop0,
         "received": pr["received"], "kernel": pr["dropped_kernel"], "ours": pr["dropped_ours"],
-        "recorded": pr["recorded"], "forwarded": fw["forwarded_records"],
-        "failed": fw["forward_failed"],
+        "recorded": pr["recorded"], "forwarded": fw["records"],
+        "failed": fw["failed"],
         "collected": sum(c["records"] for c in cs),
         "transit": sum(c["lost_in_transit"] for c in cs),
         "probe_reported": sum(c["lost_on_probe"] for c in cs),

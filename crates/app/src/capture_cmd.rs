@@ -12,7 +12,7 @@ use tapflow_engine::pipeline::{self, CaptureConfig, Input, RingGeometry};
 use tapflow_engine::sink::file::{Format, WriterConfig};
 use tapflow_engine::sink::flow::export::{ExportConfig, ExportTarget, TextDest};
 use tapflow_engine::sink::flow::meter::FlowConfig;
-use tapflow_engine::sink::flow::table::{CLASSES, Class, TableConfig};
+use tapflow_engine::sink::flow::table::{Class, DEFAULT_IDLE_SECS, TableConfig};
 use tapflow_engine::sink::flow::text::TextFormat;
 use tapflow_engine::sink::forward::{self, Balance, ForwardConfig};
 use tapflow_engine::source::ring::RingInput;
@@ -20,20 +20,16 @@ use tapflow_engine::stop::Stop;
 use tapflow_engine::tools::plan;
 use tapflow_wire::capfile::MAXIMUM_SNAPLEN;
 use tapflow_wire::rules::{Rule, parse_rules};
-use tapflow_wire::{datagram, record};
 
 use crate::cli::{BalanceArg, CaptureArgs, FlowArgs, FormatArg};
 use crate::report::{
-    StatusLine, capture_json, finish, flow_lines, forward_line, rules_line, summary_line,
+    CaptureJson, StatusLine, finish, flow_lines, forward_line, rules_line, summary_line,
 };
 use crate::size;
 use crate::{Failure, in_range};
 
 /// Ring memory the defaults aim to hold, per worker.
 const HOLD: Duration = Duration::from_millis(50);
-/// Idle timeouts (s) per class: TCP, UDP, ICMP, other, closed TCP (Zeek's inactivity
-/// timeouts; docs/flows.md compares them with softflowd's, nfpcapd's and YAF's).
-const DEFAULT_IDLE: [u64; CLASSES] = [300, 60, 60, 60, 5];
 const NS: u64 = 1_000_000_000;
 
 /// Runs `tapflow capture`, or `tapflow flows` when `flows` is set (metering always on, a
@@ -108,7 +104,11 @@ pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Fa
             eprintln!("{}", rules_line(l));
         }
     }
-    finish(a.summary_json.as_deref(), || capture_json(&summary), err)
+    finish(
+        a.summary_json.as_deref(),
+        || CaptureJson::new(&summary),
+        err,
+    )
 }
 
 fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
@@ -140,11 +140,8 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
             let speed = tapflow_sys::iface::speed_mbps(ifname).unwrap_or(10_000);
             let mut ring = RingGeometry::for_line_rate(speed, a.snaplen, HOLD, a.retire_ms);
             if let Some(bs) = a.block_size {
-                let bs = size::block_size(bs).map_err(bad)?;
-                // Keep the ring's total size unless the block count is given too.
-                let total = ring.bytes();
-                ring.block_size = bs;
-                ring.block_count = total.div_ceil(u64::from(bs)).max(1) as u32;
+                // The ring keeps its total size unless the block count is given too.
+                ring = ring.with_block_size(size::block_size(bs).map_err(bad)?);
             }
             if let Some(n) = a.block_count {
                 in_range("--block-count", n, 1, plan::MAX_BLOCK_COUNT)?;
@@ -237,7 +234,7 @@ pub(crate) fn flow_config(a: &FlowArgs, flows_cmd: bool) -> Result<Option<FlowCo
             a.active_timeout
         )));
     }
-    let mut idle = DEFAULT_IDLE;
+    let mut idle = DEFAULT_IDLE_SECS;
     for spec in &a.idle_timeout {
         let (classes, secs) = match spec.split_once('=') {
             None => (&Class::ALL[..], spec.as_str()),
@@ -351,8 +348,7 @@ fn forward_config(a: &CaptureArgs) -> Result<Option<ForwardConfig>, Failure> {
         None => forward::route_mtu(first).map_err(Failure::from_engine)?,
     };
     let payload_max = forward::payload_for_mtu(mtu, &first);
-    let largest = datagram::HEADER_LEN + record::record_len(a.snaplen.min(65_535) as usize);
-    if largest > payload_max {
+    if !forward::snaplen_fits(a.snaplen, payload_max) {
         return Err(bad(format!(
             "a datagram of {payload_max} bytes (MTU {mtu}) cannot carry a record of snaplen {}: \
              lower -s or raise --mtu",
@@ -360,10 +356,6 @@ fn forward_config(a: &CaptureArgs) -> Result<Option<ForwardConfig>, Failure> {
         )));
     }
     in_range("--flush-ms", a.flush_ms, 1, 60_000)?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let session = ((now ^ now >> 32) as u32 ^ std::process::id().rotate_left(16)).max(1);
     Ok(Some(ForwardConfig {
         destinations,
         balance: match a.balance {
@@ -373,7 +365,7 @@ fn forward_config(a: &CaptureArgs) -> Result<Option<ForwardConfig>, Failure> {
         payload_max,
         flush_after: Duration::from_millis(a.flush_ms),
         probe: a.probe_id,
-        session,
+        session: forward::session_id(),
         stream: 0,
     }))
 }

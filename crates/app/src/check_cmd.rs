@@ -10,8 +10,10 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use tapflow_engine::probe::Stats;
+
 use crate::cli::CheckArgs;
-use crate::stats_cmd::{Reading, control_path, read};
+use crate::stats_cmd::{control_path, read};
 
 /// Exit code of an OK check.
 pub const OK: u8 = 0;
@@ -99,11 +101,11 @@ pub struct Measured {
 }
 
 /// Drop ratio and rate between two readings `secs` apart.
-pub fn measure(before: &Reading, after: &Reading, secs: f64) -> Measured {
-    let delta = |id: &str| (after.total(id) - before.total(id)).max(0.0);
-    let received = delta("tapflow_received_packets_total");
-    let dropped =
-        delta("tapflow_kernel_dropped_packets_total") + delta("tapflow_dropped_packets_total");
+pub fn measure(before: &Stats, after: &Stats, secs: f64) -> Measured {
+    let (b, a) = (before.total().totals, after.total().totals);
+    let received = a.received.saturating_sub(b.received) as f64;
+    let dropped = (a.dropped_kernel + a.dropped_ours)
+        .saturating_sub(b.dropped_kernel + b.dropped_ours) as f64;
     Measured {
         drop_percent: if received > 0.0 {
             dropped * 100.0 / received

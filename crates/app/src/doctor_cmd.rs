@@ -4,13 +4,14 @@
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
+use serde::{Serialize, Serializer};
 use tapflow_engine::tools::doctor::{
-    self, Change, Finding, Fix, Intent, Outcome, Readings, Severity, warnings,
+    self, Change, FeatureState, Finding, Intent, Outcome, Readings, Severity, warnings,
 };
 use tapflow_sys::ethtool::Support;
 
 use crate::cli::DoctorArgs;
-use crate::report::json_string;
+use crate::report::json_line;
 use crate::{Failure, in_range};
 
 /// Width the explanations are wrapped to.
@@ -37,7 +38,7 @@ pub fn run(a: DoctorArgs) -> Result<ExitCode, Failure> {
         findings = doctor::diagnose(&readings, &intent);
     }
     let out = if a.json {
-        json(&readings, &findings, &changes)
+        json_line(&DoctorJson::new(&readings, &findings, &changes))?
     } else {
         text(&readings, &findings, &changes, a.fix)
     };
@@ -141,120 +142,131 @@ fn wrap(s: &mut String, text: &str, indent: usize) {
     }
 }
 
-fn opt_str(v: Option<&str>) -> String {
-    v.map_or("null".into(), json_string)
+/// The JSON report (`--json`): the readings, the findings in check order, the changes made,
+/// and the counts.
+#[derive(Debug, Serialize)]
+struct DoctorJson<'a> {
+    interface: &'a str,
+    driver: Answer<DriverJson<'a>>,
+    speed_mbps: Option<u32>,
+    mtu: u32,
+    flags: FlagsJson,
+    rings: Answer<RingsJson>,
+    channels: Answer<ChannelsJson>,
+    #[serde(serialize_with = "features")]
+    features: &'a [FeatureState],
+    findings: &'a [Finding],
+    changes: &'a [Change],
+    warnings: usize,
+    advice: usize,
 }
 
-/// The JSON report: the readings, the findings in check order, the changes made.
-fn json(r: &Readings, findings: &[Finding], changes: &[Change]) -> String {
-    let driver = match &r.driver {
-        Support::Supported(d) => format!(
-            "{{\"supported\":true,\"driver\":{},\"version\":{},\"firmware\":{},\"bus\":{}}}",
-            json_string(&d.driver),
-            json_string(&d.version),
-            json_string(&d.firmware),
-            json_string(&d.bus)
-        ),
-        Support::NotSupported => "{\"supported\":false}".into(),
-    };
-    let rings = match &r.rings {
-        Support::Supported(g) => format!(
-            "{{\"supported\":true,\"rx\":{},\"rx_max\":{},\"tx\":{},\"tx_max\":{}}}",
-            g.rx, g.rx_max, g.tx, g.tx_max
-        ),
-        Support::NotSupported => "{\"supported\":false}".into(),
-    };
-    let channels = match &r.channels {
-        Support::Supported(c) => format!(
-            "{{\"supported\":true,\"rx\":{},\"tx\":{},\"other\":{},\"combined\":{},\
-             \"max_rx\":{},\"max_tx\":{},\"max_other\":{},\"max_combined\":{}}}",
-            c.rx, c.tx, c.other, c.combined, c.max_rx, c.max_tx, c.max_other, c.max_combined
-        ),
-        Support::NotSupported => "{\"supported\":false}".into(),
-    };
-    let features: Vec<String> = r
-        .features
-        .iter()
-        .map(|f| {
-            format!(
-                "{}:{{\"active\":{},\"changeable\":{}}}",
-                json_string(&f.name),
-                f.active,
-                f.changeable
-            )
-        })
-        .collect();
-    let list: Vec<String> = findings
-        .iter()
-        .map(|f| {
-            let unchangeable: Vec<String> = f.unchangeable.iter().map(|n| json_string(n)).collect();
-            let fix = match &f.fix {
-                None => "null".into(),
-                Some(Fix::FeaturesOff { features, .. }) => format!(
-                    "{{\"features_off\":[{}]}}",
-                    features
-                        .iter()
-                        .map(|n| json_string(n))
-                        .collect::<Vec<_>>()
-                        .join(",")
-                ),
-                Some(Fix::RxRing(n)) => format!("{{\"rx_ring\":{n}}}"),
-            };
-            format!(
-                "{{\"check\":{},\"severity\":{},\"what\":{},\"why\":{},\"command\":{},\
-                 \"fix\":{fix},\"unchangeable\":[{}]}}",
-                json_string(f.check),
-                json_string(f.severity.name()),
-                json_string(&f.what),
-                json_string(&f.why),
-                opt_str(f.command.as_deref()),
-                unchangeable.join(",")
-            )
-        })
-        .collect();
-    let done: Vec<String> = changes
-        .iter()
-        .map(|c| {
-            let (outcome, detail) = match &c.outcome {
-                Outcome::Applied => ("applied", None),
-                Outcome::Kept(why) => ("kept", Some(why.as_str())),
-                Outcome::Refused(e) => ("refused", Some(e.as_str())),
-                Outcome::NotSupported => ("not_supported", None),
-                Outcome::Fixed => ("fixed", None),
-            };
-            let features: Vec<String> = c.features.iter().map(|n| json_string(n)).collect();
-            format!(
-                "{{\"check\":{},\"what\":{},\"features\":[{}],\"command\":{},\"outcome\":{},\
-                 \"detail\":{}}}",
-                json_string(c.check),
-                json_string(&c.what),
-                features.join(","),
-                opt_str(c.command.as_deref()),
-                json_string(outcome),
-                opt_str(detail)
-            )
-        })
-        .collect();
-    let advice = findings
-        .iter()
-        .filter(|f| f.severity == Severity::Advice)
-        .count();
-    format!(
-        "{{\"interface\":{},\"driver\":{driver},\"speed_mbps\":{},\"mtu\":{},\
-         \"flags\":{{\"up\":{},\"running\":{},\"promisc\":{}}},\"rings\":{rings},\
-         \"channels\":{channels},\"features\":{{{}}},\"findings\":[{}],\"changes\":[{}],\
-         \"warnings\":{},\"advice\":{advice}}}\n",
-        json_string(&r.ifname),
-        r.speed_mbps.map_or("null".into(), |s| s.to_string()),
-        r.mtu,
-        r.flags.up,
-        r.flags.running,
-        r.flags.promisc,
-        features.join(","),
-        list.join(","),
-        done.join(","),
-        warnings(findings)
-    )
+impl<'a> DoctorJson<'a> {
+    fn new(r: &'a Readings, findings: &'a [Finding], changes: &'a [Change]) -> DoctorJson<'a> {
+        let i = &r.flags;
+        DoctorJson {
+            interface: &r.ifname,
+            driver: Answer::of(r.driver.as_ref(), |d| DriverJson {
+                driver: &d.driver,
+                version: &d.version,
+                firmware: &d.firmware,
+                bus: &d.bus,
+            }),
+            speed_mbps: r.speed_mbps,
+            mtu: r.mtu,
+            flags: FlagsJson {
+                up: i.up,
+                running: i.running,
+                promisc: i.promisc,
+            },
+            rings: Answer::of(r.rings.as_ref(), |g| RingsJson {
+                rx: g.rx,
+                rx_max: g.rx_max,
+                tx: g.tx,
+                tx_max: g.tx_max,
+            }),
+            channels: Answer::of(r.channels.as_ref(), |c| ChannelsJson {
+                rx: c.rx,
+                tx: c.tx,
+                other: c.other,
+                combined: c.combined,
+                max_rx: c.max_rx,
+                max_tx: c.max_tx,
+                max_other: c.max_other,
+                max_combined: c.max_combined,
+            }),
+            features: &r.features,
+            findings,
+            changes,
+            warnings: warnings(findings),
+            advice: findings
+                .iter()
+                .filter(|f| f.severity == Severity::Advice)
+                .count(),
+        }
+    }
+}
+
+/// The features in the kernel's order, each under its name.
+fn features<S: Serializer>(f: &[FeatureState], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(f.iter().map(|f| (&f.name, f)))
+}
+
+/// A driver's answer: `{"supported":true,…}` with its fields, or `{"supported":false}`.
+#[derive(Debug, Serialize)]
+struct Answer<T> {
+    supported: bool,
+    #[serde(flatten)]
+    value: Option<T>,
+}
+
+impl<T> Answer<T> {
+    fn of<U>(s: Support<U>, f: impl FnOnce(U) -> T) -> Answer<T> {
+        let value = s.supported().map(f);
+        Answer {
+            supported: value.is_some(),
+            value,
+        }
+    }
+}
+
+/// `ethtool -i`.
+#[derive(Debug, Serialize)]
+struct DriverJson<'a> {
+    driver: &'a str,
+    version: &'a str,
+    firmware: &'a str,
+    bus: &'a str,
+}
+
+/// The interface flags.
+#[derive(Debug, Serialize)]
+struct FlagsJson {
+    up: bool,
+    running: bool,
+    promisc: bool,
+}
+
+/// `ethtool -g`.
+#[derive(Debug, Serialize)]
+struct RingsJson {
+    rx: u32,
+    rx_max: u32,
+    tx: u32,
+    tx_max: u32,
+}
+
+/// `ethtool -l`.
+#[derive(Debug, Serialize)]
+struct ChannelsJson {
+    rx: u32,
+    tx: u32,
+    other: u32,
+    combined: u32,
+    max_rx: u32,
+    max_tx: u32,
+    max_other: u32,
+    max_combined: u32,
 }
 
 #[cfg(test)]

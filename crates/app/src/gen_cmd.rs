@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use tapflow_engine::tools::generator::{self, GenConfig, Traffic};
+use serde::Serialize;
+use tapflow_engine::tools::generator::{self, GenConfig, GenReport, Traffic};
 use tapflow_wire::build::{FrameSpec, L4};
 use tapflow_wire::ethernet::EthernetAddress;
 
@@ -102,11 +103,17 @@ pub fn run(a: GenArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
             String::new()
         }
     );
-    let json = || {
-        format!(
-            "{{\"sent\":{},\"bytes\":{},\"seconds\":{:.6},\"pps\":{:.1},\"failed\":{}}}\n",
-            report.sent, report.bytes, report.seconds, pps, report.failed
-        )
+    let json = || GenJson {
+        report: &report,
+        pps,
     };
     crate::report::finish(a.summary_json.as_deref(), json, None)
+}
+
+/// The JSON summary of `gen` (`--summary-json`): what was sent, and the mean packet rate.
+#[derive(Debug, Serialize)]
+struct GenJson<'a> {
+    #[serde(flatten)]
+    report: &'a GenReport,
+    pps: f64,
 }

@@ -5,10 +5,12 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use serde::Serialize;
 use tapflow_engine::tools::plan::{self, Loss, Plan, RingBehaviour, RingGeometry, Workload};
 use tapflow_wire::capfile::MAXIMUM_SNAPLEN;
 
 use crate::cli::PlanArgs;
+use crate::report::json_line;
 use crate::size::{self, format_size, parse_rate};
 use crate::{Failure, in_range};
 
@@ -142,14 +144,12 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
             (b, loss)
         }),
     };
-    print!(
-        "{}",
-        if a.json {
-            json(&report)
-        } else {
-            text(&report, a)
-        }
-    );
+    let out = if a.json {
+        json_line(&PlanJson::new(&report))?
+    } else {
+        text(&report, a)
+    };
+    print!("{out}");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -316,77 +316,68 @@ fn text(r: &Report, a: &PlanArgs) -> String {
     s
 }
 
-/// Milliseconds to 3 decimals, `null` for forever.
-fn json_ms(d: Duration) -> String {
-    if d == Duration::MAX {
-        "null".into()
-    } else {
-        format!("{:.3}", d.as_secs_f64() * 1e3)
-    }
+/// The JSON report (`--json`): the workload, the bounds and the recommended geometry, the
+/// ring judged, and the stall and burst asked about.
+#[derive(Debug, Serialize)]
+struct PlanJson<'a> {
+    #[serde(flatten)]
+    work: &'a Workload,
+    link_rate: f64,
+    workers: usize,
+    #[serde(flatten)]
+    plan: &'a Plan,
+    ring: RingJson<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stall: Option<StallJson<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    burst: Option<BurstJson<'a>>,
 }
 
-fn json_loss(l: &Loss) -> String {
-    format!(
-        "{{\"packets\":{:.0},\"backlog\":{:.0},\"recovery_ms\":{}}}",
-        l.packets,
-        l.backlog,
-        l.recovery.map_or("null".into(), json_ms)
-    )
+/// The ring judged: its geometry and how it behaves.
+#[derive(Debug, Serialize)]
+struct RingJson<'a> {
+    #[serde(flatten)]
+    geometry: &'a RingGeometry,
+    #[serde(flatten)]
+    behaviour: &'a RingBehaviour,
 }
 
-/// The JSON report: one object.
-fn json(r: &Report) -> String {
-    let w = &r.work;
-    let b = &r.behaviour;
-    let opt = |v: Option<f64>| v.map_or("null".into(), |x| format!("{x:.3}"));
-    let mut s = format!(
-        "{{\"rate_per_ring\":{:.0},\"link_rate\":{:.0},\"workers\":{},\"slot_bytes\":{},\
-         \"packet_ns\":{},\"block_ns\":{},\"min_fill\":{},\"min_block_size\":{},\
-         \"max_block_size\":{},\"recommended\":{{\"block_size\":{},\"block_count\":{}}},\
-         \"ring\":{{\"block_size\":{},\"block_count\":{},\"retire_ms\":{},\"packets_per_block\":{},\
-         \"fill\":{:.1},\"timer_bound\":{},\"service_ns\":{:.3},\"busy\":{:.4},\"absorbs\":{:.0},\
-         \"holds_ms\":{},\"mean_delay_ms\":{}}}",
-        w.rate,
-        r.link_rate,
-        r.workers,
-        w.record,
-        w.packet_ns,
-        w.block_ns,
-        opt(r.plan.min_fill),
-        r.plan.min_block.map_or("null".into(), |b| b.to_string()),
-        r.plan.max_block,
-        r.plan.geometry.block_size,
-        r.plan.geometry.block_count,
-        r.chosen.block_size,
-        r.chosen.block_count,
-        r.chosen.retire_ms,
-        b.capacity_per_block,
-        b.fill,
-        b.timer_bound,
-        b.service_ns,
-        b.busy,
-        b.absorbs,
-        json_ms(b.holds),
-        json_ms(b.mean_delay)
-    );
-    if let Some((d, l)) = &r.stall {
-        let _ = write!(
-            s,
-            ",\"stall\":{{\"ms\":{},\"loss\":{}}}",
-            json_ms(*d),
-            json_loss(l)
-        );
+/// A stall of the consumer and what it loses.
+#[derive(Debug, Serialize)]
+struct StallJson<'a> {
+    #[serde(serialize_with = "plan::ms")]
+    ms: Duration,
+    loss: &'a Loss,
+}
+
+/// A burst and what it loses.
+#[derive(Debug, Serialize)]
+struct BurstJson<'a> {
+    rate: f64,
+    rate_per_ring: f64,
+    #[serde(serialize_with = "plan::ms")]
+    ms: Duration,
+    loss: &'a Loss,
+}
+
+impl<'a> PlanJson<'a> {
+    fn new(r: &'a Report) -> PlanJson<'a> {
+        PlanJson {
+            work: &r.work,
+            link_rate: r.link_rate,
+            workers: r.workers,
+            plan: &r.plan,
+            ring: RingJson {
+                geometry: &r.chosen,
+                behaviour: &r.behaviour,
+            },
+            stall: r.stall.as_ref().map(|(d, loss)| StallJson { ms: *d, loss }),
+            burst: r.burst.as_ref().map(|(b, loss)| BurstJson {
+                rate: b.rate,
+                rate_per_ring: b.rate / r.workers as f64,
+                ms: b.length,
+                loss,
+            }),
+        }
     }
-    if let Some((bu, l)) = &r.burst {
-        let _ = write!(
-            s,
-            ",\"burst\":{{\"rate\":{:.0},\"rate_per_ring\":{:.0},\"ms\":{},\"loss\":{}}}",
-            bu.rate,
-            bu.rate / r.workers as f64,
-            json_ms(bu.length),
-            json_loss(l)
-        );
-    }
-    s.push_str("}\n");
-    s
 }

@@ -1,20 +1,20 @@
 //! `tapflow recv`: checks the request, runs the receiver, prints the per-probe accounting.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use serde::Serialize;
 use tapflow_engine::pipeline::{self, CaptureConfig, Input};
 use tapflow_engine::sink::file::{Format, WriterConfig};
 use tapflow_engine::sink::flow::meter::FlowSummary;
-use tapflow_engine::source::datagrams::{self, Cidr, DatagramInput, Ledger};
+use tapflow_engine::source::datagrams::{self, Cidr, DatagramInput, Ledger, ProbeReport};
 use tapflow_engine::stop::Stop;
 
 use crate::Failure;
 use crate::cli::RecvArgs;
-use crate::report::json_string;
 
 /// What a receiver run did: the source's ledger, and what the pipeline wrote.
 #[derive(Debug, Default)]
@@ -76,7 +76,7 @@ pub fn run(a: RecvArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
             eprintln!("{line}");
         }
     }
-    crate::report::finish(a.summary_json.as_deref(), || summary_json(&summary), err)
+    crate::report::finish(a.summary_json.as_deref(), || RecvJson::new(&summary), err)
 }
 
 fn config(a: &RecvArgs, ledger: &Arc<Mutex<Ledger>>) -> Result<CaptureConfig, Failure> {
@@ -159,58 +159,59 @@ fn summary_lines(s: &ReceiverSummary) -> Vec<String> {
     out
 }
 
-fn summary_json(s: &ReceiverSummary) -> String {
-    let (d, r, t, p) = s.ledger.totals();
-    let probes: Vec<String> = s
-        .ledger
-        .probes
-        .iter()
-        .map(|x| {
-            format!(
-                "{{\"index\":{},\"probe\":{},\"source\":{},\"probe_interface\":{},\
-                 \"linktype\":{},\"datagrams\":{},\"records\":{},\"lost_in_transit\":{},\
-                 \"lost_on_probe\":{},\"late\":{}}}",
-                x.index,
-                x.probe,
-                json_string(&x.source.map_or(String::new(), |a| a.to_string())),
-                x.interface,
-                x.linktype,
-                x.datagrams,
-                x.records,
-                x.lost_in_transit,
-                x.lost_on_probe,
-                x.late
-            )
-        })
-        .collect();
-    let bad: Vec<String> = s
-        .ledger
-        .bad
-        .iter()
-        .map(|(src, n, why)| {
-            format!(
-                "{{\"source\":{},\"count\":{n},\"last\":{}}}",
-                json_string(&src.map_or(String::new(), |a| a.to_string())),
-                json_string(why)
-            )
-        })
-        .collect();
-    let files: Vec<String> = s
-        .files
-        .iter()
-        .map(|f| json_string(&f.to_string_lossy()))
-        .collect();
-    format!(
-        "{{\"datagrams\":{d},\"records\":{r},\"lost_in_transit\":{t},\"lost_on_probe\":{p},\
-         \"bad\":{},\"refused\":{},\"seconds\":{:.6},\"rcvbuf\":{},\"files\":[{}],\
-         \"probes\":[{}],\"bad_sources\":[{}]{}}}\n",
-        s.ledger.bad_total(),
-        s.ledger.refused,
-        s.seconds,
-        s.ledger.rcvbuf,
-        files.join(","),
-        probes.join(","),
-        bad.join(","),
-        crate::report::flows_json(s.flows.as_ref())
-    )
+/// The JSON summary of a receiver run (`--summary-json`): the totals over probe interfaces,
+/// then each probe interface and each bad source, and `flows` when metering was on.
+#[derive(Debug, Serialize)]
+struct RecvJson<'a> {
+    datagrams: u64,
+    records: u64,
+    lost_in_transit: u64,
+    lost_on_probe: u64,
+    bad: u64,
+    refused: u64,
+    seconds: f64,
+    rcvbuf: usize,
+    #[serde(serialize_with = "crate::report::paths")]
+    files: &'a [PathBuf],
+    probes: &'a [ProbeReport],
+    bad_sources: Vec<BadSource<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flows: Option<&'a FlowSummary>,
+}
+
+/// Bad datagrams from one source address (`null`: the sources past the receiver's limit).
+#[derive(Debug, Serialize)]
+struct BadSource<'a> {
+    source: Option<IpAddr>,
+    count: u64,
+    last: &'a str,
+}
+
+impl<'a> RecvJson<'a> {
+    fn new(s: &'a ReceiverSummary) -> RecvJson<'a> {
+        let (datagrams, records, lost_in_transit, lost_on_probe) = s.ledger.totals();
+        RecvJson {
+            datagrams,
+            records,
+            lost_in_transit,
+            lost_on_probe,
+            bad: s.ledger.bad_total(),
+            refused: s.ledger.refused,
+            seconds: s.seconds,
+            rcvbuf: s.ledger.rcvbuf,
+            files: &s.files,
+            probes: &s.ledger.probes,
+            bad_sources: s
+                .ledger
+                .bad
+                .iter()
+                .map(|(source, count, last)| BadSource {
+                    source: *source,
+                    count: *count,
+                    last,
+                })
+                .collect(),
+            flows: s.flows.as_ref(),
+        }
+    }
 }

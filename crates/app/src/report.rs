@@ -1,13 +1,14 @@
 //! What tapflow tells people: the live status line, the exit summary, the JSON summary.
 
 use std::io::{IsTerminal, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use serde::{Serialize, Serializer};
 use tapflow_engine::counters::Totals;
 use tapflow_engine::pipeline::{Summary, Tick};
-use tapflow_engine::rules::RuleListing;
+use tapflow_engine::rules::{RuleListing, RuleStat};
 use tapflow_engine::sink::flow::meter::FlowSummary;
 use tapflow_engine::sink::forward::ForwardReport;
 
@@ -130,9 +131,9 @@ pub fn summary_line(t: &Totals) -> String {
 /// The exit line of forwarding: what went to each collector, and what could not be sent.
 pub fn forward_line(f: &ForwardReport) -> String {
     let each: Vec<String> = f
-        .destinations
+        .collectors
         .iter()
-        .map(|(a, d, r)| format!("{a}: {r} in {d}"))
+        .map(|c| format!("{}: {} in {}", c.collector, c.records, c.datagrams))
         .collect();
     let mut s = format!(
         "tapflow: forwarded {} records in {} datagrams ({}), {} failed to send",
@@ -188,74 +189,6 @@ pub fn flow_lines(f: &FlowSummary) -> Vec<String> {
     lines
 }
 
-/// The `"flows"` member of the capture (or receiver) JSON, or nothing.
-pub fn flows_json(f: Option<&FlowSummary>) -> String {
-    let Some(f) = f else {
-        return String::new();
-    };
-    let m = &f.meter;
-    let e = &m.table.ended;
-    let outputs: Vec<String> = f
-        .export
-        .outputs
-        .iter()
-        .map(|o| {
-            format!(
-                "{{\"output\":{},\"records\":{},\"messages\":{},\"failed\":{},\
-                 \"lost_messages\":{},\"error\":{}}}",
-                json_string(&o.name),
-                o.records,
-                o.messages,
-                o.failed,
-                o.lost_messages,
-                o.error.as_deref().map_or("null".into(), json_string)
-            )
-        })
-        .collect();
-    format!(
-        ",\"flows\":{{\"flows\":{},\"records\":{},\"ended_idle\":{},\"ended_active\":{},\
-         \"ended_end\":{},\"ended_forced\":{},\"ended_evicted\":{},\"not_ip\":{},\
-         \"fragments_joined\":{},\"fragments_unjoined\":{},\"outputs\":[{}]}}",
-        m.table.created,
-        f.export.records,
-        e[0],
-        e[1],
-        e[2],
-        e[3],
-        e[4],
-        m.not_ip,
-        m.fragments_joined,
-        m.fragments_unjoined,
-        outputs.join(",")
-    )
-}
-
-/// The `"forward"` member of the capture JSON, or nothing.
-fn forward_json(f: Option<&ForwardReport>) -> String {
-    let Some(f) = f else {
-        return String::new();
-    };
-    let each: Vec<String> = f
-        .destinations
-        .iter()
-        .map(|(a, d, r)| {
-            format!(
-                "{{\"collector\":{},\"datagrams\":{d},\"records\":{r}}}",
-                json_string(&a.to_string())
-            )
-        })
-        .collect();
-    format!(
-        ",\"forward\":{{\"forwarded_records\":{},\"forwarded_datagrams\":{},\
-         \"forward_failed\":{},\"send_errors\":{},\"collectors\":[{}]}}",
-        f.records,
-        f.datagrams,
-        f.failed,
-        f.send_errors,
-        each.join(",")
-    )
-}
-
 /// The exit line of a capture with rules: what each rule matched (the first ten).
 pub fn rules_line(l: &RuleListing) -> String {
     const SHOWN: usize = 10;
@@ -281,88 +214,67 @@ pub fn rules_line(l: &RuleListing) -> String {
     )
 }
 
-fn rules_json(l: Option<&RuleListing>) -> String {
-    let Some(l) = l else {
-        return String::new();
-    };
-    let each: Vec<String> = l
-        .rules
-        .iter()
-        .map(|r| {
-            format!(
-                "{{\"name\":{},\"packets\":{},\"bytes\":{}}}",
-                json_string(&r.rule.name),
-                r.packets,
-                r.bytes
-            )
-        })
-        .collect();
-    format!(",\"rules\":[{}]", each.join(","))
+/// The JSON summary of a capture (`--summary-json`): the accounting's keys, `seconds`,
+/// `hw_timestamps`, `files`, and `forward`, `flows` and `rules` when there are any.
+#[derive(Debug, Serialize)]
+pub struct CaptureJson<'a> {
+    #[serde(flatten)]
+    totals: &'a Totals,
+    seconds: f64,
+    hw_timestamps: bool,
+    #[serde(serialize_with = "paths")]
+    files: &'a [PathBuf],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    forward: Option<&'a ForwardReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flows: Option<&'a FlowSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rules: Option<&'a [RuleStat]>,
 }
 
-/// The JSON summary of a capture.
-pub fn capture_json(s: &Summary) -> String {
-    let t = &s.totals;
-    let files: Vec<String> = s
-        .sinks
-        .file
-        .iter()
-        .flat_map(|f| &f.files)
-        .map(|f| json_string(&f.to_string_lossy()))
-        .collect();
-    format!(
-        "{{\"received\":{},\"recorded\":{},\"filtered\":{},\"dropped_kernel\":{},\"dropped_ours\":{},\
-         \"past_limit\":{},\"freezes\":{},\"blocks\":{},\"bytes\":{},\"seconds\":{:.6},\"hw_timestamps\":{},\
-         \"files\":[{}]{}{}{}}}\n",
-        t.received,
-        t.recorded,
-        t.filtered,
-        t.dropped_kernel,
-        t.dropped_ours,
-        t.past_limit,
-        t.freezes,
-        t.blocks,
-        t.bytes,
-        s.seconds,
-        s.hw_timestamps,
-        files.join(","),
-        forward_json(s.sinks.forward.as_ref()),
-        flows_json(s.flows.as_ref()),
-        rules_json(s.rules.as_ref())
-    )
+impl<'a> CaptureJson<'a> {
+    /// The summary of `s`.
+    pub fn new(s: &'a Summary) -> CaptureJson<'a> {
+        CaptureJson {
+            totals: &s.totals,
+            seconds: s.seconds,
+            hw_timestamps: s.hw_timestamps,
+            files: s.sinks.file.as_ref().map_or(&[][..], |f| &f.files),
+            forward: s.sinks.forward.as_ref(),
+            flows: s.flows.as_ref(),
+            rules: s.rules.as_ref().map(|l| l.rules.as_slice()),
+        }
+    }
+}
+
+/// File names as JSON strings (not valid UTF-8: with U+FFFD in place of the bad bytes).
+pub fn paths<S: Serializer>(files: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(files.iter().map(|f| f.to_string_lossy()))
+}
+
+/// `value` as JSON on one line, with a newline.
+pub fn json_line(value: &impl Serialize) -> Result<String, Failure> {
+    let mut s = serde_json::to_string(value)
+        .map_err(|e| Failure::Runtime(format!("cannot write the JSON: {e}")))?;
+    s.push('\n');
+    Ok(s)
 }
 
 /// Ends a command: writes its JSON summary if asked (`json` is only built then), and turns the
 /// error that ended the run, if any, into the exit code.
-pub fn finish(
+pub fn finish<T: Serialize>(
     summary_json: Option<&Path>,
-    json: impl FnOnce() -> String,
+    json: impl FnOnce() -> T,
     err: Option<tapflow_engine::EngineError>,
 ) -> Result<ExitCode, Failure> {
     if let Some(path) = summary_json {
-        std::fs::write(path, json())
+        std::fs::write(path, json_line(&json())?)
             .map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", path.display())))?;
     }
     match err {
         None => Ok(ExitCode::SUCCESS),
         Some(e) => Err(Failure::from_engine(e)),
     }
-}
-
-/// A JSON string literal.
-pub fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 #[cfg(test)]
@@ -383,10 +295,5 @@ mod tests {
             "tapflow: 100 received, 90 recorded, 7 dropped by kernel, 3 dropped by tapflow \
              (90.00% collected)"
         );
-    }
-
-    #[test]
-    fn json_strings_are_escaped() {
-        assert_eq!(json_string("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
     }
 }

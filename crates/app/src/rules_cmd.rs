@@ -4,6 +4,8 @@
 use std::process::ExitCode;
 
 use tapflow_engine::control;
+use tapflow_engine::rules::RuleListing;
+use tapflow_wire::rule_bpf::Precision;
 use tapflow_wire::rules::Rule;
 
 use crate::Failure;
@@ -30,60 +32,51 @@ pub fn run(a: RulesArgs) -> Result<ExitCode, Failure> {
         }
     };
     let reply =
-        control::request(&path, &command, &body).map_err(|e| Failure::Runtime(e.to_string()))?;
+        control::rules(&path, &command, &body).map_err(|e| Failure::Runtime(e.to_string()))?;
     print!("{}", listing(&reply));
     Ok(ExitCode::SUCCESS)
 }
 
 /// The control socket's listing as a table for people.
-fn listing(reply: &str) -> String {
-    let mut lines = reply.lines();
-    let head = lines.next().unwrap_or("");
-    let field = |k: &str| {
-        head.split_whitespace()
-            .find_map(|w| w.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
-            .unwrap_or("?")
-    };
-    let mut out = if field("active") == "no" {
+fn listing(l: &RuleListing) -> String {
+    let mut out = if !l.active {
         "no rules: every packet passes (the -f expression alone decides)\n".to_string()
     } else {
         format!(
             "{} rules, kernel filter {} ({} instructions)\n",
-            field("rules"),
-            match field("precision") {
-                "exact" => "exact",
-                "ports" => "on protocols and ports, exact match in user space",
-                "protocols" => "on protocols, exact match in user space",
-                _ => "on IP version, exact match in user space",
+            l.rules.len(),
+            match l.precision {
+                Precision::Exact => "exact",
+                Precision::Ports => "on protocols and ports, exact match in user space",
+                Precision::Protocols => "on protocols, exact match in user space",
+                Precision::Family => "on IP version, exact match in user space",
             },
-            field("instructions")
+            l.instructions
         )
     };
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.splitn(4, '\t').collect()).collect();
-    if rows.is_empty() {
+    if l.rules.is_empty() {
         return out;
     }
-    let w = |c: usize, min: usize| {
-        rows.iter()
-            .map(|r| r.get(c).map_or(0, |s| s.len()))
-            .max()
-            .unwrap_or(0)
-            .max(min)
-    };
+    let rows: Vec<[String; 4]> = l
+        .rules
+        .iter()
+        .map(|r| {
+            [
+                r.rule.name.clone(),
+                r.packets.to_string(),
+                r.bytes.to_string(),
+                r.rule.to_string(),
+            ]
+        })
+        .collect();
+    let w = |c: usize, min: usize| rows.iter().map(|r| r[c].len()).max().unwrap_or(0).max(min);
     let (wn, wp, wb) = (w(0, 4), w(1, 7), w(2, 5));
     out += &format!(
         "{:<wn$}  {:>wp$}  {:>wb$}  RULE\n",
         "NAME", "PACKETS", "BYTES"
     );
-    for r in &rows {
-        let get = |c: usize| r.get(c).copied().unwrap_or("");
-        out += &format!(
-            "{:<wn$}  {:>wp$}  {:>wb$}  {}\n",
-            get(0),
-            get(1),
-            get(2),
-            get(3)
-        );
+    for [name, packets, bytes, rule] in &rows {
+        out += &format!("{name:<wn$}  {packets:>wp$}  {bytes:>wb$}  {rule}\n");
     }
     out
 }
@@ -91,13 +84,24 @@ fn listing(reply: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tapflow_engine::rules::RuleStat;
 
     #[test]
     fn listings_read_well() {
-        let t = listing(
-            "# active=yes precision=ports instructions=12 rules=2\n\
-             web\t10\t1000\tweb proto tcp dport 80\nd\t0\t0\td proto udp\n",
-        );
+        let stat = |line: &str, packets: u64, bytes: u64| RuleStat {
+            rule: Rule::parse(line).unwrap(),
+            packets,
+            bytes,
+        };
+        let t = listing(&RuleListing {
+            active: true,
+            precision: Precision::Ports,
+            instructions: 12,
+            rules: vec![
+                stat("web proto tcp dport 80", 10, 1000),
+                stat("d proto udp", 0, 0),
+            ],
+        });
         assert_eq!(
             t,
             "2 rules, kernel filter on protocols and ports, exact match in user space \
@@ -106,8 +110,12 @@ mod tests {
              web        10   1000  web proto tcp dport 80\n\
              d           0      0  d proto udp\n"
         );
-        assert!(
-            listing("# active=no precision=exact instructions=1 rules=0\n").starts_with("no rules")
-        );
+        let none = listing(&RuleListing {
+            active: false,
+            precision: Precision::Exact,
+            instructions: 1,
+            rules: vec![],
+        });
+        assert!(none.starts_with("no rules"));
     }
 }

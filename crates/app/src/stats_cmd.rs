@@ -1,18 +1,19 @@
-//! `tapflow stats`: a running capture's statistics, read from its control socket (the same
-//! Prometheus text `/metrics` serves), as a table per worker and in total.
+//! `tapflow stats`: a running capture's statistics, read from its control socket (the counters
+//! `/metrics` serves), as a table per worker and in total, or as JSON.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use serde::Serialize;
 use tapflow_engine::control;
+use tapflow_engine::probe::{Stats, WorkerSnapshot};
 
 use crate::Failure;
 use crate::cli::{ProbeArgs, StatsArgs};
-use crate::report::json_string;
+use crate::report::json_line;
 
 /// The control socket the user means: `--control`, the interface's, or the only one there is.
 pub(crate) fn control_path(p: &ProbeArgs) -> Result<PathBuf, Failure> {
@@ -46,189 +47,81 @@ pub(crate) fn control_path(p: &ProbeArgs) -> Result<PathBuf, Failure> {
     }
 }
 
-/// One reading of a capture's counters: per metric (name and labels other than `worker`),
-/// the value of each worker.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Reading {
-    pub series: BTreeMap<String, Vec<f64>>,
-    pub workers: usize,
-}
-
-impl Reading {
-    /// Parses Prometheus text as tapflow writes it.
-    pub(crate) fn parse(text: &str) -> Reading {
-        let mut r = Reading::default();
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let Some((key, value)) = line.rsplit_once(' ') else {
-                continue;
-            };
-            let Ok(value) = value.parse::<f64>() else {
-                continue;
-            };
-            let (name, labels) = match key.split_once('{') {
-                Some((n, l)) => (n, l.trim_end_matches('}')),
-                None => (key, ""),
-            };
-            let mut worker = None;
-            let mut rest = Vec::new();
-            for l in labels.split(',').filter(|l| !l.is_empty()) {
-                match l.strip_prefix("worker=\"") {
-                    Some(w) => worker = w.trim_end_matches('"').parse::<usize>().ok(),
-                    None => rest.push(l),
-                }
-            }
-            let id = if rest.is_empty() {
-                name.to_string()
-            } else {
-                format!("{name}{{{}}}", rest.join(","))
-            };
-            let k = worker.unwrap_or(0);
-            let v = r.series.entry(id).or_default();
-            if v.len() <= k {
-                v.resize(k + 1, 0.0);
-            }
-            v[k] = value;
-            if worker.is_some() {
-                r.workers = r.workers.max(k + 1);
-            }
-        }
-        r
-    }
-
-    /// A series' value for each worker.
-    pub(crate) fn each(&self, id: &str) -> Vec<f64> {
-        let mut v = self.series.get(id).cloned().unwrap_or_default();
-        v.resize(self.workers.max(1), 0.0);
-        v
-    }
-
-    /// A series summed over the workers.
-    pub(crate) fn total(&self, id: &str) -> f64 {
-        self.each(id).iter().sum()
-    }
-}
-
 /// Asks the capture at `path` for its counters.
-pub(crate) fn read(path: &Path) -> Result<Reading, Failure> {
-    let text = control::request(path, "stats", "").map_err(|e| Failure::Runtime(e.to_string()))?;
-    Ok(Reading::parse(&text))
+pub(crate) fn read(path: &Path) -> Result<Stats, Failure> {
+    control::stats(path).map_err(|e| Failure::Runtime(e.to_string()))
 }
 
-/// The table's rows: label, series, and how a total is formed from the workers' values.
-const ROWS: &[(&str, &str, Total)] = &[
-    ("received", "tapflow_received_packets_total", Total::Sum),
-    ("recorded", "tapflow_recorded_packets_total", Total::Sum),
-    ("filtered", "tapflow_filtered_packets_total", Total::Sum),
+type Value = fn(&WorkerSnapshot) -> f64;
+
+/// How a row adds up over time: a counter (its rate per second is shown beside it with
+/// `--watch`) or a gauge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Counter,
+    Gauge,
+}
+
+/// The table's rows: label, value, kind.
+const ROWS: &[(&str, Value, Kind)] = &[
+    ("received", |w| w.totals.received as f64, Kind::Counter),
+    ("recorded", |w| w.totals.recorded as f64, Kind::Counter),
+    ("filtered", |w| w.totals.filtered as f64, Kind::Counter),
     (
         "dropped by kernel",
-        "tapflow_kernel_dropped_packets_total",
-        Total::Sum,
+        |w| w.totals.dropped_kernel as f64,
+        Kind::Counter,
     ),
     (
         "dropped by tapflow",
-        "tapflow_dropped_packets_total",
-        Total::Sum,
+        |w| w.totals.dropped_ours as f64,
+        Kind::Counter,
     ),
-    ("ring freezes", "tapflow_ring_freezes_total", Total::Sum),
-    ("ring blocks", "tapflow_ring_blocks_total", Total::Sum),
-    ("packets", "tapflow_traffic_packets_total", Total::Sum),
-    ("bytes", "tapflow_traffic_bytes_total", Total::Sum),
-    (
-        "IPv4",
-        "tapflow_network_packets_total{network=\"ipv4\"}",
-        Total::Sum,
-    ),
-    (
-        "IPv6",
-        "tapflow_network_packets_total{network=\"ipv6\"}",
-        Total::Sum,
-    ),
-    (
-        "non-IP",
-        "tapflow_network_packets_total{network=\"non_ip\"}",
-        Total::Sum,
-    ),
-    (
-        "TCP",
-        "tapflow_transport_packets_total{transport=\"tcp\"}",
-        Total::Sum,
-    ),
-    (
-        "UDP",
-        "tapflow_transport_packets_total{transport=\"udp\"}",
-        Total::Sum,
-    ),
-    (
-        "ICMP",
-        "tapflow_transport_packets_total{transport=\"icmp\"}",
-        Total::Sum,
-    ),
+    ("ring freezes", |w| w.totals.freezes as f64, Kind::Counter),
+    ("ring blocks", |w| w.totals.blocks as f64, Kind::Counter),
+    ("packets", |w| w.traffic.packets as f64, Kind::Counter),
+    ("bytes", |w| w.traffic.bytes as f64, Kind::Counter),
+    ("IPv4", |w| w.traffic.ipv4 as f64, Kind::Counter),
+    ("IPv6", |w| w.traffic.ipv6 as f64, Kind::Counter),
+    ("non-IP", |w| w.traffic.non_ip() as f64, Kind::Counter),
+    ("TCP", |w| w.traffic.tcp as f64, Kind::Counter),
+    ("UDP", |w| w.traffic.udp as f64, Kind::Counter),
+    ("ICMP", |w| w.traffic.icmp as f64, Kind::Counter),
     (
         "other transport",
-        "tapflow_transport_packets_total{transport=\"other\"}",
-        Total::Sum,
+        |w| w.traffic.other_transport() as f64,
+        Kind::Counter,
     ),
-    (
-        "TCP SYN",
-        "tapflow_tcp_flag_packets_total{flag=\"syn\"}",
-        Total::Sum,
-    ),
-    (
-        "TCP FIN",
-        "tapflow_tcp_flag_packets_total{flag=\"fin\"}",
-        Total::Sum,
-    ),
-    (
-        "TCP RST",
-        "tapflow_tcp_flag_packets_total{flag=\"rst\"}",
-        Total::Sum,
-    ),
+    ("TCP SYN", |w| w.traffic.tcp_syn as f64, Kind::Counter),
+    ("TCP FIN", |w| w.traffic.tcp_fin as f64, Kind::Counter),
+    ("TCP RST", |w| w.traffic.tcp_rst as f64, Kind::Counter),
     (
         "TCP with options",
-        "tapflow_tcp_options_packets_total",
-        Total::Sum,
+        |w| w.traffic.tcp_options as f64,
+        Kind::Counter,
     ),
     (
         "mean inter-arrival (s)",
-        "tapflow_mean_interarrival_seconds",
-        Total::Parallel,
+        |w| w.traffic.mean_interarrival_seconds(),
+        Kind::Gauge,
     ),
     (
         "mean rate (byte/s)",
-        "tapflow_mean_rate_bytes_per_second",
-        Total::Sum,
+        |w| w.traffic.mean_rate_bytes_per_second(),
+        Kind::Gauge,
     ),
     (
         "failed forwards",
-        "tapflow_forward_failed_records_total",
-        Total::Sum,
+        |w| w.live.forward_failed as f64,
+        Kind::Counter,
     ),
-    ("flows active", "tapflow_flows_active", Total::Sum),
-    ("flows exported", "tapflow_flows_exported_total", Total::Sum),
+    ("flows active", |w| w.live.flows_active as f64, Kind::Gauge),
+    (
+        "flows exported",
+        |w| w.live.flows_exported as f64,
+        Kind::Counter,
+    ),
 ];
-
-/// How the workers' values of a row add up.
-#[derive(Debug, Clone, Copy)]
-enum Total {
-    Sum,
-    /// Gaps between packets of workers running side by side: 1 / Σ (1 / gap).
-    Parallel,
-}
-
-fn total(r: &Reading, id: &str, how: Total) -> f64 {
-    match how {
-        Total::Sum => r.total(id),
-        Total::Parallel => {
-            let rate: f64 = r
-                .each(id)
-                .iter()
-                .filter(|&&g| g > 0.0)
-                .map(|g| 1.0 / g)
-                .sum();
-            if rate > 0.0 { 1.0 / rate } else { 0.0 }
-        }
-    }
-}
 
 fn number(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 {
@@ -242,20 +135,20 @@ fn number(v: f64) -> String {
 
 /// The table: one row per counter, the total then each worker; with an earlier reading, the
 /// rate per second of each counter beside it.
-fn table(r: &Reading, before: Option<(&Reading, f64)>) -> String {
+fn table(r: &Stats, before: Option<(&Stats, f64)>) -> String {
     let mut head = vec!["".to_string(), "total".to_string()];
-    head.extend((0..r.workers).map(|k| format!("w{k}")));
+    head.extend((0..r.workers.len()).map(|k| format!("w{k}")));
     if before.is_some() {
         head.push("total/s".to_string());
     }
+    let total = r.total();
+    let earlier = before.map(|(b, secs)| (b.total(), secs));
     let mut rows = vec![head];
-    for &(label, id, how) in ROWS {
-        let mut row = vec![label.to_string(), number(total(r, id, how))];
-        row.extend(r.each(id).into_iter().map(number));
-        if let Some((b, secs)) = before {
-            let rate = id
-                .contains("_total")
-                .then(|| (r.total(id) - b.total(id)) / secs);
+    for &(label, value, kind) in ROWS {
+        let mut row = vec![label.to_string(), number(value(&total))];
+        row.extend(r.workers.iter().map(|w| number(value(w))));
+        if let Some((b, secs)) = &earlier {
+            let rate = (kind == Kind::Counter).then(|| (value(&total) - value(b)) / secs);
             row.push(rate.map_or(String::new(), |x| format!("{x:.1}")));
         }
         rows.push(row);
@@ -282,32 +175,23 @@ fn table(r: &Reading, before: Option<(&Reading, f64)>) -> String {
     out
 }
 
-fn json(r: &Reading) -> String {
-    let key =
-        |label: &str| json_string(&label.replace([' ', '-'], "_").replace(['(', ')', '/'], ""));
-    let obj = |values: Vec<(String, f64)>| {
-        let fields: Vec<String> = values
-            .into_iter()
-            .map(|(k, v)| format!("{k}:{}", number(v)))
-            .collect();
-        format!("{{{}}}", fields.join(","))
-    };
-    let total = obj(ROWS
-        .iter()
-        .map(|&(l, id, how)| (key(l), total(r, id, how)))
-        .collect());
-    let workers: Vec<String> = (0..r.workers)
-        .map(|k| {
-            obj(ROWS
-                .iter()
-                .map(|&(l, id, _)| (key(l), r.each(id)[k]))
-                .collect())
-        })
-        .collect();
-    format!(
-        "{{\"total\":{total},\"workers\":[{}]}}\n",
-        workers.join(",")
-    )
+/// `--json`: the workers' counters summed, then each worker's, with the keys of the exit
+/// summary and the stems of `/metrics`.
+#[derive(Debug, Serialize)]
+struct StatsJson<'a> {
+    total: WorkerSnapshot,
+    workers: &'a [WorkerSnapshot],
+    start_time_seconds: f64,
+}
+
+impl<'a> StatsJson<'a> {
+    fn new(r: &'a Stats) -> StatsJson<'a> {
+        StatsJson {
+            total: r.total(),
+            workers: &r.workers,
+            start_time_seconds: r.start_time_seconds,
+        }
+    }
 }
 
 /// Runs `tapflow stats`.
@@ -322,12 +206,12 @@ pub fn run(a: StatsArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
             )));
         }
     };
-    let mut before: Option<(Reading, Instant)> = None;
+    let mut before: Option<(Stats, Instant)> = None;
     loop {
         let now = read(&path)?;
         let at = Instant::now();
         if a.json {
-            print!("{}", json(&now));
+            print!("{}", json_line(&StatsJson::new(&now))?);
         } else {
             let prev = before
                 .as_ref()
@@ -352,36 +236,51 @@ pub fn run(a: StatsArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tapflow_engine::counters::Totals;
+    use tapflow_engine::traffic::Traffic;
 
-    const TEXT: &str = "# HELP x y\n# TYPE tapflow_received_packets_total counter\n\
-        tapflow_received_packets_total{worker=\"0\"} 10\n\
-        tapflow_received_packets_total{worker=\"1\"} 5\n\
-        tapflow_network_packets_total{worker=\"1\",network=\"ipv6\"} 3\n\
-        tapflow_mean_interarrival_seconds{worker=\"0\"} 0.5\n\
-        tapflow_mean_interarrival_seconds{worker=\"1\"} 0.5\n\
-        tapflow_rule_packets_total{rule=\"web\"} 7\n\
-        tapflow_start_time_seconds 1700000000\n";
+    fn worker(received: u64, first_ns: u64, last_ns: u64) -> WorkerSnapshot {
+        WorkerSnapshot {
+            totals: Totals {
+                received,
+                recorded: received,
+                ..Totals::default()
+            },
+            traffic: Traffic {
+                packets: received,
+                ipv6: 3,
+                first_ns,
+                last_ns,
+                ..Traffic::default()
+            },
+            ..WorkerSnapshot::default()
+        }
+    }
 
     #[test]
-    fn readings_sum_workers() {
-        let r = Reading::parse(TEXT);
-        assert_eq!(r.workers, 2);
-        assert_eq!(r.each("tapflow_received_packets_total"), vec![10.0, 5.0]);
-        assert_eq!(
-            r.total("tapflow_network_packets_total{network=\"ipv6\"}"),
-            3.0
-        );
-        assert_eq!(r.total("tapflow_rule_packets_total{rule=\"web\"}"), 7.0);
-        assert_eq!(
-            total(&r, "tapflow_mean_interarrival_seconds", Total::Parallel),
-            0.25
-        );
+    fn the_table_and_the_json_sum_the_workers() {
+        let r = Stats {
+            start_time_seconds: 1.7e9,
+            // 10 packets over 5 s and 5 over 5 s, side by side: 15 over 5 s in total.
+            workers: vec![worker(10, 0, 5_000_000_000), worker(5, 0, 5_000_000_000)],
+        };
         let t = table(&r, None);
-        assert!(t.lines().nth(1).unwrap().starts_with("received"), "{t}");
         let received: Vec<&str> = t.lines().nth(1).unwrap().split_whitespace().collect();
         assert_eq!(received, ["received", "15", "10", "5"], "{t}");
-        let j = json(&r);
-        assert!(j.starts_with("{\"total\":{\"received\":15,"), "{j}");
-        assert!(j.contains("\"mean_inter_arrival_s\":0.25"), "{j}");
+        let gap = t
+            .lines()
+            .find(|l| l.starts_with("mean inter-arrival"))
+            .unwrap();
+        assert!(gap.contains(" 0.357143 "), "{t}");
+        let j = json_line(&StatsJson::new(&r)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+        assert_eq!(v["total"]["received"], 15, "{j}");
+        assert_eq!(v["total"]["traffic"]["ipv6"], 6, "{j}");
+        assert_eq!(v["workers"][1]["dropped_kernel"], 0, "{j}");
+        assert_eq!(v["workers"][0]["traffic"]["tcp_syn"], 0, "{j}");
+        assert_eq!(
+            v["total"]["traffic"]["mean_interarrival_seconds"],
+            5.0 / 14.0
+        );
     }
 }

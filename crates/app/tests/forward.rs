@@ -299,8 +299,8 @@ fn flow_balance_keeps_connections_whole_and_delivers_every_packet_once() {
     let dir = tempfile::tempdir().unwrap();
     let (outs, jsons, probe) = topo.run(dir.path(), K, 24, &[]);
     assert_eq!(json_u64(&probe, "recorded"), K as u64, "{probe}");
-    assert_eq!(json_u64(&probe, "forwarded_records"), K as u64, "{probe}");
-    assert_eq!(json_u64(&probe, "forward_failed"), 0, "{probe}");
+    assert_eq!(json_u64(&probe, "forward.records"), K as u64, "{probe}");
+    assert_eq!(json_u64(&probe, "forward.failed"), 0, "{probe}");
     let mut seen = vec![None; K];
     let mut conn_at: BTreeMap<_, BTreeSet<usize>> = BTreeMap::new();
     for (c, (out, json)) in outs.iter().zip(&jsons).enumerate() {
@@ -337,7 +337,7 @@ fn round_robin_alternates_datagrams() {
     let dir = tempfile::tempdir().unwrap();
     // 576-byte packets: 548 − 56 = 492 bytes of records, 6 records of 80 bytes per datagram.
     let (outs, jsons, probe) = topo.run(dir.path(), K, 8, &["--balance", "rr", "--mtu", "576"]);
-    assert_eq!(json_u64(&probe, "forwarded_records"), K as u64, "{probe}");
+    assert_eq!(json_u64(&probe, "forward.records"), K as u64, "{probe}");
     let mut at = vec![usize::MAX; K];
     let mut datagrams = Vec::new();
     for (c, (out, json)) in outs.iter().zip(&jsons).enumerate() {
@@ -487,7 +487,7 @@ fn ipv6_collectors_receive_every_record() {
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let probe = std::fs::read_to_string(&probe_json).unwrap();
-    assert_eq!(json_u64(&probe, "forwarded_records"), K as u64, "{probe}");
+    assert_eq!(json_u64(&probe, "forward.records"), K as u64, "{probe}");
     std::thread::sleep(Duration::from_millis(300));
     let mut seen = vec![0u32; K];
     for (mut g, out, json) in recvs {

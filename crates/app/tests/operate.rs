@@ -134,11 +134,14 @@ fn rules_choose_packets_in_the_kernel_and_count_them() {
     // Port 1027 was refused by the kernel before the change: never received, not filtered.
     assert_eq!(sum.received, 7000, "{}", sum.text);
     assert_eq!((sum.recorded, sum.filtered), (7000, 0), "{}", sum.text);
-    assert!(
-        sum.text
-            .contains("{\"name\":\"a\",\"packets\":4000,\"bytes\":240000}")
-            && sum.text.contains("{\"name\":\"b\",\"packets\":2000,")
-            && sum.text.contains("{\"name\":\"c\",\"packets\":1000,"),
+    for (i, name, packets) in [(0, "a", 4000), (1, "b", 2000), (2, "c", 1000)] {
+        let rule = |key: &str| json_at(&sum.text, &format!("rules.{i}.{key}"));
+        assert_eq!(rule("name"), name, "{}", sum.text);
+        assert_eq!(rule("packets"), packets, "{}", sum.text);
+    }
+    assert_eq!(
+        json_u64(&sum.text, "rules.0.bytes"),
+        240_000,
         "{}",
         sum.text
     );
@@ -291,24 +294,16 @@ fn statistics_reach_prometheus_and_tapflow_stats() {
             .map(|k| sample(&text, &format!("{name}{{worker=\"{k}\"}}")))
             .sum()
     };
-    assert_eq!(sum_of("tapflow_received_packets_total"), 5000.0);
+    assert_eq!(sum_of("tapflow_received_total"), 5000.0);
     assert_eq!(sum_of("tapflow_traffic_packets_total"), 5000.0);
-    let tcp: f64 = (0..2)
-        .map(|k| {
-            sample(
-                &text,
-                &format!("tapflow_transport_packets_total{{worker=\"{k}\",transport=\"tcp\"}}"),
-            )
-        })
-        .sum();
-    assert_eq!(tcp, 3000.0);
+    assert_eq!(sum_of("tapflow_traffic_tcp_total"), 3000.0);
     assert_eq!(
         sample(&text, "tapflow_rule_packets_total{rule=\"all\"}"),
         5000.0
     );
     // Both fanout members saw traffic: the per-worker split is real.
-    assert!(sample(&text, "tapflow_received_packets_total{worker=\"0\"}") > 0.0);
-    assert!(sample(&text, "tapflow_received_packets_total{worker=\"1\"}") > 0.0);
+    assert!(sample(&text, "tapflow_received_total{worker=\"0\"}") > 0.0);
+    assert!(sample(&text, "tapflow_received_total{worker=\"1\"}") > 0.0);
     // tapflow stats reads the same counters over the control socket.
     let table = probe.ask_ok(&["stats"]);
     let row = |label: &str| -> Vec<String> {
@@ -324,8 +319,29 @@ fn statistics_reach_prometheus_and_tapflow_stats() {
     assert_eq!(row("TCP ")[0], "3000", "{table}");
     assert_eq!(row("UDP")[0], "2000", "{table}");
     assert_eq!(row("IPv4")[0], "5000", "{table}");
+    // The JSON has the keys of the summary, and /metrics their stems.
     let json = probe.ask_ok(&["stats", "--json"]);
-    assert!(json.starts_with("{\"total\":{\"received\":5000,"), "{json}");
+    assert_eq!(json_u64(&json, "total.received"), 5000, "{json}");
+    assert_eq!(json_u64(&json, "total.traffic.tcp"), 3000, "{json}");
+    assert_eq!(json_u64(&json, "total.traffic.udp"), 2000, "{json}");
+    for k in 0..2 {
+        let w = |key: &str| json_u64(&json, &format!("workers.{k}.{key}")) as f64;
+        for key in ["received", "dropped_kernel", "dropped_ours"] {
+            assert_eq!(
+                w(key),
+                sample(&text, &format!("tapflow_{key}_total{{worker=\"{k}\"}}")),
+                "{key}: {json}\n{text}"
+            );
+        }
+        assert_eq!(
+            w("traffic.tcp_syn"),
+            sample(
+                &text,
+                &format!("tapflow_traffic_tcp_syn_total{{worker=\"{k}\"}}")
+            ),
+            "{json}\n{text}"
+        );
+    }
     let (sum, _) = probe.stop();
     assert_eq!(sum.received, 5000);
 }

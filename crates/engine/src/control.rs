@@ -8,14 +8,13 @@
 //!
 //! | command | body | reply |
 //! |---|---|---|
-//! | `stats` | | the Prometheus text of `/metrics` |
-//! | `rules list` | | a listing (below) |
+//! | `stats` | | [`Stats`] as JSON |
+//! | `rules list` | | [`RuleListing`] as JSON |
 //! | `rules add` | one rule line | the listing after the change |
 //! | `rules del NAME` | | the listing after the change |
 //! | `rules load` | a rule file | the listing after the change |
 //!
-//! A listing is a header `# active=yes|no precision=P instructions=N rules=M`, then one line per
-//! rule: name, packets, bytes, rule text, separated by tabs.
+//! [`stats`] and [`rules`] are the client's side.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -24,13 +23,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
 use tapflow_sys::peer;
-use tapflow_wire::rule_bpf::Precision;
 use tapflow_wire::rules::{Rule, parse_rules};
 
 use crate::EngineError;
-use crate::metrics;
-use crate::probe::ProbeState;
+use crate::probe::{ProbeState, Stats};
 use crate::rules::RuleListing;
 use crate::server::Server;
 
@@ -137,7 +135,7 @@ enum Refusal {
 fn answer(command: &str, body: &str, probe: &ProbeState) -> Result<String, Refusal> {
     let words: Vec<&str> = command.split_whitespace().collect();
     if words == ["stats"] {
-        return Ok(metrics::render(probe));
+        return json(&probe.stats());
     }
     let rules = || probe.rules().ok_or(Refusal::NoRules);
     let listing = match words.as_slice() {
@@ -150,31 +148,37 @@ fn answer(command: &str, body: &str, probe: &ProbeState) -> Result<String, Refus
         ["rules", "load"] => rules()?.replace(parse_rules(body)?)?,
         _ => return Err(Refusal::Unknown(command.to_string())),
     };
-    Ok(listing_text(&listing))
+    json(&listing)
 }
 
-fn precision_word(p: Precision) -> &'static str {
-    match p {
-        Precision::Exact => "exact",
-        Precision::Ports => "ports",
-        Precision::Protocols => "protocols",
-        Precision::Family => "family",
-    }
+/// A reply's content: `value` as JSON on one line.
+fn json(value: &impl serde::Serialize) -> Result<String, String> {
+    serde_json::to_string(value)
+        .map(|mut s| {
+            s.push('\n');
+            s
+        })
+        .map_err(|e| e.to_string())
 }
 
-/// A listing as the control socket sends it.
-pub fn listing_text(l: &RuleListing) -> String {
-    let mut out = format!(
-        "# active={} precision={} instructions={} rules={}\n",
-        if l.active { "yes" } else { "no" },
-        precision_word(l.precision),
-        l.instructions,
-        l.rules.len()
-    );
-    for r in &l.rules {
-        out += &format!("{}\t{}\t{}\t{}\n", r.rule.name, r.packets, r.bytes, r.rule);
-    }
-    out
+/// Asks the capture at `path` for its statistics.
+pub fn stats(path: &Path) -> Result<Stats, EngineError> {
+    parse(path, &request(path, "stats", "")?)
+}
+
+/// Sends a rules request (`rules list`, `rules add`, `rules del NAME`, `rules load`, with the
+/// rule text as `body`) to the capture at `path` and returns the listing it answers.
+pub fn rules(path: &Path, command: &str, body: &str) -> Result<RuleListing, EngineError> {
+    parse(path, &request(path, command, body)?)
+}
+
+fn parse<T: DeserializeOwned>(path: &Path, reply: &str) -> Result<T, EngineError> {
+    serde_json::from_str(reply).map_err(|e| {
+        EngineError::Control(format!(
+            "{}: the reply is not from this version of tapflow: {e}",
+            path.display()
+        ))
+    })
 }
 
 /// Sends one request to the control socket at `path` and returns the reply's content.
@@ -216,34 +220,52 @@ mod tests {
     fn requests_round_trip() {
         let dir = std::env::temp_dir().join(format!("tapflow-control-{}", std::process::id()));
         let path = dir.join("t.sock");
-        let rules = LiveRules::new(None, 1, 64, None).unwrap();
+        let live = LiveRules::new(None, 1, 64, None).unwrap();
         let probe = Arc::new(ProbeState::new(
             vec![(Arc::default(), Arc::<SharedStats>::default())],
-            Some(rules),
+            Some(live),
         ));
         let server = ControlServer::start(&path, probe).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         assert!(ControlServer::start(&path, Arc::new(ProbeState::new(vec![], None))).is_err());
-        let stats = request(&path, "stats", "").unwrap();
-        assert!(stats.contains("tapflow_received_packets_total{worker=\"0\"} 0\n"));
-        let l = request(&path, "rules list", "").unwrap();
-        assert_eq!(l, "# active=no precision=exact instructions=0 rules=0\n");
-        let l = request(&path, "rules add", "web proto tcp dport 80 both\n").unwrap();
-        assert!(l.starts_with("# active=yes precision=exact"), "{l}");
+        let text = request(&path, "stats", "").unwrap();
         assert!(
-            l.ends_with("web\t0\t0\tweb proto tcp dport 80 both\n"),
+            text.starts_with("{\"start_time_seconds\":") && text.contains("\"received\":0,"),
+            "{text}"
+        );
+        let st = stats(&path).unwrap();
+        assert_eq!(st.workers.len(), 1);
+        assert!(st.start_time_seconds > 1e9);
+        let l = request(&path, "rules list", "").unwrap();
+        assert_eq!(
+            l,
+            "{\"active\":false,\"precision\":\"exact\",\"instructions\":0,\"rules\":[]}\n"
+        );
+        let l = request(&path, "rules add", "web proto tcp dport 80 both\n").unwrap();
+        assert!(
+            l.ends_with(
+                "\"rules\":[{\"name\":\"web\",\"rule\":\"web proto tcp dport 80 both\",\
+                 \"packets\":0,\"bytes\":0}]}\n"
+            ),
             "{l}"
+        );
+        let l = rules(&path, "rules list", "").unwrap();
+        assert!(l.active && l.precision == tapflow_wire::rule_bpf::Precision::Exact);
+        assert_eq!(
+            l.rules[0].rule,
+            Rule::parse("web proto tcp dport 80 both").unwrap()
         );
         let e = request(&path, "rules add", "web2 proto tcp dport 80-1\n").unwrap_err();
         assert_eq!(e.to_string(), "port range '80-1' is backwards");
-        let l = request(&path, "rules load", "a proto udp\nb proto icmp\n").unwrap();
-        assert!(
-            l.contains("rules=2\n") && l.contains("\nb\t0\t0\tb proto icmp\n"),
-            "{l}"
+        let l = rules(&path, "rules load", "a proto udp\nb proto icmp\n").unwrap();
+        assert_eq!(l.rules.len(), 2);
+        assert_eq!(
+            (l.rules[1].rule.name.as_str(), l.rules[1].packets),
+            ("b", 0)
         );
-        let l = request(&path, "rules del a", "").unwrap();
-        assert!(l.contains("rules=1\n"));
+        let l = rules(&path, "rules del a", "").unwrap();
+        assert_eq!(l.rules.len(), 1);
         assert!(request(&path, "rules del a", "").is_err());
         assert!(request(&path, "reboot", "").is_err());
         drop(server);

@@ -6,9 +6,14 @@
 
 use std::sync::atomic::{AtomicU64, Ordering, Ordering::Relaxed, fence};
 
+use serde::{Deserialize, Serialize};
+
 /// Totals of one worker. `received = recorded + filtered + dropped_kernel + dropped_in_transit +
 /// dropped_ours + past_limit` holds once the worker has drained.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+///
+/// Serialized with the field names as keys: the same keys in `--summary-json`, `tapflow stats
+/// --json` and (as `tapflow_KEY_total`) on `/metrics`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Totals {
     /// Packets the kernel handed to the socket, drops included (Σ `tp_packets`), or packets read
     /// from a file.

@@ -1,5 +1,5 @@
-//! The probe's statistics as Prometheus text (exposition format 0.0.4), served on `/metrics`
-//! and returned by the control socket's `stats`.
+//! The probe's statistics as Prometheus text (exposition format 0.0.4), served on `/metrics`;
+//! the control socket's `stats` answers the same counters as JSON ([`crate::probe::Stats`]).
 //!
 //! Every traffic series carries `worker` (a fanout member), so a dashboard sums them; rule
 //! counters carry `rule`.
@@ -22,157 +22,190 @@ struct Family {
     samples: Vec<(String, f64)>,
 }
 
-type Pick = fn(&WorkerSnapshot) -> Vec<(&'static str, f64)>;
+type Pick = fn(&WorkerSnapshot) -> f64;
 
-/// The per-worker families: name, type, help, and the values with their extra labels.
+/// The per-worker families: name, type, help, and the value. Each name is `tapflow_` + the key
+/// the counter has in [`WorkerSnapshot`]'s JSON (`traffic_` + the key for those under
+/// `traffic`) + `_total` for counters; a test holds the two lists together.
 const PER_WORKER: &[(&str, &str, &str, Pick)] = &[
     (
-        "tapflow_received_packets_total",
+        "tapflow_received_total",
         "counter",
         "Packets the kernel passed to the socket, drops included.",
-        |w| vec![("", w.totals.received as f64)],
+        |w| w.totals.received as f64,
     ),
     (
-        "tapflow_recorded_packets_total",
+        "tapflow_recorded_total",
         "counter",
         "Packets recorded by every output.",
-        |w| vec![("", w.totals.recorded as f64)],
+        |w| w.totals.recorded as f64,
     ),
     (
-        "tapflow_filtered_packets_total",
+        "tapflow_filtered_total",
         "counter",
         "Packets refused in user space (by the rules, or by -f on a file).",
-        |w| vec![("", w.totals.filtered as f64)],
+        |w| w.totals.filtered as f64,
     ),
     (
-        "tapflow_kernel_dropped_packets_total",
+        "tapflow_dropped_kernel_total",
         "counter",
         "Packets the kernel dropped because the ring was full.",
-        |w| vec![("", w.totals.dropped_kernel as f64)],
+        |w| w.totals.dropped_kernel as f64,
     ),
     (
-        "tapflow_dropped_packets_total",
+        "tapflow_dropped_ours_total",
         "counter",
         "Packets tapflow itself dropped (a full queue or a failed output).",
-        |w| vec![("", w.totals.dropped_ours as f64)],
+        |w| w.totals.dropped_ours as f64,
     ),
     (
-        "tapflow_ring_freezes_total",
+        "tapflow_past_limit_total",
+        "counter",
+        "Packets received after the -c count was reached.",
+        |w| w.totals.past_limit as f64,
+    ),
+    (
+        "tapflow_freezes_total",
         "counter",
         "Times the kernel froze the ring queue.",
-        |w| vec![("", w.totals.freezes as f64)],
+        |w| w.totals.freezes as f64,
     ),
     (
-        "tapflow_ring_blocks_total",
+        "tapflow_blocks_total",
         "counter",
         "Ring blocks the kernel handed to tapflow.",
-        |w| vec![("", w.totals.blocks as f64)],
+        |w| w.totals.blocks as f64,
+    ),
+    (
+        "tapflow_bytes_total",
+        "counter",
+        "Original bytes of the packets received.",
+        |w| w.totals.bytes as f64,
     ),
     (
         "tapflow_traffic_packets_total",
         "counter",
         "Packets that passed the filters.",
-        |w| vec![("", w.traffic.packets as f64)],
+        |w| w.traffic.packets as f64,
     ),
     (
         "tapflow_traffic_bytes_total",
         "counter",
         "Original bytes of the packets that passed the filters.",
-        |w| vec![("", w.traffic.bytes as f64)],
+        |w| w.traffic.bytes as f64,
     ),
     (
-        "tapflow_network_packets_total",
+        "tapflow_traffic_ipv4_total",
         "counter",
-        "Packets by network layer.",
-        |w| {
-            vec![
-                ("network=\"ipv4\"", w.traffic.ipv4 as f64),
-                ("network=\"ipv6\"", w.traffic.ipv6 as f64),
-                ("network=\"non_ip\"", w.traffic.non_ip() as f64),
-            ]
-        },
+        "IPv4 packets.",
+        |w| w.traffic.ipv4 as f64,
     ),
     (
-        "tapflow_transport_packets_total",
+        "tapflow_traffic_ipv6_total",
         "counter",
-        "IP packets by transport protocol.",
-        |w| {
-            vec![
-                ("transport=\"tcp\"", w.traffic.tcp as f64),
-                ("transport=\"udp\"", w.traffic.udp as f64),
-                ("transport=\"icmp\"", w.traffic.icmp as f64),
-                ("transport=\"other\"", w.traffic.other_transport() as f64),
-            ]
-        },
+        "IPv6 packets.",
+        |w| w.traffic.ipv6 as f64,
     ),
     (
-        "tapflow_tcp_flag_packets_total",
+        "tapflow_traffic_non_ip_total",
         "counter",
-        "TCP segments with the flag set.",
-        |w| {
-            vec![
-                ("flag=\"syn\"", w.traffic.syn as f64),
-                ("flag=\"fin\"", w.traffic.fin as f64),
-                ("flag=\"rst\"", w.traffic.rst as f64),
-            ]
-        },
+        "Packets that are not IP.",
+        |w| w.traffic.non_ip() as f64,
     ),
     (
-        "tapflow_tcp_options_packets_total",
+        "tapflow_traffic_tcp_total",
+        "counter",
+        "TCP segments.",
+        |w| w.traffic.tcp as f64,
+    ),
+    (
+        "tapflow_traffic_udp_total",
+        "counter",
+        "UDP datagrams.",
+        |w| w.traffic.udp as f64,
+    ),
+    (
+        "tapflow_traffic_icmp_total",
+        "counter",
+        "ICMP and ICMPv6 messages.",
+        |w| w.traffic.icmp as f64,
+    ),
+    (
+        "tapflow_traffic_other_transport_total",
+        "counter",
+        "IP packets that are neither TCP, UDP nor ICMP.",
+        |w| w.traffic.other_transport() as f64,
+    ),
+    (
+        "tapflow_traffic_tcp_syn_total",
+        "counter",
+        "TCP segments with SYN.",
+        |w| w.traffic.tcp_syn as f64,
+    ),
+    (
+        "tapflow_traffic_tcp_fin_total",
+        "counter",
+        "TCP segments with FIN.",
+        |w| w.traffic.tcp_fin as f64,
+    ),
+    (
+        "tapflow_traffic_tcp_rst_total",
+        "counter",
+        "TCP segments with RST.",
+        |w| w.traffic.tcp_rst as f64,
+    ),
+    (
+        "tapflow_traffic_tcp_options_total",
         "counter",
         "TCP segments whose header carries options.",
-        |w| vec![("", w.traffic.tcp_options as f64)],
+        |w| w.traffic.tcp_options as f64,
     ),
     (
-        "tapflow_mean_interarrival_seconds",
+        "tapflow_traffic_mean_interarrival_seconds",
         "gauge",
         "Mean time between packets since the first one.",
-        |w| vec![("", w.traffic.mean_interarrival_s())],
+        |w| w.traffic.mean_interarrival_seconds(),
     ),
     (
-        "tapflow_mean_rate_bytes_per_second",
+        "tapflow_traffic_mean_rate_bytes_per_second",
         "gauge",
         "Mean rate since the first packet.",
-        |w| vec![("", w.traffic.mean_bit_rate() / 8.0)],
+        |w| w.traffic.mean_rate_bytes_per_second(),
     ),
     (
-        "tapflow_forward_failed_records_total",
+        "tapflow_forward_failed_total",
         "counter",
         "Header records whose datagram could not be sent to a collector.",
-        |w| vec![("", w.live.forward_failed as f64)],
+        |w| w.live.forward_failed as f64,
     ),
     (
         "tapflow_flows_active",
         "gauge",
         "Flows in the flow table.",
-        |w| vec![("", w.live.flows_active as f64)],
+        |w| w.live.flows_active as f64,
     ),
     (
         "tapflow_flows_exported_total",
         "counter",
         "Flow records ended and handed to the exporter.",
-        |w| vec![("", w.live.flows_exported as f64)],
+        |w| w.live.flows_exported as f64,
     ),
 ];
 
 /// The Prometheus text of the probe's statistics now.
 pub fn render(p: &ProbeState) -> String {
-    let workers = p.snapshot();
+    let stats = p.stats();
     let mut families: Vec<Family> = PER_WORKER
         .iter()
         .map(|&(name, kind, help, pick)| Family {
             name,
             kind,
             help,
-            samples: workers
+            samples: stats
+                .workers
                 .iter()
                 .enumerate()
-                .flat_map(|(k, w)| {
-                    pick(w).into_iter().map(move |(extra, v)| {
-                        let sep = if extra.is_empty() { "" } else { "," };
-                        (format!("worker=\"{k}\"{sep}{extra}"), v)
-                    })
-                })
+                .map(|(k, w)| (format!("worker=\"{k}\""), pick(w)))
                 .collect(),
         })
         .collect();
@@ -180,7 +213,7 @@ pub fn render(p: &ProbeState) -> String {
         name: "tapflow_start_time_seconds",
         kind: "gauge",
         help: "When the capture started, in seconds since 1970.",
-        samples: vec![(String::new(), p.started_unix())],
+        samples: vec![(String::new(), stats.start_time_seconds)],
     });
     if let Some(rules) = p.rules() {
         let listing = rules.list();
@@ -291,4 +324,59 @@ fn serve(mut s: TcpStream, probe: &ProbeState) -> std::io::Result<()> {
         reply.push_str(&body);
     }
     s.write_all(reply.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// The keys of a worker's JSON, those under `traffic` as `traffic_KEY`, without the raw
+    /// arrival times (the mean inter-arrival time and rate stand for them).
+    fn json_stems() -> BTreeSet<String> {
+        let v = serde_json::to_value(WorkerSnapshot::default()).unwrap();
+        let mut stems = BTreeSet::new();
+        for (k, v) in v.as_object().unwrap() {
+            match v.as_object() {
+                Some(inner) => stems.extend(inner.keys().map(|i| format!("{k}_{i}"))),
+                None => {
+                    stems.insert(k.clone());
+                }
+            }
+        }
+        stems.remove("traffic_first_ns");
+        stems.remove("traffic_last_ns");
+        stems
+    }
+
+    #[test]
+    fn every_metric_is_named_after_its_json_key() {
+        let names: BTreeSet<String> = PER_WORKER
+            .iter()
+            .map(|&(name, kind, _, _)| {
+                let stem = name.strip_prefix("tapflow_").unwrap();
+                let stem = match kind {
+                    "counter" => stem.strip_suffix("_total").unwrap(),
+                    _ => stem,
+                };
+                stem.to_string()
+            })
+            .collect();
+        assert_eq!(names, json_stems());
+    }
+
+    #[test]
+    fn the_text_has_one_sample_per_worker_and_family() {
+        let probe = ProbeState::new(vec![Default::default(), Default::default()], None);
+        let text = render(&probe);
+        for &(name, ..) in PER_WORKER {
+            for k in 0..2 {
+                assert!(
+                    text.contains(&format!("\n{name}{{worker=\"{k}\"}} 0\n")),
+                    "{name} {k}\n{text}"
+                );
+            }
+        }
+        assert!(text.contains("\ntapflow_start_time_seconds "), "{text}");
+    }
 }

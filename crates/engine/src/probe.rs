@@ -4,20 +4,57 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use serde::{Deserialize, Serialize};
+
 use crate::counters::{SharedTotals, Totals};
 use crate::rules::LiveRules;
 use crate::sink::record_sink::SinkLive;
 use crate::traffic::{SharedStats, Traffic};
 
 /// One worker's counters at one moment.
-#[derive(Debug, Clone, Copy, Default)]
+///
+/// As JSON (`tapflow stats --json`, the control socket's `stats`): the accounting's keys, then
+/// `traffic` as an object, then the sinks' keys, e.g. `{"received":…,…,"traffic":{"packets":…,
+/// …},"forward_failed":…,"flows_active":…,"flows_exported":…}`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct WorkerSnapshot {
     /// Accounting.
+    #[serde(flatten)]
     pub totals: Totals,
     /// Traffic by kind.
     pub traffic: Traffic,
     /// Its sinks' counters.
+    #[serde(flatten)]
     pub live: SinkLive,
+}
+
+impl WorkerSnapshot {
+    /// Adds another worker's counters (the traffic's time span becomes the union of both).
+    pub fn add(&mut self, o: &WorkerSnapshot) {
+        self.totals.add(&o.totals);
+        self.traffic.add(&o.traffic);
+        self.live.add(&o.live);
+    }
+}
+
+/// A running capture's statistics, as the control socket's `stats` answers them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    /// When the capture started, in seconds since 1970.
+    pub start_time_seconds: f64,
+    /// Each worker's counters, in fanout order.
+    pub workers: Vec<WorkerSnapshot>,
+}
+
+impl Stats {
+    /// The workers' counters summed.
+    pub fn total(&self) -> WorkerSnapshot {
+        let mut t = WorkerSnapshot::default();
+        for w in &self.workers {
+            t.add(w);
+        }
+        t
+    }
 }
 
 /// A running capture, as the control socket and `/metrics` see it.
@@ -56,6 +93,14 @@ impl ProbeState {
             .collect()
     }
 
+    /// Every worker's counters now, and the start time.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            start_time_seconds: self.started_unix(),
+            workers: self.snapshot(),
+        }
+    }
+
     /// The live rules, if the capture has them.
     pub fn rules(&self) -> Option<&Arc<LiveRules>> {
         self.rules.as_ref()
@@ -66,5 +111,61 @@ impl ProbeState {
         self.started
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_round_trip_through_json() {
+        let w = WorkerSnapshot {
+            totals: Totals {
+                received: 10,
+                recorded: 7,
+                dropped_kernel: 2,
+                dropped_ours: 1,
+                bytes: 600,
+                ..Totals::default()
+            },
+            traffic: Traffic {
+                packets: 7,
+                bytes: 420,
+                ipv4: 6,
+                tcp: 5,
+                tcp_syn: 1,
+                first_ns: 1,
+                last_ns: 2_000_000_001,
+                ..Traffic::default()
+            },
+            live: SinkLive {
+                forward_failed: 3,
+                flows_active: 4,
+                flows_exported: 5,
+            },
+        };
+        let s = Stats {
+            start_time_seconds: 1.7e9,
+            workers: vec![w, WorkerSnapshot::default()],
+        };
+        let text = serde_json::to_string(&s).unwrap();
+        assert!(
+            text.contains(
+                "\"workers\":[{\"received\":10,\"recorded\":7,\"filtered\":0,\"dropped_kernel\":2,\
+                 \"dropped_ours\":1,"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("\"non_ip\":1,") && text.contains("\"mean_rate_bytes_per_second\":210.0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("},\"forward_failed\":3,\"flows_active\":4,"),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<Stats>(&text).unwrap(), s);
+        assert_eq!(s.total().totals.received, 10);
     }
 }

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use tapflow_sys::bpf;
 use tapflow_sys::ring::FilterHandle;
 use tapflow_wire::LinkType;
@@ -55,7 +56,10 @@ impl RuleTable {
 }
 
 /// One rule and what it matched so far.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// As JSON: `{"name":"web","rule":"web proto tcp dport 80","packets":…,"bytes":…}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "RuleStatJson", try_from = "RuleStatJson")]
 pub struct RuleStat {
     /// The rule.
     pub rule: Rule,
@@ -65,17 +69,77 @@ pub struct RuleStat {
     pub bytes: u64,
 }
 
-/// The rule set as it stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The rule set as it stands (the control socket's answer to `rules ...`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuleListing {
     /// Whether rules decide at all.
     pub active: bool,
-    /// How exact the kernel filter is.
+    /// How exact the kernel filter is: `exact`, `ports`, `protocols` or `family`.
+    #[serde(serialize_with = "precision_out", deserialize_with = "precision_in")]
     pub precision: Precision,
     /// Instructions in the kernel filter (with the `-f` expression's).
     pub instructions: usize,
     /// The rules in order, with their counters.
     pub rules: Vec<RuleStat>,
+}
+
+/// [`RuleStat`] as JSON: the rule's name beside its text.
+#[derive(Serialize, Deserialize)]
+struct RuleStatJson {
+    name: String,
+    rule: String,
+    packets: u64,
+    bytes: u64,
+}
+
+impl From<RuleStat> for RuleStatJson {
+    fn from(r: RuleStat) -> RuleStatJson {
+        RuleStatJson {
+            name: r.rule.name.clone(),
+            rule: r.rule.to_string(),
+            packets: r.packets,
+            bytes: r.bytes,
+        }
+    }
+}
+
+impl TryFrom<RuleStatJson> for RuleStat {
+    type Error = String;
+
+    fn try_from(j: RuleStatJson) -> Result<RuleStat, String> {
+        Ok(RuleStat {
+            rule: Rule::parse(&j.rule)?,
+            packets: j.packets,
+            bytes: j.bytes,
+        })
+    }
+}
+
+/// A precision's name in JSON and on the control socket.
+pub fn precision_name(p: Precision) -> &'static str {
+    match p {
+        Precision::Exact => "exact",
+        Precision::Ports => "ports",
+        Precision::Protocols => "protocols",
+        Precision::Family => "family",
+    }
+}
+
+fn precision_out<S: Serializer>(p: &Precision, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(precision_name(*p))
+}
+
+fn precision_in<'de, D: Deserializer<'de>>(d: D) -> Result<Precision, D::Error> {
+    let name = String::deserialize(d)?;
+    [
+        Precision::Exact,
+        Precision::Ports,
+        Precision::Protocols,
+        Precision::Family,
+    ]
+    .into_iter()
+    .find(|&p| precision_name(p) == name)
+    .ok_or_else(|| serde::de::Error::custom(format!("unknown precision '{name}'")))
 }
 
 #[derive(Debug, Default)]

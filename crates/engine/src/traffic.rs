@@ -7,6 +7,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use serde::ser::SerializeStruct;
+use serde::{Deserialize, Serialize, Serializer};
+
 use tapflow_wire::LinkType;
 use tapflow_wire::link::{NetworkProto, network_layer};
 
@@ -18,7 +21,11 @@ const ICMP: u8 = 1;
 const ICMPV6: u8 = 58;
 
 /// One worker's traffic counters.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+///
+/// Serialized with the field names as keys, plus the values that follow from them (`non_ip`,
+/// `other_transport`, `mean_interarrival_seconds`, `mean_rate_bytes_per_second`), which
+/// deserializing ignores; `/metrics` names each `tapflow_traffic_KEY`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub struct Traffic {
     /// Packets counted (those that passed the filters).
     pub packets: u64,
@@ -35,11 +42,11 @@ pub struct Traffic {
     /// ICMP and ICMPv6 messages.
     pub icmp: u64,
     /// TCP segments with SYN.
-    pub syn: u64,
+    pub tcp_syn: u64,
     /// TCP segments with FIN.
-    pub fin: u64,
+    pub tcp_fin: u64,
     /// TCP segments with RST.
-    pub rst: u64,
+    pub tcp_rst: u64,
     /// TCP segments whose header has options (data offset > 5).
     pub tcp_options: u64,
     /// Arrival time of the first packet, ns.
@@ -95,9 +102,9 @@ impl Traffic {
             TCP => {
                 self.tcp += 1;
                 if let Some(&[.., off, flags]) = l4.and_then(|t| t.get(..14)) {
-                    self.syn += u64::from(flags & 0x02 != 0);
-                    self.fin += u64::from(flags & 0x01 != 0);
-                    self.rst += u64::from(flags & 0x04 != 0);
+                    self.tcp_syn += u64::from(flags & 0x02 != 0);
+                    self.tcp_fin += u64::from(flags & 0x01 != 0);
+                    self.tcp_rst += u64::from(flags & 0x04 != 0);
                     self.tcp_options += u64::from(off >> 4 > 5);
                 }
             }
@@ -123,7 +130,7 @@ impl Traffic {
     }
 
     /// Mean time between packets, in seconds (0 before the second packet).
-    pub fn mean_interarrival_s(&self) -> f64 {
+    pub fn mean_interarrival_seconds(&self) -> f64 {
         if self.packets < 2 {
             0.0
         } else {
@@ -131,13 +138,13 @@ impl Traffic {
         }
     }
 
-    /// Mean bit rate from the first to the last packet, in bit/s (0 before the second packet).
-    pub fn mean_bit_rate(&self) -> f64 {
+    /// Mean rate from the first to the last packet, in bytes/s (0 before the second packet).
+    pub fn mean_rate_bytes_per_second(&self) -> f64 {
         let span = self.last_ns.saturating_sub(self.first_ns);
         if self.packets < 2 || span == 0 {
             0.0
         } else {
-            self.bytes as f64 * 8.0 * 1e9 / span as f64
+            self.bytes as f64 * 1e9 / span as f64
         }
     }
 
@@ -159,10 +166,40 @@ impl Traffic {
         self.tcp += o.tcp;
         self.udp += o.udp;
         self.icmp += o.icmp;
-        self.syn += o.syn;
-        self.fin += o.fin;
-        self.rst += o.rst;
+        self.tcp_syn += o.tcp_syn;
+        self.tcp_fin += o.tcp_fin;
+        self.tcp_rst += o.tcp_rst;
         self.tcp_options += o.tcp_options;
+    }
+}
+
+impl Serialize for Traffic {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut st = s.serialize_struct("Traffic", 17)?;
+        st.serialize_field("packets", &self.packets)?;
+        st.serialize_field("bytes", &self.bytes)?;
+        st.serialize_field("ipv4", &self.ipv4)?;
+        st.serialize_field("ipv6", &self.ipv6)?;
+        st.serialize_field("non_ip", &self.non_ip())?;
+        st.serialize_field("tcp", &self.tcp)?;
+        st.serialize_field("udp", &self.udp)?;
+        st.serialize_field("icmp", &self.icmp)?;
+        st.serialize_field("other_transport", &self.other_transport())?;
+        st.serialize_field("tcp_syn", &self.tcp_syn)?;
+        st.serialize_field("tcp_fin", &self.tcp_fin)?;
+        st.serialize_field("tcp_rst", &self.tcp_rst)?;
+        st.serialize_field("tcp_options", &self.tcp_options)?;
+        st.serialize_field(
+            "mean_interarrival_seconds",
+            &self.mean_interarrival_seconds(),
+        )?;
+        st.serialize_field(
+            "mean_rate_bytes_per_second",
+            &self.mean_rate_bytes_per_second(),
+        )?;
+        st.serialize_field("first_ns", &self.first_ns)?;
+        st.serialize_field("last_ns", &self.last_ns)?;
+        st.end()
     }
 }
 
@@ -189,9 +226,9 @@ impl SharedTraffic {
             tcp: v[4],
             udp: v[5],
             icmp: v[6],
-            syn: v[7],
-            fin: v[8],
-            rst: v[9],
+            tcp_syn: v[7],
+            tcp_fin: v[8],
+            tcp_rst: v[9],
             tcp_options: v[10],
             first_ns: v[11],
             last_ns: v[12],
@@ -243,9 +280,9 @@ fn fields(t: &Traffic) -> [u64; 13] {
         t.tcp,
         t.udp,
         t.icmp,
-        t.syn,
-        t.fin,
-        t.rst,
+        t.tcp_syn,
+        t.tcp_fin,
+        t.tcp_rst,
         t.tcp_options,
         t.first_ns,
         t.last_ns,
@@ -277,11 +314,14 @@ mod tests {
             (t.packets, t.ip(), t.non_ip(), t.ipv4, t.ipv6),
             (4, 3, 1, 3, 0)
         );
-        assert_eq!((t.tcp, t.syn, t.fin, t.rst, t.tcp_options), (3, 1, 1, 1, 1));
+        assert_eq!(
+            (t.tcp, t.tcp_syn, t.tcp_fin, t.tcp_rst, t.tcp_options),
+            (3, 1, 1, 1, 1)
+        );
         assert_eq!(t.other_transport(), 0);
         // 3 gaps over 1 s; 2542 bytes over 1 s.
-        assert!((t.mean_interarrival_s() - 1.0 / 3.0).abs() < 1e-12);
-        assert!((t.mean_bit_rate() - 2542.0 * 8.0).abs() < 1e-9);
+        assert!((t.mean_interarrival_seconds() - 1.0 / 3.0).abs() < 1e-12);
+        assert!((t.mean_rate_bytes_per_second() - 2542.0).abs() < 1e-9);
         let s = SharedTraffic::default();
         s.publish(&t);
         assert_eq!(s.load(), t);
@@ -333,6 +373,6 @@ mod tests {
         let mut t = Traffic::default();
         t.count(LinkType::Ethernet, &frag, 60, 0);
         t.count(LinkType::Ethernet, &tcp_frame(0x02, 6)[..40], 60, 0);
-        assert_eq!((t.tcp, t.syn, t.tcp_options), (2, 0, 0));
+        assert_eq!((t.tcp, t.tcp_syn, t.tcp_options), (2, 0, 0));
     }
 }

@@ -220,7 +220,7 @@ impl Drop for ChildGuard {
 pub struct Summary {
     pub received: u64,
     pub recorded: u64,
-    /// Packets no rule matched in user space (0 when the summary has no such field).
+    /// Packets no rule matched in user space.
     pub filtered: u64,
     pub dropped_kernel: u64,
     pub dropped_ours: u64,
@@ -236,11 +236,7 @@ impl Summary {
         Summary {
             received: json_u64(&text, "received"),
             recorded: json_u64(&text, "recorded"),
-            filtered: if text.contains("\"filtered\":") {
-                json_u64(&text, "filtered")
-            } else {
-                0
-            },
+            filtered: json_u64(&text, "filtered"),
             dropped_kernel: json_u64(&text, "dropped_kernel"),
             dropped_ours: json_u64(&text, "dropped_ours"),
             files: json_strings(&text, "files"),
@@ -289,55 +285,34 @@ impl Summary {
     }
 }
 
-/// An unsigned number in a flat JSON object.
-pub fn json_u64(text: &str, key: &str) -> u64 {
-    let v = json_value(text, key);
-    let end = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
-    v[..end]
-        .parse()
-        .unwrap_or_else(|_| panic!("\"{key}\" is not a u64 in {text}"))
+/// The value at `path` in JSON text: keys joined by `.`, e.g. `forward.records`.
+pub fn json_at(text: &str, path: &str) -> serde_json::Value {
+    let v: serde_json::Value =
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    let pointer = format!("/{}", path.replace('.', "/"));
+    v.pointer(&pointer)
+        .unwrap_or_else(|| panic!("no \"{path}\" in {text}"))
+        .clone()
 }
 
-/// The number under `"key":` in flat JSON text.
-pub fn json_f64(text: &str, key: &str) -> f64 {
-    let v = json_value(text, key);
-    let end = v.find([',', '}']).unwrap_or(v.len());
-    v[..end]
-        .trim_end()
-        .parse()
-        .unwrap_or_else(|_| panic!("\"{key}\" is not a number in {text}"))
+/// The unsigned number at `path` (see [`json_at`]).
+pub fn json_u64(text: &str, path: &str) -> u64 {
+    json_at(text, path)
+        .as_u64()
+        .unwrap_or_else(|| panic!("\"{path}\" is not a u64 in {text}"))
 }
 
-/// The text after `"key":`, blanks skipped.
-fn json_value<'t>(text: &'t str, key: &str) -> &'t str {
-    let pat = format!("\"{key}\":");
-    let at = text
-        .find(&pat)
-        .unwrap_or_else(|| panic!("no \"{key}\" in {text}"))
-        + pat.len();
-    text[at..].trim_start()
+/// The number at `path` (see [`json_at`]).
+pub fn json_f64(text: &str, path: &str) -> f64 {
+    json_at(text, path)
+        .as_f64()
+        .unwrap_or_else(|| panic!("\"{path}\" is not a number in {text}"))
 }
 
-/// An array of plain strings in a flat JSON object.
-pub fn json_strings(text: &str, key: &str) -> Vec<String> {
-    let pat = format!("\"{key}\":");
-    let at = text
-        .find(&pat)
-        .unwrap_or_else(|| panic!("no \"{key}\" in {text}"))
-        + pat.len();
-    let rest = text[at..].trim_start();
-    assert!(rest.starts_with('['), "\"{key}\" is not an array in {text}");
-    let end = rest.find(']').expect("closing ]");
-    rest[1..end]
-        .split(',')
-        .map(|s| s.trim())
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            s.trim_matches('"')
-                .replace("\\\\", "\\")
-                .replace("\\\"", "\"")
-        })
-        .collect()
+/// The array of strings at `path` (see [`json_at`]).
+pub fn json_strings(text: &str, path: &str) -> Vec<String> {
+    serde_json::from_value(json_at(text, path))
+        .unwrap_or_else(|e| panic!("\"{path}\" is not an array of strings ({e}) in {text}"))
 }
 
 /// Stderr of a real tool without its harmless note about running as root.

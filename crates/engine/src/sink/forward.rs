@@ -17,13 +17,14 @@
 //! Buffers are pooled per collector; the steady state allocates nothing.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use serde::Serialize;
 use tapflow_sys::udp::{MMSG_BATCH, UdpSocket};
 use tapflow_wire::LinkType;
 use tapflow_wire::datagram::{self, Header};
 use tapflow_wire::flowkey;
-use tapflow_wire::record::{CONTROL_LEN, ControlField, emit_record, record_len};
+use tapflow_wire::record::{CONTROL_LEN, ControlField, MAX_CAPLEN, emit_record, record_len};
 
 use crate::EngineError;
 use crate::counters::Totals;
@@ -78,33 +79,69 @@ pub fn route_mtu(dest: SocketAddr) -> Result<u32, EngineError> {
     Ok(UdpSocket::connect(dest)?.path_mtu()?)
 }
 
-/// What a forwarding sink did, per collector and in total.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct ForwardReport {
-    /// Per collector: address, datagrams sent, records sent.
-    pub destinations: Vec<(SocketAddr, u64, u64)>,
-    /// Datagrams the kernel accepted.
+/// Whether a datagram of `payload_max` bytes carries the record of `caplen` packet bytes beside
+/// the datagram header.
+#[inline]
+pub fn carries(payload_max: usize, caplen: usize) -> bool {
+    datagram::HEADER_LEN + record_len(caplen) <= payload_max
+}
+
+/// Whether every record of a capture keeping `snaplen` bytes fits a datagram of `payload_max`
+/// bytes (a record carries at most [`MAX_CAPLEN`] bytes, whatever the snaplen).
+pub fn snaplen_fits(snaplen: u32, payload_max: usize) -> bool {
+    carries(payload_max, (snaplen as usize).min(MAX_CAPLEN))
+}
+
+/// A session number for this run, never 0: the wall clock's nanoseconds folded to 32 bits and
+/// mixed with the process id, so a collector tells a restarted probe from the one before.
+pub fn session_id() -> u32 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    ((now ^ now >> 32) as u32 ^ std::process::id().rotate_left(16)).max(1)
+}
+
+/// What a forwarding sink sent to one collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CollectorReport {
+    /// The collector's address.
+    pub collector: SocketAddr,
+    /// Datagrams the kernel accepted for it.
     pub datagrams: u64,
     /// Records in them.
     pub records: u64,
+}
+
+/// What a forwarding sink did, per collector and in total.
+///
+/// As JSON: `{"records":…,"datagrams":…,"failed":…,"send_errors":…,"last_errno":…,
+/// "collectors":[{"collector":"ADDR:PORT","datagrams":…,"records":…},…]}`.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+pub struct ForwardReport {
+    /// Records sent, over all collectors.
+    pub records: u64,
+    /// Datagrams the kernel accepted, over all collectors.
+    pub datagrams: u64,
     /// Records that could not be sent (refused sends, records larger than a datagram).
     pub failed: u64,
     /// Refused `sendmmsg` calls.
     pub send_errors: u64,
     /// The errno of the last refused send.
     pub last_errno: Option<i32>,
+    /// Per collector, in the order given.
+    pub collectors: Vec<CollectorReport>,
 }
 
 impl Outcome for ForwardReport {
     /// Adds another worker's report (collectors matched by position).
     fn add(&mut self, o: &ForwardReport) {
-        for (i, d) in o.destinations.iter().enumerate() {
-            match self.destinations.get_mut(i) {
+        for (i, d) in o.collectors.iter().enumerate() {
+            match self.collectors.get_mut(i) {
                 Some(m) => {
-                    m.1 += d.1;
-                    m.2 += d.2;
+                    m.datagrams += d.datagrams;
+                    m.records += d.records;
                 }
-                None => self.destinations.push(*d),
+                None => self.collectors.push(*d),
             }
         }
         self.datagrams += o.datagrams;
@@ -266,7 +303,7 @@ impl RecordSink for ForwardSink {
         self.drops += drops_before;
         let len = record_len(data.len());
         let payload_max = self.cfg.payload_max;
-        if datagram::HEADER_LEN + len > payload_max {
+        if !carries(payload_max, data.len()) {
             // Cannot be carried at all: lost on the probe, reported before the next record.
             self.failed += 1;
             self.drops += 1;
@@ -468,10 +505,14 @@ impl ForwardSink {
 
     fn report(&self) -> ForwardReport {
         ForwardReport {
-            destinations: self
+            collectors: self
                 .dests
                 .iter()
-                .map(|d| (d.addr, d.datagrams, d.records))
+                .map(|d| CollectorReport {
+                    collector: d.addr,
+                    datagrams: d.datagrams,
+                    records: d.records,
+                })
                 .collect(),
             datagrams: self.dests.iter().map(|d| d.datagrams).sum(),
             records: self.dests.iter().map(|d| d.records).sum(),
@@ -487,6 +528,46 @@ mod tests {
     use super::*;
     use tapflow_sys::udp::RecvBatch;
     use tapflow_wire::datagram::Datagram;
+
+    #[test]
+    fn a_datagram_carries_a_record_if_header_and_record_fit() {
+        // 56-byte header + 16-byte control field + 64 bytes = 136.
+        assert!(carries(136, 64) && !carries(135, 64));
+        // 1500-byte MTU over IPv4: 1472 bytes of payload, snaplen up to 1400 fits.
+        let p = payload_for_mtu(1500, &"10.0.0.1:5000".parse().unwrap());
+        assert!(snaplen_fits(1400, p) && !snaplen_fits(1401, p));
+        // A record keeps at most 65535 bytes, which no datagram carries beside the header.
+        assert!(!snaplen_fits(262_144, datagram::MAX_DATAGRAM));
+        assert_eq!(
+            snaplen_fits(262_144, 1 << 20),
+            snaplen_fits(65_535, 1 << 20)
+        );
+    }
+
+    #[test]
+    fn sessions_are_never_zero() {
+        assert_ne!(session_id(), 0);
+    }
+
+    #[test]
+    fn reports_serialize_with_collectors() {
+        let mut r = ForwardReport {
+            records: 3,
+            datagrams: 2,
+            collectors: vec![CollectorReport {
+                collector: "10.0.0.2:5000".parse().unwrap(),
+                datagrams: 2,
+                records: 3,
+            }],
+            ..ForwardReport::default()
+        };
+        r.add(&r.clone());
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            "{\"records\":6,\"datagrams\":4,\"failed\":0,\"send_errors\":0,\"last_errno\":null,\
+             \"collectors\":[{\"collector\":\"10.0.0.2:5000\",\"datagrams\":4,\"records\":6}]}"
+        );
+    }
     use tapflow_wire::record::{Flags, Records};
 
     fn frame(sport: u16, dport: u16, rev: bool) -> Vec<u8> {

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use tapflow_wire::record::ControlField;
 
 use crate::EngineError;
@@ -73,7 +74,7 @@ pub trait Outcome: std::fmt::Debug + Default + Clone + Send {
 }
 
 /// A running sink's counters, summed over a worker's sinks.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SinkLive {
     /// Records a forwarding sink failed to send.
     pub forward_failed: u64,

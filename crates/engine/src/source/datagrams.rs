@@ -15,6 +15,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use serde::Serialize;
 use tapflow_sys::udp::{RecvBatch, UdpSocket};
 use tapflow_wire::datagram::{self, Datagram};
 use tapflow_wire::record::{self, Records};
@@ -131,13 +132,14 @@ pub struct DatagramInput {
 }
 
 /// One probe interface as the receiver saw it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ProbeReport {
     /// The probe's address.
     pub source: Option<IpAddr>,
     /// The probe's id.
     pub probe: u32,
     /// The interface index on the probe.
+    #[serde(rename = "probe_interface")]
     pub interface: u32,
     /// Its LINKTYPE_.
     pub linktype: u16,

@@ -6,15 +6,18 @@
 //! are safe on a running probe: receive and segmentation offloads off, the rx ring to its
 //! maximum. It never changes the MTU, VLAN stripping, promiscuous mode or the channel count.
 
+use serde::Serialize;
+use serde::ser::{SerializeStruct, Serializer};
 use tapflow_sys::ethtool::{Channels, DriverInfo, Ethtool, Rings, Support};
 use tapflow_sys::iface;
 
 use crate::EngineError;
 
-/// One offload feature as read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One offload feature as read; in JSON `{"active":…,"changeable":…}` under its name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FeatureState {
     /// The kernel's name, e.g. `rx-gro`.
+    #[serde(skip)]
     pub name: String,
     /// In effect.
     pub active: bool,
@@ -86,7 +89,8 @@ pub struct Intent {
 }
 
 /// How much a finding matters to a capture.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// Fine as it is (the finding explains what it means).
     Ok,
@@ -107,10 +111,12 @@ impl Severity {
     }
 }
 
-/// A change `--fix` makes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A change `--fix` makes; in JSON `{"features_off":[NAME,…]}` or `{"rx_ring":N}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Fix {
     /// Switch these features off, as `ethtool -K` does for the group `label`.
+    #[serde(serialize_with = "feature_names")]
     FeaturesOff {
         /// The group's `ethtool -k` label, e.g. `generic-receive-offload`.
         label: &'static str,
@@ -121,8 +127,16 @@ pub enum Fix {
     RxRing(u32),
 }
 
+fn feature_names<S: Serializer>(
+    _label: &&'static str,
+    features: &[String],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    features.serialize(s)
+}
+
 /// One thing `doctor` has to say about the interface.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
     /// A stable name for scripts: `link`, `promisc`, `gro`, `lro`, `gro-hw`, `gso`, `tso`,
     /// `rxvlan`, `rx-ring`, `mtu`, `rss`.
@@ -610,7 +624,8 @@ fn matches(pattern: &str, name: &str) -> bool {
     }
 }
 
-/// How one change of `--fix` went.
+/// How one change of `--fix` went; in JSON `"outcome"` (`applied`, `kept`, `refused`,
+/// `not_supported`, `fixed`) and `"detail"` (why, for `kept` and `refused`; else `null`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// The kernel took it: the re-read shows the new setting.
@@ -625,8 +640,24 @@ pub enum Outcome {
     Fixed,
 }
 
+impl Serialize for Outcome {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (outcome, detail) = match self {
+            Outcome::Applied => ("applied", None),
+            Outcome::Kept(why) => ("kept", Some(why)),
+            Outcome::Refused(e) => ("refused", Some(e)),
+            Outcome::NotSupported => ("not_supported", None),
+            Outcome::Fixed => ("fixed", None),
+        };
+        let mut st = s.serialize_struct("Outcome", 2)?;
+        st.serialize_field("outcome", outcome)?;
+        st.serialize_field("detail", &detail)?;
+        st.end()
+    }
+}
+
 /// One change `--fix` made or tried.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Change {
     /// The finding's check.
     pub check: &'static str,
@@ -637,6 +668,7 @@ pub struct Change {
     /// The same as a command a person would type.
     pub command: Option<String>,
     /// How it went.
+    #[serde(flatten)]
     pub outcome: Outcome,
 }
 
@@ -739,6 +771,50 @@ fn raise_rx_ring(et: &Ethtool, f: &Finding, to: u32) -> Result<Change, EngineErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn findings_and_changes_as_json() {
+        let f = Finding {
+            check: "gro",
+            severity: Severity::Warning,
+            what: "generic-receive-offload on".into(),
+            why: String::new(),
+            command: None,
+            fix: Some(Fix::FeaturesOff {
+                label: "generic-receive-offload",
+                features: vec!["rx-gro".into()],
+            }),
+            unchangeable: vec![],
+        };
+        assert_eq!(
+            serde_json::to_string(&f).unwrap(),
+            "{\"check\":\"gro\",\"severity\":\"warning\",\"what\":\"generic-receive-offload on\",\
+             \"why\":\"\",\"command\":null,\"fix\":{\"features_off\":[\"rx-gro\"]},\"unchangeable\":[]}"
+        );
+        let ring = serde_json::to_string(&Fix::RxRing(4096)).unwrap();
+        assert_eq!(ring, "{\"rx_ring\":4096}");
+        let c = Change {
+            check: "rx-ring",
+            what: "rx ring 4096".into(),
+            features: vec![],
+            command: Some("ethtool -G eth0 rx 4096".into()),
+            outcome: Outcome::Kept("still 512".into()),
+        };
+        assert_eq!(
+            serde_json::to_string(&c).unwrap(),
+            "{\"check\":\"rx-ring\",\"what\":\"rx ring 4096\",\"features\":[],\
+             \"command\":\"ethtool -G eth0 rx 4096\",\"outcome\":\"kept\",\"detail\":\"still 512\"}"
+        );
+        let applied = Change {
+            outcome: Outcome::NotSupported,
+            ..c
+        };
+        assert!(
+            serde_json::to_string(&applied)
+                .unwrap()
+                .ends_with("\"outcome\":\"not_supported\",\"detail\":null}")
+        );
+    }
 
     fn feature(name: &str, active: bool, changeable: bool) -> FeatureState {
         FeatureState {

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use serde::Serialize;
 use tapflow_sys::mmap::MappedFile;
 use tapflow_sys::tx::{BATCH_FRAMES, TxBatch};
 use tapflow_wire::build::{self, FrameSpec, Layout};
@@ -43,7 +44,7 @@ pub struct GenConfig {
 }
 
 /// What the generator sent.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct GenReport {
     /// Frames the kernel accepted for sending.
     pub sent: u64,

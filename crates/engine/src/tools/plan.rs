@@ -25,6 +25,8 @@
 
 use std::time::Duration;
 
+use serde::{Serialize, Serializer};
+
 use tapflow_sys::ring::{BLOCK_DESC_LEN, ETHERNET_MAC_OFFSET};
 
 /// The consumer's cost per packet in ns, measured by `bench/plan.py` for `tapflow capture`
@@ -78,7 +80,7 @@ pub fn line_rate_pps(speed_mbps: f64, frame: u32) -> f64 {
 }
 
 /// The ring geometry of each fanout member.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct RingGeometry {
     /// `tp_block_size`.
     pub block_size: u32,
@@ -119,16 +121,28 @@ impl RingGeometry {
     pub fn bytes(&self) -> u64 {
         u64::from(self.block_size) * u64::from(self.block_count)
     }
+
+    /// The same ring memory (rounded up to whole blocks) in blocks of `block_size` bytes.
+    pub fn with_block_size(self, block_size: u32) -> RingGeometry {
+        RingGeometry {
+            block_size,
+            block_count: self.bytes().div_ceil(u64::from(block_size)).max(1) as u32,
+            ..self
+        }
+    }
 }
 
 /// What one ring (one fanout member) must carry, and what its consumer costs.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Workload {
     /// Packets per second arriving at this ring (`p`).
+    #[serde(rename = "rate_per_ring")]
     pub rate: f64,
     /// Ring bytes per packet (`r`, from [`ring_record_bytes`]).
+    #[serde(rename = "slot_bytes")]
     pub record: u32,
-    /// The retire timeout (`α`).
+    /// The retire timeout (`α`; in JSON as the ring's `retire_ms`).
+    #[serde(skip)]
     pub retire: Duration,
     /// The consumer's cost per packet in ns (`β`).
     pub packet_ns: f64,
@@ -137,9 +151,10 @@ pub struct Workload {
 }
 
 /// How a ring of one geometry behaves under a [`Workload`].
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct RingBehaviour {
     /// Packets a block holds when full (`k`).
+    #[serde(rename = "packets_per_block")]
     pub capacity_per_block: u64,
     /// Packets a block carries on average at this rate (`k_eff`): fewer than `k`, as the timer
     /// closes one block part full every retire timeout.
@@ -153,13 +168,15 @@ pub struct RingBehaviour {
     /// Packets the ring absorbs while the consumer does not run (`(n − ½)·k_eff`).
     pub absorbs: f64,
     /// The longest stall of the consumer that loses nothing.
+    #[serde(rename = "holds_ms", serialize_with = "ms")]
     pub holds: Duration,
     /// Mean time a packet waits in its block before user space can see it.
+    #[serde(rename = "mean_delay_ms", serialize_with = "ms")]
     pub mean_delay: Duration,
 }
 
 /// What a burst or a stall costs.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Loss {
     /// Packets lost (the kernel's `tp_drops`).
     pub packets: f64,
@@ -167,22 +184,39 @@ pub struct Loss {
     pub backlog: f64,
     /// Time to drain that backlog once the rate is back to normal; `None` if the consumer
     /// cannot keep up with the normal rate.
+    #[serde(rename = "recovery_ms", serialize_with = "opt_ms")]
     pub recovery: Option<Duration>,
 }
 
 /// Bounds on the block size and a recommended geometry.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Plan {
     /// Packets per block below which the consumer cannot keep up (Condition 1); `None` when no
     /// block size is enough because the per-packet cost alone exceeds the time between packets.
     pub min_fill: Option<f64>,
     /// The smallest power-of-two block that keeps up; `None` as for `min_fill`.
+    #[serde(rename = "min_block_size")]
     pub min_block: Option<u32>,
     /// The smallest power-of-two block with room for a whole retire period's packets (larger
     /// blocks carry no more), at most [`MAX_CONTIGUOUS_BLOCK`].
+    #[serde(rename = "max_block_size")]
     pub max_block: u32,
     /// The recommended geometry.
+    #[serde(rename = "recommended")]
     pub geometry: RingGeometry,
+}
+
+/// A duration in JSON: milliseconds, `null` for [`Duration::MAX`] (forever).
+pub fn ms<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    opt_ms(&Some(*d), s)
+}
+
+/// An optional duration in JSON: milliseconds, `null` for none and for forever.
+pub fn opt_ms<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) if *d != Duration::MAX => s.serialize_f64(d.as_secs_f64() * 1e3),
+        _ => s.serialize_none(),
+    }
 }
 
 impl Workload {
@@ -342,6 +376,33 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_new_block_size_keeps_the_ring_memory() {
+        let g = RingGeometry {
+            block_size: 1 << 20,
+            block_count: 10,
+            retire_ms: 10,
+        };
+        let h = g.with_block_size(3 << 20);
+        assert_eq!((h.block_size, h.block_count, h.retire_ms), (3 << 20, 4, 10));
+        assert_eq!(g.with_block_size(64 << 20).block_count, 1);
+    }
+
+    #[test]
+    fn durations_are_ms_in_json_and_forever_is_null() {
+        let l = Loss {
+            packets: 10.0,
+            backlog: 0.0,
+            recovery: Some(Duration::from_micros(1500)),
+        };
+        assert_eq!(
+            serde_json::to_string(&l).unwrap(),
+            "{\"packets\":10.0,\"backlog\":0.0,\"recovery_ms\":1.5}"
+        );
+        let v = opt_ms(&Some(Duration::MAX), serde_json::value::Serializer).unwrap();
+        assert!(v.is_null());
+    }
 
     fn work(rate: f64) -> Workload {
         Workload {

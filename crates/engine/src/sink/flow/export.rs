@@ -14,6 +14,7 @@ use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
+use serde::Serialize;
 use tapflow_sys::udp::UdpSocket;
 use tapflow_wire::flowrecord::FlowRecord;
 use tapflow_wire::{ipfix, netflow5, netflow9};
@@ -181,9 +182,10 @@ pub struct ExportConfig {
 }
 
 /// What one output did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct OutputReport {
     /// The output, as a URL or `format:path`.
+    #[serde(rename = "output")]
     pub name: String,
     /// Flow records written or sent.
     pub records: u64,
@@ -199,7 +201,7 @@ pub struct OutputReport {
 }
 
 /// What the exporter did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ExportReport {
     /// Records received from the meters.
     pub records: u64,

@@ -16,6 +16,7 @@
 use std::hash::{BuildHasher, Hash, RandomState};
 use std::time::Duration;
 
+use serde::Serialize;
 use tapflow_wire::LinkType;
 use tapflow_wire::flowkey::FlowFields;
 use tapflow_wire::flowrecord::{EndReason, FlowRecord};
@@ -53,7 +54,7 @@ struct FragmentPorts {
 }
 
 /// What a meter counted besides its flows.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct MeterStats {
     /// Packets that are not IP (or whose IP header was not captured), not in any flow.
     pub not_ip: u64,
@@ -62,6 +63,7 @@ pub struct MeterStats {
     /// Later fragments counted with ports 0.
     pub fragments_unjoined: u64,
     /// The flow table's own counts.
+    #[serde(flatten)]
     pub table: TableStats,
 }
 
@@ -107,11 +109,13 @@ impl FlowConfig {
 }
 
 /// What the flow meters and the exporter did.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct FlowSummary {
     /// Summed over the meters.
+    #[serde(flatten)]
     pub meter: MeterStats,
     /// The exporter's outputs.
+    #[serde(flatten)]
     pub export: ExportReport,
 }
 

@@ -22,6 +22,7 @@
 //! The hash is seeded per table so that an attacker who does not know the seed cannot aim
 //! packets at one probe chain.
 
+use serde::ser::{Serialize, SerializeStruct, Serializer};
 use tapflow_wire::flowkey::FlowFields;
 use tapflow_wire::flowrecord::{Counters, EndReason, FlowRecord};
 
@@ -75,6 +76,11 @@ impl Class {
         }
     }
 }
+
+/// Idle timeouts in seconds per [`Class`], in index order: TCP 300, UDP 60, ICMP 60, other 60,
+/// closed TCP 5 (Zeek's inactivity timeouts; docs/flows.md compares them with softflowd's,
+/// nfpcapd's and YAF's).
+pub const DEFAULT_IDLE_SECS: [u64; CLASSES] = [300, 60, 60, 60, 5];
 
 /// Timeouts and size of a table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,6 +251,26 @@ pub struct TableStats {
     pub created: u64,
     /// Records exported, by end reason (index = IANA value − 1).
     pub ended: [u64; 5],
+}
+
+impl Serialize for TableStats {
+    /// `created`, then `ended_idle`, `ended_active`, `ended_end`, `ended_forced`,
+    /// `ended_evicted` (the end reasons in IANA order).
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        const ENDED: [&str; 5] = [
+            "ended_idle",
+            "ended_active",
+            "ended_end",
+            "ended_forced",
+            "ended_evicted",
+        ];
+        let mut st = s.serialize_struct("TableStats", 1 + ENDED.len())?;
+        st.serialize_field("created", &self.created)?;
+        for (key, n) in ENDED.into_iter().zip(self.ended) {
+            st.serialize_field(key, &n)?;
+        }
+        st.end()
+    }
 }
 
 /// A flow table; see the module documentation.
