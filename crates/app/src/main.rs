@@ -36,7 +36,8 @@ impl Failure {
         use tapflow_engine::EngineError as E;
         use tapflow_sys::SysError as S;
         let usage = match &e {
-            E::File { .. } | E::Config(_) | E::Unsupported(_) | E::StalePart(_) => true,
+            E::File { .. } | E::Damaged { .. } | E::Config(_) | E::Unsupported(_) => true,
+            E::StalePart(_) => true,
             E::Sys(S::NoSuchInterface { .. } | S::Filter { .. }) => true,
             E::Sys(S::File { error, .. }) => matches!(
                 error.kind(),

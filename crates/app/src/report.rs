@@ -268,7 +268,10 @@ pub fn finish<T: Serialize>(
     err: Option<tapflow_engine::EngineError>,
 ) -> Result<ExitCode, Failure> {
     if let Some(path) = summary_json {
-        std::fs::write(path, json_line(&json())?)
+        let text = json_line(&json())?;
+        tapflow_sys::outfile::create(path)
+            .map_err(|e| Failure::Runtime(e.to_string()))?
+            .write_all(text.as_bytes())
             .map_err(|e| Failure::Runtime(format!("cannot write {}: {e}", path.display())))?;
     }
     match err {

@@ -220,3 +220,46 @@ fn each_rotated_file_counts_its_own_packets_in_its_statistics() {
     assert_eq!((accepted, delivered), (200, 200));
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn a_cut_short_input_is_accounted_for_up_to_the_damage() {
+    let d = dir("cut");
+    let input = d.join("in.pcap");
+    trace(&input, 50);
+    // Cut the file inside the 31st record's header.
+    let bytes = std::fs::read(&input).unwrap();
+    let at = pcap::HEADER_LEN + 30 * pcap::record_len(100) + 7;
+    std::fs::write(&input, &bytes[..at]).unwrap();
+    let out = d.join("o.pcapng");
+    let json = d.join("s.json");
+    let o = run_limited(
+        &mut tapflow([
+            "capture",
+            "-r",
+            &p(&input),
+            "-w",
+            &p(&out),
+            "--summary-json",
+            &p(&json),
+        ]),
+        Duration::from_secs(20),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("30 received, 30 recorded"), "{err}");
+    let last = err.lines().last().unwrap();
+    assert!(
+        last.starts_with("tapflow: error: ")
+            && last.contains("packet 31")
+            && last.contains("byte offset"),
+        "{err}"
+    );
+    let s = std::fs::read_to_string(&json).unwrap();
+    assert_eq!(
+        (json_u64(&s, "received"), json_u64(&s, "recorded")),
+        (30, 30),
+        "{s}"
+    );
+    assert_eq!(capinfos_count(&out), 30);
+    std::fs::remove_dir_all(&d).unwrap();
+}

@@ -130,6 +130,9 @@ enum Refusal {
     /// Not a request the socket knows.
     #[error("unknown request '{0}'")]
     Unknown(String),
+    /// The answer could not be written as JSON.
+    #[error("cannot write the answer: {0}")]
+    Json(#[from] serde_json::Error),
 }
 
 fn answer(command: &str, body: &str, probe: &ProbeState) -> Result<String, Refusal> {
@@ -152,13 +155,10 @@ fn answer(command: &str, body: &str, probe: &ProbeState) -> Result<String, Refus
 }
 
 /// A reply's content: `value` as JSON on one line.
-fn json(value: &impl serde::Serialize) -> Result<String, String> {
-    serde_json::to_string(value)
-        .map(|mut s| {
-            s.push('\n');
-            s
-        })
-        .map_err(|e| e.to_string())
+fn json(value: &impl serde::Serialize) -> Result<String, Refusal> {
+    let mut s = serde_json::to_string(value)?;
+    s.push('\n');
+    Ok(s)
 }
 
 /// Asks the capture at `path` for its statistics.

@@ -16,6 +16,17 @@ pub enum EngineError {
         /// What is wrong and at which byte offset.
         source: tapflow_wire::capfile::FileError,
     },
+    /// A capture file is damaged after `packet - 1` good packets: they were read, and went
+    /// through the run like any others.
+    #[error("{path}: packet {packet}: {source} (the {} packets before it were read)", .packet - 1)]
+    Damaged {
+        /// The file being read.
+        path: PathBuf,
+        /// The number of the packet at fault, from 1.
+        packet: u64,
+        /// What is wrong and at which byte offset.
+        source: tapflow_wire::capfile::FileError,
+    },
     /// Writing an output file failed.
     #[error("cannot write {path}: {source}")]
     Write {

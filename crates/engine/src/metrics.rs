@@ -49,8 +49,14 @@ const PER_WORKER: &[(&str, &str, &str, Pick)] = &[
     (
         "tapflow_dropped_kernel_total",
         "counter",
-        "Packets the kernel dropped because the ring was full.",
+        "Packets the kernel dropped because the ring was full (lost on the probes, for recv).",
         |w| w.totals.dropped_kernel as f64,
+    ),
+    (
+        "tapflow_dropped_in_transit_total",
+        "counter",
+        "Header records a probe sent that never reached this receiver.",
+        |w| w.totals.dropped_in_transit as f64,
     ),
     (
         "tapflow_dropped_ours_total",

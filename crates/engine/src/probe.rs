@@ -153,7 +153,7 @@ mod tests {
         assert!(
             text.contains(
                 "\"workers\":[{\"received\":10,\"recorded\":7,\"filtered\":0,\"dropped_kernel\":2,\
-                 \"dropped_ours\":1,"
+                 \"dropped_in_transit\":0,\"dropped_ours\":1,"
             ),
             "{text}"
         );

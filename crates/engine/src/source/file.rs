@@ -146,8 +146,9 @@ impl PacketSource for FileSource<'_> {
     ) -> Result<Progress, EngineError> {
         if self.ended {
             return match self.error.take() {
-                Some(source) => Err(EngineError::File {
+                Some(source) => Err(EngineError::Damaged {
                     path: self.map.path().to_path_buf(),
+                    packet: self.read + 1,
                     source,
                 }),
                 None => Ok(Progress::End),
