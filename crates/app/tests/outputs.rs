@@ -263,3 +263,67 @@ fn a_cut_short_input_is_accounted_for_up_to_the_damage() {
     assert_eq!(capinfos_count(&out), 30);
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// A small tmpfs, unmounted and removed on drop.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn new(name: &str, size: &str) -> SmallDisk {
+        let d = dir(name);
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tapflow-test"])
+            .arg(&d)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount a tmpfs on {}", d.display());
+        SmallDisk(d)
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn a_full_disk_keeps_every_packet_accounted_for() {
+    require_root();
+    let d = dir("full-in");
+    let input = d.join("in.pcap");
+    trace(&input, 20_000);
+    let disk = SmallDisk::new("full", "1M");
+    let out = disk.0.join("o.pcapng");
+    let o = run_limited(
+        &mut tapflow(["capture", "-r", &p(&input), "-w", &p(&out), "-q"]),
+        Duration::from_secs(30),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let last = err.lines().last().unwrap();
+    assert!(
+        last.starts_with("tapflow: error: ") && last.contains("o.pcapng"),
+        "{err}"
+    );
+    // received = recorded + dropped, and recorded is what the file holds.
+    let line = err.lines().find(|l| l.contains(" received, ")).expect(&err);
+    let n = |what: &str| -> u64 {
+        let at = line.find(what).unwrap();
+        line[..at]
+            .trim_end()
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (received, recorded, ours) = (n(" received"), n(" recorded"), n(" dropped by tapflow"));
+    assert_eq!(received, 20_000, "{line}");
+    assert_eq!(recorded + ours, received, "{line}");
+    assert!(recorded > 1000 && ours > 1000, "{line}");
+    assert_eq!(capinfos_count(&out), recorded, "{line}");
+    drop(disk);
+    std::fs::remove_dir_all(&d).unwrap();
+}

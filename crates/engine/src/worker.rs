@@ -174,6 +174,12 @@ impl<S: PacketSource> Worker<S> {
                 }
             }
         }
+        // What a sink could not keep was counted as recorded when it was handed over.
+        let lost: u64 = self.out.sinks.iter().map(Sink::lost).sum();
+        let t = &mut self.out.totals;
+        let lost = lost.min(t.recorded);
+        t.recorded -= lost;
+        t.dropped_ours += lost;
         WorkerReport {
             totals: self.out.totals,
             sinks,

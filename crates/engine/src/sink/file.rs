@@ -98,6 +98,8 @@ pub struct FileSink {
     base: FileBase,
     /// Packets the statistics of the current file say it accepted, so far.
     accepted: u64,
+    /// Records handed over that a failed write kept out of the file.
+    lost: u64,
     /// Whether the output buffer is prefetched ahead of the records.
     write_ahead: bool,
 }
@@ -128,6 +130,7 @@ impl FileSink {
             delivered: Vec::new(),
             base: FileBase::default(),
             accepted: 0,
+            lost: 0,
             write_ahead: false,
         }
     }
@@ -228,6 +231,10 @@ impl RecordSink for FileSink {
             .rotate_every
             .map(|d| d.saturating_sub(f.opened.elapsed()));
         isb.into_iter().chain(rotation).min()
+    }
+
+    fn lost(&self) -> u64 {
+        self.lost
     }
 
     fn close(
@@ -399,18 +406,26 @@ impl FileSink {
         Ok(())
     }
 
-    /// Finishes the current file: statistics, flush, sync, rename from `.part`.
+    /// Finishes the current file: statistics, flush, sync, rename from `.part`. If a write
+    /// failed (a full disk), the file keeps the records that reached it whole (see
+    /// [`FileSink::salvage`]), and the error is returned.
     fn close_file(&mut self) -> Result<(), EngineError> {
         // No file is open if no interface was ever announced, or if nothing arrived since the
         // last rotation.
         if self.file.is_none() {
             return Ok(());
         }
-        if self.cfg.format == Format::Pcapng {
-            self.write_isbs()?;
-        }
+        let isbs = match self.cfg.format {
+            Format::Pcapng => self.write_isbs(),
+            Format::Pcap => Ok(()),
+        };
         let f = self.file.take().expect("checked above");
-        f.file.finish().map_err(|e| write_err(&f.part, e))?;
+        // Finished in every case: it waits for the I/O thread, so the file is still after it.
+        let finished = f.file.finish().map_err(|e| write_err(&f.part, e));
+        if let Err(e) = isbs.and(finished) {
+            self.salvage(&f.part, &f.path);
+            return Err(e);
+        }
         // The name is taken only from a regular file: a device, a directory or a link put
         // there keeps it, and the packets stay in the `.part` file.
         outfile::check_replaceable(&f.path)?;
@@ -418,6 +433,46 @@ impl FileSink {
         self.report.files.push(f.path);
         Ok(())
     }
+
+    /// After a failed write: cuts the `.part` file after its last whole record, gives it its
+    /// name, and counts the records handed to it that did not reach it as lost. Out of line:
+    /// once, at the end.
+    #[cold]
+    #[inline(never)]
+    fn salvage(&mut self, part: &Path, path: &Path) {
+        let handed: u64 = (0..self.delivered.len())
+            .map(|i| self.delivered[i] - self.base.delivered.get(i).copied().unwrap_or(0))
+            .sum();
+        let kept = match whole_records(part) {
+            Some((kept, end)) => {
+                let cut = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(part)
+                    .and_then(|f| f.set_len(end));
+                if cut.is_ok() && outfile::check_replaceable(path).is_ok() {
+                    if std::fs::rename(part, path).is_ok() {
+                        self.report.files.push(path.to_path_buf());
+                    }
+                }
+                kept
+            }
+            None => 0,
+        };
+        self.lost += handed.saturating_sub(kept);
+    }
+}
+
+/// The packets a capture file holds whole, and the byte offset where the last one ends (or
+/// the headers do, if none); `None` if it is not a capture file at all.
+fn whole_records(path: &Path) -> Option<(u64, u64)> {
+    let map = tapflow_sys::mmap::MappedFile::open(path).ok()?;
+    let mut r = tapflow_wire::capfile::Reader::new(map.bytes()).ok()?;
+    let (mut kept, mut end) = (0, r.offset());
+    while let Some(Ok(_)) = r.next_packet() {
+        kept += 1;
+        end = r.offset();
+    }
+    Some((kept, end))
 }
 
 fn write_idb(out: &mut Vec<u8>, info: &InterfaceInfo) {

@@ -58,6 +58,12 @@ pub trait RecordSink: Send + std::fmt::Debug {
         SinkLive::default()
     }
 
+    /// Records this sink accepted but could not keep (a write that failed, a full disk): the
+    /// worker moves them from `recorded` to `dropped_ours` when the sink has closed.
+    fn lost(&self) -> u64 {
+        0
+    }
+
     /// The worker has drained; `totals` are its final counts and `if_stats` the interface's
     /// last, read with them. Finish everything.
     fn close(

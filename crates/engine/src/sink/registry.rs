@@ -108,6 +108,13 @@ macro_rules! registry {
                 }
             }
 
+            /// See [`RecordSink::lost`].
+            pub fn lost(&self) -> u64 {
+                match self {
+                    $(Sink::$kind(s) => s.lost(),)+
+                }
+            }
+
             /// See [`RecordSink::close`].
             pub fn close(
                 &mut self,
