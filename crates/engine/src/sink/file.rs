@@ -449,10 +449,11 @@ impl FileSink {
                     .write(true)
                     .open(part)
                     .and_then(|f| f.set_len(end));
-                if cut.is_ok() && outfile::check_replaceable(path).is_ok() {
-                    if std::fs::rename(part, path).is_ok() {
-                        self.report.files.push(path.to_path_buf());
-                    }
+                if cut.is_ok()
+                    && outfile::check_replaceable(path).is_ok()
+                    && std::fs::rename(part, path).is_ok()
+                {
+                    self.report.files.push(path.to_path_buf());
                 }
                 kept
             }
