@@ -38,6 +38,7 @@
 //! every reverse element other than the counters as the forward one, so the forward value,
 //! written last, wins there.
 
+use crate::bytes::Put;
 use crate::flowrecord::FlowRecord;
 
 /// `version` in the message header.
@@ -423,71 +424,6 @@ impl TemplateClock {
     }
 }
 
-/// A big-endian writer over a buffer the caller has sized; panics only on a sizing bug.
-#[derive(Debug)]
-pub(crate) struct Put<'a> {
-    buf: &'a mut [u8],
-    pos: usize,
-}
-
-impl<'a> Put<'a> {
-    /// Writes into `buf` from `pos` on.
-    #[inline]
-    pub(crate) fn at(buf: &'a mut [u8], pos: usize) -> Put<'a> {
-        Put { buf, pos }
-    }
-
-    /// The offset of the next byte.
-    #[inline]
-    pub(crate) fn pos(&self) -> usize {
-        self.pos
-    }
-
-    /// Overwrites the 16 bits at `at`, behind the cursor (a length written last).
-    #[inline]
-    pub(crate) fn set_u16(&mut self, at: usize, v: u16) {
-        self.buf[at..at + 2].copy_from_slice(&v.to_be_bytes());
-    }
-
-    /// The next `N` bytes, to fill at fixed offsets; the cursor moves past them.
-    #[inline]
-    pub(crate) fn array<const N: usize>(&mut self) -> &mut [u8; N] {
-        let (at, len) = (self.pos, self.buf.len());
-        self.pos += N;
-        let Some(a) = self.buf[at..].first_chunk_mut::<N>() else {
-            panic!("{N} bytes at {at} past the end of a {len}-byte buffer");
-        };
-        a
-    }
-
-    #[inline]
-    pub(crate) fn bytes(&mut self, b: &[u8]) {
-        self.buf[self.pos..self.pos + b.len()].copy_from_slice(b);
-        self.pos += b.len();
-    }
-
-    #[inline]
-    pub(crate) fn u8(&mut self, v: u8) {
-        self.buf[self.pos] = v;
-        self.pos += 1;
-    }
-
-    #[inline]
-    pub(crate) fn u16(&mut self, v: u16) {
-        self.bytes(&v.to_be_bytes());
-    }
-
-    #[inline]
-    pub(crate) fn u32(&mut self, v: u32) {
-        self.bytes(&v.to_be_bytes());
-    }
-
-    #[inline]
-    pub(crate) fn u64(&mut self, v: u64) {
-        self.bytes(&v.to_be_bytes());
-    }
-}
-
 /// `v` in 32 bits, `u32::MAX` if it does not fit.
 #[inline]
 pub(crate) fn saturate(v: u64) -> u32 {
@@ -741,19 +677,12 @@ fn fill_record<const N: usize>(rec: &mut [u8; N], r: &FlowRecord, src: &[u8], ds
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::bytes::{read_u16, read_u32, read_u64};
     use crate::flowrecord::{Counters, EndReason};
     use proptest::prelude::*;
 
     const T0: u64 = 1_700_000_000_000_000_000;
     const SEC: u64 = 1_000_000_000;
-
-    fn be16(b: &[u8], at: usize) -> u16 {
-        u16::from_be_bytes([b[at], b[at + 1]])
-    }
-
-    fn be32(b: &[u8], at: usize) -> u32 {
-        u32::from_be_bytes(b[at..at + 4].try_into().unwrap())
-    }
 
     /// A TCP biflow 10.0.0.1:40000 → 10.0.0.2:443 (or 2001:db8::1 → 2001:db8::2).
     pub(crate) fn tcp(ipv6: bool) -> FlowRecord {
@@ -799,13 +728,13 @@ pub(crate) mod tests {
 
     /// The sets of a message: (set id, body).
     fn sets(msg: &[u8]) -> Vec<(u16, &[u8])> {
-        assert_eq!(be16(msg, 0), VERSION);
-        assert_eq!(usize::from(be16(msg, 2)), msg.len());
+        assert_eq!(read_u16(msg), VERSION);
+        assert_eq!(usize::from(read_u16(&msg[2..])), msg.len());
         let mut v = Vec::new();
         let mut p = HEADER_LEN;
         while p < msg.len() {
-            let id = be16(msg, p);
-            let len = usize::from(be16(msg, p + 2));
+            let id = read_u16(&msg[p..]);
+            let len = usize::from(read_u16(&msg[p + 2..]));
             assert!(
                 len >= SET_HEADER_LEN && p + len <= msg.len(),
                 "set overruns"
@@ -869,11 +798,19 @@ pub(crate) mod tests {
         let msgs = collect(&mut enc, &[tcp(false)], T0 + 500_000_000);
         assert_eq!(msgs.len(), 1);
         let m = &msgs[0];
-        assert_eq!(be16(m, 0), 10);
-        assert_eq!(usize::from(be16(m, 2)), m.len());
-        assert_eq!(be32(m, 4), 1_700_000_000, "export time in whole seconds");
-        assert_eq!(be32(m, 8), 0, "no data record before the first message");
-        assert_eq!(be32(m, 12), 7);
+        assert_eq!(read_u16(m), 10);
+        assert_eq!(usize::from(read_u16(&m[2..])), m.len());
+        assert_eq!(
+            read_u32(&m[4..]),
+            1_700_000_000,
+            "export time in whole seconds"
+        );
+        assert_eq!(
+            read_u32(&m[8..]),
+            0,
+            "no data record before the first message"
+        );
+        assert_eq!(read_u32(&m[12..]), 7);
         assert_eq!(m.len(), HEADER_LEN + TEMPLATE_SET_LEN + 4 + RECORD_LEN_V4);
 
         let s = sets(m);
@@ -944,7 +881,7 @@ pub(crate) mod tests {
         let mut r = tcp(false);
         r.fwd = Counters::default();
         write_record(&mut Put::at(&mut buf, 0), &r);
-        let ms = |at: usize| u64::from_be_bytes(buf[at..at + 8].try_into().unwrap());
+        let ms = |at: usize| read_u64(&buf[at..]);
         assert_eq!(ms(35), (T0 + 2_000_000) / 1_000_000);
         assert_eq!(ms(43), (T0 + 8_000_000) / 1_000_000);
     }
@@ -956,7 +893,7 @@ pub(crate) mod tests {
         let mut enc = udp(max, Refresh::default());
         let recs = vec![tcp(false); 9];
         let msgs = collect(&mut enc, &recs, T0);
-        let seqs: Vec<u32> = msgs.iter().map(|m| be32(m, 8)).collect();
+        let seqs: Vec<u32> = msgs.iter().map(|m| read_u32(&m[8..])).collect();
         let shapes: Vec<_> = msgs.iter().map(|m| shape(m)).collect();
         assert_eq!(seqs, [0, 2, 6]);
         assert_eq!(shapes, [(true, 2, 0), (false, 4, 0), (false, 3, 0)]);
@@ -964,10 +901,10 @@ pub(crate) mod tests {
         let mut t = Vec::new();
         enc.tick(T0 + 60 * SEC, &mut |m| t.push(m.to_vec()));
         assert_eq!(t.len(), 1);
-        assert_eq!(be32(&t[0], 8), 9);
+        assert_eq!(read_u32(&t[0][8..]), 9);
         assert_eq!(shape(&t[0]), (true, 0, 0));
         let msgs = collect(&mut enc, &recs[..1], T0 + 61 * SEC);
-        assert_eq!(be32(&msgs[0], 8), 9);
+        assert_eq!(read_u32(&msgs[0][8..]), 9);
         assert_eq!(enc.sequence(), 10);
         let s = enc.stats();
         assert_eq!((s.messages, s.template_messages, s.records), (5, 2, 10));
@@ -978,7 +915,7 @@ pub(crate) mod tests {
         let mut enc = udp(1400, Refresh::default());
         enc.sequence = u32::MAX;
         let msgs = collect(&mut enc, &[tcp(false), tcp(true)], T0);
-        assert_eq!(be32(&msgs[0], 8), u32::MAX);
+        assert_eq!(read_u32(&msgs[0][8..]), u32::MAX);
         assert_eq!(enc.sequence(), 1);
     }
 
@@ -999,12 +936,12 @@ pub(crate) mod tests {
         let v4: Vec<u16> = s[1]
             .1
             .chunks(RECORD_LEN_V4)
-            .map(|c| be16(c, sport_at))
+            .map(|c| read_u16(&c[sport_at..]))
             .collect();
         let v6: Vec<u16> = s[2]
             .1
             .chunks(RECORD_LEN_V6)
-            .map(|c| be16(c, sport_at + 24))
+            .map(|c| read_u16(&c[sport_at + 24..]))
             .collect();
         assert_eq!((v4, v6), (vec![0, 2, 4], vec![1, 3, 5]));
     }
@@ -1086,7 +1023,7 @@ pub(crate) mod tests {
         assert_eq!(enc.sequence(), 0);
         let m = collect(&mut enc, &r, T0);
         assert_eq!(shape(&m[0]), (true, 1, 0));
-        assert_eq!(be32(&m[0], 8), 0);
+        assert_eq!(read_u32(&m[0][8..]), 0);
     }
 
     /// Over UDP, full messages are all `max_message_len` long, padded with zeros inside their
@@ -1180,7 +1117,7 @@ pub(crate) mod tests {
             let mut first = true;
             enc.encode(&recs, T0, &mut |m| {
                 assert!(m.len() <= max, "message of {} > {max}", m.len());
-                assert_eq!(be32(m, 8), seq);
+                assert_eq!(read_u32(&m[8..]), seq);
                 let (t, a, b) = shape(m);
                 assert!(a + b > 0);
                 assert!(!first || t, "templates in the first message");

@@ -4,6 +4,7 @@
 //! untrusted bytes and returns an error instead of panicking.
 #![forbid(unsafe_code)]
 
+pub mod bytes;
 pub mod linktype;
 pub mod record;
 

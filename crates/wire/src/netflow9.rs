@@ -28,8 +28,9 @@
 //! milliseconds (< 1 s); that is v9's resolution. RFC 3954 has no flow end reason, so the
 //! record carries none.
 
+use crate::bytes::Put;
 use crate::flowrecord::FlowRecord;
-use crate::ipfix::{Put, TemplateClock, unix_secs};
+use crate::ipfix::{TemplateClock, unix_secs};
 
 pub use crate::ipfix::{ConfigError, Refresh, Stats};
 
@@ -397,6 +398,7 @@ fn write_record(w: &mut Put<'_>, r: &FlowRecord, start_ns: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bytes::{read_u16, read_u32};
     use crate::flowrecord::Counters;
     use crate::ipfix::tests::tcp;
     use proptest::prelude::*;
@@ -406,22 +408,14 @@ mod tests {
     /// The exporter started 1000.25 s before T0.
     const START: u64 = T0 - 1_000_250_000_000;
 
-    fn be16(b: &[u8], at: usize) -> u16 {
-        u16::from_be_bytes([b[at], b[at + 1]])
-    }
-
-    fn be32(b: &[u8], at: usize) -> u32 {
-        u32::from_be_bytes(b[at..at + 4].try_into().unwrap())
-    }
-
     /// The FlowSets of a packet: (id, body with padding).
     fn flowsets(p: &[u8]) -> Vec<(u16, &[u8])> {
-        assert_eq!(be16(p, 0), VERSION);
+        assert_eq!(read_u16(p), VERSION);
         let mut v = Vec::new();
         let mut at = HEADER_LEN;
         while at < p.len() {
-            let id = be16(p, at);
-            let len = usize::from(be16(p, at + 2));
+            let id = read_u16(&p[at..]);
+            let len = usize::from(read_u16(&p[at + 2..]));
             assert!(
                 len >= 4 && len % 4 == 0,
                 "FlowSet length {len} not padded to 4"
@@ -459,7 +453,11 @@ mod tests {
             }
         }
         let templates = if s.0 { 2 } else { 0 };
-        assert_eq!(usize::from(be16(p, 2)), templates + s.1 + s.2, "count");
+        assert_eq!(
+            usize::from(read_u16(&p[2..])),
+            templates + s.1 + s.2,
+            "count"
+        );
         s
     }
 
@@ -494,13 +492,13 @@ mod tests {
         let mut enc = encoder(1400, Refresh::default());
         let now = T0 + 5 * SEC + 700_000_000;
         let p = &collect(&mut enc, &[tcp(false), tcp(true)], now)[0];
-        assert_eq!(be16(p, 0), 9);
-        assert_eq!(be16(p, 2), 4, "2 template records + 2 data records");
+        assert_eq!(read_u16(p), 9);
+        assert_eq!(read_u16(&p[2..]), 4, "2 template records + 2 data records");
         // sysUptime at the export time: 1000.25 s + 5.7 s.
-        assert_eq!(be32(p, 4), 1_005_950);
-        assert_eq!(be32(p, 8), 1_700_000_005);
-        assert_eq!(be32(p, 12), 0);
-        assert_eq!(be32(p, 16), 9);
+        assert_eq!(read_u32(&p[4..]), 1_005_950);
+        assert_eq!(read_u32(&p[8..]), 1_700_000_005);
+        assert_eq!(read_u32(&p[12..]), 0);
+        assert_eq!(read_u32(&p[16..]), 9);
         assert_eq!(shape(p), (true, 1, 1));
         let fs = flowsets(p);
         assert_eq!(fs.iter().map(|f| f.0).collect::<Vec<_>>(), [0, 256, 257]);
@@ -541,8 +539,12 @@ mod tests {
         // Started 1 ms after the flow's first packet: sysUptime wraps like a router's.
         write_record(&mut Put::at(&mut buf, 0), &r, T0 + 2_000_000);
         assert_eq!(&buf[60..62], &[3, 3]);
-        assert_eq!(be32(&buf, 54), u32::MAX, "first switched 1 ms before start");
-        assert_eq!(be32(&buf, 50), 7, "last switched");
+        assert_eq!(
+            read_u32(&buf[54..]),
+            u32::MAX,
+            "first switched 1 ms before start"
+        );
+        assert_eq!(read_u32(&buf[50..]), 7, "last switched");
     }
 
     #[test]
@@ -569,7 +571,7 @@ mod tests {
         let mut seqs = Vec::new();
         let mut shapes = Vec::new();
         let mut f = |p: &[u8]| {
-            seqs.push(be32(p, 12));
+            seqs.push(read_u32(&p[12..]));
             shapes.push(shape(p));
         };
         enc.encode(&vec![tcp(false); 9], T0, &mut f);
@@ -648,7 +650,7 @@ mod tests {
             let (mut seq, mut done) = (0u32, 0usize);
             enc.encode(&recs, T0, &mut |p| {
                 assert!(p.len() <= max, "packet of {} > {max}", p.len());
-                assert_eq!(be32(p, 12), seq);
+                assert_eq!(read_u32(&p[12..]), seq);
                 let (t, a, b) = shape(p);
                 assert_eq!(t, seq % 3 == 0, "templates in one packet of every 3");
                 seq += 1;
