@@ -5,7 +5,7 @@
 //! A reader or writer takes the slice that starts at the field (`&buf[field::LEN]`, `&buf[at..]`)
 //! and, like indexing, panics if the slice is shorter than the integer: call it after the view's
 //! `check_len`. The `get_*` readers return `None` instead, for code that has checked nothing.
-//! [`Put`] is a cursor that writes big-endian integers one after another.
+//! `Put` is a crate-internal cursor that writes big-endian integers one after another.
 
 /// The first `N` bytes of `b`.
 #[inline(always)]
@@ -185,6 +185,13 @@ impl<'a> Put<'a> {
         self.pos += b.len();
     }
 
+    /// `n` zero bytes.
+    #[inline]
+    pub(crate) fn zeros(&mut self, n: usize) {
+        self.buf[self.pos..self.pos + n].fill(0);
+        self.pos += n;
+    }
+
     #[inline]
     pub(crate) fn u8(&mut self, v: u8) {
         self.buf[self.pos] = v;
@@ -263,7 +270,7 @@ mod tests {
         w.u8(1);
         w.u16(0);
         w.u32(0x0203_0405);
-        w.bytes(&[0, 0]);
+        w.zeros(2);
         w.set_u16(2, 0x0607);
         assert_eq!(w.pos(), 10);
         assert_eq!(b, [0xff, 1, 6, 7, 2, 3, 4, 5, 0, 0, 0xff, 0xff]);

@@ -28,11 +28,11 @@
 //! [`Config::start_ns`], wrapping at 2^32 like a router's.
 
 use crate::bytes::Put;
+use crate::flowexport::{saturate, unix_secs};
 use crate::flowrecord::{Counters, FlowRecord};
-use crate::ipfix::{saturate, unix_secs};
 use crate::netflow9::uptime_ms;
 
-pub use crate::ipfix::{ConfigError, Stats};
+pub use crate::flowexport::{ConfigError, Stats};
 
 /// `version` in the packet header.
 pub const VERSION: u16 = 5;
@@ -106,6 +106,12 @@ impl Encoder {
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// Moves the sysUptime origin ([`Config::start_ns`]), for an exporter that learns its "boot
+    /// time" only with the first flow; meant for before the first packet.
+    pub fn set_start_ns(&mut self, start_ns: u64) {
+        self.cfg.start_ns = start_ns;
     }
 
     /// What the encoder has done so far.

@@ -14,7 +14,7 @@
 //! +--------------------------------------------------------------+
 //! ```
 //!
-//! Packing, template placement and refresh are the IPFIX encoder's (see [`crate::ipfix`]);
+//! Packing, template placement and refresh are shared with IPFIX ([`crate::flowexport`]);
 //! v9 differs in the header: `count` is the number of records in the packet, template records
 //! included, and `sequence` counts export packets sent before this one (template-only ones
 //! too). Data FlowSets are zero-padded to a multiple of 4 octets (RFC 3954 §5.3).
@@ -29,10 +29,10 @@
 //! record carries none.
 
 use crate::bytes::Put;
+use crate::flowexport::{MessageFormat, MessageHeader, SET_HEADER_LEN, TemplateEncoder, unix_secs};
 use crate::flowrecord::FlowRecord;
-use crate::ipfix::{TemplateClock, unix_secs};
 
-pub use crate::ipfix::{ConfigError, Refresh, Stats};
+pub use crate::flowexport::{ConfigError, Refresh, Stats};
 
 /// `version` in the packet header.
 pub const VERSION: u16 = 9;
@@ -41,7 +41,7 @@ pub const VERSION: u16 = 9;
 pub const HEADER_LEN: usize = 20;
 
 /// Length of a FlowSet header (FlowSet id, length).
-pub const FLOWSET_HEADER_LEN: usize = 4;
+pub const FLOWSET_HEADER_LEN: usize = SET_HEADER_LEN;
 
 /// FlowSet id of a Template FlowSet.
 pub const TEMPLATE_FLOWSET_ID: u16 = 0;
@@ -217,133 +217,89 @@ pub(crate) fn uptime_ms(ns: u64, start_ns: u64) -> u32 {
 /// The NetFlow v9 encoder for one collector: a reusable packet buffer, the sequence number
 /// and the template schedule.
 #[derive(Debug)]
-pub struct Encoder {
-    cfg: Config,
-    buf: Box<[u8]>,
-    /// Export packets sent, modulo 2^32.
-    sequence: u32,
-    templates: TemplateClock,
-    stats: Stats,
-}
+pub struct Encoder(TemplateEncoder<Config>);
 
 impl Encoder {
     /// Checks `cfg` and allocates the packet buffer.
     pub fn new(cfg: Config) -> Result<Encoder, ConfigError> {
-        const FORMAT: &str = "NetFlow v9";
-        ConfigError::check_len(
-            FORMAT,
-            cfg.max_message_len,
-            MIN_MESSAGE_LEN,
-            MAX_MESSAGE_LEN,
-        )?;
-        cfg.refresh.check(FORMAT)?;
-        Ok(Encoder {
-            cfg,
-            buf: vec![0; cfg.max_message_len].into_boxed_slice(),
-            sequence: 0,
-            templates: TemplateClock::new(Some(cfg.refresh)),
-            stats: Stats::default(),
-        })
+        TemplateEncoder::new(cfg).map(Encoder)
     }
 
     /// The configuration.
     pub fn config(&self) -> &Config {
-        &self.cfg
+        &self.0.cfg
+    }
+
+    /// Moves the sysUptime origin ([`Config::start_ns`]), for an exporter that learns its "boot
+    /// time" only with the first flow; meant for before the first packet.
+    pub fn set_start_ns(&mut self, start_ns: u64) {
+        self.0.cfg.start_ns = start_ns;
     }
 
     /// What the encoder has done so far.
     pub fn stats(&self) -> Stats {
-        self.stats
+        self.0.stats()
     }
 
-    /// The sequence number the next packet will carry.
+    /// The sequence number the next packet will carry: export packets sent, modulo 2^32.
     pub fn sequence(&self) -> u32 {
-        self.sequence
+        self.0.sequence
     }
 
     /// Encodes `records` into one or more packets of at most `max_message_len` octets and
     /// calls `out` with each; `now_ns` (ns since 1970) is the export time.
     pub fn encode(&mut self, records: &[FlowRecord], now_ns: u64, out: &mut dyn FnMut(&[u8])) {
-        let mut rest = records;
-        while !rest.is_empty() {
-            let templates = self.templates.due(now_ns);
-            let n = self.fit(rest, templates);
-            let len = self.write_packet(&rest[..n], templates, now_ns);
-            out(&self.buf[..len]);
-            self.sent(n, templates, now_ns);
-            rest = &rest[n..];
-        }
+        self.0.encode(records, now_ns, out);
     }
 
     /// Sends a template-only packet if templates are due (none sent yet, or the refresh is
     /// due), so collectors learn them even when no flow ends. Call it periodically.
     pub fn tick(&mut self, now_ns: u64, out: &mut dyn FnMut(&[u8])) {
-        if self.templates.due(now_ns) {
-            let len = self.write_packet(&[], true, now_ns);
-            out(&self.buf[..len]);
-            self.sent(0, true, now_ns);
-        }
+        self.0.tick(now_ns, out);
+    }
+}
+
+impl MessageFormat for Config {
+    const NAME: &'static str = "NetFlow v9";
+    const HEADER_LEN: usize = HEADER_LEN;
+    const TEMPLATE_SET_LEN: usize = TEMPLATE_FLOWSET_LEN;
+    const DATA_SET_ID: [u16; 2] = [TEMPLATE_ID_V4, TEMPLATE_ID_V6];
+    const RECORD_LEN: [usize; 2] = [RECORD_LEN_V4, RECORD_LEN_V6];
+    // RFC 3954 §5.3: FlowSets are padded to a 32-bit boundary.
+    const SET_ALIGN: usize = 4;
+    const SEQUENCE_COUNTS_RECORDS: bool = false;
+    const MIN_MESSAGE_LEN: usize = MIN_MESSAGE_LEN;
+    const MAX_MESSAGE_LEN: usize = MAX_MESSAGE_LEN;
+
+    fn max_message_len(&self) -> usize {
+        self.max_message_len
     }
 
-    fn sent(&mut self, records: usize, templates: bool, now_ns: u64) {
-        self.sequence = self.sequence.wrapping_add(1);
-        self.templates.sent(templates, now_ns);
-        self.stats.messages += 1;
-        self.stats.template_messages += u64::from(templates);
-        self.stats.records += records as u64;
+    fn refresh(&self) -> Option<Refresh> {
+        Some(self.refresh)
     }
 
-    /// How many of `records`, taken in order, fit in one packet.
-    fn fit(&self, records: &[FlowRecord], templates: bool) -> usize {
-        let fixed = HEADER_LEN + if templates { TEMPLATE_FLOWSET_LEN } else { 0 };
-        let (mut n4, mut n6) = (0, 0);
-        for (i, r) in records.iter().enumerate() {
-            let (a, b) = if r.ipv6 { (n4, n6 + 1) } else { (n4 + 1, n6) };
-            let len =
-                fixed + data_flowset_len(a, RECORD_LEN_V4) + data_flowset_len(b, RECORD_LEN_V6);
-            if len > self.cfg.max_message_len {
-                // MIN_MESSAGE_LEN guarantees room for the first record.
-                debug_assert!(i > 0);
-                return i;
-            }
-            (n4, n6) = (a, b);
-        }
-        records.len()
+    fn end_padding(&self, _room: usize, _record_len: usize) -> usize {
+        0
     }
 
-    /// Writes one packet with `batch` (all of which fit) and returns its length.
-    fn write_packet(&mut self, batch: &[FlowRecord], templates: bool, now_ns: u64) -> usize {
-        let start_ns = self.cfg.start_ns;
-        let mut w = Put::at(&mut self.buf, HEADER_LEN);
-        if templates {
-            write_template_flowset(&mut w);
-        }
-        for ipv6 in [false, true] {
-            if !batch.iter().any(|r| r.ipv6 == ipv6) {
-                continue;
-            }
-            let start = w.pos();
-            w.u16(0); // FlowSet id and length, filled in below
-            w.u16(0);
-            for r in batch.iter().filter(|r| r.ipv6 == ipv6) {
-                write_record(&mut w, r, start_ns);
-            }
-            let len = w.pos() - start;
-            w.bytes(&[0; 3][..len.next_multiple_of(4) - len]);
-            let id = if ipv6 { TEMPLATE_ID_V6 } else { TEMPLATE_ID_V4 };
-            w.set_u16(start, id);
-            w.set_u16(start + 2, (w.pos() - start) as u16);
-        }
-        let len = w.pos();
-        let count = batch.len() as u16 + if templates { TEMPLATE_RECORDS } else { 0 };
-        let mut h = Put::at(&mut self.buf, 0);
+    fn write_template_set(w: &mut Put<'_>) {
+        write_template_flowset(w);
+    }
+
+    #[inline(always)]
+    fn write_record(&self, w: &mut Put<'_>, r: &FlowRecord) {
+        write_record(w, r, self.start_ns);
+    }
+
+    fn write_header(&self, h: &mut Put<'_>, m: &MessageHeader) {
+        let templates = if m.templates { TEMPLATE_RECORDS } else { 0 };
         h.u16(VERSION);
-        h.u16(count);
-        h.u32(uptime_ms(now_ns, start_ns));
-        h.u32(unix_secs(now_ns));
-        h.u32(self.sequence);
-        h.u32(self.cfg.source_id);
-        len
+        h.u16(m.records as u16 + templates);
+        h.u32(uptime_ms(m.now_ns, self.start_ns));
+        h.u32(unix_secs(m.now_ns));
+        h.u32(m.sequence);
+        h.u32(self.source_id);
     }
 }
 
@@ -364,6 +320,7 @@ fn write_template_flowset(w: &mut Put<'_>) {
 }
 
 /// Writes `r` in the order of [`TEMPLATE_V4`] / [`TEMPLATE_V6`].
+#[inline(always)]
 fn write_record(w: &mut Put<'_>, r: &FlowRecord, start_ns: u64) {
     let start = w.pos();
     w.u64(r.fwd.octets);
