@@ -347,6 +347,7 @@ impl MessageFormat for Config {
         }
     }
 
+    #[inline]
     fn write_template_set(w: &mut Put<'_>) {
         write_template_set(w);
     }
@@ -356,6 +357,7 @@ impl MessageFormat for Config {
         write_record(w, r);
     }
 
+    #[inline(always)]
     fn write_header(&self, h: &mut Put<'_>, m: &MessageHeader) {
         h.u16(VERSION);
         h.u16(m.len as u16);

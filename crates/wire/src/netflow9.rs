@@ -283,6 +283,7 @@ impl MessageFormat for Config {
         0
     }
 
+    #[inline]
     fn write_template_set(w: &mut Put<'_>) {
         write_template_flowset(w);
     }
@@ -292,6 +293,7 @@ impl MessageFormat for Config {
         write_record(w, r, self.start_ns);
     }
 
+    #[inline(always)]
     fn write_header(&self, h: &mut Put<'_>, m: &MessageHeader) {
         let templates = if m.templates { TEMPLATE_RECORDS } else { 0 };
         h.u16(VERSION);
