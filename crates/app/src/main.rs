@@ -37,6 +37,8 @@ impl Failure {
         use tapflow_sys::SysError as S;
         let usage = match &e {
             E::File { .. } | E::Config(_) | E::Unsupported(_) => true,
+            // A bad URL, address, path or message size: what the user gave.
+            E::Export(_) => true,
             E::Sys(S::NoSuchInterface { .. } | S::Filter { .. }) => true,
             E::Sys(S::File { error, .. }) => error.kind() == std::io::ErrorKind::NotFound,
             // EINVAL: the kernel (or our own check before it) refused a value the user chose.

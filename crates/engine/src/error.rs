@@ -24,6 +24,9 @@ pub enum EngineError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A flow export output could not be parsed, opened or started.
+    #[error(transparent)]
+    Export(#[from] crate::sink::flow::export::ExportError),
     /// The requested output cannot hold this input.
     #[error("{0}")]
     Unsupported(String),
