@@ -1,7 +1,7 @@
 //! `tapflow capture`: checks the request, runs the engine, prints the accounting.
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,10 +10,9 @@ use tapflow_engine::control;
 use tapflow_engine::naming::{output_path, part_path};
 use tapflow_engine::pipeline::{self, CaptureConfig, Input, RingGeometry};
 use tapflow_engine::sink::file::{Format, WriterConfig};
-use tapflow_engine::sink::flow::export::{ExportConfig, ExportTarget, TextDest};
+use tapflow_engine::sink::flow::export::{Dest, ExportConfig, ExportTarget};
 use tapflow_engine::sink::flow::meter::FlowConfig;
 use tapflow_engine::sink::flow::table::{Class, DEFAULT_IDLE_SECS, TableConfig};
-use tapflow_engine::sink::flow::text::TextFormat;
 use tapflow_engine::sink::forward::{self, Balance, ForwardConfig};
 use tapflow_engine::source::ring::RingInput;
 use tapflow_engine::stop::Stop;
@@ -268,38 +267,17 @@ pub(crate) fn flow_config(a: &FlowArgs, flows_cmd: bool) -> Result<Option<FlowCo
     for url in &a.export {
         targets.push(ExportTarget::parse_url(url).map_err(|m| bad(format!("--export {m}")))?);
     }
-    let text = |p: &PathBuf, format| ExportTarget::Text {
-        format,
-        dest: if p.as_os_str() == "-" {
-            TextDest::Stdout
-        } else {
-            TextDest::File(p.clone())
-        },
-    };
+    let text = |scheme, p: &Path| ExportTarget::file(scheme, p).map_err(|e| bad(e.to_string()));
     if let Some(p) = &a.json {
-        targets.push(text(p, TextFormat::Json));
+        targets.push(text("json", p)?);
     }
     if let Some(p) = &a.csv {
-        targets.push(text(p, TextFormat::Csv));
+        targets.push(text("csv", p)?);
     }
     if !a.any_output() {
-        targets.push(ExportTarget::Text {
-            format: TextFormat::Table,
-            dest: TextDest::Stdout,
-        });
+        targets.push(text("table", Path::new("-"))?);
     }
-    let stdout = targets
-        .iter()
-        .filter(|t| {
-            matches!(
-                t,
-                ExportTarget::Text {
-                    dest: TextDest::Stdout,
-                    ..
-                }
-            )
-        })
-        .count();
+    let stdout = targets.iter().filter(|t| *t.dest() == Dest::Stdout).count();
     if stdout > 1 {
         return Err(bad(
             "only one of --json and --csv can write to stdout".into()

@@ -38,6 +38,8 @@ impl Failure {
         let usage = match &e {
             E::File { .. } | E::Damaged { .. } | E::Config(_) | E::Unsupported(_) => true,
             E::StalePart(_) => true,
+            // A bad URL, address, path or message size: what the user gave.
+            E::Export(_) => true,
             E::Sys(S::NoSuchInterface { .. } | S::Filter { .. }) => true,
             E::Sys(S::File { error, .. }) => matches!(
                 error.kind(),

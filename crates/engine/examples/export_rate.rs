@@ -11,10 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tapflow_engine::sink::flow::export::{
-    BATCH, ExportConfig, ExportTarget, Exporter, MeterClock, Protocol,
-};
+use tapflow_engine::sink::flow::export::{BATCH, ExportConfig, ExportTarget, Exporter, MeterClock};
 use tapflow_wire::flowrecord::{EndReason, FlowRecord};
+use tapflow_wire::ipfix;
 
 fn record(i: u64) -> FlowRecord {
     let mut r = FlowRecord {
@@ -56,8 +55,8 @@ fn main() {
                             let id = u16::from_be_bytes([buf[s], buf[s + 1]]);
                             let sl = usize::from(u16::from_be_bytes([buf[s + 2], buf[s + 3]]));
                             let per = match id {
-                                256 => 91,
-                                257 => 115,
+                                ipfix::TEMPLATE_ID_V4 => ipfix::RECORD_LEN_V4,
+                                ipfix::TEMPLATE_ID_V6 => ipfix::RECORD_LEN_V6,
                                 _ => 0,
                             };
                             if let Some(k) = sl.saturating_sub(4).checked_div(per) {
@@ -74,10 +73,7 @@ fn main() {
     };
     let x = Exporter::start(
         &ExportConfig {
-            targets: vec![ExportTarget::Collector {
-                protocol: Protocol::Ipfix,
-                addr,
-            }],
+            targets: vec![ExportTarget::collector("ipfix", addr).expect("target")],
             mtu: Some(mtu),
             observation_domain: 1,
             rate: None,

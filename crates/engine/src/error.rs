@@ -43,6 +43,9 @@ pub enum EngineError {
         .0.display()
     )]
     StalePart(PathBuf),
+    /// A flow export output could not be parsed, opened or started.
+    #[error(transparent)]
+    Export(#[from] crate::sink::flow::export::ExportError),
     /// The requested output cannot hold this input.
     #[error("{0}")]
     Unsupported(String),

@@ -9,10 +9,9 @@ use std::time::Duration;
 
 use tapflow_engine::pipeline::{self, CaptureConfig, Input};
 use tapflow_engine::sink::file::{Format, WriterConfig};
-use tapflow_engine::sink::flow::export::{ExportConfig, ExportTarget, TextDest};
+use tapflow_engine::sink::flow::export::{ExportConfig, ExportTarget};
 use tapflow_engine::sink::flow::meter::FlowConfig;
 use tapflow_engine::sink::flow::table::{CLASSES, TableConfig};
-use tapflow_engine::sink::flow::text::TextFormat;
 use tapflow_engine::sink::forward::{Balance, ForwardConfig, payload_for_mtu};
 use tapflow_engine::stop::Stop;
 use tapflow_wire::LinkType;
@@ -114,10 +113,9 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
                 seed: 1,
             },
             export: ExportConfig {
-                targets: vec![ExportTarget::Text {
-                    format: TextFormat::Csv,
-                    dest: TextDest::File(dir.join(format!("flows-{n}.csv"))),
-                }],
+                targets: vec![
+                    ExportTarget::file("csv", &dir.join(format!("flows-{n}.csv"))).unwrap(),
+                ],
                 mtu: Some(1500),
                 observation_domain: 1,
                 rate: None,

@@ -5,6 +5,7 @@
 //! the source port in place and patches the L4 checksum incrementally (RFC 1624), so N distinct
 //! flows cost one 16-bit update each instead of a full checksum.
 
+use crate::bytes::{read_u16, write_u16};
 use crate::checksum;
 use crate::ethernet::{self, EtherType, EthernetAddress};
 use crate::ipv4::{self, IpProtocol};
@@ -289,14 +290,14 @@ pub fn build_with_seq(
 pub fn vary_flow(buf: &mut [u8], layout: &Layout, src_port: u16) {
     let p = layout.src_port_offset();
     let c = layout.checksum_offset();
-    let old = u16::from_be_bytes([buf[p], buf[p + 1]]);
-    let ck = u16::from_be_bytes([buf[c], buf[c + 1]]);
+    let old = read_u16(&buf[p..]);
+    let ck = read_u16(&buf[c..]);
     let mut new_ck = checksum::update(ck, old, src_port);
     if layout.proto == L4::Udp && new_ck == 0 {
         new_ck = 0xffff;
     }
-    buf[p..p + 2].copy_from_slice(&src_port.to_be_bytes());
-    buf[c..c + 2].copy_from_slice(&new_ck.to_be_bytes());
+    write_u16(&mut buf[p..], src_port);
+    write_u16(&mut buf[c..], new_ck);
 }
 
 #[cfg(test)]
@@ -336,7 +337,7 @@ mod tests {
     fn l4_checksum(frame: &[u8], layout: &Layout) -> (u16, u16) {
         let seg = &frame[layout.l4_offset..layout.len];
         let c = layout.checksum_offset();
-        let stored = u16::from_be_bytes([frame[c], frame[c + 1]]);
+        let stored = read_u16(&frame[c..]);
         let mut z = seg.to_vec();
         z[c - layout.l4_offset..c - layout.l4_offset + 2].fill(0);
         let proto = layout.proto.protocol().to_u8();

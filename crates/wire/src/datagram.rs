@@ -30,6 +30,7 @@
 //! when datagrams in between were lost. `docs/wire-formats.md` has the full rules.
 
 use crate::LinkType;
+use crate::bytes::{read_u16, read_u32, read_u64, write_u16, write_u32, write_u64};
 use crate::record::{self, Records};
 
 /// The magic number, "TFBD" (tapflow batch datagram).
@@ -138,20 +139,20 @@ impl Header {
     #[inline]
     pub fn emit(&self, buf: &mut [u8]) {
         let b = &mut buf[..HEADER_LEN];
-        b[field::MAGIC].copy_from_slice(&MAGIC.to_be_bytes());
+        write_u32(&mut b[field::MAGIC], MAGIC);
         b[field::VERSION] = VERSION;
         b[field::HDR_LEN] = (HEADER_LEN / 8) as u8;
-        b[field::COUNT].copy_from_slice(&self.count.to_be_bytes());
-        b[field::PROBE].copy_from_slice(&self.probe.to_be_bytes());
-        b[field::SESSION].copy_from_slice(&self.session.to_be_bytes());
-        b[field::STREAM].copy_from_slice(&self.stream.to_be_bytes());
-        b[field::LINKTYPE].copy_from_slice(&self.linktype.to_be_bytes());
-        b[field::SNAPLEN].copy_from_slice(&self.snaplen.to_be_bytes());
-        b[field::INTERFACE].copy_from_slice(&self.interface.to_be_bytes());
+        write_u16(&mut b[field::COUNT], self.count);
+        write_u32(&mut b[field::PROBE], self.probe);
+        write_u32(&mut b[field::SESSION], self.session);
+        write_u16(&mut b[field::STREAM], self.stream);
+        write_u16(&mut b[field::LINKTYPE], self.linktype);
+        write_u32(&mut b[field::SNAPLEN], self.snaplen);
+        write_u32(&mut b[field::INTERFACE], self.interface);
         b[field::RESERVED].fill(0);
-        b[field::SEQUENCE].copy_from_slice(&self.sequence.to_be_bytes());
-        b[field::RECORDS_BEFORE].copy_from_slice(&self.records_before.to_be_bytes());
-        b[field::DROPS].copy_from_slice(&self.drops.to_be_bytes());
+        write_u64(&mut b[field::SEQUENCE], self.sequence);
+        write_u64(&mut b[field::RECORDS_BEFORE], self.records_before);
+        write_u64(&mut b[field::DROPS], self.drops);
     }
 }
 
@@ -163,25 +164,6 @@ pub struct Datagram<'a> {
     records: &'a [u8],
 }
 
-#[inline]
-fn be16(b: &[u8], r: core::ops::Range<usize>) -> u16 {
-    u16::from_be_bytes([b[r.start], b[r.start + 1]])
-}
-
-#[inline]
-fn be32(b: &[u8], r: core::ops::Range<usize>) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[r]);
-    u32::from_be_bytes(a)
-}
-
-#[inline]
-fn be64(b: &[u8], r: core::ops::Range<usize>) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[r]);
-    u64::from_be_bytes(a)
-}
-
 impl<'a> Datagram<'a> {
     /// Checks `buf` completely: magic, version, header length, and that exactly `count` whole
     /// records fill the rest (the last one's padding may be absent).
@@ -189,7 +171,7 @@ impl<'a> Datagram<'a> {
         if buf.len() < HEADER_LEN {
             return Err(Error::Short { len: buf.len() });
         }
-        let magic = be32(buf, field::MAGIC);
+        let magic = read_u32(&buf[field::MAGIC]);
         if magic != MAGIC {
             return Err(Error::BadMagic(magic));
         }
@@ -202,16 +184,16 @@ impl<'a> Datagram<'a> {
             return Err(Error::BadHeaderLen(hdr_len));
         }
         let header = Header {
-            count: be16(buf, field::COUNT),
-            probe: be32(buf, field::PROBE),
-            session: be32(buf, field::SESSION),
-            stream: be16(buf, field::STREAM),
-            linktype: be16(buf, field::LINKTYPE),
-            snaplen: be32(buf, field::SNAPLEN),
-            interface: be32(buf, field::INTERFACE),
-            sequence: be64(buf, field::SEQUENCE),
-            records_before: be64(buf, field::RECORDS_BEFORE),
-            drops: be64(buf, field::DROPS),
+            count: read_u16(&buf[field::COUNT]),
+            probe: read_u32(&buf[field::PROBE]),
+            session: read_u32(&buf[field::SESSION]),
+            stream: read_u16(&buf[field::STREAM]),
+            linktype: read_u16(&buf[field::LINKTYPE]),
+            snaplen: read_u32(&buf[field::SNAPLEN]),
+            interface: read_u32(&buf[field::INTERFACE]),
+            sequence: read_u64(&buf[field::SEQUENCE]),
+            records_before: read_u64(&buf[field::RECORDS_BEFORE]),
+            drops: read_u64(&buf[field::DROPS]),
         };
         let records = &buf[hdr_len..];
         let mut found: u16 = 0;

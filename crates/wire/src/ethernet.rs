@@ -6,6 +6,7 @@
 //! +----------------+----------------+-----------+---------
 //! ```
 
+use crate::bytes::{read_u16, write_u16};
 use core::fmt;
 use core::str::FromStr;
 
@@ -221,8 +222,7 @@ impl<T: AsRef<[u8]>> Frame<T> {
     /// The EtherType (or 802.3 length when below 0x0600).
     #[inline]
     pub fn ethertype(&self) -> EtherType {
-        let b = &self.buffer.as_ref()[field::ETHERTYPE];
-        EtherType::from_u16(u16::from_be_bytes([b[0], b[1]]))
+        EtherType::from_u16(read_u16(&self.buffer.as_ref()[field::ETHERTYPE]))
     }
 
     /// The bytes after the header.
@@ -248,7 +248,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
     /// Sets the EtherType.
     #[inline]
     pub fn set_ethertype(&mut self, t: EtherType) {
-        self.buffer.as_mut()[field::ETHERTYPE].copy_from_slice(&t.to_u16().to_be_bytes());
+        write_u16(&mut self.buffer.as_mut()[field::ETHERTYPE], t.to_u16());
     }
 
     /// The bytes after the header, mutably.

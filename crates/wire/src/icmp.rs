@@ -6,6 +6,8 @@
 //! +-------+-------+---------------+-------------------------------+
 //! ```
 
+use crate::bytes::{read_u16, write_u16};
+
 /// The buffer is shorter than the 4-byte ICMP header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("ICMP header truncated: shorter than 4 bytes")]
@@ -108,22 +110,19 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// The checksum field.
     #[inline]
     pub fn checksum(&self) -> u16 {
-        let b = &self.buffer.as_ref()[field::CHECKSUM];
-        u16::from_be_bytes([b[0], b[1]])
+        read_u16(&self.buffer.as_ref()[field::CHECKSUM])
     }
 
     /// Echo identifier (meaningful for echo messages), if captured.
     #[inline]
     pub fn echo_ident(&self) -> Option<u16> {
-        let b = self.buffer.as_ref().get(field::ECHO_IDENT)?;
-        Some(u16::from_be_bytes([b[0], b[1]]))
+        self.buffer.as_ref().get(field::ECHO_IDENT).map(read_u16)
     }
 
     /// Echo sequence number (meaningful for echo messages), if captured.
     #[inline]
     pub fn echo_seq_no(&self) -> Option<u16> {
-        let b = self.buffer.as_ref().get(field::ECHO_SEQNO)?;
-        Some(u16::from_be_bytes([b[0], b[1]]))
+        self.buffer.as_ref().get(field::ECHO_SEQNO).map(read_u16)
     }
 
     /// The captured bytes after type, code and checksum.
@@ -149,7 +148,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Sets the checksum field.
     #[inline]
     pub fn set_checksum(&mut self, v: u16) {
-        self.buffer.as_mut()[field::CHECKSUM].copy_from_slice(&v.to_be_bytes());
+        write_u16(&mut self.buffer.as_mut()[field::CHECKSUM], v);
     }
 
     /// The bytes after type, code and checksum, mutably.

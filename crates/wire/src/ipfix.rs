@@ -38,16 +38,19 @@
 //! every reverse element other than the counters as the forward one, so the forward value,
 //! written last, wins there.
 
+use crate::bytes::Put;
+use crate::flowexport::{MessageFormat, MessageHeader, TemplateEncoder, saturate, unix_secs};
 use crate::flowrecord::FlowRecord;
+
+pub use crate::flowexport::{
+    ConfigError, DEFAULT_REFRESH_MESSAGES, DEFAULT_REFRESH_SECS, Refresh, SET_HEADER_LEN, Stats,
+};
 
 /// `version` in the message header.
 pub const VERSION: u16 = 10;
 
 /// Length of the message header.
 pub const HEADER_LEN: usize = 16;
-
-/// Length of a set header (set id, length).
-pub const SET_HEADER_LEN: usize = 4;
 
 /// Set id of a Template Set.
 pub const TEMPLATE_SET_ID: u16 = 2;
@@ -63,12 +66,6 @@ pub const REVERSE_PEN: u32 = 29305;
 
 /// `biflowDirection` value for "the forward direction is the initiator" (RFC 5103 §6.3).
 pub const BIFLOW_INITIATOR: u8 = 1;
-
-/// Default time between template resends over UDP, in seconds.
-pub const DEFAULT_REFRESH_SECS: u32 = 60;
-
-/// Default message count between template resends over UDP (ipt_NETFLOW's default).
-pub const DEFAULT_REFRESH_MESSAGES: u32 = 20;
 
 /// Default largest message: a 1500-byte MTU less an IPv6 (40) and a UDP (8) header, so it also
 /// fits under IPv4. Use 512 when the path MTU is unknown (RFC 7011 §10.3.3).
@@ -245,25 +242,6 @@ pub enum Transport {
     Tcp,
 }
 
-/// When templates are resent over UDP (RFC 6728 `templateRefreshTimeout`); a message carries
-/// them when either limit is reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Refresh {
-    /// Seconds after the last message with templates; 0 turns the timer off.
-    pub secs: u32,
-    /// At least one message in every `messages` carries the templates; 0 turns the count off.
-    pub messages: u32,
-}
-
-impl Default for Refresh {
-    fn default() -> Refresh {
-        Refresh {
-            secs: DEFAULT_REFRESH_SECS,
-            messages: DEFAULT_REFRESH_MESSAGES,
-        }
-    }
-}
-
 /// How an [`Encoder`] writes to one collector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Config {
@@ -290,377 +268,102 @@ impl Config {
     }
 }
 
-/// Why an encoder could not be built from its configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
-    /// The largest message cannot hold a full first message.
-    #[error(
-        "{format}: maximum message length {len} is below {min}, the least that holds a header, the templates (if any) and one record"
-    )]
-    MessageTooShort {
-        /// "IPFIX", "NetFlow v9" or "NetFlow v5".
-        format: &'static str,
-        /// The configured length.
-        len: usize,
-        /// The least length that works.
-        min: usize,
-    },
-    /// The largest message exceeds what the format or UDP can carry.
-    #[error("{format}: maximum message length {len} exceeds {max}")]
-    MessageTooLong {
-        /// "IPFIX", "NetFlow v9" or "NetFlow v5".
-        format: &'static str,
-        /// The configured length.
-        len: usize,
-        /// The largest length that works.
-        max: usize,
-    },
-    /// Export over UDP with both refresh limits off would never resend the templates.
-    #[error("{format} over UDP needs a template refresh: refresh seconds and messages are both 0")]
-    NoRefresh {
-        /// "IPFIX" or "NetFlow v9".
-        format: &'static str,
-    },
-}
-
-impl ConfigError {
-    /// Checks a configured largest message against the least a format needs and the most it
-    /// allows.
-    pub(crate) fn check_len(
-        format: &'static str,
-        len: usize,
-        min: usize,
-        max: usize,
-    ) -> Result<(), ConfigError> {
-        if len < min {
-            Err(ConfigError::MessageTooShort { format, len, min })
-        } else if len > max {
-            Err(ConfigError::MessageTooLong { format, len, max })
-        } else {
-            Ok(())
-        }
-    }
-}
-
-impl Refresh {
-    /// The refresh, if it ever resends the templates.
-    pub(crate) fn check(self, format: &'static str) -> Result<Refresh, ConfigError> {
-        if self.secs == 0 && self.messages == 0 {
-            Err(ConfigError::NoRefresh { format })
-        } else {
-            Ok(self)
-        }
-    }
-}
-
-/// What an encoder has done since it was built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Stats {
-    /// Messages (export packets) handed to `out`, template-only ones included.
-    pub messages: u64,
-    /// Messages that carried the templates.
-    pub template_messages: u64,
-    /// Data records written (NetFlow v5: one per direction that had packets).
-    pub records: u64,
-    /// Flow records the format cannot carry, skipped (NetFlow v5: IPv6 or no packets).
-    pub unencodable: u64,
-}
-
-/// When templates are due: first message of a session, then by time and message count.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct TemplateClock {
-    /// `None`: send once per session (TCP).
-    refresh: Option<Refresh>,
-    /// Templates went out in this session.
-    sent: bool,
-    /// Export time of the last message with templates.
-    last_ns: u64,
-    /// Messages since the last one with templates, that one included.
-    messages: u32,
-}
-
-impl TemplateClock {
-    pub(crate) fn new(refresh: Option<Refresh>) -> TemplateClock {
-        TemplateClock {
-            refresh,
-            sent: false,
-            last_ns: 0,
-            messages: 0,
-        }
-    }
-
-    /// Whether a message sent at `now_ns` must carry the templates.
-    pub(crate) fn due(&self, now_ns: u64) -> bool {
-        if !self.sent {
-            return true;
-        }
-        let Some(r) = self.refresh else {
-            return false;
-        };
-        let by_count = r.messages != 0 && self.messages >= r.messages;
-        // A clock that stepped back also resends: cheaper than reasoning about it.
-        let by_time = r.secs != 0
-            && now_ns
-                .checked_sub(self.last_ns)
-                .is_none_or(|d| d >= u64::from(r.secs) * 1_000_000_000);
-        by_count || by_time
-    }
-
-    /// Records that a message went out at `now_ns`, with or without templates.
-    pub(crate) fn sent(&mut self, templates: bool, now_ns: u64) {
-        if templates {
-            self.sent = true;
-            self.last_ns = now_ns;
-            self.messages = 1;
-        } else {
-            self.messages = self.messages.saturating_add(1);
-        }
-    }
-
-    /// Starts a new session: templates are due again.
-    pub(crate) fn reset(&mut self) {
-        *self = TemplateClock::new(self.refresh);
-    }
-}
-
-/// A big-endian writer over a buffer the caller has sized; panics only on a sizing bug.
-#[derive(Debug)]
-pub(crate) struct Put<'a> {
-    buf: &'a mut [u8],
-    pos: usize,
-}
-
-impl<'a> Put<'a> {
-    /// Writes into `buf` from `pos` on.
-    #[inline]
-    pub(crate) fn at(buf: &'a mut [u8], pos: usize) -> Put<'a> {
-        Put { buf, pos }
-    }
-
-    /// The offset of the next byte.
-    #[inline]
-    pub(crate) fn pos(&self) -> usize {
-        self.pos
-    }
-
-    /// Overwrites the 16 bits at `at`, behind the cursor (a length written last).
-    #[inline]
-    pub(crate) fn set_u16(&mut self, at: usize, v: u16) {
-        self.buf[at..at + 2].copy_from_slice(&v.to_be_bytes());
-    }
-
-    /// The next `N` bytes, to fill at fixed offsets; the cursor moves past them.
-    #[inline]
-    pub(crate) fn array<const N: usize>(&mut self) -> &mut [u8; N] {
-        let (at, len) = (self.pos, self.buf.len());
-        self.pos += N;
-        let Some(a) = self.buf[at..].first_chunk_mut::<N>() else {
-            panic!("{N} bytes at {at} past the end of a {len}-byte buffer");
-        };
-        a
-    }
-
-    #[inline]
-    pub(crate) fn bytes(&mut self, b: &[u8]) {
-        self.buf[self.pos..self.pos + b.len()].copy_from_slice(b);
-        self.pos += b.len();
-    }
-
-    #[inline]
-    pub(crate) fn u8(&mut self, v: u8) {
-        self.buf[self.pos] = v;
-        self.pos += 1;
-    }
-
-    #[inline]
-    pub(crate) fn u16(&mut self, v: u16) {
-        self.bytes(&v.to_be_bytes());
-    }
-
-    #[inline]
-    pub(crate) fn u32(&mut self, v: u32) {
-        self.bytes(&v.to_be_bytes());
-    }
-
-    #[inline]
-    pub(crate) fn u64(&mut self, v: u64) {
-        self.bytes(&v.to_be_bytes());
-    }
-}
-
-/// `v` in 32 bits, `u32::MAX` if it does not fit.
-#[inline]
-pub(crate) fn saturate(v: u64) -> u32 {
-    u32::try_from(v).unwrap_or(u32::MAX)
-}
-
-/// Whole seconds since 1970 in 32 bits, saturating in 2106.
-#[inline]
-pub(crate) fn unix_secs(ns: u64) -> u32 {
-    saturate(ns / 1_000_000_000)
-}
-
 /// The IPFIX encoder for one collector: a reusable message buffer, the sequence number and the
 /// template schedule.
 #[derive(Debug)]
-pub struct Encoder {
-    cfg: Config,
-    buf: Box<[u8]>,
-    /// Data records sent in this session, modulo 2^32.
-    sequence: u32,
-    templates: TemplateClock,
-    stats: Stats,
-}
+pub struct Encoder(TemplateEncoder<Config>);
 
 impl Encoder {
     /// Checks `cfg` and allocates the message buffer.
     pub fn new(cfg: Config) -> Result<Encoder, ConfigError> {
-        const FORMAT: &str = "IPFIX";
-        ConfigError::check_len(
-            FORMAT,
-            cfg.max_message_len,
-            MIN_MESSAGE_LEN,
-            MAX_MESSAGE_LEN,
-        )?;
-        let refresh = match cfg.transport {
-            Transport::Udp => Some(cfg.refresh.check(FORMAT)?),
-            Transport::Tcp => None,
-        };
-        Ok(Encoder {
-            cfg,
-            buf: vec![0; cfg.max_message_len].into_boxed_slice(),
-            sequence: 0,
-            templates: TemplateClock::new(refresh),
-            stats: Stats::default(),
-        })
+        TemplateEncoder::new(cfg).map(Encoder)
     }
 
     /// The configuration.
     pub fn config(&self) -> &Config {
-        &self.cfg
+        &self.0.cfg
     }
 
     /// What the encoder has done so far.
     pub fn stats(&self) -> Stats {
-        self.stats
+        self.0.stats()
     }
 
-    /// The sequence number the next message will carry.
+    /// The sequence number the next message will carry: data records sent in this session,
+    /// modulo 2^32.
     pub fn sequence(&self) -> u32 {
-        self.sequence
+        self.0.sequence
     }
 
     /// Starts a new transport session (a TCP reconnect): the sequence restarts at 0 and the
     /// next message carries the templates.
     pub fn reset_session(&mut self) {
-        self.sequence = 0;
-        self.templates.reset();
+        self.0.reset_session();
     }
 
     /// Encodes `records` into one or more messages of at most `max_message_len` octets and
     /// calls `out` with each; `now_ns` (ns since 1970) is the export time.
     pub fn encode(&mut self, records: &[FlowRecord], now_ns: u64, out: &mut dyn FnMut(&[u8])) {
-        let mut rest = records;
-        while !rest.is_empty() {
-            let templates = self.templates.due(now_ns);
-            let n = self.fit(rest, templates);
-            let len = self.write_message(&rest[..n], templates, now_ns);
-            out(&self.buf[..len]);
-            self.sent(n, templates, now_ns);
-            rest = &rest[n..];
-        }
+        self.0.encode(records, now_ns, out);
     }
 
     /// Sends a template-only message if templates are due (none sent yet in this session, or
     /// the UDP refresh is due), so collectors learn them even when no flow ends. Call it
     /// periodically, e.g. once a second.
     pub fn tick(&mut self, now_ns: u64, out: &mut dyn FnMut(&[u8])) {
-        if self.templates.due(now_ns) {
-            let len = self.write_message(&[], true, now_ns);
-            out(&self.buf[..len]);
-            self.sent(0, true, now_ns);
+        self.0.tick(now_ns, out);
+    }
+}
+
+impl MessageFormat for Config {
+    const NAME: &'static str = "IPFIX";
+    const HEADER_LEN: usize = HEADER_LEN;
+    const TEMPLATE_SET_LEN: usize = TEMPLATE_SET_LEN;
+    const DATA_SET_ID: [u16; 2] = [TEMPLATE_ID_V4, TEMPLATE_ID_V6];
+    const RECORD_LEN: [usize; 2] = [RECORD_LEN_V4, RECORD_LEN_V6];
+    const SET_ALIGN: usize = 1;
+    const SEQUENCE_COUNTS_RECORDS: bool = true;
+    const MIN_MESSAGE_LEN: usize = MIN_MESSAGE_LEN;
+    const MAX_MESSAGE_LEN: usize = MAX_MESSAGE_LEN;
+
+    fn max_message_len(&self) -> usize {
+        self.max_message_len
+    }
+
+    fn refresh(&self) -> Option<Refresh> {
+        match self.transport {
+            Transport::Udp => Some(self.refresh),
+            Transport::Tcp => None,
         }
     }
 
-    fn sent(&mut self, records: usize, templates: bool, now_ns: u64) {
-        self.sequence = self.sequence.wrapping_add(records as u32);
-        self.templates.sent(templates, now_ns);
-        self.stats.messages += 1;
-        self.stats.template_messages += u64::from(templates);
-        self.stats.records += records as u64;
+    /// Over UDP only, where it makes full messages one size; never a whole record's worth,
+    /// which a collector would read as a record.
+    fn end_padding(&self, room: usize, record_len: usize) -> usize {
+        if self.transport == Transport::Udp && room < record_len {
+            room
+        } else {
+            0
+        }
     }
 
-    /// How many of `records`, taken in order, fit in one message.
-    fn fit(&self, records: &[FlowRecord], templates: bool) -> usize {
-        let mut len = HEADER_LEN + if templates { TEMPLATE_SET_LEN } else { 0 };
-        let (mut v4, mut v6) = (false, false);
-        for (i, r) in records.iter().enumerate() {
-            let (rec, open) = if r.ipv6 {
-                (RECORD_LEN_V6, &mut v6)
-            } else {
-                (RECORD_LEN_V4, &mut v4)
-            };
-            let add = rec + if *open { 0 } else { SET_HEADER_LEN };
-            if len + add > self.cfg.max_message_len {
-                // MIN_MESSAGE_LEN guarantees room for the first record.
-                debug_assert!(i > 0);
-                return i;
-            }
-            len += add;
-            *open = true;
-        }
-        records.len()
+    #[inline]
+    fn write_template_set(w: &mut Put<'_>) {
+        write_template_set(w);
     }
 
-    /// Writes one message with `batch` (all of which fit) and returns its length.
-    fn write_message(&mut self, batch: &[FlowRecord], templates: bool, now_ns: u64) -> usize {
-        let mut w = Put::at(&mut self.buf, HEADER_LEN);
-        if templates {
-            write_template_set(&mut w);
-        }
-        // Where the last Data Set starts and the length of its records.
-        let mut last_set = None;
-        for ipv6 in [false, true] {
-            if !batch.iter().any(|r| r.ipv6 == ipv6) {
-                continue;
-            }
-            let start = w.pos();
-            w.u16(0); // set id and length, filled in below
-            w.u16(0);
-            for r in batch.iter().filter(|r| r.ipv6 == ipv6) {
-                write_record(&mut w, r);
-            }
-            let set_len = w.pos() - start;
-            let (id, record_len) = if ipv6 {
-                (TEMPLATE_ID_V6, RECORD_LEN_V6)
-            } else {
-                (TEMPLATE_ID_V4, RECORD_LEN_V4)
-            };
-            w.set_u16(start, id);
-            w.set_u16(start + 2, set_len as u16);
-            last_set = Some((start, record_len));
-        }
-        let mut len = w.pos();
-        // Padding: over UDP only, where it makes full messages one size; never a whole record's
-        // worth, which a collector would read as a record.
-        let room = self.cfg.max_message_len - len;
-        if let Some((start, record_len)) = last_set
-            && self.cfg.transport == Transport::Udp
-            && room > 0
-            && room < record_len
-        {
-            self.buf[len..len + room].fill(0);
-            len += room;
-            let set_len = (len - start) as u16;
-            Put::at(&mut self.buf, start + 2).u16(set_len);
-        }
-        let mut h = Put::at(&mut self.buf, 0);
+    #[inline(always)]
+    fn write_record(&self, w: &mut Put<'_>, r: &FlowRecord) {
+        write_record(w, r);
+    }
+
+    #[inline(always)]
+    fn write_header(&self, h: &mut Put<'_>, m: &MessageHeader) {
         h.u16(VERSION);
-        h.u16(len as u16);
-        h.u32(unix_secs(now_ns));
-        h.u32(self.sequence);
-        h.u32(self.cfg.observation_domain_id);
-        len
+        h.u16(m.len as u16);
+        h.u32(unix_secs(m.now_ns));
+        h.u32(m.sequence);
+        h.u32(self.observation_domain_id);
     }
 }
 
@@ -693,6 +396,7 @@ fn millis(ns: u64) -> u64 {
 }
 
 /// Writes `r` in the order of [`TEMPLATE_V4`] / [`TEMPLATE_V6`].
+#[inline(always)]
 fn write_record(w: &mut Put<'_>, r: &FlowRecord) {
     // Into a fixed-size array: every offset below is then a constant and no write is checked.
     if r.ipv6 {
@@ -741,19 +445,12 @@ fn fill_record<const N: usize>(rec: &mut [u8; N], r: &FlowRecord, src: &[u8], ds
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::bytes::{read_u16, read_u32, read_u64};
     use crate::flowrecord::{Counters, EndReason};
     use proptest::prelude::*;
 
     const T0: u64 = 1_700_000_000_000_000_000;
     const SEC: u64 = 1_000_000_000;
-
-    fn be16(b: &[u8], at: usize) -> u16 {
-        u16::from_be_bytes([b[at], b[at + 1]])
-    }
-
-    fn be32(b: &[u8], at: usize) -> u32 {
-        u32::from_be_bytes(b[at..at + 4].try_into().unwrap())
-    }
 
     /// A TCP biflow 10.0.0.1:40000 → 10.0.0.2:443 (or 2001:db8::1 → 2001:db8::2).
     pub(crate) fn tcp(ipv6: bool) -> FlowRecord {
@@ -799,13 +496,13 @@ pub(crate) mod tests {
 
     /// The sets of a message: (set id, body).
     fn sets(msg: &[u8]) -> Vec<(u16, &[u8])> {
-        assert_eq!(be16(msg, 0), VERSION);
-        assert_eq!(usize::from(be16(msg, 2)), msg.len());
+        assert_eq!(read_u16(msg), VERSION);
+        assert_eq!(usize::from(read_u16(&msg[2..])), msg.len());
         let mut v = Vec::new();
         let mut p = HEADER_LEN;
         while p < msg.len() {
-            let id = be16(msg, p);
-            let len = usize::from(be16(msg, p + 2));
+            let id = read_u16(&msg[p..]);
+            let len = usize::from(read_u16(&msg[p + 2..]));
             assert!(
                 len >= SET_HEADER_LEN && p + len <= msg.len(),
                 "set overruns"
@@ -869,11 +566,19 @@ pub(crate) mod tests {
         let msgs = collect(&mut enc, &[tcp(false)], T0 + 500_000_000);
         assert_eq!(msgs.len(), 1);
         let m = &msgs[0];
-        assert_eq!(be16(m, 0), 10);
-        assert_eq!(usize::from(be16(m, 2)), m.len());
-        assert_eq!(be32(m, 4), 1_700_000_000, "export time in whole seconds");
-        assert_eq!(be32(m, 8), 0, "no data record before the first message");
-        assert_eq!(be32(m, 12), 7);
+        assert_eq!(read_u16(m), 10);
+        assert_eq!(usize::from(read_u16(&m[2..])), m.len());
+        assert_eq!(
+            read_u32(&m[4..]),
+            1_700_000_000,
+            "export time in whole seconds"
+        );
+        assert_eq!(
+            read_u32(&m[8..]),
+            0,
+            "no data record before the first message"
+        );
+        assert_eq!(read_u32(&m[12..]), 7);
         assert_eq!(m.len(), HEADER_LEN + TEMPLATE_SET_LEN + 4 + RECORD_LEN_V4);
 
         let s = sets(m);
@@ -944,7 +649,7 @@ pub(crate) mod tests {
         let mut r = tcp(false);
         r.fwd = Counters::default();
         write_record(&mut Put::at(&mut buf, 0), &r);
-        let ms = |at: usize| u64::from_be_bytes(buf[at..at + 8].try_into().unwrap());
+        let ms = |at: usize| read_u64(&buf[at..]);
         assert_eq!(ms(35), (T0 + 2_000_000) / 1_000_000);
         assert_eq!(ms(43), (T0 + 8_000_000) / 1_000_000);
     }
@@ -956,7 +661,7 @@ pub(crate) mod tests {
         let mut enc = udp(max, Refresh::default());
         let recs = vec![tcp(false); 9];
         let msgs = collect(&mut enc, &recs, T0);
-        let seqs: Vec<u32> = msgs.iter().map(|m| be32(m, 8)).collect();
+        let seqs: Vec<u32> = msgs.iter().map(|m| read_u32(&m[8..])).collect();
         let shapes: Vec<_> = msgs.iter().map(|m| shape(m)).collect();
         assert_eq!(seqs, [0, 2, 6]);
         assert_eq!(shapes, [(true, 2, 0), (false, 4, 0), (false, 3, 0)]);
@@ -964,10 +669,10 @@ pub(crate) mod tests {
         let mut t = Vec::new();
         enc.tick(T0 + 60 * SEC, &mut |m| t.push(m.to_vec()));
         assert_eq!(t.len(), 1);
-        assert_eq!(be32(&t[0], 8), 9);
+        assert_eq!(read_u32(&t[0][8..]), 9);
         assert_eq!(shape(&t[0]), (true, 0, 0));
         let msgs = collect(&mut enc, &recs[..1], T0 + 61 * SEC);
-        assert_eq!(be32(&msgs[0], 8), 9);
+        assert_eq!(read_u32(&msgs[0][8..]), 9);
         assert_eq!(enc.sequence(), 10);
         let s = enc.stats();
         assert_eq!((s.messages, s.template_messages, s.records), (5, 2, 10));
@@ -976,9 +681,9 @@ pub(crate) mod tests {
     #[test]
     fn sequence_wraps_modulo_2_32() {
         let mut enc = udp(1400, Refresh::default());
-        enc.sequence = u32::MAX;
+        enc.0.sequence = u32::MAX;
         let msgs = collect(&mut enc, &[tcp(false), tcp(true)], T0);
-        assert_eq!(be32(&msgs[0], 8), u32::MAX);
+        assert_eq!(read_u32(&msgs[0][8..]), u32::MAX);
         assert_eq!(enc.sequence(), 1);
     }
 
@@ -999,12 +704,12 @@ pub(crate) mod tests {
         let v4: Vec<u16> = s[1]
             .1
             .chunks(RECORD_LEN_V4)
-            .map(|c| be16(c, sport_at))
+            .map(|c| read_u16(&c[sport_at..]))
             .collect();
         let v6: Vec<u16> = s[2]
             .1
             .chunks(RECORD_LEN_V6)
-            .map(|c| be16(c, sport_at + 24))
+            .map(|c| read_u16(&c[sport_at + 24..]))
             .collect();
         assert_eq!((v4, v6), (vec![0, 2, 4], vec![1, 3, 5]));
     }
@@ -1086,7 +791,7 @@ pub(crate) mod tests {
         assert_eq!(enc.sequence(), 0);
         let m = collect(&mut enc, &r, T0);
         assert_eq!(shape(&m[0]), (true, 1, 0));
-        assert_eq!(be32(&m[0], 8), 0);
+        assert_eq!(read_u32(&m[0][8..]), 0);
     }
 
     /// Over UDP, full messages are all `max_message_len` long, padded with zeros inside their
@@ -1180,7 +885,7 @@ pub(crate) mod tests {
             let mut first = true;
             enc.encode(&recs, T0, &mut |m| {
                 assert!(m.len() <= max, "message of {} > {max}", m.len());
-                assert_eq!(be32(m, 8), seq);
+                assert_eq!(read_u32(&m[8..]), seq);
                 let (t, a, b) = shape(m);
                 assert!(a + b > 0);
                 assert!(!first || t, "templates in the first message");

@@ -12,6 +12,7 @@
 //! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //! ```
 
+use crate::bytes::{read_u16, write_u16};
 use crate::checksum;
 use core::net::Ipv4Addr;
 
@@ -204,12 +205,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.buffer
     }
 
-    #[inline]
-    fn u16_at(&self, r: core::ops::Range<usize>) -> u16 {
-        let b = &self.buffer.as_ref()[r];
-        u16::from_be_bytes([b[0], b[1]])
-    }
-
     /// The version nibble.
     #[inline]
     pub fn version(&self) -> u8 {
@@ -237,37 +232,37 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// The total length field (header + payload as sent; 0 on some TSO captures).
     #[inline]
     pub fn total_len(&self) -> u16 {
-        self.u16_at(field::LENGTH)
+        read_u16(&self.buffer.as_ref()[field::LENGTH])
     }
 
     /// The identification field.
     #[inline]
     pub fn ident(&self) -> u16 {
-        self.u16_at(field::IDENT)
+        read_u16(&self.buffer.as_ref()[field::IDENT])
     }
 
     /// The don't-fragment flag.
     #[inline]
     pub fn dont_frag(&self) -> bool {
-        self.u16_at(field::FLG_OFF) & FLAG_DF != 0
+        read_u16(&self.buffer.as_ref()[field::FLG_OFF]) & FLAG_DF != 0
     }
 
     /// The more-fragments flag.
     #[inline]
     pub fn more_frags(&self) -> bool {
-        self.u16_at(field::FLG_OFF) & FLAG_MF != 0
+        read_u16(&self.buffer.as_ref()[field::FLG_OFF]) & FLAG_MF != 0
     }
 
     /// The fragment offset in bytes.
     #[inline]
     pub fn frag_offset(&self) -> u16 {
-        (self.u16_at(field::FLG_OFF) & FRAG_MASK) << 3
+        (read_u16(&self.buffer.as_ref()[field::FLG_OFF]) & FRAG_MASK) << 3
     }
 
     /// Whether this is a fragment (MF set or a non-zero offset).
     #[inline]
     pub fn is_fragment(&self) -> bool {
-        self.u16_at(field::FLG_OFF) & (FLAG_MF | FRAG_MASK) != 0
+        read_u16(&self.buffer.as_ref()[field::FLG_OFF]) & (FLAG_MF | FRAG_MASK) != 0
     }
 
     /// Time to live.
@@ -285,7 +280,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// The header checksum field.
     #[inline]
     pub fn checksum(&self) -> u16 {
-        self.u16_at(field::CHECKSUM)
+        read_u16(&self.buffer.as_ref()[field::CHECKSUM])
     }
 
     /// The source address.
@@ -348,11 +343,6 @@ impl<'a> Packet<&'a [u8]> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    #[inline]
-    fn set_u16(&mut self, r: core::ops::Range<usize>, v: u16) {
-        self.buffer.as_mut()[r].copy_from_slice(&v.to_be_bytes());
-    }
-
     /// Sets version 4 and the header length in bytes (a multiple of 4, 20..=60).
     #[inline]
     pub fn set_version_and_header_len(&mut self, header_len: usize) {
@@ -368,13 +358,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Sets the total length.
     #[inline]
     pub fn set_total_len(&mut self, v: u16) {
-        self.set_u16(field::LENGTH, v);
+        write_u16(&mut self.buffer.as_mut()[field::LENGTH], v);
     }
 
     /// Sets the identification.
     #[inline]
     pub fn set_ident(&mut self, v: u16) {
-        self.set_u16(field::IDENT, v);
+        write_u16(&mut self.buffer.as_mut()[field::IDENT], v);
     }
 
     /// Sets the flags and fragment offset (offset in bytes, a multiple of 8).
@@ -387,7 +377,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         if more_frags {
             v |= FLAG_MF;
         }
-        self.set_u16(field::FLG_OFF, v);
+        write_u16(&mut self.buffer.as_mut()[field::FLG_OFF], v);
     }
 
     /// Sets the time to live.
@@ -405,7 +395,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Sets the checksum field.
     #[inline]
     pub fn set_checksum(&mut self, v: u16) {
-        self.set_u16(field::CHECKSUM, v);
+        write_u16(&mut self.buffer.as_mut()[field::CHECKSUM], v);
     }
 
     /// Sets the source address.

@@ -9,6 +9,7 @@
 //! +---------------------------------------------------------------+
 //! ```
 
+use crate::bytes::{read_u16, read_u32, write_u16, write_u32};
 pub use crate::ipv4::IpProtocol;
 use core::net::Ipv6Addr;
 
@@ -104,8 +105,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     #[inline]
     fn word0(&self) -> u32 {
-        let b = &self.buffer.as_ref()[field::VER_TC_FLOW];
-        u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+        read_u32(&self.buffer.as_ref()[field::VER_TC_FLOW])
     }
 
     /// The version nibble.
@@ -129,8 +129,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// The payload length field (0 for jumbograms).
     #[inline]
     pub fn payload_len(&self) -> u16 {
-        let b = &self.buffer.as_ref()[field::LENGTH];
-        u16::from_be_bytes([b[0], b[1]])
+        read_u16(&self.buffer.as_ref()[field::LENGTH])
     }
 
     /// The first next-header value.
@@ -197,9 +196,9 @@ impl<T: AsRef<[u8]>> Packet<T> {
                 44 => {
                     let h = b.get(off..off + 8)?;
                     let f = Fragment {
-                        offset: u16::from_be_bytes([h[2], h[3]]) & !0b111,
+                        offset: read_u16(&h[2..]) & !0b111,
                         more: h[3] & 1 != 0,
-                        ident: u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
+                        ident: read_u32(&h[4..]),
                     };
                     frag = Some(f);
                     if !f.is_first() {
@@ -233,13 +232,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     #[inline]
     pub fn set_version_tc_flow(&mut self, traffic_class: u8, flow_label: u32) {
         let w = (6u32 << 28) | (u32::from(traffic_class) << 20) | (flow_label & 0x000f_ffff);
-        self.buffer.as_mut()[field::VER_TC_FLOW].copy_from_slice(&w.to_be_bytes());
+        write_u32(&mut self.buffer.as_mut()[field::VER_TC_FLOW], w);
     }
 
     /// Sets the payload length.
     #[inline]
     pub fn set_payload_len(&mut self, v: u16) {
-        self.buffer.as_mut()[field::LENGTH].copy_from_slice(&v.to_be_bytes());
+        write_u16(&mut self.buffer.as_mut()[field::LENGTH], v);
     }
 
     /// Sets the next header.

@@ -4,6 +4,7 @@
 //! untrusted bytes and returns an error instead of panicking.
 #![forbid(unsafe_code)]
 
+pub mod bytes;
 pub mod linktype;
 pub mod record;
 
@@ -19,6 +20,7 @@ pub mod tcp;
 pub mod udp;
 
 // Flows.
+pub mod flowexport;
 pub mod flowrecord;
 pub mod ipfix;
 pub mod netflow5;

@@ -4,6 +4,7 @@
 //! never allocates and gives `None` for anything it does not recognise or that is cut short.
 
 use crate::LinkType;
+use crate::bytes::{get_u16, read_u16_as, read_u32, read_u32_as};
 
 /// Which IP version starts at [`NetworkLayer::offset`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -54,14 +55,6 @@ const AF_INET: u8 = 2;
 const AF_INET6_LINUX: u8 = 10;
 
 #[inline(always)]
-fn be16(b: &[u8], off: usize) -> Option<u16> {
-    match b.get(off..off + 2) {
-        Some(&[x, y]) => Some(u16::from_be_bytes([x, y])),
-        _ => None,
-    }
-}
-
-#[inline(always)]
 fn found(offset: usize, proto: NetworkProto, vlan: Option<u16>) -> Option<NetworkLayer> {
     Some(NetworkLayer {
         offset,
@@ -79,7 +72,7 @@ fn found(offset: usize, proto: NetworkProto, vlan: Option<u16>) -> Option<Networ
 pub fn network_layer(linktype: LinkType, frame: &[u8]) -> Option<NetworkLayer> {
     // Untagged Ethernet carrying IPv4, most frames, without a call or a walk; the same answer
     // as the walk gives.
-    if linktype == LinkType::Ethernet && be16(frame, 12) == Some(ETH_P_IP) {
+    if linktype == LinkType::Ethernet && get_u16(frame, 12) == Some(ETH_P_IP) {
         return found(14, NetworkProto::Ipv4, None);
     }
     walk(linktype, frame)
@@ -89,15 +82,15 @@ pub fn network_layer(linktype: LinkType, frame: &[u8]) -> Option<NetworkLayer> {
 #[inline(never)]
 fn walk(linktype: LinkType, frame: &[u8]) -> Option<NetworkLayer> {
     match linktype {
-        LinkType::Ethernet => ethertype(frame, be16(frame, 12)?, 14, None),
-        LinkType::LinuxSll => ethertype(frame, be16(frame, 14)?, SLL_HDR_LEN, None),
-        LinkType::LinuxSll2 => ethertype(frame, be16(frame, 0)?, SLL2_HDR_LEN, None),
+        LinkType::Ethernet => ethertype(frame, get_u16(frame, 12)?, 14, None),
+        LinkType::LinuxSll => ethertype(frame, get_u16(frame, 14)?, SLL_HDR_LEN, None),
+        LinkType::LinuxSll2 => ethertype(frame, get_u16(frame, 0)?, SLL2_HDR_LEN, None),
         LinkType::Raw => by_version(frame, 0, None),
         LinkType::Ipv4 => found(0, NetworkProto::Ipv4, None),
         LinkType::Ipv6 => found(0, NetworkProto::Ipv6, None),
         LinkType::Null => {
             let b = frame.get(..4)?;
-            let le = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            let le = read_u32_as(false, b);
             // Host order of the capturing machine: a value that only fits when swapped is
             // big-endian.
             let af = if le > 0xffff { le.swap_bytes() } else { le };
@@ -105,7 +98,7 @@ fn walk(linktype: LinkType, frame: &[u8]) -> Option<NetworkLayer> {
         }
         LinkType::Loop => {
             let b = frame.get(..4)?;
-            bsd_af(u32::from_be_bytes([b[0], b[1], b[2], b[3]]), 4)
+            bsd_af(read_u32(b), 4)
         }
         LinkType::Ppp => {
             let off = if frame.starts_with(&[0xff, 0x03]) {
@@ -128,9 +121,9 @@ fn ethertype(b: &[u8], mut et: u16, mut off: usize, mut vlan: Option<u16>) -> Op
             ETH_P_IP => return payload(b, off, NetworkProto::Ipv4, vlan),
             ETH_P_IPV6 => return payload(b, off, NetworkProto::Ipv6, vlan),
             ETH_P_8021Q | ETH_P_8021AD | ETH_P_QINQ1 => {
-                let tci = be16(b, off)?;
+                let tci = get_u16(b, off)?;
                 vlan = vlan.or(Some(tci & 0x0fff));
-                et = be16(b, off + 2)?;
+                et = get_u16(b, off + 2)?;
                 off += 4;
             }
             ETH_P_MPLS_UC | ETH_P_MPLS_MC => return mpls(b, off, vlan),
@@ -170,7 +163,7 @@ fn ppp(b: &[u8], off: usize, vlan: Option<u16>) -> Option<NetworkLayer> {
     let (proto, len) = if first & 1 != 0 {
         (u16::from(first), 1)
     } else {
-        (be16(b, off)?, 2)
+        (get_u16(b, off)?, 2)
     };
     match proto {
         PPP_IP => payload(b, off + len, NetworkProto::Ipv4, vlan),
@@ -207,8 +200,8 @@ fn nflog(b: &[u8]) -> Option<NetworkLayer> {
     let mut off = NFLOG_HDR_LEN;
     for _ in 0..MAX_NFLOG_TLVS {
         let h = b.get(off..off + 4)?;
-        let len = usize::from(u16::from_le_bytes([h[0], h[1]]));
-        let ty = u16::from_le_bytes([h[2], h[3]]) & 0x7fff;
+        let len = usize::from(read_u16_as(false, h));
+        let ty = read_u16_as(false, &h[2..]) & 0x7fff;
         if ty == NFULA_PAYLOAD {
             let start = off + 4;
             return match family {

@@ -27,11 +27,12 @@
 //! the records sent before the packet. Times are sysUptime milliseconds from
 //! [`Config::start_ns`], wrapping at 2^32 like a router's.
 
+use crate::bytes::Put;
+use crate::flowexport::{saturate, unix_secs};
 use crate::flowrecord::{Counters, FlowRecord};
-use crate::ipfix::{Put, saturate, unix_secs};
 use crate::netflow9::uptime_ms;
 
-pub use crate::ipfix::{ConfigError, Stats};
+pub use crate::flowexport::{ConfigError, Stats};
 
 /// `version` in the packet header.
 pub const VERSION: u16 = 5;
@@ -105,6 +106,12 @@ impl Encoder {
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// Moves the sysUptime origin ([`Config::start_ns`]), for an exporter that learns its "boot
+    /// time" only with the first flow; meant for before the first packet.
+    pub fn set_start_ns(&mut self, start_ns: u64) {
+        self.cfg.start_ns = start_ns;
     }
 
     /// What the encoder has done so far.
@@ -199,20 +206,13 @@ fn write_record(w: &mut Put<'_>, r: &FlowRecord, c: &Counters, reverse: bool, st
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bytes::{read_u16, read_u32};
     use crate::ipfix::tests::tcp;
     use proptest::prelude::*;
 
     const T0: u64 = 1_700_000_000_000_000_000;
     /// The exporter started 1000.25 s before T0.
     const START: u64 = T0 - 1_000_250_000_000;
-
-    fn be16(b: &[u8], at: usize) -> u16 {
-        u16::from_be_bytes([b[at], b[at + 1]])
-    }
-
-    fn be32(b: &[u8], at: usize) -> u32 {
-        u32::from_be_bytes(b[at..at + 4].try_into().unwrap())
-    }
 
     fn encoder(max: usize) -> Encoder {
         Encoder::new(Config {
@@ -229,7 +229,10 @@ mod tests {
     }
 
     fn records(p: &[u8]) -> Vec<&[u8]> {
-        assert_eq!(p.len(), HEADER_LEN + usize::from(be16(p, 2)) * RECORD_LEN);
+        assert_eq!(
+            p.len(),
+            HEADER_LEN + usize::from(read_u16(&p[2..])) * RECORD_LEN
+        );
         p[HEADER_LEN..].chunks(RECORD_LEN).collect()
     }
 
@@ -239,12 +242,12 @@ mod tests {
         let now = T0 + 5_123_456_789;
         let p = &collect(&mut enc, &[tcp(false)], now)[0];
         assert_eq!(p.len(), HEADER_LEN + 2 * RECORD_LEN);
-        assert_eq!(be16(p, 0), 5);
-        assert_eq!(be16(p, 2), 2, "a biflow is two records");
-        assert_eq!(be32(p, 4), 1_005_373, "1000.25 s + 5.123 s");
-        assert_eq!(be32(p, 8), 1_700_000_005);
-        assert_eq!(be32(p, 12), 123_456_789);
-        assert_eq!(be32(p, 16), 0);
+        assert_eq!(read_u16(p), 5);
+        assert_eq!(read_u16(&p[2..]), 2, "a biflow is two records");
+        assert_eq!(read_u32(&p[4..]), 1_005_373, "1000.25 s + 5.123 s");
+        assert_eq!(read_u32(&p[8..]), 1_700_000_005);
+        assert_eq!(read_u32(&p[12..]), 123_456_789);
+        assert_eq!(read_u32(&p[16..]), 0);
         assert_eq!(&p[20..24], &[0, 0, 0, 0], "engine type, id, not sampled");
     }
 
@@ -310,19 +313,22 @@ mod tests {
         let mut enc = encoder(MAX_MESSAGE_LEN);
         let p = &collect(&mut enc, &[r], T0)[0];
         let rec = records(p)[0];
-        assert_eq!(be16(rec, 12), u16::MAX);
-        assert_eq!(be32(rec, 16), u32::MAX);
-        assert_eq!(be32(rec, 20), u32::MAX);
+        assert_eq!(read_u16(&rec[12..]), u16::MAX);
+        assert_eq!(read_u32(&rec[16..]), u32::MAX);
+        assert_eq!(read_u32(&rec[20..]), u32::MAX);
     }
 
     #[test]
     fn flow_sequence_counts_records_before_across_packets() {
         let mut enc = encoder(MAX_MESSAGE_LEN);
         let msgs = collect(&mut enc, &vec![tcp(false); 40], T0);
-        let got: Vec<(u16, u32)> = msgs.iter().map(|p| (be16(p, 2), be32(p, 16))).collect();
+        let got: Vec<(u16, u32)> = msgs
+            .iter()
+            .map(|p| (read_u16(&p[2..]), read_u32(&p[16..])))
+            .collect();
         assert_eq!(got, [(30, 0), (30, 30), (20, 60)]);
         let msgs = collect(&mut enc, &[tcp(false)], T0);
-        assert_eq!(be32(&msgs[0], 16), 80);
+        assert_eq!(read_u32(&msgs[0][16..]), 80);
         assert_eq!(enc.sequence(), 82);
     }
 
@@ -333,7 +339,7 @@ mod tests {
         let mut enc = encoder(max);
         let msgs = collect(&mut enc, &vec![tcp(false); 6], T0);
         assert_eq!(
-            msgs.iter().map(|p| be16(p, 2)).collect::<Vec<_>>(),
+            msgs.iter().map(|p| read_u16(&p[2..])).collect::<Vec<_>>(),
             [5, 5, 2]
         );
         assert!(msgs.iter().all(|p| p.len() <= max));
@@ -371,7 +377,7 @@ mod tests {
             let mut seq = 0u32;
             enc.encode(&recs, T0, &mut |p| {
                 assert!(p.len() <= max.min(MAX_MESSAGE_LEN));
-                assert_eq!(be32(p, 16), seq);
+                assert_eq!(read_u32(&p[16..]), seq);
                 let n = records(p).len();
                 assert!((1..=MAX_RECORDS).contains(&n));
                 seq += n as u32;

@@ -14,7 +14,7 @@
 //! +--------------------------------------------------------------+
 //! ```
 //!
-//! Packing, template placement and refresh are the IPFIX encoder's (see [`crate::ipfix`]);
+//! Packing, template placement and refresh are shared with IPFIX ([`crate::flowexport`]);
 //! v9 differs in the header: `count` is the number of records in the packet, template records
 //! included, and `sequence` counts export packets sent before this one (template-only ones
 //! too). Data FlowSets are zero-padded to a multiple of 4 octets (RFC 3954 §5.3).
@@ -28,10 +28,11 @@
 //! milliseconds (< 1 s); that is v9's resolution. RFC 3954 has no flow end reason, so the
 //! record carries none.
 
+use crate::bytes::Put;
+use crate::flowexport::{MessageFormat, MessageHeader, SET_HEADER_LEN, TemplateEncoder, unix_secs};
 use crate::flowrecord::FlowRecord;
-use crate::ipfix::{Put, TemplateClock, unix_secs};
 
-pub use crate::ipfix::{ConfigError, Refresh, Stats};
+pub use crate::flowexport::{ConfigError, Refresh, Stats};
 
 /// `version` in the packet header.
 pub const VERSION: u16 = 9;
@@ -40,7 +41,7 @@ pub const VERSION: u16 = 9;
 pub const HEADER_LEN: usize = 20;
 
 /// Length of a FlowSet header (FlowSet id, length).
-pub const FLOWSET_HEADER_LEN: usize = 4;
+pub const FLOWSET_HEADER_LEN: usize = SET_HEADER_LEN;
 
 /// FlowSet id of a Template FlowSet.
 pub const TEMPLATE_FLOWSET_ID: u16 = 0;
@@ -216,133 +217,91 @@ pub(crate) fn uptime_ms(ns: u64, start_ns: u64) -> u32 {
 /// The NetFlow v9 encoder for one collector: a reusable packet buffer, the sequence number
 /// and the template schedule.
 #[derive(Debug)]
-pub struct Encoder {
-    cfg: Config,
-    buf: Box<[u8]>,
-    /// Export packets sent, modulo 2^32.
-    sequence: u32,
-    templates: TemplateClock,
-    stats: Stats,
-}
+pub struct Encoder(TemplateEncoder<Config>);
 
 impl Encoder {
     /// Checks `cfg` and allocates the packet buffer.
     pub fn new(cfg: Config) -> Result<Encoder, ConfigError> {
-        const FORMAT: &str = "NetFlow v9";
-        ConfigError::check_len(
-            FORMAT,
-            cfg.max_message_len,
-            MIN_MESSAGE_LEN,
-            MAX_MESSAGE_LEN,
-        )?;
-        cfg.refresh.check(FORMAT)?;
-        Ok(Encoder {
-            cfg,
-            buf: vec![0; cfg.max_message_len].into_boxed_slice(),
-            sequence: 0,
-            templates: TemplateClock::new(Some(cfg.refresh)),
-            stats: Stats::default(),
-        })
+        TemplateEncoder::new(cfg).map(Encoder)
     }
 
     /// The configuration.
     pub fn config(&self) -> &Config {
-        &self.cfg
+        &self.0.cfg
+    }
+
+    /// Moves the sysUptime origin ([`Config::start_ns`]), for an exporter that learns its "boot
+    /// time" only with the first flow; meant for before the first packet.
+    pub fn set_start_ns(&mut self, start_ns: u64) {
+        self.0.cfg.start_ns = start_ns;
     }
 
     /// What the encoder has done so far.
     pub fn stats(&self) -> Stats {
-        self.stats
+        self.0.stats()
     }
 
-    /// The sequence number the next packet will carry.
+    /// The sequence number the next packet will carry: export packets sent, modulo 2^32.
     pub fn sequence(&self) -> u32 {
-        self.sequence
+        self.0.sequence
     }
 
     /// Encodes `records` into one or more packets of at most `max_message_len` octets and
     /// calls `out` with each; `now_ns` (ns since 1970) is the export time.
     pub fn encode(&mut self, records: &[FlowRecord], now_ns: u64, out: &mut dyn FnMut(&[u8])) {
-        let mut rest = records;
-        while !rest.is_empty() {
-            let templates = self.templates.due(now_ns);
-            let n = self.fit(rest, templates);
-            let len = self.write_packet(&rest[..n], templates, now_ns);
-            out(&self.buf[..len]);
-            self.sent(n, templates, now_ns);
-            rest = &rest[n..];
-        }
+        self.0.encode(records, now_ns, out);
     }
 
     /// Sends a template-only packet if templates are due (none sent yet, or the refresh is
     /// due), so collectors learn them even when no flow ends. Call it periodically.
     pub fn tick(&mut self, now_ns: u64, out: &mut dyn FnMut(&[u8])) {
-        if self.templates.due(now_ns) {
-            let len = self.write_packet(&[], true, now_ns);
-            out(&self.buf[..len]);
-            self.sent(0, true, now_ns);
-        }
+        self.0.tick(now_ns, out);
+    }
+}
+
+impl MessageFormat for Config {
+    const NAME: &'static str = "NetFlow v9";
+    const HEADER_LEN: usize = HEADER_LEN;
+    const TEMPLATE_SET_LEN: usize = TEMPLATE_FLOWSET_LEN;
+    const DATA_SET_ID: [u16; 2] = [TEMPLATE_ID_V4, TEMPLATE_ID_V6];
+    const RECORD_LEN: [usize; 2] = [RECORD_LEN_V4, RECORD_LEN_V6];
+    // RFC 3954 §5.3: FlowSets are padded to a 32-bit boundary.
+    const SET_ALIGN: usize = 4;
+    const SEQUENCE_COUNTS_RECORDS: bool = false;
+    const MIN_MESSAGE_LEN: usize = MIN_MESSAGE_LEN;
+    const MAX_MESSAGE_LEN: usize = MAX_MESSAGE_LEN;
+
+    fn max_message_len(&self) -> usize {
+        self.max_message_len
     }
 
-    fn sent(&mut self, records: usize, templates: bool, now_ns: u64) {
-        self.sequence = self.sequence.wrapping_add(1);
-        self.templates.sent(templates, now_ns);
-        self.stats.messages += 1;
-        self.stats.template_messages += u64::from(templates);
-        self.stats.records += records as u64;
+    fn refresh(&self) -> Option<Refresh> {
+        Some(self.refresh)
     }
 
-    /// How many of `records`, taken in order, fit in one packet.
-    fn fit(&self, records: &[FlowRecord], templates: bool) -> usize {
-        let fixed = HEADER_LEN + if templates { TEMPLATE_FLOWSET_LEN } else { 0 };
-        let (mut n4, mut n6) = (0, 0);
-        for (i, r) in records.iter().enumerate() {
-            let (a, b) = if r.ipv6 { (n4, n6 + 1) } else { (n4 + 1, n6) };
-            let len =
-                fixed + data_flowset_len(a, RECORD_LEN_V4) + data_flowset_len(b, RECORD_LEN_V6);
-            if len > self.cfg.max_message_len {
-                // MIN_MESSAGE_LEN guarantees room for the first record.
-                debug_assert!(i > 0);
-                return i;
-            }
-            (n4, n6) = (a, b);
-        }
-        records.len()
+    fn end_padding(&self, _room: usize, _record_len: usize) -> usize {
+        0
     }
 
-    /// Writes one packet with `batch` (all of which fit) and returns its length.
-    fn write_packet(&mut self, batch: &[FlowRecord], templates: bool, now_ns: u64) -> usize {
-        let start_ns = self.cfg.start_ns;
-        let mut w = Put::at(&mut self.buf, HEADER_LEN);
-        if templates {
-            write_template_flowset(&mut w);
-        }
-        for ipv6 in [false, true] {
-            if !batch.iter().any(|r| r.ipv6 == ipv6) {
-                continue;
-            }
-            let start = w.pos();
-            w.u16(0); // FlowSet id and length, filled in below
-            w.u16(0);
-            for r in batch.iter().filter(|r| r.ipv6 == ipv6) {
-                write_record(&mut w, r, start_ns);
-            }
-            let len = w.pos() - start;
-            w.bytes(&[0; 3][..len.next_multiple_of(4) - len]);
-            let id = if ipv6 { TEMPLATE_ID_V6 } else { TEMPLATE_ID_V4 };
-            w.set_u16(start, id);
-            w.set_u16(start + 2, (w.pos() - start) as u16);
-        }
-        let len = w.pos();
-        let count = batch.len() as u16 + if templates { TEMPLATE_RECORDS } else { 0 };
-        let mut h = Put::at(&mut self.buf, 0);
+    #[inline]
+    fn write_template_set(w: &mut Put<'_>) {
+        write_template_flowset(w);
+    }
+
+    #[inline(always)]
+    fn write_record(&self, w: &mut Put<'_>, r: &FlowRecord) {
+        write_record(w, r, self.start_ns);
+    }
+
+    #[inline(always)]
+    fn write_header(&self, h: &mut Put<'_>, m: &MessageHeader) {
+        let templates = if m.templates { TEMPLATE_RECORDS } else { 0 };
         h.u16(VERSION);
-        h.u16(count);
-        h.u32(uptime_ms(now_ns, start_ns));
-        h.u32(unix_secs(now_ns));
-        h.u32(self.sequence);
-        h.u32(self.cfg.source_id);
-        len
+        h.u16(m.records as u16 + templates);
+        h.u32(uptime_ms(m.now_ns, self.start_ns));
+        h.u32(unix_secs(m.now_ns));
+        h.u32(m.sequence);
+        h.u32(self.source_id);
     }
 }
 
@@ -363,6 +322,7 @@ fn write_template_flowset(w: &mut Put<'_>) {
 }
 
 /// Writes `r` in the order of [`TEMPLATE_V4`] / [`TEMPLATE_V6`].
+#[inline(always)]
 fn write_record(w: &mut Put<'_>, r: &FlowRecord, start_ns: u64) {
     let start = w.pos();
     w.u64(r.fwd.octets);
@@ -397,6 +357,7 @@ fn write_record(w: &mut Put<'_>, r: &FlowRecord, start_ns: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bytes::{read_u16, read_u32};
     use crate::flowrecord::Counters;
     use crate::ipfix::tests::tcp;
     use proptest::prelude::*;
@@ -406,22 +367,14 @@ mod tests {
     /// The exporter started 1000.25 s before T0.
     const START: u64 = T0 - 1_000_250_000_000;
 
-    fn be16(b: &[u8], at: usize) -> u16 {
-        u16::from_be_bytes([b[at], b[at + 1]])
-    }
-
-    fn be32(b: &[u8], at: usize) -> u32 {
-        u32::from_be_bytes(b[at..at + 4].try_into().unwrap())
-    }
-
     /// The FlowSets of a packet: (id, body with padding).
     fn flowsets(p: &[u8]) -> Vec<(u16, &[u8])> {
-        assert_eq!(be16(p, 0), VERSION);
+        assert_eq!(read_u16(p), VERSION);
         let mut v = Vec::new();
         let mut at = HEADER_LEN;
         while at < p.len() {
-            let id = be16(p, at);
-            let len = usize::from(be16(p, at + 2));
+            let id = read_u16(&p[at..]);
+            let len = usize::from(read_u16(&p[at + 2..]));
             assert!(
                 len >= 4 && len % 4 == 0,
                 "FlowSet length {len} not padded to 4"
@@ -459,7 +412,11 @@ mod tests {
             }
         }
         let templates = if s.0 { 2 } else { 0 };
-        assert_eq!(usize::from(be16(p, 2)), templates + s.1 + s.2, "count");
+        assert_eq!(
+            usize::from(read_u16(&p[2..])),
+            templates + s.1 + s.2,
+            "count"
+        );
         s
     }
 
@@ -494,13 +451,13 @@ mod tests {
         let mut enc = encoder(1400, Refresh::default());
         let now = T0 + 5 * SEC + 700_000_000;
         let p = &collect(&mut enc, &[tcp(false), tcp(true)], now)[0];
-        assert_eq!(be16(p, 0), 9);
-        assert_eq!(be16(p, 2), 4, "2 template records + 2 data records");
+        assert_eq!(read_u16(p), 9);
+        assert_eq!(read_u16(&p[2..]), 4, "2 template records + 2 data records");
         // sysUptime at the export time: 1000.25 s + 5.7 s.
-        assert_eq!(be32(p, 4), 1_005_950);
-        assert_eq!(be32(p, 8), 1_700_000_005);
-        assert_eq!(be32(p, 12), 0);
-        assert_eq!(be32(p, 16), 9);
+        assert_eq!(read_u32(&p[4..]), 1_005_950);
+        assert_eq!(read_u32(&p[8..]), 1_700_000_005);
+        assert_eq!(read_u32(&p[12..]), 0);
+        assert_eq!(read_u32(&p[16..]), 9);
         assert_eq!(shape(p), (true, 1, 1));
         let fs = flowsets(p);
         assert_eq!(fs.iter().map(|f| f.0).collect::<Vec<_>>(), [0, 256, 257]);
@@ -541,8 +498,12 @@ mod tests {
         // Started 1 ms after the flow's first packet: sysUptime wraps like a router's.
         write_record(&mut Put::at(&mut buf, 0), &r, T0 + 2_000_000);
         assert_eq!(&buf[60..62], &[3, 3]);
-        assert_eq!(be32(&buf, 54), u32::MAX, "first switched 1 ms before start");
-        assert_eq!(be32(&buf, 50), 7, "last switched");
+        assert_eq!(
+            read_u32(&buf[54..]),
+            u32::MAX,
+            "first switched 1 ms before start"
+        );
+        assert_eq!(read_u32(&buf[50..]), 7, "last switched");
     }
 
     #[test]
@@ -569,7 +530,7 @@ mod tests {
         let mut seqs = Vec::new();
         let mut shapes = Vec::new();
         let mut f = |p: &[u8]| {
-            seqs.push(be32(p, 12));
+            seqs.push(read_u32(&p[12..]));
             shapes.push(shape(p));
         };
         enc.encode(&vec![tcp(false); 9], T0, &mut f);
@@ -648,7 +609,7 @@ mod tests {
             let (mut seq, mut done) = (0u32, 0usize);
             enc.encode(&recs, T0, &mut |p| {
                 assert!(p.len() <= max, "packet of {} > {max}", p.len());
-                assert_eq!(be32(p, 12), seq);
+                assert_eq!(read_u32(&p[12..]), seq);
                 let (t, a, b) = shape(p);
                 assert_eq!(t, seq % 3 == 0, "templates in one packet of every 3");
                 seq += 1;

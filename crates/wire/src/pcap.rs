@@ -17,6 +17,7 @@
 //! little-endian, nanosecond files (magic `0xa1b23c4d`), version 2.4.
 
 use crate::LinkType;
+use crate::bytes::{read_u16_as, read_u32_as, write_u16_as, write_u32_as};
 use crate::capfile::FileErrorKind;
 
 /// Magic of a microsecond-resolution file, as read in the writer's byte order.
@@ -95,17 +96,8 @@ impl FileHeader {
                 magic: u32::from_be_bytes(m),
             });
         };
-        let u16_at = |r: core::ops::Range<usize>| {
-            let b = [h[r.start], h[r.start + 1]];
-            if big_endian {
-                u16::from_be_bytes(b)
-            } else {
-                u16::from_le_bytes(b)
-            }
-        };
-        let u32_at = |r: core::ops::Range<usize>| read_u32(big_endian, h, r.start);
-        let version_major = u16_at(field::VERSION_MAJOR);
-        let version_minor = u16_at(field::VERSION_MINOR);
+        let version_major = read_u16_as(big_endian, &h[field::VERSION_MAJOR]);
+        let version_minor = read_u16_as(big_endian, &h[field::VERSION_MINOR]);
         if version_major != VERSION_MAJOR {
             return Err(FileErrorKind::UnsupportedVersion {
                 format: "pcap",
@@ -113,15 +105,15 @@ impl FileHeader {
                 minor: version_minor,
             });
         }
-        let linktype = u32_at(field::LINKTYPE);
+        let linktype = read_u32_as(big_endian, &h[field::LINKTYPE]);
         Ok(FileHeader {
             nanos,
             big_endian,
             version_major,
             version_minor,
-            thiszone: u32_at(field::THISZONE) as i32,
-            sigfigs: u32_at(field::SIGFIGS),
-            snaplen: u32_at(field::SNAPLEN),
+            thiszone: read_u32_as(big_endian, &h[field::THISZONE]) as i32,
+            sigfigs: read_u32_as(big_endian, &h[field::SIGFIGS]),
+            snaplen: read_u32_as(big_endian, &h[field::SNAPLEN]),
             linktype: LinkType::from_u16(linktype as u16),
             link_info: (linktype >> 16) as u16,
         })
@@ -133,21 +125,19 @@ impl FileHeader {
     /// If `buf` is shorter than 24 bytes.
     pub fn emit(&self, buf: &mut [u8]) {
         let be = self.big_endian;
-        let w16 = |v: u16| if be { v.to_be_bytes() } else { v.to_le_bytes() };
-        let w32 = |v: u32| if be { v.to_be_bytes() } else { v.to_le_bytes() };
         let magic = if self.nanos {
             MAGIC_NANOS
         } else {
             MAGIC_MICROS
         };
         let linktype = u32::from(self.linktype.to_u16()) | u32::from(self.link_info) << 16;
-        buf[field::MAGIC].copy_from_slice(&w32(magic));
-        buf[field::VERSION_MAJOR].copy_from_slice(&w16(self.version_major));
-        buf[field::VERSION_MINOR].copy_from_slice(&w16(self.version_minor));
-        buf[field::THISZONE].copy_from_slice(&w32(self.thiszone as u32));
-        buf[field::SIGFIGS].copy_from_slice(&w32(self.sigfigs));
-        buf[field::SNAPLEN].copy_from_slice(&w32(self.snaplen));
-        buf[field::LINKTYPE].copy_from_slice(&w32(linktype));
+        write_u32_as(be, &mut buf[field::MAGIC], magic);
+        write_u16_as(be, &mut buf[field::VERSION_MAJOR], self.version_major);
+        write_u16_as(be, &mut buf[field::VERSION_MINOR], self.version_minor);
+        write_u32_as(be, &mut buf[field::THISZONE], self.thiszone as u32);
+        write_u32_as(be, &mut buf[field::SIGFIGS], self.sigfigs);
+        write_u32_as(be, &mut buf[field::SNAPLEN], self.snaplen);
+        write_u32_as(be, &mut buf[field::LINKTYPE], linktype);
     }
 }
 
@@ -159,17 +149,6 @@ const fn magic_order(le: u32) -> Option<(bool, bool)> {
         m if m == MAGIC_MICROS.swap_bytes() => Some((false, true)),
         m if m == MAGIC_NANOS.swap_bytes() => Some((true, true)),
         _ => None,
-    }
-}
-
-/// Reads the u32 at `at` of a fixed-size array in the given byte order.
-#[inline(always)]
-pub(crate) fn read_u32<const N: usize>(big_endian: bool, b: &[u8; N], at: usize) -> u32 {
-    let v = [b[at], b[at + 1], b[at + 2], b[at + 3]];
-    if big_endian {
-        u32::from_be_bytes(v)
-    } else {
-        u32::from_le_bytes(v)
     }
 }
 
@@ -191,26 +170,19 @@ impl RecordHeader {
     #[inline(always)]
     pub fn parse(h: &[u8; RECORD_HEADER_LEN], big_endian: bool) -> RecordHeader {
         RecordHeader {
-            ts_sec: read_u32(big_endian, h, field::TS_SEC.start),
-            ts_frac: read_u32(big_endian, h, field::TS_FRAC.start),
-            caplen: read_u32(big_endian, h, field::CAPLEN.start),
-            len: read_u32(big_endian, h, field::LEN.start),
+            ts_sec: read_u32_as(big_endian, &h[field::TS_SEC]),
+            ts_frac: read_u32_as(big_endian, &h[field::TS_FRAC]),
+            caplen: read_u32_as(big_endian, &h[field::CAPLEN]),
+            len: read_u32_as(big_endian, &h[field::LEN]),
         }
     }
 
     /// Writes the record header in the given byte order.
     pub fn emit(&self, h: &mut [u8; RECORD_HEADER_LEN], big_endian: bool) {
-        let w32 = |v: u32| {
-            if big_endian {
-                v.to_be_bytes()
-            } else {
-                v.to_le_bytes()
-            }
-        };
-        h[field::TS_SEC].copy_from_slice(&w32(self.ts_sec));
-        h[field::TS_FRAC].copy_from_slice(&w32(self.ts_frac));
-        h[field::CAPLEN].copy_from_slice(&w32(self.caplen));
-        h[field::LEN].copy_from_slice(&w32(self.len));
+        write_u32_as(big_endian, &mut h[field::TS_SEC], self.ts_sec);
+        write_u32_as(big_endian, &mut h[field::TS_FRAC], self.ts_frac);
+        write_u32_as(big_endian, &mut h[field::CAPLEN], self.caplen);
+        write_u32_as(big_endian, &mut h[field::LEN], self.len);
     }
 }
 

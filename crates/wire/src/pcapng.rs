@@ -15,6 +15,7 @@
 //! SHB. tapflow writes little-endian sections whose interfaces all have `if_tsresol` = 9 (ns).
 
 use crate::LinkType;
+use crate::bytes::{get_u64_exact_as, read_u16_as, read_u32_as};
 use crate::capfile::{FileErrorKind, MAXIMUM_SNAPLEN};
 
 /// Section Header Block type (a palindrome: the same in both byte orders).
@@ -87,40 +88,10 @@ const MIN_PB_LEN: u32 = 32;
 const MIN_SPB_LEN: u32 = 16;
 const MIN_ISB_LEN: u32 = 24;
 
-#[inline(always)]
-fn rd16(be: bool, b: &[u8], at: usize) -> u16 {
-    let v = [b[at], b[at + 1]];
-    if be {
-        u16::from_be_bytes(v)
-    } else {
-        u16::from_le_bytes(v)
-    }
-}
-
-#[inline(always)]
-fn rd32(be: bool, b: &[u8], at: usize) -> u32 {
-    let v = [b[at], b[at + 1], b[at + 2], b[at + 3]];
-    if be {
-        u32::from_be_bytes(v)
-    } else {
-        u32::from_le_bytes(v)
-    }
-}
-
 /// Two 32-bit words, high first: the layout of pcapng timestamps.
 #[inline(always)]
 fn rd_ts(be: bool, b: &[u8], at: usize) -> u64 {
-    u64::from(rd32(be, b, at)) << 32 | u64::from(rd32(be, b, at + 4))
-}
-
-#[inline(always)]
-fn rd64(be: bool, b: &[u8]) -> Option<u64> {
-    let v: [u8; 8] = b.try_into().ok()?;
-    Some(if be {
-        u64::from_be_bytes(v)
-    } else {
-        u64::from_le_bytes(v)
-    })
+    u64::from(read_u32_as(be, &b[at..])) << 32 | u64::from(read_u32_as(be, &b[at + 4..]))
 }
 
 /// Rounds `n` up to a multiple of 4.
@@ -150,8 +121,8 @@ impl<'a> Block<'a> {
                 remain: buf.len() as u64,
             });
         };
-        let block_type = rd32(big_endian, h, 0);
-        let len = rd32(big_endian, h, 4);
+        let block_type = read_u32_as(big_endian, h);
+        let len = read_u32_as(big_endian, &h[4..]);
         if len < MIN_BLOCK_LEN {
             return Err(FileErrorKind::BlockTooShort {
                 block_type,
@@ -169,7 +140,7 @@ impl<'a> Block<'a> {
             });
         };
         let end = len as usize - 4;
-        let trailing = rd32(big_endian, block, end);
+        let trailing = read_u32_as(big_endian, &block[end..]);
         if trailing != len {
             return Err(FileErrorKind::BlockLengthMismatch {
                 leading: len,
@@ -228,8 +199,8 @@ impl<'a> Iterator for Options<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         // Fewer than 4 bytes cannot hold an option header: the list ended without endofopt.
         let h = self.buf.first_chunk::<4>()?;
-        let code = rd16(self.big_endian, h, 0);
-        let len = rd16(self.big_endian, h, 2);
+        let code = read_u16_as(self.big_endian, h);
+        let len = read_u16_as(self.big_endian, &h[2..]);
         if code == OPT_ENDOFOPT {
             self.buf = &[];
             return None;
@@ -293,8 +264,8 @@ impl<'a> Shb<'a> {
     pub fn parse(b: &Block<'a>) -> Result<Shb<'a>, FileErrorKind> {
         b.need(MIN_SHB_LEN)?;
         let be = b.big_endian;
-        let major = rd16(be, b.body, 4);
-        let minor = rd16(be, b.body, 6);
+        let major = read_u16_as(be, &b.body[4..]);
+        let minor = read_u16_as(be, &b.body[6..]);
         if major != 1 {
             return Err(FileErrorKind::UnsupportedVersion {
                 format: "pcapng",
@@ -350,8 +321,8 @@ impl<'a> Idb<'a> {
         b.need(MIN_IDB_LEN)?;
         let be = b.big_endian;
         let mut i = Idb {
-            linktype: LinkType::from_u16(rd16(be, b.body, 0)),
-            snaplen: rd32(be, b.body, 4),
+            linktype: LinkType::from_u16(read_u16_as(be, b.body)),
+            snaplen: read_u32_as(be, &b.body[4..]),
             tsresol: 6,
             tsoffset: 0,
             name: None,
@@ -363,7 +334,7 @@ impl<'a> Idb<'a> {
             match o? {
                 (IF_NAME, v) => i.name = Some(v),
                 (IF_TSRESOL, &[r]) => i.tsresol = r,
-                (IF_TSOFFSET, v) => i.tsoffset = rd64(be, v).map_or(0, |v| v as i64),
+                (IF_TSOFFSET, v) => i.tsoffset = get_u64_exact_as(be, v).map_or(0, |v| v as i64),
                 (IF_FILTER, [0, f @ ..]) => i.filter = Some(f),
                 (IF_HARDWARE, v) => i.hardware = Some(v),
                 (IF_FCSLEN, &[n]) => i.fcslen = Some(n),
@@ -398,11 +369,11 @@ impl<'a> Packet<'a> {
         b.need(MIN_EPB_LEN)?;
         let be = b.big_endian;
         let body = b.body;
-        let mut p = Self::common(b, rd32(be, body, 0), rd_ts(be, body, 4))?;
+        let mut p = Self::common(b, read_u32_as(be, body), rd_ts(be, body, 4))?;
         for o in b.options(20 + pad4(p.data.len())) {
             match o? {
-                (EPB_FLAGS, v) if v.len() == 4 => p.flags = Some(rd32(be, v, 0)),
-                (EPB_DROPCOUNT, v) => p.dropcount = rd64(be, v),
+                (EPB_FLAGS, v) if v.len() == 4 => p.flags = Some(read_u32_as(be, v)),
+                (EPB_DROPCOUNT, v) => p.dropcount = get_u64_exact_as(be, v),
                 _ => {}
             }
         }
@@ -415,20 +386,23 @@ impl<'a> Packet<'a> {
     #[inline(always)]
     pub fn parse_intact_epb<const BE: bool>(buf: &'a [u8]) -> Option<(Packet<'a>, usize)> {
         let h = buf.first_chunk::<28>()?;
-        let len = rd32(BE, h, 4);
-        if rd32(BE, h, 0) != BLOCK_EPB || len < MIN_EPB_LEN || !len.is_multiple_of(4) {
+        let len = read_u32_as(BE, &h[4..]);
+        if read_u32_as(BE, h) != BLOCK_EPB || len < MIN_EPB_LEN || !len.is_multiple_of(4) {
             return None;
         }
         let block = buf.get(..len as usize)?;
         let end = len as usize - 4;
-        let caplen = rd32(BE, h, 20);
-        if caplen > MAXIMUM_SNAPLEN || caplen as usize > end - 28 || rd32(BE, block, end) != len {
+        let caplen = read_u32_as(BE, &h[20..]);
+        if caplen > MAXIMUM_SNAPLEN
+            || caplen as usize > end - 28
+            || read_u32_as(BE, &block[end..]) != len
+        {
             return None;
         }
         let mut p = Packet {
-            interface_id: rd32(BE, h, 8),
+            interface_id: read_u32_as(BE, &h[8..]),
             ts: rd_ts(BE, h, 12),
-            orig_len: rd32(BE, h, 24).max(caplen),
+            orig_len: read_u32_as(BE, &h[24..]).max(caplen),
             data: &block[28..28 + caplen as usize],
             flags: None,
             dropcount: None,
@@ -442,8 +416,8 @@ impl<'a> Packet<'a> {
             };
             for o in it {
                 match o.ok()? {
-                    (EPB_FLAGS, v) if v.len() == 4 => p.flags = Some(rd32(BE, v, 0)),
-                    (EPB_DROPCOUNT, v) => p.dropcount = rd64(BE, v),
+                    (EPB_FLAGS, v) if v.len() == 4 => p.flags = Some(read_u32_as(BE, v)),
+                    (EPB_DROPCOUNT, v) => p.dropcount = get_u64_exact_as(BE, v),
                     _ => {}
                 }
             }
@@ -456,14 +430,14 @@ impl<'a> Packet<'a> {
         b.need(MIN_PB_LEN)?;
         let be = b.big_endian;
         let body = b.body;
-        let mut p = Self::common(b, u32::from(rd16(be, body, 0)), rd_ts(be, body, 4))?;
-        let drops = rd16(be, body, 2);
+        let mut p = Self::common(b, u32::from(read_u16_as(be, body)), rd_ts(be, body, 4))?;
+        let drops = read_u16_as(be, &body[2..]);
         p.dropcount = (drops != 0xffff).then_some(u64::from(drops));
         for o in b.options(20 + pad4(p.data.len())) {
             if let (EPB_FLAGS, v) = o?
                 && v.len() == 4
             {
-                p.flags = Some(rd32(be, v, 0));
+                p.flags = Some(read_u32_as(be, v));
             }
         }
         Ok(p)
@@ -473,8 +447,8 @@ impl<'a> Packet<'a> {
     #[inline(always)]
     fn common(b: &Block<'a>, interface_id: u32, ts: u64) -> Result<Packet<'a>, FileErrorKind> {
         let be = b.big_endian;
-        let caplen = rd32(be, b.body, 12);
-        let orig_len = rd32(be, b.body, 16);
+        let caplen = read_u32_as(be, &b.body[12..]);
+        let orig_len = read_u32_as(be, &b.body[16..]);
         let room = &b.body[20..];
         if caplen > MAXIMUM_SNAPLEN {
             return Err(FileErrorKind::CaplenTooLarge { caplen });
@@ -502,7 +476,7 @@ impl<'a> Packet<'a> {
     /// non-zero `snaplen`.
     pub fn parse_spb(b: &Block<'a>, snaplen: u32) -> Result<Packet<'a>, FileErrorKind> {
         b.need(MIN_SPB_LEN)?;
-        let orig_len = rd32(b.big_endian, b.body, 0);
+        let orig_len = read_u32_as(b.big_endian, b.body);
         let room = &b.body[4..];
         let snap = if snaplen == 0 { u32::MAX } else { snaplen };
         let caplen = orig_len.min(snap).min(MAXIMUM_SNAPLEN) as usize;
@@ -561,16 +535,16 @@ impl Isb {
             match code {
                 ISB_STARTTIME => s.starttime_ns = ts(),
                 ISB_ENDTIME => s.endtime_ns = ts(),
-                ISB_IFRECV => s.ifrecv = rd64(be, v),
-                ISB_IFDROP => s.ifdrop = rd64(be, v),
-                ISB_FILTERACCEPT => s.filteraccept = rd64(be, v),
-                ISB_OSDROP => s.osdrop = rd64(be, v),
-                ISB_USRDELIV => s.usrdeliv = rd64(be, v),
+                ISB_IFRECV => s.ifrecv = get_u64_exact_as(be, v),
+                ISB_IFDROP => s.ifdrop = get_u64_exact_as(be, v),
+                ISB_FILTERACCEPT => s.filteraccept = get_u64_exact_as(be, v),
+                ISB_OSDROP => s.osdrop = get_u64_exact_as(be, v),
+                ISB_USRDELIV => s.usrdeliv = get_u64_exact_as(be, v),
                 _ => {}
             }
         }
         Ok(Isb {
-            interface_id: rd32(be, b.body, 0),
+            interface_id: read_u32_as(be, b.body),
             ts: rd_ts(be, b.body, 4),
             stats: s,
         })

@@ -15,6 +15,8 @@
 //!
 //! All fields are big-endian. `docs/wire-formats.md` describes every bit of `flags`.
 
+use crate::bytes::{read_u16, read_u64, write_u16, write_u64};
+
 /// Length of the control field in bytes.
 pub const CONTROL_LEN: usize = 16;
 
@@ -262,15 +264,12 @@ impl ControlField {
         let Some(b) = buf.get(..CONTROL_LEN) else {
             return Err(RecordError::ShortControl { have: buf.len() });
         };
-        let u16_at = |r: core::ops::Range<usize>| u16::from_be_bytes([b[r.start], b[r.start + 1]]);
-        let mut t = [0u8; 8];
-        t.copy_from_slice(&b[field::RXTIME]);
         Ok(ControlField {
-            rxtime: u64::from_be_bytes(t),
-            flags: Flags(u16_at(field::FLAGS)),
-            caplen: u16_at(field::CAPLEN),
-            cksum: u16_at(field::CKSUM),
-            len: u16_at(field::LEN),
+            rxtime: read_u64(&b[field::RXTIME]),
+            flags: Flags(read_u16(&b[field::FLAGS])),
+            caplen: read_u16(&b[field::CAPLEN]),
+            cksum: read_u16(&b[field::CKSUM]),
+            len: read_u16(&b[field::LEN]),
         })
     }
 
@@ -280,11 +279,11 @@ impl ControlField {
     /// If `buf` is shorter than 16 bytes.
     #[inline]
     pub fn emit(&self, buf: &mut [u8]) {
-        buf[field::RXTIME].copy_from_slice(&self.rxtime.to_be_bytes());
-        buf[field::FLAGS].copy_from_slice(&self.flags.0.to_be_bytes());
-        buf[field::CAPLEN].copy_from_slice(&self.caplen.to_be_bytes());
-        buf[field::CKSUM].copy_from_slice(&self.cksum.to_be_bytes());
-        buf[field::LEN].copy_from_slice(&self.len.to_be_bytes());
+        write_u64(&mut buf[field::RXTIME], self.rxtime);
+        write_u16(&mut buf[field::FLAGS], self.flags.0);
+        write_u16(&mut buf[field::CAPLEN], self.caplen);
+        write_u16(&mut buf[field::CKSUM], self.cksum);
+        write_u16(&mut buf[field::LEN], self.len);
     }
 }
 

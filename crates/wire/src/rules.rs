@@ -21,6 +21,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 use crate::LinkType;
+use crate::bytes::{get_u16, read_u16, read_u32};
 
 /// The longest rule name.
 pub const MAX_NAME: usize = 64;
@@ -86,7 +87,7 @@ impl Prefix {
             let bits = u32::from(self.len).saturating_sub(w * 32).min(32);
             (bits > 0).then(|| {
                 let at = w as usize * 4;
-                let value = u32::from_be_bytes(self.addr[at..at + 4].try_into().unwrap_or([0; 4]));
+                let value = read_u32(&self.addr[at..]);
                 (value, u32::MAX << (32 - bits))
             })
         })
@@ -533,26 +534,20 @@ impl Tuple {
             if PORT_PROTOCOLS.contains(&t.proto)
                 && let Some(p) = h.get(40..44)
             {
-                t.ports = Some((
-                    u16::from_be_bytes([p[0], p[1]]),
-                    u16::from_be_bytes([p[2], p[3]]),
-                ));
+                t.ports = Some((read_u16(p), read_u16(&p[2..])));
             }
         } else {
             let fixed = h.get(..20)?;
             t.proto = fixed[9];
             t.src[..4].copy_from_slice(&fixed[12..16]);
             t.dst[..4].copy_from_slice(&fixed[16..20]);
-            let first_fragment = u16::from_be_bytes([fixed[6], fixed[7]]) & 0x1fff == 0;
+            let first_fragment = read_u16(&fixed[6..]) & 0x1fff == 0;
             let ihl = usize::from(fixed[0] & 0xf) * 4;
             if first_fragment
                 && PORT_PROTOCOLS.contains(&t.proto)
                 && let Some(p) = h.get(ihl..ihl + 4)
             {
-                t.ports = Some((
-                    u16::from_be_bytes([p[0], p[1]]),
-                    u16::from_be_bytes([p[2], p[3]]),
-                ));
+                t.ports = Some((read_u16(p), read_u16(&p[2..])));
             }
         }
         Some(t)
@@ -563,15 +558,10 @@ impl Tuple {
     /// reads it), however little of the IP header was captured.
     #[inline]
     pub fn ip_version(linktype: LinkType, frame: &[u8]) -> Option<(usize, bool)> {
-        let be16 = |at: usize| {
-            frame
-                .get(at..at + 2)
-                .map(|b| u16::from_be_bytes([b[0], b[1]]))
-        };
         Some(match linktype {
-            LinkType::Ethernet => (14, ethertype_v6(be16(12)?)?),
-            LinkType::LinuxSll => (16, ethertype_v6(be16(14)?)?),
-            LinkType::LinuxSll2 => (20, ethertype_v6(be16(0)?)?),
+            LinkType::Ethernet => (14, ethertype_v6(get_u16(frame, 12)?)?),
+            LinkType::LinuxSll => (16, ethertype_v6(get_u16(frame, 14)?)?),
+            LinkType::LinuxSll2 => (20, ethertype_v6(get_u16(frame, 0)?)?),
             LinkType::Raw => (0, frame.first()? >> 4 == 6),
             LinkType::Ipv4 => (0, false),
             LinkType::Ipv6 => (0, true),

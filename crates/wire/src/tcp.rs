@@ -13,6 +13,8 @@
 
 use core::fmt;
 
+use crate::bytes::{read_u16, read_u32, write_u16, write_u32};
+
 /// Why a buffer is not a usable TCP header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
@@ -147,40 +149,28 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.buffer
     }
 
-    #[inline]
-    fn u16_at(&self, r: core::ops::Range<usize>) -> u16 {
-        let b = &self.buffer.as_ref()[r];
-        u16::from_be_bytes([b[0], b[1]])
-    }
-
-    #[inline]
-    fn u32_at(&self, r: core::ops::Range<usize>) -> u32 {
-        let b = &self.buffer.as_ref()[r];
-        u32::from_be_bytes([b[0], b[1], b[2], b[3]])
-    }
-
     /// The source port.
     #[inline]
     pub fn src_port(&self) -> u16 {
-        self.u16_at(field::SRC_PORT)
+        read_u16(&self.buffer.as_ref()[field::SRC_PORT])
     }
 
     /// The destination port.
     #[inline]
     pub fn dst_port(&self) -> u16 {
-        self.u16_at(field::DST_PORT)
+        read_u16(&self.buffer.as_ref()[field::DST_PORT])
     }
 
     /// The sequence number.
     #[inline]
     pub fn seq_number(&self) -> u32 {
-        self.u32_at(field::SEQ_NUM)
+        read_u32(&self.buffer.as_ref()[field::SEQ_NUM])
     }
 
     /// The acknowledgment number.
     #[inline]
     pub fn ack_number(&self) -> u32 {
-        self.u32_at(field::ACK_NUM)
+        read_u32(&self.buffer.as_ref()[field::ACK_NUM])
     }
 
     /// The header length in bytes (data offset × 4).
@@ -204,19 +194,19 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// The window field (unscaled).
     #[inline]
     pub fn window_len(&self) -> u16 {
-        self.u16_at(field::WIN_SIZE)
+        read_u16(&self.buffer.as_ref()[field::WIN_SIZE])
     }
 
     /// The checksum field.
     #[inline]
     pub fn checksum(&self) -> u16 {
-        self.u16_at(field::CHECKSUM)
+        read_u16(&self.buffer.as_ref()[field::CHECKSUM])
     }
 
     /// The urgent pointer.
     #[inline]
     pub fn urgent_at(&self) -> u16 {
-        self.u16_at(field::URGENT)
+        read_u16(&self.buffer.as_ref()[field::URGENT])
     }
 
     /// The captured option bytes (may be fewer than the data offset claims).
@@ -244,33 +234,28 @@ impl<'a> Packet<&'a [u8]> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    #[inline]
-    fn set_u16(&mut self, r: core::ops::Range<usize>, v: u16) {
-        self.buffer.as_mut()[r].copy_from_slice(&v.to_be_bytes());
-    }
-
     /// Sets the source port.
     #[inline]
     pub fn set_src_port(&mut self, v: u16) {
-        self.set_u16(field::SRC_PORT, v);
+        write_u16(&mut self.buffer.as_mut()[field::SRC_PORT], v);
     }
 
     /// Sets the destination port.
     #[inline]
     pub fn set_dst_port(&mut self, v: u16) {
-        self.set_u16(field::DST_PORT, v);
+        write_u16(&mut self.buffer.as_mut()[field::DST_PORT], v);
     }
 
     /// Sets the sequence number.
     #[inline]
     pub fn set_seq_number(&mut self, v: u32) {
-        self.buffer.as_mut()[field::SEQ_NUM].copy_from_slice(&v.to_be_bytes());
+        write_u32(&mut self.buffer.as_mut()[field::SEQ_NUM], v);
     }
 
     /// Sets the acknowledgment number.
     #[inline]
     pub fn set_ack_number(&mut self, v: u32) {
-        self.buffer.as_mut()[field::ACK_NUM].copy_from_slice(&v.to_be_bytes());
+        write_u32(&mut self.buffer.as_mut()[field::ACK_NUM], v);
     }
 
     /// Sets the header length in bytes (a multiple of 4, 20..=60); clears the reserved bits.
@@ -288,19 +273,19 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Sets the window.
     #[inline]
     pub fn set_window_len(&mut self, v: u16) {
-        self.set_u16(field::WIN_SIZE, v);
+        write_u16(&mut self.buffer.as_mut()[field::WIN_SIZE], v);
     }
 
     /// Sets the checksum field.
     #[inline]
     pub fn set_checksum(&mut self, v: u16) {
-        self.set_u16(field::CHECKSUM, v);
+        write_u16(&mut self.buffer.as_mut()[field::CHECKSUM], v);
     }
 
     /// Sets the urgent pointer.
     #[inline]
     pub fn set_urgent_at(&mut self, v: u16) {
-        self.set_u16(field::URGENT, v);
+        write_u16(&mut self.buffer.as_mut()[field::URGENT], v);
     }
 
     /// The captured bytes after the header, mutably.

@@ -7,6 +7,8 @@
 //! +----------------+----------------+
 //! ```
 
+use crate::bytes::{read_u16, write_u16};
+
 /// The buffer is shorter than the 8-byte UDP header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("UDP header truncated: shorter than 8 bytes")]
@@ -66,28 +68,22 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.buffer
     }
 
-    #[inline]
-    fn u16_at(&self, r: core::ops::Range<usize>) -> u16 {
-        let b = &self.buffer.as_ref()[r];
-        u16::from_be_bytes([b[0], b[1]])
-    }
-
     /// The source port.
     #[inline]
     pub fn src_port(&self) -> u16 {
-        self.u16_at(field::SRC_PORT)
+        read_u16(&self.buffer.as_ref()[field::SRC_PORT])
     }
 
     /// The destination port.
     #[inline]
     pub fn dst_port(&self) -> u16 {
-        self.u16_at(field::DST_PORT)
+        read_u16(&self.buffer.as_ref()[field::DST_PORT])
     }
 
     /// The length field (header + data).
     #[inline]
     pub fn len(&self) -> u16 {
-        self.u16_at(field::LENGTH)
+        read_u16(&self.buffer.as_ref()[field::LENGTH])
     }
 
     /// Whether the length field claims no data.
@@ -99,7 +95,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// The checksum field (0: none was computed).
     #[inline]
     pub fn checksum(&self) -> u16 {
-        self.u16_at(field::CHECKSUM)
+        read_u16(&self.buffer.as_ref()[field::CHECKSUM])
     }
 
     /// The captured data: up to the length field or the end of the buffer.
@@ -130,33 +126,28 @@ impl<'a> Packet<&'a [u8]> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    #[inline]
-    fn set_u16(&mut self, r: core::ops::Range<usize>, v: u16) {
-        self.buffer.as_mut()[r].copy_from_slice(&v.to_be_bytes());
-    }
-
     /// Sets the source port.
     #[inline]
     pub fn set_src_port(&mut self, v: u16) {
-        self.set_u16(field::SRC_PORT, v);
+        write_u16(&mut self.buffer.as_mut()[field::SRC_PORT], v);
     }
 
     /// Sets the destination port.
     #[inline]
     pub fn set_dst_port(&mut self, v: u16) {
-        self.set_u16(field::DST_PORT, v);
+        write_u16(&mut self.buffer.as_mut()[field::DST_PORT], v);
     }
 
     /// Sets the length field.
     #[inline]
     pub fn set_len(&mut self, v: u16) {
-        self.set_u16(field::LENGTH, v);
+        write_u16(&mut self.buffer.as_mut()[field::LENGTH], v);
     }
 
     /// Sets the checksum field.
     #[inline]
     pub fn set_checksum(&mut self, v: u16) {
-        self.set_u16(field::CHECKSUM, v);
+        write_u16(&mut self.buffer.as_mut()[field::CHECKSUM], v);
     }
 
     /// The captured data, mutably (see [`payload`](Self::payload)).

@@ -6,21 +6,21 @@
 //! batch, never per packet) and get the emptied batch back for reuse. A worker waits when the
 //! queue is full, like it waits for a slow disk; nothing is dropped on the way.
 
-use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use serde::Serialize;
+use tapflow_sys::{SysError, outfile};
 use tapflow_sys::udp::UdpSocket;
+use tapflow_wire::flowexport::ConfigError;
 use tapflow_wire::flowrecord::FlowRecord;
-use tapflow_wire::{ipfix, netflow5, netflow9};
 
 use crate::EngineError;
-use crate::sink::flow::text::TextFormat;
+use crate::sink::flow::encoder::{self, EncoderConfig, ExportFormat, FlowEncoder, Transport};
 use crate::sink::forward::{MIN_MTU, payload_for_mtu};
 
 /// Records per batch from a worker. Each batch handed over wakes the exporter (two context
@@ -52,117 +52,238 @@ pub enum MeterClock {
     Wall,
 }
 
-/// A flow export protocol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    /// IPFIX (RFC 7011) with RFC 5103 biflow elements, over UDP.
-    Ipfix,
-    /// IPFIX over TCP.
-    IpfixTcp,
-    /// NetFlow v9 (RFC 3954) over UDP.
-    Netflow9,
-    /// NetFlow v5 over UDP (IPv4 only, one record per direction).
-    Netflow5,
+/// Why an export output could not be parsed, opened or started.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// No `SCHEME:` at the start.
+    #[error("'{url}': expected SCHEME://HOST[:PORT] or SCHEME:PATH")]
+    NotUrl {
+        /// The text given.
+        url: String,
+    },
+    /// No format is registered for the scheme.
+    #[error("'{url}': unknown scheme '{scheme}' ({})", encoder::schemes())]
+    UnknownScheme {
+        /// The text given.
+        url: String,
+        /// Its scheme.
+        scheme: String,
+    },
+    /// A collector format given a path, or a file format given a host.
+    #[error("'{url}': {scheme} {}", if *.to_file {
+        "writes to a file: expected SCHEME:PATH"
+    } else {
+        "sends to a collector: expected SCHEME://HOST[:PORT]"
+    })]
+    WrongDestination {
+        /// The text given.
+        url: String,
+        /// Its scheme.
+        scheme: &'static str,
+        /// Whether the format writes to a file.
+        to_file: bool,
+    },
+    /// The host did not resolve.
+    #[error("'{url}': cannot resolve {host}: {source}")]
+    Resolve {
+        /// The text given.
+        url: String,
+        /// `HOST:PORT` as looked up.
+        host: String,
+        /// The resolver's error.
+        source: io::Error,
+    },
+    /// The host resolved to no address.
+    #[error("'{url}': {host} has no address")]
+    NoAddress {
+        /// The text given.
+        url: String,
+        /// `HOST:PORT` as looked up.
+        host: String,
+    },
+    /// The TCP connection to a collector failed.
+    #[error("{output}: cannot connect: {source}")]
+    Connect {
+        /// The output, as a URL.
+        output: String,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The UDP socket to a collector could not be opened.
+    #[error("{output}: {source}")]
+    Socket {
+        /// The output, as a URL.
+        output: String,
+        /// The failed call.
+        source: SysError,
+    },
+    /// An output file could not be created (or what stands at its name is not a regular
+    /// file).
+    #[error("{}: cannot create: {source}", .path.display())]
+    Create {
+        /// The file.
+        path: PathBuf,
+        /// The failed call.
+        source: SysError,
+    },
+    /// The first bytes of a text output (a header line) could not be written.
+    #[error("{output}: cannot write: {source}")]
+    Write {
+        /// The output, as a URL.
+        output: String,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The format's encoder refused the settings (a message size below its least).
+    #[error("{output}: {source}")]
+    Encoder {
+        /// The output, as a URL.
+        output: String,
+        /// What the encoder refused.
+        source: ConfigError,
+    },
+    /// The exporter thread could not be started.
+    #[error("cannot start the flow exporter: {0}")]
+    Thread(io::Error),
+    /// The exporter thread is gone, so a meter cannot hand records over.
+    #[error("the flow exporter stopped")]
+    Stopped,
 }
 
-impl Protocol {
-    /// The URL scheme.
-    pub const fn scheme(self) -> &'static str {
-        match self {
-            Protocol::Ipfix => "ipfix",
-            Protocol::IpfixTcp => "ipfix+tcp",
-            Protocol::Netflow9 => "nfv9",
-            Protocol::Netflow5 => "nfv5",
-        }
-    }
-}
-
-/// Where text goes.
+/// Where an output's bytes go.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TextDest {
+pub enum Dest {
+    /// A collector (UDP or TCP, as the format says).
+    Collector(SocketAddr),
     /// Standard output.
     Stdout,
     /// A file (created or truncated).
     File(PathBuf),
 }
 
-/// One output of the exporter.
+/// One output of the exporter: a registered format and where it goes, which always suit each
+/// other (a collector for a format sent over UDP or TCP, a file or standard output for text).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExportTarget {
-    /// A collector.
-    Collector {
-        /// Protocol.
-        protocol: Protocol,
-        /// Its address.
-        addr: SocketAddr,
-    },
-    /// Text.
-    Text {
-        /// Format.
-        format: TextFormat,
-        /// Destination.
-        dest: TextDest,
-    },
+pub struct ExportTarget {
+    format: &'static ExportFormat,
+    dest: Dest,
 }
 
 impl ExportTarget {
-    /// Parses `ipfix://HOST:PORT`, `ipfix+tcp://HOST:PORT`, `nfv9://HOST:PORT` or
-    /// `nfv5://HOST:PORT` (the port defaults to 4739 for IPFIX, 2055 for NetFlow).
-    pub fn parse_url(url: &str) -> Result<ExportTarget, String> {
-        let (scheme, rest) = url
-            .split_once("://")
-            .ok_or_else(|| format!("'{url}': expected SCHEME://HOST:PORT"))?;
-        let protocol = match scheme {
-            "ipfix" | "ipfix+udp" => Protocol::Ipfix,
-            "ipfix+tcp" => Protocol::IpfixTcp,
-            "nfv9" => Protocol::Netflow9,
-            "nfv5" => Protocol::Netflow5,
-            _ => {
-                return Err(format!(
-                    "'{url}': unknown scheme '{scheme}' (ipfix, ipfix+tcp, nfv9, nfv5)"
-                ));
+    /// Parses `SCHEME://HOST[:PORT]` for a collector (`ipfix://HOST:PORT`,
+    /// `ipfix+tcp://HOST:PORT`, `nfv9://HOST:PORT`, `nfv5://HOST:PORT`; the port defaults to
+    /// the format's, 4739 for IPFIX, 2055 for NetFlow) or `SCHEME:PATH` for a file
+    /// (`csv:flows.csv`, `json:-` for standard output). The schemes are those of
+    /// [`encoder::FORMATS`].
+    pub fn parse_url(url: &str) -> Result<ExportTarget, ExportError> {
+        let (scheme, rest) = url.split_once(':').ok_or_else(|| ExportError::NotUrl {
+            url: url.to_owned(),
+        })?;
+        let format = encoder::format(scheme).ok_or_else(|| ExportError::UnknownScheme {
+            url: url.to_owned(),
+            scheme: scheme.to_owned(),
+        })?;
+        let wrong = || ExportError::WrongDestination {
+            url: url.to_owned(),
+            scheme: format.scheme,
+            to_file: format.transport == Transport::File,
+        };
+        let dest = match (format.transport, rest.strip_prefix("//")) {
+            (Transport::File, None) => file_dest(Path::new(rest)),
+            (Transport::Udp | Transport::Tcp, Some(host)) => {
+                Dest::Collector(resolve(url, host, format.default_port)?)
             }
+            _ => return Err(wrong()),
         };
-        let rest = rest.trim_end_matches('/');
-        let default_port = match protocol {
-            Protocol::Ipfix | Protocol::IpfixTcp => 4739,
-            Protocol::Netflow9 | Protocol::Netflow5 => 2055,
-        };
-        let with_port = if rest.parse::<std::net::IpAddr>().is_ok() || !rest.contains(':') {
-            // A bare address or host name (an IPv6 address needs [brackets] with a port).
-            let host = rest.trim_start_matches('[').trim_end_matches(']');
-            if host.contains(':') {
-                format!("[{host}]:{default_port}")
-            } else {
-                format!("{host}:{default_port}")
-            }
-        } else {
-            rest.to_owned()
-        };
-        let addr = with_port
-            .to_socket_addrs()
-            .map_err(|e| format!("'{url}': {e}"))?
-            .next()
-            .ok_or_else(|| format!("'{url}': no address"))?;
-        Ok(ExportTarget::Collector { protocol, addr })
+        Ok(ExportTarget { format, dest })
     }
 
-    fn name(&self) -> String {
-        match self {
-            ExportTarget::Collector { protocol, addr } => format!("{}://{addr}", protocol.scheme()),
-            ExportTarget::Text { format, dest } => {
-                let f = match format {
-                    TextFormat::Table => "table",
-                    TextFormat::Csv => "csv",
-                    TextFormat::Json => "json",
-                };
-                match dest {
-                    TextDest::Stdout => format!("{f}:-"),
-                    TextDest::File(p) => format!("{f}:{}", p.display()),
-                }
-            }
+    /// The file format `scheme` (`csv`, `json`, `table`) written to `path`; `-` is standard
+    /// output.
+    pub fn file(scheme: &str, path: &Path) -> Result<ExportTarget, ExportError> {
+        let url = format!("{scheme}:{}", path.display());
+        let format = encoder::format(scheme).ok_or_else(|| ExportError::UnknownScheme {
+            url: url.clone(),
+            scheme: scheme.to_owned(),
+        })?;
+        if format.transport != Transport::File {
+            return Err(ExportError::WrongDestination {
+                url,
+                scheme: format.scheme,
+                to_file: false,
+            });
+        }
+        Ok(ExportTarget {
+            format,
+            dest: file_dest(path),
+        })
+    }
+
+    /// The collector format `scheme` (`ipfix`, `nfv9`, ...) sent to `addr`.
+    pub fn collector(scheme: &str, addr: SocketAddr) -> Result<ExportTarget, ExportError> {
+        ExportTarget::parse_url(&format!("{scheme}://{addr}"))
+    }
+
+    /// The format.
+    pub fn format(&self) -> &'static ExportFormat {
+        self.format
+    }
+
+    /// Where the bytes go.
+    pub fn dest(&self) -> &Dest {
+        &self.dest
+    }
+
+    /// The target as a URL: `ipfix://192.0.2.1:4739`, `csv:flows.csv`, `json:-`.
+    pub fn name(&self) -> String {
+        let scheme = self.format.scheme;
+        match &self.dest {
+            Dest::Collector(addr) => format!("{scheme}://{addr}"),
+            Dest::Stdout => format!("{scheme}:-"),
+            Dest::File(p) => format!("{scheme}:{}", p.display()),
         }
     }
+}
+
+/// `-` is standard output, anything else a file.
+fn file_dest(path: &Path) -> Dest {
+    if path.as_os_str() == "-" {
+        Dest::Stdout
+    } else {
+        Dest::File(path.to_owned())
+    }
+}
+
+/// The first address of `host` (`HOST`, `HOST:PORT`, `[IPV6]`, `[IPV6]:PORT`), with
+/// `default_port` when it names none.
+fn resolve(url: &str, host: &str, default_port: u16) -> Result<SocketAddr, ExportError> {
+    let rest = host.trim_end_matches('/');
+    let bare = rest.parse::<std::net::IpAddr>().is_ok()
+        || !rest.contains(':')
+        || (rest.starts_with('[') && rest.ends_with(']'));
+    let with_port = if bare {
+        // A bare address or host name (an IPv6 address needs [brackets] with a port).
+        let host = rest.trim_start_matches('[').trim_end_matches(']');
+        if host.contains(':') {
+            format!("[{host}]:{default_port}")
+        } else {
+            format!("{host}:{default_port}")
+        }
+    } else {
+        rest.to_owned()
+    };
+    with_port
+        .to_socket_addrs()
+        .map_err(|source| ExportError::Resolve {
+            url: url.to_owned(),
+            host: with_port.clone(),
+            source,
+        })?
+        .next()
+        .ok_or_else(|| ExportError::NoAddress {
+            url: url.to_owned(),
+            host: with_port.clone(),
+        })
 }
 
 /// Everything the exporter needs.
@@ -258,7 +379,7 @@ impl ExportQueue {
                 epoch_ns,
                 back: self.back_tx.clone(),
             })
-            .map_err(|_| EngineError::Config("the flow exporter stopped".into()))
+            .map_err(|_| ExportError::Stopped.into())
     }
 }
 
@@ -296,7 +417,7 @@ impl Exporter {
         let thread = thread::Builder::new()
             .name("tapflow-export".into())
             .spawn(move || run(rx, outputs, clock))
-            .map_err(|e| EngineError::Config(format!("cannot start the flow exporter: {e}")))?;
+            .map_err(ExportError::Thread)?;
         Ok(Exporter { tx, thread })
     }
 
@@ -352,19 +473,20 @@ fn run(rx: Receiver<Batch>, mut outputs: Vec<Output>, clock: MeterClock) -> Expo
     report
 }
 
-/// One opened output.
+/// One opened output: its encoder and where the encoded bytes go.
 struct Output {
-    report: OutputReport,
-    kind: OutputKind,
+    name: String,
+    encoder: Box<dyn FlowEncoder>,
+    link: Link,
 }
 
-enum OutputKind {
-    Text {
-        format: TextFormat,
-        w: BufWriter<Box<dyn Write + Send>>,
-        line: Vec<u8>,
-    },
+/// Where an output's messages go.
+#[derive(Debug)]
+enum Link {
+    /// A collector over UDP or TCP.
     Collector(Box<Collector>),
+    /// A file or standard output.
+    Text(TextSink),
 }
 
 /// Messages queued for one `sendmmsg`.
@@ -381,56 +503,18 @@ const SEND_PATIENCE: Duration = Duration::from_secs(1);
 /// RFC 7011 §10.4.2.3: reconnect a TCP session at most once a minute.
 const RECONNECT_EVERY_NS: u64 = 60_000_000_000;
 
-/// An encoder for one collector; NetFlow ones are made when the first records arrive, since
-/// their "boot time" is the first packet's.
+/// A collector's socket; a broken TCP session is `None` until it reconnects.
 #[derive(Debug)]
-enum Wire {
-    Ipfix(ipfix::Encoder),
-    V9(netflow9::Encoder),
-    V5(netflow5::Encoder),
-}
-
-impl Wire {
-    fn encode(&mut self, records: &[FlowRecord], now: u64, out: &mut dyn FnMut(&[u8])) {
-        match self {
-            Wire::Ipfix(e) => e.encode(records, now, out),
-            Wire::V9(e) => e.encode(records, now, out),
-            Wire::V5(e) => e.encode(records, now, out),
-        }
-    }
-
-    fn tick(&mut self, now: u64, out: &mut dyn FnMut(&[u8])) {
-        match self {
-            Wire::Ipfix(e) => e.tick(now, out),
-            Wire::V9(e) => e.tick(now, out),
-            Wire::V5(e) => e.tick(now, out),
-        }
-    }
-
-    fn stats(&self) -> ipfix::Stats {
-        match self {
-            Wire::Ipfix(e) => e.stats(),
-            Wire::V9(e) => e.stats(),
-            Wire::V5(e) => e.stats(),
-        }
-    }
-}
-
-#[derive(Debug)]
-enum Link {
+enum Socket {
     Udp(UdpSocket),
     Tcp(Option<TcpStream>),
 }
 
-/// A collector: its encoder, its socket and the messages waiting to be sent.
+/// A collector: its socket and the messages waiting to be sent.
 #[derive(Debug)]
 struct Collector {
-    protocol: Protocol,
     addr: SocketAddr,
-    max_len: usize,
-    observation_domain: u32,
-    wire: Option<Wire>,
-    link: Link,
+    socket: Socket,
     pending: Vec<Vec<u8>>,
     queued: usize,
     /// When the oldest queued message was queued.
@@ -446,36 +530,44 @@ struct Collector {
 }
 
 impl Collector {
-    fn open(protocol: Protocol, addr: SocketAddr, cfg: &ExportConfig) -> Result<Collector, String> {
-        let (link, max_len) = match protocol {
-            // A TCP stream is not cut into datagrams: messages may be as large as IPFIX allows.
-            Protocol::IpfixTcp => (
-                Link::Tcp(Some(
-                    TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-                        .map_err(|e| format!("cannot connect: {e}"))?,
-                )),
-                ipfix::MAX_MESSAGE_LEN,
-            ),
-            _ => {
-                let s = UdpSocket::connect(addr).map_err(|e| e.to_string())?;
-                let _ = s.set_sndbuf(4 << 20);
-                // RFC 7011 §10.3.3: no larger than the path MTU (as this host knows it).
-                let mtu = cfg.mtu.unwrap_or_else(|| {
-                    s.path_mtu()
-                        .map_or(DEFAULT_MTU, |m| m.clamp(MIN_MTU, ROUTE_MTU_MAX))
-                });
-                (Link::Udp(s), payload_for_mtu(mtu, &addr))
-            }
+    /// Connects to `addr` over `transport` and returns the collector with the largest message
+    /// the transport takes.
+    fn open(
+        name: &str,
+        transport: Transport,
+        addr: SocketAddr,
+        cfg: &ExportConfig,
+    ) -> Result<(Collector, usize), ExportError> {
+        let (socket, max_len) = if transport == Transport::Tcp {
+            let s =
+                TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|source| {
+                    ExportError::Connect {
+                        output: name.to_owned(),
+                        source,
+                    }
+                })?;
+            // A stream is not cut into datagrams: the format's own limit applies.
+            (Socket::Tcp(Some(s)), usize::MAX)
+        } else {
+            let s = UdpSocket::connect(addr).map_err(|source| ExportError::Socket {
+                output: name.to_owned(),
+                source,
+            })?;
+            let _ = s.set_sndbuf(4 << 20);
+            // RFC 7011 §10.3.3: no larger than the path MTU (as this host knows it).
+            let mtu = cfg.mtu.unwrap_or_else(|| {
+                s.path_mtu()
+                    .map_or(DEFAULT_MTU, |m| m.clamp(MIN_MTU, ROUTE_MTU_MAX))
+            });
+            (Socket::Udp(s), payload_for_mtu(mtu, &addr))
         };
-        let mut c = Collector {
-            protocol,
+        // Room for the largest message a 16-bit length field describes, without reallocating.
+        let capacity = max_len.min(usize::from(u16::MAX));
+        let c = Collector {
             addr,
-            max_len,
-            observation_domain: cfg.observation_domain,
-            wire: None,
-            link,
+            socket,
             pending: (0..SEND_BATCH)
-                .map(|_| Vec::with_capacity(max_len))
+                .map(|_| Vec::with_capacity(capacity))
                 .collect(),
             queued: 0,
             queued_at: None,
@@ -486,64 +578,15 @@ impl Collector {
             paced_since: None,
             paced: 0,
         };
-        if matches!(protocol, Protocol::Ipfix | Protocol::IpfixTcp) {
-            c.wire = Some(c.encoder(0)?);
-        }
-        Ok(c)
+        Ok((c, max_len))
     }
 
-    fn encoder(&self, start_ns: u64) -> Result<Wire, String> {
-        let e = |e: ipfix::ConfigError| e.to_string();
-        Ok(match self.protocol {
-            Protocol::Ipfix | Protocol::IpfixTcp => {
-                let mut c = ipfix::Config::new(self.observation_domain);
-                c.max_message_len = self.max_len;
-                if self.protocol == Protocol::IpfixTcp {
-                    c.transport = ipfix::Transport::Tcp;
-                }
-                Wire::Ipfix(ipfix::Encoder::new(c).map_err(e)?)
-            }
-            Protocol::Netflow9 => {
-                let mut c = netflow9::Config::new(self.observation_domain, start_ns);
-                c.max_message_len = self.max_len.min(netflow9::MAX_MESSAGE_LEN);
-                Wire::V9(netflow9::Encoder::new(c).map_err(e)?)
-            }
-            Protocol::Netflow5 => {
-                let mut c = netflow5::Config::new(start_ns);
-                c.max_message_len = self.max_len.min(netflow5::MAX_MESSAGE_LEN);
-                Wire::V5(netflow5::Encoder::new(c).map_err(e)?)
-            }
-        })
-    }
-
-    fn export(&mut self, records: &[FlowRecord], now: u64, epoch: u64) {
-        if self.wire.is_none() {
-            match self.encoder(epoch) {
-                Ok(w) => self.wire = Some(w),
-                Err(e) => {
-                    self.error.get_or_insert(e);
-                    return;
-                }
-            }
-        }
-        self.reconnect_if_due();
-        let Some(mut wire) = self.wire.take() else {
-            return;
-        };
-        wire.encode(records, now, &mut |m| self.queue(m));
-        self.wire = Some(wire);
-        // Paced messages leave as they are due, never in runs.
+    /// After a batch is queued: paced messages leave as they are due, never in runs; unpaced
+    /// ones once the oldest has waited [`SEND_DELAY`].
+    fn batch_done(&mut self) {
         if self.rate.is_some() || self.queued_at.is_some_and(|t| t.elapsed() >= SEND_DELAY) {
             self.send();
         }
-    }
-
-    fn tick(&mut self, now: u64) {
-        if let Some(mut wire) = self.wire.take() {
-            wire.tick(now, &mut |m| self.queue(m));
-            self.wire = Some(wire);
-        }
-        self.send();
     }
 
     /// Copies one finished message into the send queue, sending the queue first when the message
@@ -567,8 +610,8 @@ impl Collector {
         let msgs = &self.pending[..self.queued];
         self.queued = 0;
         self.queued_at = None;
-        match &mut self.link {
-            Link::Udp(sock) => {
+        match &mut self.socket {
+            Socket::Udp(sock) => {
                 let mut done = 0;
                 let mut waited = Duration::ZERO;
                 while done < msgs.len() {
@@ -587,7 +630,7 @@ impl Collector {
                     done += 1;
                 }
             }
-            Link::Tcp(stream) => {
+            Socket::Tcp(stream) => {
                 for m in msgs {
                     let Some(s) = stream else {
                         self.lost += 1;
@@ -617,123 +660,179 @@ impl Collector {
         }
     }
 
-    /// After a broken TCP session, tries once a minute to open a new one (a new session
-    /// starts with the templates and sequence 0).
-    fn reconnect_if_due(&mut self) {
-        let Link::Tcp(stream @ None) = &mut self.link else {
-            return;
+    /// After a broken TCP session, tries once a minute to open a new one; true if it did (a
+    /// new session starts with the templates and sequence 0).
+    fn reconnect_if_due(&mut self) -> bool {
+        let Socket::Tcp(stream @ None) = &mut self.socket else {
+            return false;
         };
         let now = tapflow_sys::clock::realtime_ns();
         if now.saturating_sub(self.last_connect_ns) < RECONNECT_EVERY_NS {
-            return;
+            return false;
         }
         self.last_connect_ns = now;
-        if let Ok(s) = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5)) {
-            *stream = Some(s);
-            if let Some(Wire::Ipfix(e)) = &mut self.wire {
-                e.reset_session();
-            }
+        let Ok(s) = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5)) else {
+            return false;
+        };
+        *stream = Some(s);
+        true
+    }
+}
+
+/// A text output: a buffered file or standard output.
+struct TextSink {
+    w: BufWriter<Box<dyn Write + Send>>,
+    /// Lines not written: the one that failed and every one after it.
+    lost: u64,
+    error: Option<String>,
+}
+
+impl std::fmt::Debug for TextSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TextSink")
+            .field("lost", &self.lost)
+            .field("error", &self.error)
+            .finish()
+    }
+}
+
+impl TextSink {
+    /// Creates the file at `path`, or writes to standard output if there is none.
+    fn open(path: Option<&Path>) -> Result<TextSink, ExportError> {
+        let sink: Box<dyn Write + Send> = match path {
+            Some(p) => Box::new(outfile::create(p).map_err(|source| ExportError::Create {
+                path: p.to_owned(),
+                source,
+            })?),
+            None => Box::new(io::stdout()),
+        };
+        Ok(TextSink {
+            w: BufWriter::with_capacity(1 << 16, sink),
+            lost: 0,
+            error: None,
+        })
+    }
+
+    /// Appends one line, unless an earlier one failed.
+    fn write(&mut self, line: &[u8]) {
+        if self.error.is_some() {
+            self.lost += 1;
+        } else if let Err(e) = self.w.write_all(line) {
+            self.error = Some(e.to_string());
+            self.lost += 1;
+        }
+    }
+
+    fn flush(&mut self) {
+        if let Err(e) = self.w.flush() {
+            self.error.get_or_insert(e.to_string());
         }
     }
 }
 
 impl std::fmt::Debug for Output {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Output")
-            .field("name", &self.report.name)
-            .finish()
+        f.debug_struct("Output").field("name", &self.name).finish()
     }
 }
 
-fn open(t: &ExportTarget, cfg: &ExportConfig) -> Result<Output, EngineError> {
+/// Opens `t`: its link first (a bad address or path fails here), then its encoder for the
+/// message size the link takes.
+fn open(t: &ExportTarget, cfg: &ExportConfig) -> Result<Output, ExportError> {
     let name = t.name();
-    let kind = match t {
-        ExportTarget::Text { format, dest } => {
-            let sink: Box<dyn Write + Send> = match dest {
-                TextDest::Stdout => Box::new(io::stdout()),
-                TextDest::File(p) => Box::new(File::create(p).map_err(|e| {
-                    EngineError::Config(format!("{}: cannot create: {e}", p.display()))
-                })?),
-            };
-            let mut w = BufWriter::with_capacity(1 << 16, sink);
-            w.write_all(format.header().as_bytes())
-                .map_err(|e| EngineError::Config(format!("{name}: {e}")))?;
-            OutputKind::Text {
-                format: *format,
-                w,
-                line: Vec::with_capacity(512),
-            }
+    let (mut link, max_message_len) = match (t.format.transport, &t.dest) {
+        (transport @ (Transport::Udp | Transport::Tcp), Dest::Collector(addr)) => {
+            let (c, max_len) = Collector::open(&name, transport, *addr, cfg)?;
+            (Link::Collector(Box::new(c)), max_len)
         }
-        ExportTarget::Collector { protocol, addr } => OutputKind::Collector(Box::new(
-            Collector::open(*protocol, *addr, cfg)
-                .map_err(|e| EngineError::Config(format!("--export {name}: {e}")))?,
-        )),
+        (Transport::File, Dest::Stdout) => (Link::Text(TextSink::open(None)?), usize::MAX),
+        (Transport::File, Dest::File(p)) => (Link::Text(TextSink::open(Some(p))?), usize::MAX),
+        // ExportTarget's constructors pair every format with a destination it can use.
+        (_, _) => {
+            return Err(ExportError::WrongDestination {
+                url: name,
+                scheme: t.format.scheme,
+                to_file: t.format.transport == Transport::File,
+            });
+        }
     };
+    let ecfg = EncoderConfig {
+        max_message_len,
+        observation_domain: cfg.observation_domain,
+        transport: t.format.transport,
+    };
+    let mut encoder = (t.format.build)(&ecfg).map_err(|source| ExportError::Encoder {
+        output: name.clone(),
+        source,
+    })?;
+    match &mut link {
+        Link::Collector(c) => encoder.begin(&mut |m| c.queue(m)),
+        Link::Text(t) => {
+            let mut head = Vec::new();
+            encoder.begin(&mut |b| head.extend_from_slice(b));
+            t.w.write_all(&head).map_err(|source| ExportError::Write {
+                output: name.clone(),
+                source,
+            })?;
+        }
+    }
     Ok(Output {
-        report: OutputReport {
-            name,
-            ..OutputReport::default()
-        },
-        kind,
+        name,
+        encoder,
+        link,
     })
 }
 
 impl Output {
     fn export(&mut self, records: &[FlowRecord], now: u64, epoch: u64) {
-        if self.report.error.is_some() {
-            self.report.failed += records.len() as u64;
-            return;
-        }
-        match &mut self.kind {
-            OutputKind::Text { format, w, line } => {
-                for r in records {
-                    line.clear();
-                    format.write(r, line);
-                    if let Err(e) = w.write_all(line) {
-                        self.report.error = Some(e.to_string());
-                        self.report.failed += 1;
-                        continue;
-                    }
-                    self.report.records += 1;
+        let enc = &mut self.encoder;
+        match &mut self.link {
+            Link::Collector(c) => {
+                if c.reconnect_if_due() {
+                    enc.reset_session();
                 }
+                enc.encode(records, now, epoch, &mut |m| c.queue(m));
+                c.batch_done();
             }
-            OutputKind::Collector(c) => c.export(records, now, epoch),
+            Link::Text(t) => enc.encode(records, now, epoch, &mut |line| t.write(line)),
         }
     }
 
     fn tick(&mut self, now: u64) {
-        match &mut self.kind {
-            OutputKind::Text { w, .. } => {
-                if let Err(e) = w.flush() {
-                    self.report.error.get_or_insert(e.to_string());
-                }
+        let enc = &mut self.encoder;
+        match &mut self.link {
+            Link::Collector(c) => {
+                enc.tick(now, &mut |m| c.queue(m));
+                c.send();
             }
-            OutputKind::Collector(c) => c.tick(now),
+            Link::Text(t) => t.flush(),
         }
     }
 
     fn finish(mut self) -> OutputReport {
-        match &mut self.kind {
-            OutputKind::Text { w, .. } => {
-                if let Err(e) = w.flush() {
-                    self.report.error.get_or_insert(e.to_string());
-                }
-            }
-            OutputKind::Collector(c) => {
+        let st = self.encoder.stats();
+        let mut report = OutputReport {
+            name: self.name,
+            ..OutputReport::default()
+        };
+        match &mut self.link {
+            Link::Collector(c) => {
                 c.send();
-                if let Some(w) = &c.wire {
-                    let st = w.stats();
-                    self.report.records = st.records;
-                    self.report.messages = st.messages - c.lost.min(st.messages);
-                    self.report.failed = st.unencodable;
-                }
-                self.report.lost_messages = c.lost;
-                if let Some(e) = c.error.take() {
-                    self.report.error.get_or_insert(e);
-                }
+                report.records = st.records;
+                report.messages = st.messages - c.lost.min(st.messages);
+                report.failed = st.unencodable;
+                report.lost_messages = c.lost;
+                report.error = c.error.take();
+            }
+            Link::Text(t) => {
+                t.flush();
+                // A text format hands over one line per record.
+                report.records = st.records - t.lost.min(st.records);
+                report.failed = st.unencodable + t.lost;
+                report.error = t.error.take();
             }
         }
-        self.report
+        report
     }
 }
 
@@ -756,14 +855,14 @@ mod tests {
             observation_domain: 0,
             rate: None,
         };
-        // NetFlow v5: no templates, so every datagram below is one this test queued.
-        let mut c = Collector::open(Protocol::Netflow5, rx.local_addr().unwrap(), &cfg).unwrap();
+        let addr = rx.local_addr().unwrap();
+        let (mut c, _) = Collector::open("test", Transport::Udp, addr, &cfg).unwrap();
         let m = vec![7u8; 8000];
         let run = SEND_BYTES / m.len();
         for _ in 0..run {
             c.queue(&m);
         }
-        c.export(&[], 0, 0);
+        c.batch_done();
         assert_eq!(received(&rx), 0, "a run shorter than SEND_BYTES waits");
         c.queue(&m);
         assert_eq!(
@@ -771,7 +870,7 @@ mod tests {
             run,
             "the message that overflows the run sends it"
         );
-        c.tick(0);
+        c.send();
         assert_eq!(received(&rx), 1, "the idle tick sends the rest");
         for _ in 0..SEND_BATCH + 1 {
             c.queue(&[1; 100]);
@@ -781,16 +880,90 @@ mod tests {
             SEND_BATCH,
             "at most SEND_BATCH messages per run"
         );
-        c.tick(0);
+        c.send();
         assert_eq!(received(&rx), 1);
 
         let paced = ExportConfig {
             rate: Some(1_000_000),
             ..cfg
         };
-        let mut c = Collector::open(Protocol::Netflow5, rx.local_addr().unwrap(), &paced).unwrap();
+        let (mut c, _) = Collector::open("test", Transport::Udp, addr, &paced).unwrap();
         c.queue(&m);
-        c.export(&[], 0, 0);
+        c.batch_done();
         assert_eq!(received(&rx), 1, "paced messages do not wait for a run");
+    }
+
+    #[test]
+    fn urls_parse_into_targets_whose_names_parse_back() {
+        for (url, name) in [
+            ("ipfix://127.0.0.1", "ipfix://127.0.0.1:4739"),
+            ("ipfix+tcp://127.0.0.1:9995/", "ipfix+tcp://127.0.0.1:9995"),
+            ("nfv9://[::1]", "nfv9://[::1]:2055"),
+            ("nfv9://::1", "nfv9://[::1]:2055"),
+            ("nfv5://[::1]:2056", "nfv5://[::1]:2056"),
+            ("csv:flows.csv", "csv:flows.csv"),
+            ("json:-", "json:-"),
+        ] {
+            let t = ExportTarget::parse_url(url).unwrap();
+            assert_eq!(t.name(), name);
+            assert_eq!(ExportTarget::parse_url(&t.name()).unwrap(), t);
+        }
+        let t = ExportTarget::file("table", Path::new("-")).unwrap();
+        assert_eq!((t.format().scheme, t.dest()), ("table", &Dest::Stdout));
+    }
+
+    #[test]
+    fn bad_urls_say_what_is_wrong_with_which_value() {
+        let err = |url: &str| ExportTarget::parse_url(url).unwrap_err().to_string();
+        assert!(
+            err("sflow://127.0.0.1:6343")
+                .starts_with("'sflow://127.0.0.1:6343': unknown scheme 'sflow' (ipfix, "),
+            "{}",
+            err("sflow://127.0.0.1:6343")
+        );
+        assert_eq!(
+            err("127.0.0.1"),
+            "'127.0.0.1': expected SCHEME://HOST[:PORT] or SCHEME:PATH"
+        );
+        assert_eq!(
+            err("csv://127.0.0.1"),
+            "'csv://127.0.0.1': csv writes to a file: expected SCHEME:PATH"
+        );
+        assert_eq!(
+            err("nfv9:flows.bin"),
+            "'nfv9:flows.bin': nfv9 sends to a collector: expected SCHEME://HOST[:PORT]"
+        );
+        assert!(err("ipfix://").starts_with("'ipfix://': cannot resolve :4739: "));
+        assert!(matches!(
+            ExportTarget::file("ipfix", Path::new("-")),
+            Err(ExportError::WrongDestination { to_file: false, .. })
+        ));
+    }
+
+    #[test]
+    fn an_encoder_that_refuses_the_route_mtu_fails_at_start_naming_the_output() {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let t = ExportTarget::collector("nfv9", rx.local_addr().unwrap()).unwrap();
+        let cfg = ExportConfig {
+            targets: vec![t.clone()],
+            mtu: Some(200),
+            observation_domain: 1,
+            rate: None,
+        };
+        let e = Exporter::start(&cfg, MeterClock::Packets).unwrap_err();
+        assert!(matches!(
+            e,
+            EngineError::Export(ExportError::Encoder {
+                source: ConfigError::MessageTooShort { len: 172, .. },
+                ..
+            })
+        ));
+        assert!(
+            e.to_string().starts_with(&format!(
+                "{}: NetFlow v9: maximum message length 172 is below",
+                t.name()
+            )),
+            "{e}"
+        );
     }
 }
