@@ -335,7 +335,7 @@ pub struct GenArgs {
     /// Interface to send on.
     #[arg(short = 'i', long)]
     pub interface: String,
-    /// Ethernet frame length without FCS (60 to 9000).
+    /// Ethernet frame length without FCS (60 to 9000, and at most the MTU + 14).
     #[arg(long, default_value = "60", value_parser = parse_usize_size)]
     pub size: usize,
     /// Frames to send.
@@ -371,9 +371,19 @@ pub struct GenArgs {
     /// Destination port.
     #[arg(long, default_value_t = 9)]
     pub dst_port: u16,
-    /// Send the packets of this capture file instead, at top speed.
+    /// Send the packets of this capture file instead, once (see --loop), as fast as possible
+    /// or at --rate; frames longer than the MTU + 14-byte Ethernet header are not sent.
     #[arg(long)]
     pub replay: Option<PathBuf>,
+    /// Send the --replay file N times over; 0 repeats it until --count, --duration or a signal.
+    #[arg(
+        short = 'l',
+        long = "loop",
+        value_name = "N",
+        default_value_t = 1,
+        requires = "replay"
+    )]
+    pub loops: u64,
     /// No progress output.
     #[arg(short = 'q', long)]
     pub quiet: bool,

@@ -1,5 +1,7 @@
-//! `tapflow gen`: builds the frame, runs the generator, reports what was sent.
+//! `tapflow gen`: builds the frame, runs the generator, reports what was sent. A run that sent
+//! nothing, or left frames unsent, fails with the reason (exit code 1).
 
+use std::num::NonZeroU64;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -45,13 +47,19 @@ pub fn run(a: GenArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
     if a.rate == Some(0) {
         return Err(bad("--rate 0 would send nothing".into()));
     }
+    if a.count == Some(0) {
+        return Err(bad("--count 0 would send nothing".into()));
+    }
     if a.count.is_none() && duration.is_none() && a.replay.is_none() {
         return Err(bad(
             "say how much to send: --count N or --duration SECS".into()
         ));
     }
     let traffic = match &a.replay {
-        Some(p) => Traffic::Replay(p.clone()),
+        Some(p) => Traffic::Replay {
+            path: p.clone(),
+            loops: NonZeroU64::new(a.loops),
+        },
         None => Traffic::Synthetic {
             spec: FrameSpec {
                 src_mac: mac(&a.src_mac, "--src-mac")?,
@@ -90,6 +98,7 @@ pub fn run(a: GenArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
     .map_err(Failure::from_engine)?;
     let pps = report.sent as f64 / report.seconds.max(1e-9);
     let mbps = report.bytes as f64 * 8.0 / report.seconds.max(1e-9) / 1e6;
+    let reasons = failure_reasons(&report);
     eprintln!(
         "tapflow gen: sent {} packets ({} bytes) in {:.3} s: {:.0} pps, {:.1} Mbit/s{}",
         report.sent,
@@ -98,7 +107,7 @@ pub fn run(a: GenArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
         pps,
         mbps,
         if report.failed > 0 {
-            format!(", {} failed", report.failed)
+            format!(", {} failed: {reasons}", report.failed)
         } else {
             String::new()
         }
@@ -107,7 +116,49 @@ pub fn run(a: GenArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
         report: &report,
         pps,
     };
-    crate::report::finish(a.summary_json.as_deref(), json, None)
+    let code = crate::report::finish(a.summary_json.as_deref(), json, None)?;
+    if report.failed > 0 {
+        return Err(Failure::Runtime(format!(
+            "{} of {} frames not sent on {}: {reasons}",
+            report.failed,
+            report.sent + report.failed,
+            a.interface
+        )));
+    }
+    if report.sent == 0 {
+        return Err(Failure::Runtime(
+            "nothing sent: stopped before the first frame".into(),
+        ));
+    }
+    Ok(code)
+}
+
+/// Why frames were not sent, each reason with its count: `2 too large for the MTU (1500 + 14-byte
+/// Ethernet header), 1 refused by the kernel`.
+fn failure_reasons(r: &GenReport) -> String {
+    let reasons = [
+        (
+            r.too_large,
+            format!(
+                "too large for the MTU ({} + 14-byte Ethernet header)",
+                r.mtu
+            ),
+        ),
+        (
+            r.too_short,
+            "shorter than an Ethernet header (14 bytes)".to_string(),
+        ),
+        (
+            r.refused,
+            "refused by the kernel (EINVAL or EMSGSIZE)".to_string(),
+        ),
+    ];
+    let named: Vec<String> = reasons
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, why)| format!("{n} {why}"))
+        .collect();
+    named.join(", ")
 }
 
 /// The JSON summary of `gen` (`--summary-json`): what was sent, and the mean packet rate.

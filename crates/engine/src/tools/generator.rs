@@ -2,15 +2,18 @@
 //! file on an AF_PACKET socket, a batch of frames per `sendmmsg` ([`TxBatch`]), as fast as
 //! possible or at a set rate.
 
+use std::num::NonZeroU64;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use tapflow_sys::iface;
 use tapflow_sys::mmap::MappedFile;
 use tapflow_sys::tx::{BATCH_FRAMES, TxBatch};
 use tapflow_wire::build::{self, FrameSpec, Layout};
 use tapflow_wire::capfile::Reader;
+use tapflow_wire::ethernet;
 
 use crate::EngineError;
 
@@ -24,8 +27,14 @@ pub enum Traffic {
         /// Number of distinct flows.
         flows: u32,
     },
-    /// The packets of a capture file, in order, looping if `count` asks for more.
-    Replay(PathBuf),
+    /// The packets of a capture file, in order, `loops` times over (`None`: until stopped).
+    Replay {
+        /// The capture file.
+        path: PathBuf,
+        /// How many times to send the file; `None` repeats it until `count`, `duration` or
+        /// the stop.
+        loops: Option<NonZeroU64>,
+    },
 }
 
 /// Generator settings.
@@ -52,9 +61,17 @@ pub struct GenReport {
     pub bytes: u64,
     /// Wall-clock seconds from the first frame to the last completion.
     pub seconds: f64,
-    /// Frames not sent: longer than the interface takes (MTU + Ethernet header), shorter than
-    /// an Ethernet header, or refused by the kernel (`EINVAL`, `EMSGSIZE`).
+    /// Frames not sent, for any reason: `too_large + too_short + refused`.
     pub failed: u64,
+    /// Frames of a replay longer than the interface takes: its MTU plus the 14-byte Ethernet
+    /// header.
+    pub too_large: u64,
+    /// Frames of a replay shorter than an Ethernet header (14 bytes).
+    pub too_short: u64,
+    /// Frames the kernel refused when they were sent (`EINVAL`, `EMSGSIZE`).
+    pub refused: u64,
+    /// The MTU of the interface.
+    pub mtu: u32,
 }
 
 /// Produces the next frame into a batch slot; returns its length, or `None` at the end.
@@ -121,14 +138,59 @@ impl FrameSource for Synthetic {
     }
 }
 
+/// The packets of a capture file, pass after pass. A frame that does not fit a slot (the
+/// interface's MTU + Ethernet header) or is shorter than an Ethernet header is counted and
+/// skipped; the others are copied into the slots as they are.
 struct Replay<'a> {
-    bytes: &'a [u8],
     path: PathBuf,
+    /// The file read from its start: each pass begins with a copy.
+    start: Reader<'a>,
     reader: Reader<'a>,
+    /// Passes left after this one; `None`: no end.
+    passes_left: Option<u64>,
+    /// The longest frame the interface takes.
     max: usize,
     too_large: u64,
+    too_short: u64,
     error: Option<EngineError>,
+    /// Whether this pass has produced a frame: a pass that produces none ends the replay, or
+    /// `--loop 0` over a file of unsendable frames would never end.
     sent_any: bool,
+}
+
+impl<'a> Replay<'a> {
+    fn new(path: PathBuf, start: Reader<'a>, loops: Option<NonZeroU64>, max: usize) -> Self {
+        Replay {
+            path,
+            reader: start.clone(),
+            start,
+            passes_left: loops.map(|n| n.get() - 1),
+            max,
+            too_large: 0,
+            too_short: 0,
+            error: None,
+            sent_any: false,
+        }
+    }
+
+    /// Starts the next pass, if there is one.
+    #[cold]
+    fn next_pass(&mut self) -> bool {
+        let more = self.sent_any
+            && match &mut self.passes_left {
+                None => true,
+                Some(0) => false,
+                Some(n) => {
+                    *n -= 1;
+                    true
+                }
+            };
+        if more {
+            self.reader = self.start.clone();
+            self.sent_any = false;
+        }
+        more
+    }
 }
 
 impl FrameSource for Replay<'_> {
@@ -136,13 +198,18 @@ impl FrameSource for Replay<'_> {
         loop {
             match self.reader.next_packet() {
                 Some(Ok(p)) => {
-                    if p.data.len() > buf.len() {
+                    let n = p.data.len();
+                    if n > buf.len() {
                         self.too_large += 1;
                         continue;
                     }
-                    buf[..p.data.len()].copy_from_slice(p.data);
+                    if n < ethernet::HEADER_LEN {
+                        self.too_short += 1;
+                        continue;
+                    }
+                    buf[..n].copy_from_slice(p.data);
                     self.sent_any = true;
-                    return Some(p.data.len());
+                    return Some(n);
                 }
                 Some(Err(e)) => {
                     self.error = Some(EngineError::File {
@@ -151,11 +218,7 @@ impl FrameSource for Replay<'_> {
                     });
                     return None;
                 }
-                None if self.sent_any => {
-                    // Start the file over.
-                    self.reader = Reader::new(self.bytes).ok()?;
-                    self.sent_any = false;
-                }
+                None if self.next_pass() => {}
                 None => return None,
             }
         }
@@ -166,18 +229,30 @@ impl FrameSource for Replay<'_> {
     }
 }
 
-/// Sends traffic until `count`, `duration` or `stop`; `tick` is called about every 100 ms with
-/// the frames sent so far.
+/// Sends traffic until `count`, `duration` or `stop` (or the end of a replay); `tick` is called
+/// about every 100 ms with the frames sent so far.
+///
+/// Refused before anything is sent: synthetic frames longer than the interface takes (its MTU
+/// plus the Ethernet header), and a capture file without packets.
 pub fn run(
     cfg: &GenConfig,
     stop: &AtomicBool,
     tick: &mut dyn FnMut(u64, Duration),
 ) -> Result<GenReport, EngineError> {
-    match &cfg.traffic {
+    let mtu = iface::mtu(&cfg.ifname)?;
+    let max_frame = mtu as usize + ethernet::HEADER_LEN;
+    let mut report = match &cfg.traffic {
         Traffic::Synthetic { spec, flows } => {
             if *flows == 0 || *flows > 65_536 {
                 return Err(EngineError::Config(format!(
                     "--flows {flows} is out of range: 1 to 65536 distinct source ports"
+                )));
+            }
+            if spec.frame_len > max_frame {
+                return Err(EngineError::Config(format!(
+                    "--size {} is larger than {} can send: its MTU of {mtu} allows frames of at \
+                     most {max_frame} bytes (the MTU + the 14-byte Ethernet header)",
+                    spec.frame_len, cfg.ifname
                 )));
             }
             let mut template = vec![0u8; spec.frame_len];
@@ -192,31 +267,38 @@ pub fn run(
                 produced: 0,
                 slots: u64::MAX,
             };
-            send(cfg, &mut src, stop, tick)
+            send(cfg, &mut src, stop, tick)?
         }
-        Traffic::Replay(path) => {
+        Traffic::Replay { path, loops } => {
             let map = MappedFile::open(path)?;
-            let reader = Reader::new(map.bytes()).map_err(|source| EngineError::File {
+            let file_error = |source| EngineError::File {
                 path: path.clone(),
                 source,
-            })?;
-            let mut src = Replay {
-                bytes: map.bytes(),
-                path: path.clone(),
-                reader,
-                max: 9216,
-                too_large: 0,
-                error: None,
-                sent_any: false,
             };
+            let reader = Reader::new(map.bytes()).map_err(file_error)?;
+            match reader.clone().next_packet() {
+                None => {
+                    return Err(EngineError::Config(format!(
+                        "{}: the file holds no packets: nothing to send",
+                        path.display()
+                    )));
+                }
+                Some(Err(e)) => return Err(file_error(e)),
+                Some(Ok(_)) => {}
+            }
+            let mut src = Replay::new(path.clone(), reader, *loops, max_frame);
             let mut report = send(cfg, &mut src, stop, tick)?;
             if let Some(e) = src.error {
                 return Err(e);
             }
-            report.failed += src.too_large;
-            Ok(report)
+            report.too_large = src.too_large;
+            report.too_short = src.too_short;
+            report
         }
-    }
+    };
+    report.failed = report.too_large + report.too_short + report.refused;
+    report.mtu = mtu;
+    Ok(report)
 }
 
 fn send(
@@ -232,7 +314,8 @@ fn send(
     let mut last_tick = started;
     let mut queued: u64 = 0;
     let mut bytes: u64 = 0;
-    'outer: while queued < limit {
+    let mut ended = false;
+    while queued < limit && !ended {
         if stop.load(Ordering::Relaxed) {
             break;
         }
@@ -251,7 +334,9 @@ fn send(
         while filled < allowed {
             let Some(mut slot) = tx.slot() else { break };
             let Some(n) = src.next_into(slot.buf()) else {
-                break 'outer;
+                // The end of a replay: the frames filled so far still go, and count.
+                ended = true;
+                break;
             };
             slot.send(n);
             bytes += n as u64;
@@ -268,11 +353,113 @@ fn send(
         }
     }
     tx.flush()?;
-    let failed = tx.wrong_format();
+    // The sources hand over no length the batch's own check refuses: what it counts, the
+    // kernel refused.
+    let refused = tx.wrong_format();
     Ok(GenReport {
-        sent: queued - failed.min(queued),
+        sent: queued - refused.min(queued),
         bytes,
         seconds: started.elapsed().as_secs_f64(),
-        failed,
+        refused,
+        ..GenReport::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tapflow_wire::build::L4;
+    use tapflow_wire::ethernet::EthernetAddress;
+    use tapflow_wire::linktype::LinkType;
+    use tapflow_wire::pcap;
+
+    /// A UDP frame of `len` bytes from source port `port` (at least 60 bytes: cut shorter).
+    fn frame(port: u16, len: usize) -> Vec<u8> {
+        let spec = FrameSpec {
+            src_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            dst_mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
+            src_ip: "198.18.0.1".parse().unwrap(),
+            dst_ip: "198.18.0.2".parse().unwrap(),
+            proto: L4::Udp,
+            src_port: port,
+            dst_port: 9,
+            frame_len: len.max(build::MIN_FRAME_LEN),
+        };
+        let mut f = vec![0; spec.frame_len];
+        build::build(&spec, &mut f).unwrap();
+        f.truncate(len);
+        f
+    }
+
+    /// A pcap file of `frames`.
+    fn pcap_of(frames: &[Vec<u8>]) -> Vec<u8> {
+        let mut d = Vec::new();
+        pcap::write_header(&mut d, LinkType::Ethernet, 65535);
+        for (i, f) in frames.iter().enumerate() {
+            pcap::write_record(&mut d, i as u64 * 1000, f, f.len() as u32);
+        }
+        d
+    }
+
+    /// The source ports of the frames a replay of `file` produces into slots of `slot` bytes,
+    /// `loops` times over, stopping after `limit` frames; and the replay, for its counters.
+    fn replay(file: &[u8], loops: u64, slot: usize, limit: usize) -> (Vec<u16>, u64, u64) {
+        let mut r = Replay::new(
+            "t.pcap".into(),
+            Reader::new(file).unwrap(),
+            NonZeroU64::new(loops),
+            slot,
+        );
+        let mut buf = vec![0; slot];
+        let mut ports = Vec::new();
+        while ports.len() < limit {
+            let Some(n) = r.next_into(&mut buf) else {
+                break;
+            };
+            assert!(n >= 34, "a whole UDP frame");
+            ports.push(u16::from_be_bytes([buf[34], buf[35]]));
+        }
+        assert!(r.error.is_none());
+        (ports, r.too_large, r.too_short)
+    }
+
+    #[test]
+    fn a_replay_sends_the_file_once_unless_asked_to_loop() {
+        let file = pcap_of(&[frame(1, 60), frame(2, 60), frame(3, 60)]);
+        assert_eq!(replay(&file, 1, 1514, 100).0, [1, 2, 3]);
+        assert_eq!(replay(&file, 2, 1514, 100).0, [1, 2, 3, 1, 2, 3]);
+        // 0 loops: until stopped (here, by the frame limit).
+        let (ports, ..) = replay(&file, 0, 1514, 1000);
+        assert_eq!(ports.len(), 1000);
+        assert_eq!(&ports[..4], [1, 2, 3, 1]);
+    }
+
+    #[test]
+    fn frames_that_do_not_fit_the_link_are_counted_by_reason_on_every_pass() {
+        let file = pcap_of(&[
+            frame(1, 60),
+            frame(2, 1515),
+            frame(3, 1514),
+            frame(4, 13),
+            frame(5, 14),
+        ]);
+        // The 14-byte frame is an Ethernet header alone: sendable, but not a UDP frame.
+        let mut r = Replay::new(
+            "t.pcap".into(),
+            Reader::new(&file).unwrap(),
+            NonZeroU64::new(2),
+            1514,
+        );
+        let mut buf = vec![0; 1514];
+        let lens: Vec<usize> = std::iter::from_fn(|| r.next_into(&mut buf)).collect();
+        assert_eq!(lens, [60, 1514, 14, 60, 1514, 14]);
+        assert_eq!((r.too_large, r.too_short), (2, 2));
+    }
+
+    #[test]
+    fn a_replay_of_frames_none_of_which_fit_ends_even_when_looping_forever() {
+        let file = pcap_of(&[frame(1, 1600), frame(2, 9000)]);
+        let (ports, too_large, too_short) = replay(&file, 0, 1514, 10);
+        assert_eq!((ports.len(), too_large, too_short), (0, 2, 0));
+    }
 }
