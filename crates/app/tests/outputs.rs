@@ -57,20 +57,36 @@ fn refused(args: &[&str], keys: &[&str]) {
 }
 
 #[test]
-fn a_device_is_never_replaced_by_an_output() {
+fn a_device_is_written_in_place_and_never_replaced() {
     let d = dir("dev");
     let input = d.join("in.pcap");
     trace(&input, 10);
-    refused(
-        &["capture", "-r", &p(&input), "-w", "/dev/full", "-q"],
-        &["/dev/full", "device"],
+    // /dev/null takes every packet; /dev/full refuses them, and the accounting says so.
+    let o = run_limited(
+        &mut tapflow(["capture", "-r", &p(&input), "-w", "/dev/null"]),
+        Duration::from_secs(20),
     );
-    let m = std::fs::symlink_metadata("/dev/full").unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type()),
-        "/dev/full is still a device"
+        o.status.success() && err.contains("10 received, 10 recorded"),
+        "{err}"
     );
-    assert!(!Path::new("/dev/full.part").exists());
+    let o = run_limited(
+        &mut tapflow(["capture", "-r", &p(&input), "-w", "/dev/full"]),
+        Duration::from_secs(20),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("10 received, 0 recorded"), "{err}");
+    assert!(err.lines().last().unwrap().contains("/dev/full"), "{err}");
+    for dev in ["/dev/full", "/dev/null"] {
+        let m = std::fs::symlink_metadata(dev).unwrap();
+        assert!(
+            std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type()),
+            "{dev} is still a device"
+        );
+        assert!(!Path::new(&format!("{dev}.part")).exists());
+    }
     std::fs::remove_dir_all(&d).unwrap();
 }
 

@@ -92,6 +92,8 @@ pub struct DirectFile {
     from_io: mpsc::Receiver<AlignedBuf>,
     io: Option<thread::JoinHandle<io::Result<File>>>,
     direct: bool,
+    /// A regular file (synced at the end), not a device or FIFO.
+    regular: bool,
 }
 
 impl std::fmt::Debug for DirectFile {
@@ -116,8 +118,7 @@ impl DirectFile {
                 error,
             })
         };
-        let buf = buffer()?;
-        let spares = [buffer()?, buffer()?];
+        let bufs = [buffer()?, buffer()?, buffer()?];
         // A filesystem without O_DIRECT refuses it at open (EINVAL), after creating the file.
         let (file, direct) = match outfile::create_new(path, libc::O_DIRECT) {
             Ok(f) => (f, true),
@@ -128,6 +129,33 @@ impl DirectFile {
             }
             Err(error) => return Err(open_error(path, error)),
         };
+        DirectFile::start(file, path, bufs, direct, true)
+    }
+
+    /// Writes an open device or FIFO (`/dev/null`, a named pipe: [`outfile::Target::Stream`])
+    /// the same way, through the cache and without a final sync.
+    pub fn stream(path: &Path, chunk: usize) -> Result<DirectFile, SysError> {
+        let buffer = || {
+            AlignedBuf::new(chunk).map_err(|error| SysError::File {
+                call: "map a buffer for",
+                path: path.to_path_buf(),
+                detail: format!("{chunk} bytes"),
+                error,
+            })
+        };
+        let bufs = [buffer()?, buffer()?, buffer()?];
+        DirectFile::start(outfile::open_stream(path)?, path, bufs, false, false)
+    }
+
+    /// Starts the I/O thread over `file`.
+    fn start(
+        file: File,
+        path: &Path,
+        [buf, spare0, spare1]: [AlignedBuf; 3],
+        direct: bool,
+        regular: bool,
+    ) -> Result<DirectFile, SysError> {
+        let spares = [spare0, spare1];
         let (to_io, io_rx) = mpsc::sync_channel::<(AlignedBuf, usize)>(2);
         let (io_tx, from_io) = mpsc::sync_channel::<AlignedBuf>(3);
         for spare in spares {
@@ -156,6 +184,7 @@ impl DirectFile {
             from_io,
             io: Some(io),
             direct,
+            regular,
         })
     }
 
@@ -266,7 +295,10 @@ impl DirectFile {
             }
             (&file).write_all(&self.buf.as_slice()[..rest])?;
         }
-        file.sync_data()
+        if self.regular {
+            file.sync_data()?;
+        }
+        Ok(())
     }
 }
 

@@ -1,10 +1,12 @@
 //! Output files created so that nobody can turn them against the host: never opened through a
-//! symbolic link, never put in the place of something that is not a regular file (a device,
-//! a directory, a FIFO), and with the same permission bits whatever the umask.
+//! link another user planted, never put in the place of something that is not a regular file
+//! (a device, a directory, a FIFO: those are written in place or refused), and with the same
+//! permission bits whatever the umask.
+#![allow(unsafe_code)] // geteuid, and umask in the tests.
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use crate::SysError;
@@ -12,46 +14,74 @@ use crate::SysError;
 /// Permission bits of every file tapflow writes: the owner reads and writes, the group reads.
 pub const MODE: u32 = 0o640;
 
-/// What stands at a path an output is to take.
+/// What an output's name leads to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Occupant {
+pub enum Target {
     /// Nothing: the output will be new.
     Nothing,
     /// A regular file, which the output replaces as tcpdump's would.
     RegularFile,
-    /// Anything else, which an output never replaces, named for the message.
-    Other(&'static str),
+    /// A character device or a FIFO (`/dev/null`, a named pipe): written in place, never
+    /// replaced.
+    Stream,
 }
 
-/// Looks at `path` without following a link at its end.
-pub fn occupant(path: &Path) -> Result<Occupant, SysError> {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) => {
-            let t = m.file_type();
-            Ok(if t.is_file() {
-                Occupant::RegularFile
-            } else if t.is_symlink() {
-                Occupant::Other("a symbolic link")
-            } else if t.is_dir() {
-                Occupant::Other("a directory")
-            } else if t.is_block_device() || t.is_char_device() {
-                Occupant::Other("a device")
-            } else if t.is_fifo() {
-                Occupant::Other("a FIFO")
-            } else {
-                Occupant::Other("not a regular file")
-            })
+/// Looks at what `path` leads to. A symbolic link is followed only if it belongs to root or
+/// to this process's user (the kernel's `protected_symlinks` rule, applied everywhere: a link
+/// planted by another user is refused, `/dev/stdout` is not); a directory, a block device or
+/// a socket is refused.
+pub fn target(path: &Path) -> Result<Target, SysError> {
+    let m = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Target::Nothing),
+        Err(error) => return Err(file_error("stat", path, String::new(), error)),
+    };
+    let m = if m.file_type().is_symlink() {
+        // SAFETY: geteuid has no arguments and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if m.uid() != 0 && m.uid() != me {
+            return Err(refused(path, "a link another user owns"));
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Occupant::Nothing),
-        Err(error) => Err(file_error("stat", path, String::new(), error)),
+        match std::fs::metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(refused(path, "a link to nothing"));
+            }
+            Err(error) => return Err(file_error("stat", path, String::new(), error)),
+        }
+    } else {
+        m
+    };
+    let t = m.file_type();
+    if t.is_file() {
+        Ok(Target::RegularFile)
+    } else if t.is_char_device() || t.is_fifo() {
+        Ok(Target::Stream)
+    } else if t.is_dir() {
+        Err(refused(path, "a directory"))
+    } else if t.is_block_device() {
+        Err(refused(path, "a block device"))
+    } else {
+        Err(refused(path, "not a regular file"))
     }
 }
 
-/// Refuses `path` as an output place unless it is free or a regular file.
+/// Refuses `path` as the name a finished `.part` file is renamed to unless nothing or a
+/// regular file stands there (a rename would put the file in the place of a device or link).
 pub fn check_replaceable(path: &Path) -> Result<(), SysError> {
-    match occupant(path)? {
-        Occupant::Other(what) => Err(refused(path, what)),
-        _ => Ok(()),
+    let m = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(file_error("stat", path, String::new(), error)),
+    };
+    let t = m.file_type();
+    match () {
+        _ if t.is_file() => Ok(()),
+        _ if t.is_symlink() => Err(refused(path, "a symbolic link")),
+        _ if t.is_dir() => Err(refused(path, "a directory")),
+        _ if t.is_char_device() || t.is_block_device() => Err(refused(path, "a device")),
+        _ if t.is_fifo() => Err(refused(path, "a FIFO")),
+        _ => Err(refused(path, "not a regular file")),
     }
 }
 
@@ -70,28 +100,57 @@ pub fn create_new(path: &Path, extra_flags: i32) -> io::Result<File> {
     Ok(f)
 }
 
-/// Creates or truncates `path` for writing: a regular file or nothing may stand there, and a
-/// link at its end is refused, not followed. New files get [`MODE`].
-pub fn create(path: &Path) -> Result<File, SysError> {
-    check_replaceable(path)?;
+/// Opens a [`Target::Stream`] for writing, in place (a FIFO waits for its reader).
+pub fn open_stream(path: &Path) -> Result<File, SysError> {
     let f = OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(MODE)
-        // Non-blocking: a FIFO put there since the check must not hang the open.
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .custom_flags(libc::O_CLOEXEC)
         .open(path)
         .map_err(|e| file_error("open", path, String::new(), e))?;
-    let m = f
+    let t = f
         .metadata()
-        .map_err(|e| file_error("fstat", path, String::new(), e))?;
-    if !m.file_type().is_file() {
-        return Err(refused(path, "not a regular file"));
+        .map_err(|e| file_error("fstat", path, String::new(), e))?
+        .file_type();
+    if !(t.is_char_device() || t.is_fifo()) {
+        return Err(refused(path, "no longer a device or FIFO"));
     }
-    f.set_permissions(std::fs::Permissions::from_mode(MODE))
-        .map_err(|e| file_error("fchmod", path, String::new(), e))?;
     Ok(f)
+}
+
+/// Creates or truncates `path` for writing an output directly (no `.part`): a new file gets
+/// [`MODE`], a regular file is truncated, a device or FIFO is written in place; a link is
+/// followed only as [`target`] says.
+pub fn create(path: &Path) -> Result<File, SysError> {
+    match target(path)? {
+        Target::Stream => open_stream(path),
+        Target::Nothing | Target::RegularFile => {
+            let f = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(MODE)
+                // Non-blocking: a FIFO put there since the look must not hang the open.
+                .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK)
+                .open(path)
+                .map_err(|e| file_error("open", path, String::new(), e))?;
+            let m = f
+                .metadata()
+                .map_err(|e| file_error("fstat", path, String::new(), e))?;
+            if !m.file_type().is_file() {
+                return Err(refused(path, "not a regular file"));
+            }
+            if m.uid() == unsafe_geteuid() {
+                f.set_permissions(std::fs::Permissions::from_mode(MODE))
+                    .map_err(|e| file_error("fchmod", path, String::new(), e))?;
+            }
+            Ok(f)
+        }
+    }
+}
+
+fn unsafe_geteuid() -> u32 {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    unsafe { libc::geteuid() }
 }
 
 fn refused(path: &Path, what: &str) -> SysError {
@@ -113,7 +172,6 @@ fn file_error(call: &'static str, path: &Path, detail: String, error: io::Error)
 }
 
 #[cfg(test)]
-#[allow(unsafe_code)] // umask, to show the mode does not depend on it.
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
@@ -134,7 +192,6 @@ mod tests {
         symlink(&victim, &part).unwrap();
         let e = create_new(&part, 0).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::AlreadyExists, "{e}");
-        assert!(create(&part).is_err());
         assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
         // A dangling link too: nothing is created where it points.
         let dangling = d.join("z.part");
@@ -146,17 +203,34 @@ mod tests {
 
     #[test]
     fn devices_and_directories_are_never_replaced() {
-        assert_eq!(
-            occupant(Path::new("/dev/full")).unwrap(),
-            Occupant::Other("a device")
-        );
         let e = check_replaceable(Path::new("/dev/null"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("/dev/null") && e.contains("a device"), "{e}");
+        // A character device is written in place, a directory refused.
+        assert_eq!(target(Path::new("/dev/null")).unwrap(), Target::Stream);
+        assert!(create(Path::new("/dev/null")).is_ok());
         let d = dir("dir");
         assert!(check_replaceable(&d).is_err());
+        assert!(target(&d).is_err());
         assert!(create(&d).is_err());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn only_links_of_our_own_are_followed() {
+        let d = dir("owner");
+        let victim = d.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let link = d.join("flows.json");
+        symlink(&victim, &link).unwrap();
+        // Our own link is followed (as /dev/stdout is).
+        assert_eq!(target(&link).unwrap(), Target::RegularFile);
+        // Another user's is not.
+        std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
+        let e = create(&link).unwrap_err().to_string();
+        assert!(e.contains("another user"), "{e}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -294,10 +294,25 @@ impl FileSink {
         let base = &self.cfg.path;
         let rotating = self.cfg.rotate_bytes.is_some() || self.cfg.rotate_every.is_some();
         let path = output_path(base, self.cfg.worker, rotating.then_some(self.rotation));
-        let part = part_path(&path);
-        // Refused before anything is written: the name will not be given to the file.
-        outfile::check_replaceable(&path)?;
-        let file = match DirectFile::create(&part, CHUNK) {
+        // A device or FIFO (`-w /dev/null`, a named pipe) is written in place; a file is
+        // written as NAME.part and renamed. What is neither is refused before anything is
+        // written.
+        let (part, created) = match outfile::target(&path)? {
+            outfile::Target::Stream if rotating => {
+                return Err(EngineError::Unsupported(format!(
+                    "{}: a device or FIFO cannot be rotated",
+                    path.display()
+                )));
+            }
+            outfile::Target::Stream => (path.clone(), DirectFile::stream(&path, CHUNK)),
+            _ => {
+                let part = part_path(&path);
+                outfile::check_replaceable(&path)?;
+                let f = DirectFile::create(&part, CHUNK);
+                (part, f)
+            }
+        };
+        let file = match created {
             Ok(f) => f.with_write_ahead(self.write_ahead),
             Err(e)
                 if e.errno()
@@ -426,6 +441,11 @@ impl FileSink {
             self.salvage(&f.part, &f.path);
             return Err(e);
         }
+        if f.part == f.path {
+            // A device or FIFO, written in place.
+            self.report.files.push(f.path);
+            return Ok(());
+        }
         // The name is taken only from a regular file: a device, a directory or a link put
         // there keeps it, and the packets stay in the `.part` file.
         outfile::check_replaceable(&f.path)?;
@@ -443,7 +463,8 @@ impl FileSink {
         let handed: u64 = (0..self.delivered.len())
             .map(|i| self.delivered[i] - self.base.delivered.get(i).copied().unwrap_or(0))
             .sum();
-        let kept = match whole_records(part) {
+        // A device or FIFO cannot be read back: nothing of it is counted as kept.
+        let kept = match whole_records(part).filter(|_| part != path) {
             Some((kept, end)) => {
                 let cut = std::fs::OpenOptions::new()
                     .write(true)

@@ -14,8 +14,8 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use serde::Serialize;
-use tapflow_sys::{SysError, outfile};
 use tapflow_sys::udp::UdpSocket;
+use tapflow_sys::{SysError, outfile};
 use tapflow_wire::flowexport::ConfigError;
 use tapflow_wire::flowrecord::FlowRecord;
 
