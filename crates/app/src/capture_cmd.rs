@@ -21,6 +21,7 @@ use tapflow_wire::capfile::MAXIMUM_SNAPLEN;
 use tapflow_wire::rules::{Rule, parse_rules};
 
 use crate::cli::{BalanceArg, CaptureArgs, FlowArgs, FormatArg};
+use crate::privileges::{Outputs, RunAs, creatable};
 use crate::report::{
     CaptureJson, StatusLine, finish, flow_lines, forward_line, rules_line, summary_line,
 };
@@ -34,11 +35,18 @@ const NS: u64 = 1_000_000_000;
 /// Runs `tapflow capture`, or `tapflow flows` when `flows` is set (metering always on, a
 /// table on stdout unless another flow output is given).
 pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Failure> {
+    let run_as = RunAs::choose(a.user.as_deref())?;
     let mut cfg = config(&a)?;
     cfg.flows = flow_config(&a.flows, flows)?;
     if let Some(base) = &a.write {
         check_writable(base, &cfg)?;
     }
+    run_as.prepare_control(cfg.control.as_deref())?;
+    cfg.drop_privileges = run_as.hook(Outputs {
+        first_file: a.write.as_ref().map(|b| (first_part(b, &cfg), b.clone())),
+        summary: a.summary_json.clone(),
+    });
+    let note = run_as.note();
     let (label, file_len) = match &cfg.input {
         Input::Live(RingInput { ifname, .. }) => (format!("capturing on {ifname}"), None),
         Input::File(p) => (
@@ -50,6 +58,10 @@ pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Fa
     let mut status = StatusLine::new(&label, a.quiet, file_len);
     let quiet = a.quiet;
     let mut announce = |r: &pipeline::Ready| {
+        // Part of the start banner, which a quiet file run does not print.
+        if let Some(n) = note.as_ref().filter(|_| r.ring.is_some() || !quiet) {
+            eprintln!("{n}");
+        }
         // Like tcpdump's "listening on" line; tests and scripts wait for it. Files say nothing.
         if let Some(ring) = r.ring {
             eprintln!(
@@ -198,6 +210,7 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
             Some(m) => Some(metrics_addr(m)?),
             None => None,
         },
+        drop_privileges: None,
     })
 }
 
@@ -350,29 +363,26 @@ fn forward_config(a: &CaptureArgs) -> Result<Option<ForwardConfig>, Failure> {
 
 /// Fails early, before any packet is taken, if the output cannot be created.
 fn check_writable(base: &std::path::Path, cfg: &CaptureConfig) -> Result<(), Failure> {
-    let rotating = cfg
-        .file
-        .as_ref()
-        .is_some_and(|f| f.rotate_bytes.is_some() || f.rotate_every.is_some());
-    let multi = matches!(&cfg.input, Input::Live(r) if r.threads > 1);
-    let probe = part_path(&output_path(
-        base,
-        multi.then_some(0),
-        rotating.then_some(0),
-    ));
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&probe)
-    {
-        Ok(_) => {
-            let _ = std::fs::remove_file(&probe);
-            Ok(())
-        }
+    match creatable(&first_part(base, cfg)) {
+        Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(Failure::Usage(format!(
             "cannot write {}: {e}",
             base.display()
         ))),
     }
+}
+
+/// The `.part` file a run with output `base` creates first.
+pub(crate) fn first_part(base: &std::path::Path, cfg: &CaptureConfig) -> PathBuf {
+    let rotating = cfg
+        .file
+        .as_ref()
+        .is_some_and(|f| f.rotate_bytes.is_some() || f.rotate_every.is_some());
+    let multi = matches!(&cfg.input, Input::Live(r) if r.threads > 1);
+    part_path(&output_path(
+        base,
+        multi.then_some(0),
+        rotating.then_some(0),
+    ))
 }

@@ -186,6 +186,11 @@ pub struct CaptureArgs {
     /// given).
     #[arg(long, value_name = "[ADDR:]PORT")]
     pub metrics: Option<String>,
+    /// Once the inputs are open, and before any output is, become this user, with no
+    /// capability left (as tcpdump -Z; default: the `tapflow` user if it exists; `root` keeps
+    /// root).
+    #[arg(short = 'Z', long = "relinquish-privileges", value_name = "USER")]
+    pub user: Option<String>,
     /// Workers in one PACKET_FANOUT group (symmetric hash), each with its own ring and file.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
@@ -315,6 +320,11 @@ pub struct RecvArgs {
     /// Socket receive buffer (SO_RCVBUF).
     #[arg(long, default_value = "64M", value_parser = parse_usize_size)]
     pub rcvbuf: usize,
+    /// Once the inputs are open, and before any output is, become this user, with no
+    /// capability left (as tcpdump -Z; default: the `tapflow` user if it exists; `root` keeps
+    /// root).
+    #[arg(short = 'Z', long = "relinquish-privileges", value_name = "USER")]
+    pub user: Option<String>,
     /// Stop after this many seconds.
     #[arg(long)]
     pub duration: Option<f64>,

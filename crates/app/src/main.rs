@@ -6,6 +6,7 @@ mod cli;
 mod doctor_cmd;
 mod gen_cmd;
 mod plan_cmd;
+mod privileges;
 mod recv_cmd;
 mod report;
 mod rules_cmd;

@@ -14,7 +14,9 @@ use tapflow_engine::source::datagrams::{self, Cidr, DatagramInput, Ledger, Probe
 use tapflow_engine::stop::Stop;
 
 use crate::Failure;
+use crate::capture_cmd::first_part;
 use crate::cli::RecvArgs;
+use crate::privileges::{Outputs, RunAs};
 
 /// What a receiver run did: the source's ledger, and what the pipeline wrote.
 #[derive(Debug, Default)]
@@ -26,8 +28,14 @@ struct ReceiverSummary {
 }
 
 pub fn run(a: RecvArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
+    let run_as = RunAs::choose(a.user.as_deref())?;
     let ledger = Arc::new(Mutex::new(Ledger::default()));
-    let cfg = config(&a, &ledger)?;
+    let mut cfg = config(&a, &ledger)?;
+    cfg.drop_privileges = run_as.hook(Outputs {
+        first_file: Some((first_part(&a.write, &cfg), a.write.clone())),
+        summary: a.summary_json.clone(),
+    });
+    let note = run_as.note();
     let quiet = a.quiet;
     let read = || {
         ledger
@@ -36,6 +44,9 @@ pub fn run(a: RecvArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
             .clone()
     };
     let mut ready = |_: &pipeline::Ready| {
+        if let Some(n) = &note {
+            eprintln!("{n}");
+        }
         let l = read();
         // Tests and scripts wait for this line.
         eprintln!(
@@ -122,6 +133,7 @@ fn config(a: &RecvArgs, ledger: &Arc<Mutex<Ledger>>) -> Result<CaptureConfig, Fa
         rules: None,
         control: None,
         metrics: None,
+        drop_privileges: None,
     })
 }
 

@@ -71,6 +71,21 @@ pub struct CaptureConfig {
     pub control: Option<PathBuf>,
     /// Where to serve `/metrics`, if anywhere.
     pub metrics: Option<SocketAddr>,
+    /// Called once the inputs are open, in the run's only thread, before any output is opened
+    /// or any other thread started, so that every thread of the run inherits what it does: the
+    /// privilege drop (`-Z`). An error ends the run before the first packet is taken.
+    pub drop_privileges: Option<Hook>,
+}
+
+/// A call the caller makes the run do at a given moment (see
+/// [`CaptureConfig::drop_privileges`]).
+#[derive(Clone)]
+pub struct Hook(pub Arc<dyn Fn() -> Result<(), EngineError> + Send + Sync>);
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hook")
+    }
 }
 
 /// A moment of a running capture, for status lines and progress bars.
@@ -129,9 +144,10 @@ pub struct Summary {
 /// Returns the summary and, if the capture ended badly, the error; everything collected before
 /// the error is written and counted in the summary.
 ///
-/// `ready` is called once, when every ring is open and in its fanout group (or the file header
-/// is read), before the first packet is taken. `tick` is called at the start, then whenever
-/// the wait it returned has passed, until it returns `None`.
+/// `cfg.drop_privileges` is called first, once the inputs are open. `ready` is called once, when
+/// every ring is open and in its fanout group (or the file header is read), before the first
+/// packet is taken. `tick` is called at the start, then whenever the wait it returned has
+/// passed, until it returns `None`.
 pub fn run(
     cfg: &CaptureConfig,
     stop: &Arc<Stop>,
@@ -219,6 +235,11 @@ pub fn run_opened<S: PacketSource + Send>(
         drain_quiet,
         progress,
     } = opened;
+    if let Some(Hook(drop_privileges)) = &cfg.drop_privileges
+        && let Err(e) = drop_privileges()
+    {
+        return (Summary::default(), Some(e));
+    }
     // A file's flows end by the file's own clock; a live input's also while it is quiet.
     let clock = if realtime {
         MeterClock::Wall
@@ -476,6 +497,7 @@ mod tests {
             rules: None,
             control: None,
             metrics: None,
+            drop_privileges: None,
         }
     }
 
@@ -503,6 +525,88 @@ mod tests {
         monitor(cfg, &stop, &mut tick, Instant::now(), &shared, None, &rx);
         worker.join().unwrap();
         calls
+    }
+
+    /// A run of a one-packet file into pcapng, flow JSON and a control socket in `dir`, with
+    /// `hook` as its privilege drop.
+    fn run_with_hook(dir: &std::path::Path, hook: Hook) -> (Summary, Option<EngineError>) {
+        use crate::sink::file::Format;
+        use crate::sink::flow::export::{ExportConfig, ExportTarget, TextDest};
+        use crate::sink::flow::table::{DEFAULT_IDLE_SECS, TableConfig};
+        use crate::sink::flow::text::TextFormat;
+        let input = dir.join("in.pcap");
+        let mut bytes = Vec::new();
+        tapflow_wire::pcap::write_header(&mut bytes, LinkType::Ethernet, 65535);
+        tapflow_wire::pcap::write_record(&mut bytes, 1_700_000_000_000_000_000, &[0; 60], 60);
+        std::fs::write(&input, bytes).unwrap();
+        let mut cfg = config(None);
+        cfg.input = Input::File(input);
+        cfg.file = Some(WriterConfig {
+            path: dir.join("out.pcapng"),
+            format: Format::Pcapng,
+            worker: None,
+            rotate_bytes: None,
+            rotate_every: None,
+            isb_every: Duration::from_secs(1),
+        });
+        cfg.flows = Some(FlowConfig {
+            table: TableConfig {
+                max_flows: 16,
+                active_ns: 1,
+                idle_ns: DEFAULT_IDLE_SECS,
+                seed: 0,
+            },
+            export: ExportConfig {
+                targets: vec![ExportTarget::Text {
+                    format: TextFormat::Json,
+                    dest: TextDest::File(dir.join("flows.json")),
+                }],
+                mtu: None,
+                observation_domain: 1,
+                rate: None,
+            },
+        });
+        cfg.control = Some(dir.join("ctl.sock"));
+        cfg.drop_privileges = Some(hook);
+        let stop = Arc::new(Stop::new().unwrap());
+        run(&cfg, &stop, &mut |_| {}, &mut |_| None)
+    }
+
+    #[test]
+    fn privileges_drop_on_the_callers_thread_before_any_output_opens() {
+        let dir = std::env::temp_dir().join(format!("tf-pipeline-hook-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let outputs = ["flows.json", "ctl.sock", "out.pcapng", "out.pcapng.part"];
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let caller = thread::current().id();
+        let hook = {
+            let (dir, seen) = (dir.clone(), Arc::clone(&seen));
+            Hook(Arc::new(move || {
+                assert_eq!(thread::current().id(), caller);
+                let there: Vec<_> = outputs.iter().filter(|o| dir.join(o).exists()).collect();
+                seen.lock().unwrap().push(format!("{there:?}"));
+                Ok(())
+            }))
+        };
+        let (summary, err) = run_with_hook(&dir, hook);
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(summary.totals.recorded, 1);
+        // Called once, when no output existed yet; all of them were made after it.
+        assert_eq!(*seen.lock().unwrap(), ["[]"]);
+        assert!(dir.join("out.pcapng").exists() && dir.join("flows.json").exists());
+
+        // A failed drop ends the run before any output or packet.
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let refuse = Hook(Arc::new(|| Err(EngineError::Config("no drop".into()))));
+        let (summary, err) = run_with_hook(&dir, refuse);
+        assert_eq!(err.map(|e| e.to_string()).as_deref(), Some("no drop"));
+        assert_eq!(summary.totals.received, 0);
+        for o in outputs {
+            assert!(!dir.join(o).exists(), "{o} was created");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

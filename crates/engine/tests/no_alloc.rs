@@ -128,6 +128,7 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
         }),
         control: None,
         metrics: None,
+        drop_privileges: None,
     };
     let stop = Arc::new(Stop::new().unwrap());
     let before = ALLOCS.load(Ordering::Relaxed);

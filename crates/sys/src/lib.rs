@@ -6,6 +6,7 @@
 //! - [`bpf`]: classic BPF socket filters (tcpdump syntax through libpcap).
 //! - [`ethtool`]: NIC offload features, ring sizes, channels and driver (`SIOCETHTOOL`).
 //! - [`outfile`]: output files that never follow a link or replace what is not a regular file.
+//! - [`privilege`]: becoming an unprivileged user, with no capability, once a run is set up.
 //! - [`iface`], [`mmap`], [`clock`], [`cpu`], [`netns`]: small lookups and helpers.
 //!
 //! Unsafe code is denied at the root and allowed only in the modules that call the kernel; each
@@ -26,6 +27,7 @@ pub mod netns;
 pub mod outfile;
 mod packet;
 pub mod peer;
+pub mod privilege;
 pub mod ring;
 mod syscall;
 mod tpacket;

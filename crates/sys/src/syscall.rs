@@ -342,6 +342,89 @@ pub(crate) fn if_nametoindex(name: &CStr, call: &'static str) -> io::Result<u32>
     }
 }
 
+/// The number of threads of this process (the entries of `/proc/self/task`). The fake
+/// answers one.
+pub(crate) fn threads(call: &'static str) -> io::Result<usize> {
+    intercept!(call, Ok(1));
+    Ok(std::fs::read_dir("/proc/self/task")?.count())
+}
+
+/// `prctl(option, arg, 0, 0, 0)`: the unused arguments are passed as zero, which some options
+/// (`PR_SET_NO_NEW_PRIVS`) require.
+pub(crate) fn prctl(option: libc::c_int, arg: libc::c_ulong, call: &'static str) -> io::Result<()> {
+    intercept!(call, Ok(()));
+    // SAFETY: the options used here take integers only, no pointers; all four are passed.
+    check(unsafe {
+        libc::prctl(
+            option,
+            arg,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    })
+    .map(drop)
+}
+
+/// `setgroups(groups)`: glibc sets the supplementary groups of every thread of the process.
+pub(crate) fn setgroups(groups: &[libc::gid_t], call: &'static str) -> io::Result<()> {
+    intercept!(call, Ok(()));
+    // SAFETY: `groups` is a live slice of `groups.len()` gids; the kernel only reads it.
+    check(unsafe { libc::setgroups(groups.len(), groups.as_ptr()) }).map(drop)
+}
+
+/// `setresgid(gid, gid, gid)`: glibc changes every thread of the process.
+pub(crate) fn setresgid(gid: libc::gid_t, call: &'static str) -> io::Result<()> {
+    intercept!(call, Ok(()));
+    // SAFETY: integers only.
+    check(unsafe { libc::setresgid(gid, gid, gid) }).map(drop)
+}
+
+/// `setresuid(uid, uid, uid)`: glibc changes every thread of the process.
+pub(crate) fn setresuid(uid: libc::uid_t, call: &'static str) -> io::Result<()> {
+    intercept!(call, Ok(()));
+    // SAFETY: integers only.
+    check(unsafe { libc::setresuid(uid, uid, uid) }).map(drop)
+}
+
+/// `capset()` with every set (effective, permitted, inheritable) of the calling thread empty;
+/// the ambient set empties with them.
+pub(crate) fn capset_empty(call: &'static str) -> io::Result<()> {
+    intercept!(call, Ok(()));
+    /// `struct __user_cap_header_struct`.
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    /// `struct __user_cap_data_struct`.
+    #[repr(C)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    let header = Header {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    // Version 3 takes two words per set: capabilities 0-31, then 32-63.
+    let data = [0, 1].map(|_| Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    });
+    // SAFETY: `header` is a version-3 header for the calling thread (pid 0) and `data` the two
+    // data structs version 3 reads; both outlive the call, which only reads them.
+    let r = unsafe { libc::syscall(libc::SYS_capset, ptr::from_ref(&header), data.as_ptr()) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 /// A test double for the funnel: records every call's label and fails chosen ones.
 #[cfg(test)]
 pub(crate) mod fake {
