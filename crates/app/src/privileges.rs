@@ -131,17 +131,15 @@ impl Outputs {
             creatable(probe).map_err(|e| why(base, e))?;
         }
         if let Some(path) = &self.summary {
-            use tapflow_sys::outfile::{Occupant, occupant};
-            match occupant(path).map_err(|e| e.to_string())? {
-                Occupant::Nothing => creatable(path).map_err(|e| why(path, e))?,
-                // Replaced at the end: it must open for writing (it is not truncated here).
-                Occupant::RegularFile => std::fs::OpenOptions::new()
+            use tapflow_sys::outfile::{Target, target};
+            match target(path).map_err(|e| e.to_string())? {
+                Target::Nothing => creatable(path).map_err(|e| why(path, e))?,
+                // Written at the end: it must open for writing (it is not truncated here).
+                Target::RegularFile | Target::Stream => std::fs::OpenOptions::new()
                     .write(true)
                     .open(path)
                     .map(drop)
                     .map_err(|e| why(path, e))?,
-                // Refused at the end, with the reason, as without -Z.
-                Occupant::Other(_) => {}
             }
         }
         Ok(())

@@ -531,9 +531,8 @@ mod tests {
     /// `hook` as its privilege drop.
     fn run_with_hook(dir: &std::path::Path, hook: Hook) -> (Summary, Option<EngineError>) {
         use crate::sink::file::Format;
-        use crate::sink::flow::export::{ExportConfig, ExportTarget, TextDest};
+        use crate::sink::flow::export::{ExportConfig, ExportTarget};
         use crate::sink::flow::table::{DEFAULT_IDLE_SECS, TableConfig};
-        use crate::sink::flow::text::TextFormat;
         let input = dir.join("in.pcap");
         let mut bytes = Vec::new();
         tapflow_wire::pcap::write_header(&mut bytes, LinkType::Ethernet, 65535);
@@ -557,10 +556,10 @@ mod tests {
                 seed: 0,
             },
             export: ExportConfig {
-                targets: vec![ExportTarget::Text {
-                    format: TextFormat::Json,
-                    dest: TextDest::File(dir.join("flows.json")),
-                }],
+                targets: vec![
+                    ExportTarget::parse_url(&format!("json:{}", dir.join("flows.json").display()))
+                        .unwrap(),
+                ],
                 mtu: None,
                 observation_domain: 1,
                 rate: None,
