@@ -6,6 +6,10 @@
 //! own user may connect: the file mode keeps others out, and the server checks the peer's user
 //! (`SO_PEERCRED`) as well.
 //!
+//! Up to 16 clients are served at once, more are turned away; a client has 5 s to send its
+//! request and 5 s to take the reply, so a slow one holds up neither another client nor the
+//! capture's exit.
+//!
 //! | command | body | reply |
 //! |---|---|---|
 //! | `stats` | | [`Stats`] as JSON |
@@ -30,7 +34,7 @@ use tapflow_wire::rules::{Rule, parse_rules};
 use crate::EngineError;
 use crate::probe::{ProbeState, Stats};
 use crate::rules::RuleListing;
-use crate::server::Server;
+use crate::server::{Connection, Limits, Server};
 
 /// Where a capture on `iface` serves its control socket unless told otherwise.
 pub fn default_path(iface: &str) -> PathBuf {
@@ -69,7 +73,7 @@ impl ControlServer {
         let listener = UnixListener::bind(path).map_err(|e| err(format!("cannot listen: {e}")))?;
         std::fs::set_permissions(path, PermissionsExt::from_mode(0o600))
             .map_err(|e| err(e.to_string()))?;
-        let server = Server::spawn("tapflow-control", listener, move |s| {
+        let server = Server::spawn("tapflow-control", listener, Limits::SERVICE, move |s| {
             let _ = serve(s, &probe);
         })
         .map_err(|e| err(format!("cannot start the control thread: {e}")))?;
@@ -92,15 +96,15 @@ impl Drop for ControlServer {
     }
 }
 
-fn serve(mut s: UnixStream, probe: &ProbeState) -> std::io::Result<()> {
+/// Answers one request.
+fn serve(s: &mut Connection<UnixStream>, probe: &ProbeState) -> std::io::Result<()> {
     let me = peer::effective_uid();
-    let allowed = peer::peer_uid(&s).is_ok_and(|uid| uid == 0 || uid == me);
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let allowed = peer::peer_uid(s).is_ok_and(|uid| uid == 0 || uid == me);
     let mut request = String::new();
     // The whole request is read even from a refused peer, so that closing does not reset the
     // connection before it reads the refusal.
     let limit = if allowed { 64 << 20 } else { 64 << 10 };
-    (&mut s).take(limit).read_to_string(&mut request)?;
+    (&mut *s).take(limit).read_to_string(&mut request)?;
     if !allowed {
         return s.write_all(b"error: permission denied\n");
     }

@@ -2,17 +2,22 @@
 //! the control socket's `stats` answers the same counters as JSON ([`crate::probe::Stats`]).
 //!
 //! Every traffic series carries `worker` (a fanout member), so a dashboard sums them; rule
-//! counters carry `rule`.
+//! counters carry `rule`; the endpoint's own counters carry `server`.
+//!
+//! The endpoint is the least of HTTP/1.x a scraper needs: `GET` (or `HEAD`) `/metrics`, 404 for
+//! any other path, 405 for any other method, 431 for a request head over 8 KiB, one request per
+//! connection. Up to 16 clients are served at once, more are turned away; a client has 5 s to
+//! send its request and 5 s to take the reply, so a slow one holds up neither a scrape nor the
+//! capture's exit.
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::EngineError;
 use crate::probe::{ProbeState, WorkerSnapshot};
-use crate::server::Server;
+use crate::server::{Connection, Limits, Server, ServerCounts};
 
 /// One metric family: name, type, help, and its samples as (labels, value).
 struct Family {
@@ -246,6 +251,38 @@ pub fn render(p: &ProbeState) -> String {
         });
     }
     let mut out = String::new();
+    write_families(&mut out, families);
+    out
+}
+
+/// The endpoint's own counters, as families labelled `server="metrics"`.
+fn server_families(c: ServerCounts) -> Vec<Family> {
+    let sample = |v: u64| vec![("server=\"metrics\"".to_string(), v as f64)];
+    vec![
+        Family {
+            name: "tapflow_server_connections_total",
+            kind: "counter",
+            help: "Connections accepted and served.",
+            samples: sample(c.served),
+        },
+        Family {
+            name: "tapflow_server_connections_refused_total",
+            kind: "counter",
+            help: "Connections closed unanswered because too many were open.",
+            samples: sample(c.refused),
+        },
+        Family {
+            name: "tapflow_server_requests_timed_out_total",
+            kind: "counter",
+            help: "Connections closed because the client was too slow to send its request or \
+                   take the reply.",
+            samples: sample(c.timed_out),
+        },
+    ]
+}
+
+/// Appends `families` to `out` in the text format.
+fn write_families(out: &mut String, families: Vec<Family>) {
     for f in families {
         let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
         let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind);
@@ -257,7 +294,6 @@ pub fn render(p: &ProbeState) -> String {
             }
         }
     }
-    out
 }
 
 fn escape(s: &str) -> String {
@@ -279,7 +315,7 @@ impl MetricsServer {
         let listener = TcpListener::bind(addr)
             .map_err(|e| EngineError::Config(format!("--metrics {addr}: cannot listen: {e}")))?;
         let addr = listener.local_addr().unwrap_or(addr);
-        let server = Server::spawn("tapflow-metrics", listener, move |s| {
+        let server = Server::spawn("tapflow-metrics", listener, Limits::SERVICE, move |s| {
             let _ = serve(s, &probe);
         })
         .map_err(|e| EngineError::Config(format!("cannot start the metrics thread: {e}")))?;
@@ -295,14 +331,48 @@ impl MetricsServer {
     }
 }
 
-/// Answers one HTTP/1.x request and closes the connection.
-fn serve(mut s: TcpStream, probe: &ProbeState) -> std::io::Result<()> {
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+/// The most of a request's head (request line and header fields) `/metrics` reads.
+const HEAD_LIMIT: usize = 8 << 10;
+
+/// What `/metrics` answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Metrics,
+    NotFound,
+    MethodNotAllowed,
+    HeadTooLarge,
+}
+
+impl Status {
+    /// The status line's code and reason, and the header fields.
+    fn head(self) -> (&'static str, &'static str) {
+        const TEXT: &str = "Content-Type: text/plain; charset=utf-8\r\n";
+        match self {
+            Status::Metrics => (
+                "200 OK",
+                "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n",
+            ),
+            Status::NotFound => ("404 Not Found", TEXT),
+            Status::MethodNotAllowed => (
+                "405 Method Not Allowed",
+                "Content-Type: text/plain; charset=utf-8\r\nAllow: GET, HEAD\r\n",
+            ),
+            Status::HeadTooLarge => ("431 Request Header Fields Too Large", TEXT),
+        }
+    }
+}
+
+/// Answers one HTTP/1.x request; the connection closes after it.
+fn serve(s: &mut Connection<TcpStream>, probe: &ProbeState) -> std::io::Result<()> {
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        if head.len() >= HEAD_LIMIT {
+            return reply(s, Status::HeadTooLarge, false, "request head too large\n");
+        }
         let n = s.read(&mut buf)?;
         if n == 0 {
+            // A client that ends its side early has sent all it will.
             break;
         }
         head.extend_from_slice(&buf[..n]);
@@ -311,23 +381,27 @@ fn serve(mut s: TcpStream, probe: &ProbeState) -> std::io::Result<()> {
     let mut first = text.lines().next().unwrap_or("").split(' ');
     let (method, target) = (first.next().unwrap_or(""), first.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or("");
-    let (status, body) = match (method, path) {
-        ("GET" | "HEAD", "/metrics") => ("200 OK", render(probe)),
-        ("GET" | "HEAD", _) => ("404 Not Found", "tapflow serves /metrics\n".to_string()),
-        _ => ("405 Method Not Allowed", "GET only\n".to_string()),
-    };
-    let kind = if status.starts_with("200") {
-        "text/plain; version=0.0.4; charset=utf-8"
-    } else {
-        "text/plain; charset=utf-8"
-    };
+    let head_only = method == "HEAD";
+    match (method, path) {
+        ("GET" | "HEAD", "/metrics") => {
+            let mut text = render(probe);
+            write_families(&mut text, server_families(s.server_counts()));
+            reply(s, Status::Metrics, head_only, &text)
+        }
+        ("GET" | "HEAD", _) => reply(s, Status::NotFound, head_only, "tapflow serves /metrics\n"),
+        _ => reply(s, Status::MethodNotAllowed, false, "GET only\n"),
+    }
+}
+
+/// Writes a reply with `status` and `body`, or only its head.
+fn reply(s: &mut impl Write, status: Status, head_only: bool, body: &str) -> std::io::Result<()> {
+    let (code, fields) = status.head();
     let mut reply = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n",
+        "HTTP/1.1 {code}\r\n{fields}Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    if method != "HEAD" {
-        reply.push_str(&body);
+    if !head_only {
+        reply.push_str(body);
     }
     s.write_all(reply.as_bytes())
 }
@@ -384,5 +458,55 @@ mod tests {
             }
         }
         assert!(text.contains("\ntapflow_start_time_seconds "), "{text}");
+    }
+
+    /// Sends `request` to `addr` and returns the whole reply.
+    fn http(addr: SocketAddr, request: &[u8]) -> String {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        s.write_all(request).unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        reply
+    }
+
+    #[test]
+    fn only_get_metrics_is_served() {
+        let probe = Arc::new(ProbeState::new(vec![Default::default()], None));
+        let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), probe).unwrap();
+        let a = server.addr();
+        let r = http(a, b"GET /metrics?x=1 HTTP/1.1\r\nHost: probe\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
+        assert!(
+            r.contains("\r\nContent-Type: text/plain; version=0.0.4"),
+            "{r}"
+        );
+        assert!(
+            r.contains("\ntapflow_received_total{worker=\"0\"} 0\n"),
+            "{r}"
+        );
+        assert!(
+            r.contains("\ntapflow_server_connections_refused_total{server=\"metrics\"} 0\n"),
+            "{r}"
+        );
+        let body = r.split_once("\r\n\r\n").unwrap().1;
+        assert!(r.contains(&format!("\r\nContent-Length: {}\r\n", body.len())));
+
+        let r = http(a, b"HEAD /metrics HTTP/1.1\r\n\r\n");
+        assert!(
+            r.starts_with("HTTP/1.1 200 OK\r\n") && r.ends_with("\r\n\r\n"),
+            "{r}"
+        );
+        let r = http(a, b"GET / HTTP/1.1\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 404 Not Found\r\n"), "{r}");
+        let r = http(a, b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"), "{r}");
+        assert!(r.contains("\r\nAllow: GET, HEAD\r\n"), "{r}");
+        // A head that never ends: exactly the limit, all of it read, so the close is orderly.
+        let mut big = b"GET /metrics HTTP/1.1\r\nX-Big: ".to_vec();
+        big.resize(HEAD_LIMIT, b'a');
+        let r = http(a, &big);
+        assert!(r.starts_with("HTTP/1.1 431 "), "{r}");
     }
 }

@@ -1,12 +1,15 @@
-//! Stopping a listening socket: how a server thread that sleeps in `accept` is told to end.
+//! Stopping a socket a server thread sleeps on: a listening socket's `accept`, a connection's
+//! `read` or `write`.
 
 use std::os::fd::AsFd;
 
 use crate::{SysError, syscall};
 
-/// Shuts the listening socket `sock` (named `name` in errors) down (`shutdown(SHUT_RDWR)`): a
-/// thread blocked in its `accept` returns at once with an error, and every later `accept`
-/// fails. Works on any descriptor of the socket, a duplicate included.
+/// Shuts the socket `sock` (named `name` in errors) down (`shutdown(SHUT_RDWR)`). On a
+/// listening socket, a thread blocked in its `accept` returns at once with an error, and every
+/// later `accept` fails; on a connected stream, a blocked `read` returns the end of the stream
+/// and a blocked `write` fails, at once, and so does every later one. Works on any descriptor
+/// of the socket, a duplicate included.
 #[doc(alias = "shutdown")]
 pub fn shut_down(sock: &impl AsFd, name: &str) -> Result<(), SysError> {
     const CALL: &str = "shutdown";
@@ -41,5 +44,16 @@ mod tests {
         let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let waker = tcp.as_fd().try_clone_to_owned().unwrap();
         wakes(move || tcp.accept().map(drop), &waker);
+    }
+
+    #[test]
+    fn a_shut_connection_wakes_its_read() {
+        use std::io::Read;
+        let (mut a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let waker = a.try_clone().unwrap();
+        let t = std::thread::spawn(move || a.read(&mut [0u8; 8]));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        shut_down(&waker, "test connection").unwrap();
+        assert_eq!(t.join().unwrap().unwrap(), 0);
     }
 }
