@@ -52,7 +52,7 @@ impl Failure {
                     .map(|e| std::io::Error::from_raw_os_error(e).kind())
                     == Some(std::io::ErrorKind::InvalidInput)
             }
-            E::Write { .. } | E::Control(_) => false,
+            E::Write { .. } | E::Control(_) | E::Stopped(_) => false,
         };
         if usage {
             Failure::Usage(e.to_string())

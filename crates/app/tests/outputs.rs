@@ -1,7 +1,8 @@
-//! Outputs that cannot be turned against the host: no link is followed, nothing that is not a
-//! regular file is replaced, the input is never written over, and a `.part` file left by a
-//! killed run is named, not overwritten. Every refusal comes before a packet is taken, with
-//! exit code 2 and one line.
+//! What a run leaves behind, in every ending. Outputs cannot be turned against the host: no
+//! planted link is followed, nothing that is not a regular file is replaced, the input is never
+//! written over, and a `.part` file left by a killed run is named, not overwritten; every
+//! refusal comes before a packet is taken, with exit code 2 and one line. A full disk, a
+//! damaged input or a stop during set-up still ends with every packet accounted for.
 
 mod common;
 
@@ -341,5 +342,49 @@ fn a_full_disk_keeps_every_packet_accounted_for() {
     assert!(recorded > 1000 && ours > 1000, "{line}");
     assert_eq!(capinfos_count(&out), recorded, "{line}");
     drop(disk);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_stop_while_libpcap_compiles_a_long_filter_ends_the_run_at_once() {
+    let d = dir("slowfilter");
+    let input = d.join("in.pcap");
+    trace(&input, 10);
+    // Two thousand alternatives keep libpcap's optimizer busy for minutes.
+    let expr = (1..=2000)
+        .map(|p| format!("port {p}"))
+        .collect::<Vec<_>>()
+        .join(" or ");
+    let out = d.join("o.pcapng");
+    let child = tapflow([
+        "capture",
+        "-r",
+        &p(&input),
+        "-w",
+        &p(&out),
+        "-q",
+        "-f",
+        &expr,
+    ])
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut g = ChildGuard::new(child, "capture with a long filter");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        g.try_wait().is_none(),
+        "the filter compiled within a second"
+    );
+    let sent = std::time::Instant::now();
+    g.signal(libc::SIGTERM);
+    let (_, err) = g.wait_output(Duration::from_secs(10));
+    let took = sent.elapsed();
+    assert!(took < Duration::from_secs(5), "exit took {took:?}: {err}");
+    assert!(err.contains("stopped before the first packet"), "{err}");
+    assert!(
+        err.len() < 400,
+        "the error quotes the whole expression: {} bytes",
+        err.len()
+    );
     std::fs::remove_dir_all(&d).unwrap();
 }

@@ -46,6 +46,10 @@ pub enum EngineError {
     /// A flow export output could not be parsed, opened or started.
     #[error(transparent)]
     Export(#[from] crate::sink::flow::export::ExportError),
+    /// A stop (SIGINT, SIGTERM) came before the first packet was taken, while set-up was
+    /// still under way.
+    #[error("stopped before the first packet: {0}")]
+    Stopped(&'static str),
     /// The requested output cannot hold this input.
     #[error("{0}")]
     Unsupported(String),

@@ -24,6 +24,7 @@ use tapflow_wire::rule_match::Matcher;
 use tapflow_wire::rules::Rule;
 
 use crate::EngineError;
+use crate::stop::Stop;
 
 /// A rule's match counter: packets and their original bytes.
 #[derive(Debug, Default)]
@@ -167,14 +168,44 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The stack of the thread libpcap compiles in: its optimizer recurses once per block of the
+/// program, and thousands of alternatives go deeper than a thread's default 2 MiB (only what
+/// is used is ever touched).
+const COMPILE_STACK: usize = 1 << 30;
+
 /// The tcpdump expression `expr` compiled by libpcap for `linktype`, as the rules' compiler
 /// and the user-space interpreter see it.
+///
+/// libpcap compiles in a thread of its own, with a deep stack, and may take minutes on
+/// thousands of alternatives: this returns [`EngineError::Stopped`] as soon as `stop` is
+/// raised, leaving the compiler to the process's exit.
 pub fn compile_expr(
     expr: &str,
     linktype: LinkType,
     snaplen: u32,
+    stop: &Stop,
 ) -> Result<Vec<Insn>, EngineError> {
-    Ok(from_sys(&bpf::compile(expr, linktype.to_u16(), snaplen)?))
+    let (tx, rx) = std::sync::mpsc::channel();
+    let owned = expr.to_owned();
+    std::thread::Builder::new()
+        .name("tapflow-pcap".into())
+        .stack_size(COMPILE_STACK)
+        .spawn(move || {
+            let _ = tx.send(bpf::compile(&owned, linktype.to_u16(), snaplen));
+        })
+        .map_err(|e| EngineError::Config(format!("cannot start the filter compiler: {e}")))?;
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_millis(20)) {
+            Ok(prog) => return Ok(from_sys(&prog?)),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if stop.is_raised() => {
+                return Err(EngineError::Stopped("libpcap was compiling the filter"));
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(EngineError::Config("the filter compiler stopped".into()));
+            }
+        }
+    }
 }
 
 /// A tcpdump expression's program as the rules' compiler sees it.
@@ -189,7 +220,8 @@ pub fn from_sys(prog: &[bpf::Instruction]) -> Vec<Insn> {
         .collect()
 }
 
-fn to_sys(prog: &[Insn]) -> Vec<bpf::Instruction> {
+/// A program as the kernel takes it.
+pub fn to_sys(prog: &[Insn]) -> Vec<bpf::Instruction> {
     prog.iter()
         .map(|i| bpf::Instruction {
             code: i.code,

@@ -275,7 +275,12 @@ impl Output {
             )
             .with_ip_sum(ip_sum);
             let filter = match &self.filter {
-                Some(expr) => Some(rules::compile_expr(expr, info.linktype, self.snaplen)?),
+                Some(expr) => Some(rules::compile_expr(
+                    expr,
+                    info.linktype,
+                    self.snaplen,
+                    &self.stop,
+                )?),
                 None => None,
             };
             let mut info = info.clone();

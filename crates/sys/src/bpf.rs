@@ -31,7 +31,7 @@ pub const LINKTYPE_RAW: u16 = 101;
 #[doc(alias = "pcap_compile")]
 pub fn compile(expr: &str, linktype: u16, snaplen: u32) -> Result<Vec<Instruction>, SysError> {
     let filter_err = |message: String| SysError::Filter {
-        expr: expr.to_owned(),
+        expr: shown(expr),
         message,
     };
     if snaplen == 0 {
@@ -43,13 +43,35 @@ pub fn compile(expr: &str, linktype: u16, snaplen: u32) -> Result<Vec<Instructio
             insn.k = snaplen;
         }
     }
-    if prog.is_empty() || prog.len() > BPF_MAXINSNS {
-        return Err(filter_err(format!(
-            "compiles to {} instructions; the kernel takes 1 to {BPF_MAXINSNS}",
-            prog.len()
-        )));
+    if prog.is_empty() {
+        return Err(filter_err("compiles to no instruction".into()));
     }
     Ok(prog)
+}
+
+/// Refuses a program the kernel would not take (more than `BPF_MAXINSNS` instructions). A
+/// program run in user space (on a file's packets) has no such limit.
+pub fn check_kernel_len(expr: &str, prog: &[Instruction]) -> Result<(), SysError> {
+    if prog.len() > BPF_MAXINSNS {
+        return Err(SysError::Filter {
+            expr: shown(expr),
+            message: format!(
+                "compiles to {} instructions; the kernel takes 1 to {BPF_MAXINSNS} (a file read \
+                 with -r has no such limit)",
+                prog.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The expression as an error quotes it: whole if short, else its start and its length.
+fn shown(expr: &str) -> String {
+    const MAX: usize = 80;
+    match expr.char_indices().nth(MAX) {
+        None => expr.to_owned(),
+        Some((at, _)) => format!("{}... ({} characters)", &expr[..at], expr.len()),
+    }
 }
 
 /// libpcap's compiler, loaded on first use (`dlopen`): only a filter expression needs it, and

@@ -42,7 +42,11 @@ pub fn open(
     stop: &Arc<Stop>,
 ) -> Result<Opened<LiveSource>, EngineError> {
     let base = match filter {
-        Some(expr) => Some(rules::compile_expr(expr, LinkType::Ethernet, snaplen)?),
+        Some(expr) => {
+            let prog = rules::compile_expr(expr, LinkType::Ethernet, snaplen, stop)?;
+            bpf::check_kernel_len(expr, &rules::to_sys(&prog))?;
+            Some(prog)
+        }
         None => None,
     };
     let rules = LiveRules::new(rules, input.threads, snaplen, base)?;
