@@ -27,7 +27,8 @@ pub struct Totals {
     pub dropped_kernel: u64,
     /// Records a probe sent that never reached this receiver (missing datagrams).
     pub dropped_in_transit: u64,
-    /// Records tapflow dropped because the writer's queue was full.
+    /// Records tapflow could not keep: a sink that failed (a full disk, a refused send) and
+    /// the packets after it.
     pub dropped_ours: u64,
     /// Packets received after `-c COUNT` was reached.
     pub past_limit: u64,

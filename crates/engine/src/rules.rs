@@ -187,7 +187,7 @@ pub fn compile_expr(
 ) -> Result<Vec<Insn>, EngineError> {
     let (tx, rx) = std::sync::mpsc::channel();
     let owned = expr.to_owned();
-    std::thread::Builder::new()
+    let compiler = std::thread::Builder::new()
         .name("tapflow-pcap".into())
         .stack_size(COMPILE_STACK)
         .spawn(move || {
@@ -196,7 +196,11 @@ pub fn compile_expr(
         .map_err(|e| EngineError::Config(format!("cannot start the filter compiler: {e}")))?;
     loop {
         match rx.recv_timeout(std::time::Duration::from_millis(20)) {
-            Ok(prog) => return Ok(from_sys(&prog?)),
+            Ok(prog) => {
+                // Gone before the caller goes on: a privilege drop wants one thread only.
+                let _ = compiler.join();
+                return Ok(from_sys(&prog?));
+            }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) if stop.is_raised() => {
                 return Err(EngineError::Stopped("libpcap was compiling the filter"));
             }
