@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use common::*;
 
-fn small_file() -> PathBuf {
-    corpus_dir().join("zeek-tcp-options.pcap")
+/// A small valid capture (50 packets of 10 conversations) in `dir`.
+fn small_file(dir: &Path) -> PathBuf {
+    built_trace(dir, "small.pcap", 10, 5, 1_000_000)
 }
 
 /// Runs tapflow (in `ns` when given) and checks the error contract.
@@ -52,7 +53,8 @@ fn filter_syntax_error_is_named() {
 
 #[test]
 fn unwritable_output_is_named() {
-    let f = p(&small_file());
+    let tmp = tempfile::tempdir().unwrap();
+    let f = p(&small_file(tmp.path()));
     expect_error(
         None,
         &[
@@ -94,7 +96,8 @@ fn unwritable_output_fails_before_a_live_capture() {
 
 #[test]
 fn nonsense_sizes_are_named() {
-    let f = p(&small_file());
+    let tmp = tempfile::tempdir().unwrap();
+    let f = p(&small_file(tmp.path()));
     expect_error(
         None,
         &["capture", "-r", &f, "-q", "-s", "0"],
@@ -147,7 +150,8 @@ fn missing_input_is_named() {
 
 #[test]
 fn both_inputs_are_named() {
-    let f = p(&small_file());
+    let tmp = tempfile::tempdir().unwrap();
+    let f = p(&small_file(tmp.path()));
     expect_error(
         None,
         &["capture", "-q", "-i", "lo", "-r", &f],
@@ -256,7 +260,7 @@ fn missing_libpcap_is_named_and_only_filters_need_it() {
             "mount --bind /dev/null {} && exec {} capture -r {} -w {out} -q {extra}",
             lib.display(),
             bin().display(),
-            p(&small_file()),
+            p(&small_file(dir.path())),
         );
         let mut c = Command::new("unshare");
         c.args(["-m", "sh", "-c", &script]);

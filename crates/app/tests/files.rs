@@ -1,5 +1,6 @@
-//! `tapflow capture -r FILE` over the shared corpus of real captures, with tshark and capinfos as
-//! oracles for what is written, and damaged copies of real files for the error path.
+//! `tapflow capture -r FILE` over the shared corpus of real captures and over captures built here
+//! with the packet builder, with tshark and capinfos as oracles for what is written, and damaged
+//! copies of both for the error path. Without the corpus its tests print one `skipped:` line.
 
 mod common;
 
@@ -7,18 +8,20 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
+use common::traffic;
 use common::*;
+use tapflow_wire::LinkType;
 
-/// One row of the corpus MANIFEST.tsv.
+/// A capture to replay and what it holds: a row of the corpus MANIFEST.tsv, or a built file.
 #[derive(Debug, Clone)]
 struct Entry {
     file: String,
+    input: PathBuf,
     packets: u64,
     tshark_ok: bool,
 }
 
-fn manifest() -> Vec<Entry> {
-    let dir = corpus_dir();
+fn manifest(dir: &Path) -> Vec<Entry> {
     let text = std::fs::read_to_string(dir.join("MANIFEST.tsv")).unwrap();
     let mut lines = text.lines();
     let head: Vec<&str> = lines.next().unwrap().split('\t').collect();
@@ -34,9 +37,70 @@ fn manifest() -> Vec<Entry> {
             let c: Vec<&str> = l.split('\t').collect();
             Entry {
                 file: c[f].to_string(),
+                input: dir.join(c[f]),
                 packets: c[p].parse().unwrap(),
                 tshark_ok: c[t] == "ok",
             }
+        })
+        .collect()
+}
+
+/// Captures built from the same 2500 packets, written to `dir`: Ethernet in a ns pcap, Linux
+/// cooked v1 in a big-endian µs pcap, Linux cooked v2 cut to 96 bytes, BSD loopback, a pcapng
+/// with an Ethernet, a cooked and a raw-IP interface; and the Ethernet pcap cut short in the
+/// middle of packet 1000.
+fn built(dir: &Path) -> Vec<Entry> {
+    let traffic = traffic::conversations(0, 100, 25, T0, 1_000_003);
+    let pcap = |lt, nanos, big_endian, snaplen| {
+        let p = traffic::relink_all(&traffic, lt, snaplen);
+        traffic::pcap_file(lt, nanos, big_endian, snaplen, &p)
+    };
+    let ifaces = [
+        (LinkType::Ethernet, 65535),
+        (LinkType::LinuxSll, 65535),
+        (LinkType::Raw, 128),
+    ];
+    let ether = pcap(LinkType::Ethernet, true, false, 65535);
+    let files = [
+        ("built-ether.pcap", ether.clone(), 2500, true),
+        (
+            "built-sll-usec-big-endian.pcap",
+            pcap(LinkType::LinuxSll, false, true, 65535),
+            2500,
+            true,
+        ),
+        (
+            "built-sll2-cut.pcap",
+            pcap(LinkType::LinuxSll2, true, false, 96),
+            2500,
+            true,
+        ),
+        (
+            "built-null-usec.pcap",
+            pcap(LinkType::Null, false, false, 65535),
+            2500,
+            true,
+        ),
+        (
+            "built-three-link-types.pcapng",
+            traffic::pcapng_file(&ifaces, &traffic::on_interfaces(&traffic, &ifaces)),
+            2500,
+            true,
+        ),
+        (
+            "built-cut-short.pcap",
+            traffic::cut_short(&ether, &traffic, 1000),
+            1000,
+            false,
+        ),
+    ];
+    files
+        .into_iter()
+        .map(|(name, bytes, packets, tshark_ok)| Entry {
+            file: name.to_string(),
+            input: write_file(dir, name, &bytes),
+            packets,
+            tshark_ok,
         })
         .collect()
 }
@@ -183,11 +247,11 @@ fn compare(input: &Path, out: &Path, n: usize, snap: u32, what: &str) -> Result<
     Ok(())
 }
 
-fn check_corpus_file(e: &Entry, tmp: &Path) -> Result<(), String> {
-    let input = corpus_dir().join(&e.file);
+fn check_file(e: &Entry, tmp: &Path) -> Result<(), String> {
+    let input = &e.input;
     let out = tmp.join(format!("{}.pcapng", e.file));
     let json = tmp.join(format!("{}.json", e.file));
-    let o = capture_file(&input, &out, &json, 64, &[]);
+    let o = capture_file(input, &out, &json, 64, &[]);
     let what = format!("tapflow capture -r {} -s 64", e.file);
     no_panic(&o, &what)?;
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
@@ -207,11 +271,11 @@ fn check_corpus_file(e: &Entry, tmp: &Path) -> Result<(), String> {
         if capinfos_count(&out) != e.packets {
             return Err(format!("{what}: capinfos count differs from {}", e.packets));
         }
-        compare(&input, &out, e.packets as usize, 64, &what)
+        compare(input, &out, e.packets as usize, 64, &what)
     } else {
-        damage_offset(&o, &input, &what)?;
+        damage_offset(&o, input, &what)?;
         // Keep every record before the damage: as many as tshark can read.
-        let (before, _) = tshark_fields_lenient(&input, &["frame.len"]);
+        let (before, _) = tshark_fields_lenient(input, &["frame.len"]);
         if before.is_empty() {
             return Ok(());
         }
@@ -224,7 +288,7 @@ fn check_corpus_file(e: &Entry, tmp: &Path) -> Result<(), String> {
                 part.exists()
             ));
         }
-        compare(&input, &out, before.len(), 64, &what)
+        compare(input, &out, before.len(), 64, &what)
     }
 }
 
@@ -233,7 +297,8 @@ fn check_corpus_file(e: &Entry, tmp: &Path) -> Result<(), String> {
 /// the packets before the damage.
 #[test]
 fn every_corpus_file_replays_without_panic_and_round_trips() {
-    let entries = manifest();
+    let Some(dir) = corpus() else { return };
+    let entries = manifest(&dir);
     assert!(
         entries.len() >= 50,
         "MANIFEST lists {} files",
@@ -243,6 +308,19 @@ fn every_corpus_file_replays_without_panic_and_round_trips() {
         entries.iter().any(|e| !e.tshark_ok),
         "no damaged file in the corpus?"
     );
+    replays_and_round_trips(&entries);
+}
+
+/// Test 7 on the built captures: every link type, format and byte order, cut packets, and a
+/// file cut short.
+#[test]
+fn every_built_file_replays_and_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    replays_and_round_trips(&built(dir.path()));
+}
+
+/// Replays every entry, two at a time; fails with every entry that did not round-trip.
+fn replays_and_round_trips(entries: &[Entry]) {
     let tmp = tempfile::tempdir().unwrap();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failures = std::sync::Mutex::new(Vec::new());
@@ -253,7 +331,7 @@ fn every_corpus_file_replays_without_panic_and_round_trips() {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let Some(e) = entries.get(i) else { break };
                     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        check_corpus_file(e, tmp.path())
+                        check_file(e, tmp.path())
                     }));
                     let msg = match r {
                         Ok(Ok(())) => continue,
@@ -274,7 +352,7 @@ fn every_corpus_file_replays_without_panic_and_round_trips() {
     let failures = failures.into_inner().unwrap();
     assert!(
         failures.is_empty(),
-        "{} of {} corpus files failed:\n{}",
+        "{} of {} files failed:\n{}",
         failures.len(),
         entries.len(),
         failures.join("\n")
@@ -286,17 +364,31 @@ fn every_corpus_file_replays_without_panic_and_round_trips() {
 /// forces: every clean corpus file, with its link types, interfaces, directions and lengths.
 #[test]
 fn the_plain_lane_writes_the_packet_blocks_the_general_path_writes() {
+    let Some(dir) = corpus() else { return };
+    plain_lane_equals_general_path(&manifest(&dir));
+}
+
+/// The same for the built captures.
+#[test]
+fn the_plain_lane_writes_the_packet_blocks_the_general_path_writes_for_built_files() {
+    let dir = tempfile::tempdir().unwrap();
+    plain_lane_equals_general_path(&built(dir.path()));
+}
+
+/// Each clean entry captured by the plain lane and by the general path gives the same packet
+/// blocks; over 10,000 in all.
+fn plain_lane_equals_general_path(entries: &[Entry]) {
     let tmp = tempfile::tempdir().unwrap();
     let mut compared = 0;
-    for e in manifest().iter().filter(|e| e.tshark_ok) {
-        let input = corpus_dir().join(&e.file);
+    for e in entries.iter().filter(|e| e.tshark_ok) {
+        let input = &e.input;
         let (plain, general) = (
             tmp.path().join("plain.pcapng"),
             tmp.path().join("general.pcapng"),
         );
         let json = tmp.path().join("sum.json");
         for (out, extra) in [(&plain, &[][..]), (&general, &["--csv", "/dev/null"][..])] {
-            let o = capture_file(&input, out, &json, 64, extra);
+            let o = capture_file(input, out, &json, 64, extra);
             assert!(
                 o.status.success(),
                 "{}: {}",
@@ -318,9 +410,9 @@ fn the_plain_lane_writes_the_packet_blocks_the_general_path_writes() {
     assert!(compared > 10_000, "only {compared} packets compared");
 }
 
-/// A copy of a corpus file with some damage, in `dir`.
-fn damaged_copy(dir: &Path, name: &str, from: &str, edit: impl FnOnce(&mut Vec<u8>)) -> PathBuf {
-    let mut d = std::fs::read(corpus_dir().join(from)).unwrap();
+/// A copy of a capture with some damage, in `dir`.
+fn damaged_copy(dir: &Path, name: &str, from: &Path, edit: impl FnOnce(&mut Vec<u8>)) -> PathBuf {
+    let mut d = std::fs::read(from).unwrap();
     edit(&mut d);
     let p = dir.join(name);
     std::fs::write(&p, d).unwrap();
@@ -355,63 +447,107 @@ fn check_damaged(input: &Path, keep: usize, range: std::ops::RangeInclusive<u64>
 /// Test 7b: damage made on purpose in real files, at known places.
 #[test]
 fn damaged_files_give_the_offset_and_keep_what_came_before() {
+    let Some(dir) = corpus() else { return };
+    damage_at_known_places(
+        &dir.join("tcpreplay-test.pcap"),
+        &dir.join("chrissanders-icmp-traceroute.pcapng"),
+    );
+}
+
+/// Test 7b on a built pcap and pcapng.
+#[test]
+fn damaged_built_files_give_the_offset_and_keep_what_came_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = built(dir.path());
+    let file = |name: &str| e.iter().find(|e| e.file == name).unwrap().input.clone();
+    damage_at_known_places(
+        &file("built-ether.pcap"),
+        &file("built-three-link-types.pcapng"),
+    );
+}
+
+/// Damage at known places in copies of `pcap` (a little-endian pcap of over 100 packets) and
+/// `pcapng` (a little-endian pcapng of over 20): a cut in a packet's data, a record claiming a
+/// 2 GiB packet, a block length that is not a multiple of 4.
+fn damage_at_known_places(pcap: &Path, pcapng: &Path) {
     let tmp = tempfile::tempdir().unwrap();
-    let src = corpus_dir().join("tcpreplay-test.pcap");
-    let recs = read_capture(&src).packets;
+    let src = pcap;
+    let recs = read_capture(src).packets;
     assert!(recs.len() > 100);
 
     // Cut in the middle of record 100's data.
     let cut = recs[100].offset as usize + 16 + 10;
     let d1 = tmp.path().join("cut");
     std::fs::create_dir(&d1).unwrap();
-    let p = damaged_copy(&d1, "cut-mid-packet.pcap", "tcpreplay-test.pcap", |d| {
-        d.truncate(cut)
-    });
+    let p = damaged_copy(&d1, "cut-mid-packet.pcap", src, |d| d.truncate(cut));
     check_damaged(&p, 100, recs[100].offset..=cut as u64);
 
     // Record 50 claims a 2 GiB packet; the file goes on.
     let at = recs[50].offset as usize;
     let d2 = tmp.path().join("huge");
     std::fs::create_dir(&d2).unwrap();
-    let p = damaged_copy(&d2, "huge-caplen.pcap", "tcpreplay-test.pcap", |d| {
+    let p = damaged_copy(&d2, "huge-caplen.pcap", src, |d| {
         d[at + 8..at + 12].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
     });
     check_damaged(&p, 50, at as u64..=at as u64 + 16);
 
     // pcapng: the 20th Enhanced Packet Block's total length is not a multiple of 4.
-    let ng = read_capture(&corpus_dir().join("chrissanders-icmp-traceroute.pcapng")).packets;
+    let ng = read_capture(pcapng).packets;
     let blk = ng[20].offset as usize;
     let d3 = tmp.path().join("ng");
     std::fs::create_dir(&d3).unwrap();
-    let p = damaged_copy(
-        &d3,
-        "bad-block-length.pcapng",
-        "chrissanders-icmp-traceroute.pcapng",
-        |d| {
-            assert_eq!(
-                &d[8..12],
-                &[0x4d, 0x3c, 0x2b, 0x1a],
-                "expected a little-endian section"
-            );
-            d[blk + 4..blk + 8].copy_from_slice(&13u32.to_le_bytes());
-        },
-    );
+    let p = damaged_copy(&d3, "bad-block-length.pcapng", pcapng, |d| {
+        assert_eq!(
+            &d[8..12],
+            &[0x4d, 0x3c, 0x2b, 0x1a],
+            "expected a little-endian section"
+        );
+        d[blk + 4..blk + 8].copy_from_slice(&13u32.to_le_bytes());
+    });
     check_damaged(&p, 20, blk as u64..=blk as u64 + 8);
 }
 
 /// Test 8: a pcapng whose interfaces have different link types keeps each packet's link type.
 #[test]
 fn several_interfaces_keep_their_link_types() {
+    let Some(dir) = corpus() else { return };
+    keeps_each_interfaces_link_type(
+        &dir.join("pcapplusplus-pcapng-example-multi-if.pcapng"),
+        159,
+        &["Linux cooked-mode capture v1", "Ethernet (1"],
+    );
+}
+
+/// Test 8 on the built pcapng of an Ethernet, a Linux cooked and a raw-IP interface.
+#[test]
+fn several_built_interfaces_keep_their_link_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = built(dir.path());
+    let input = &e
+        .iter()
+        .find(|e| e.file == "built-three-link-types.pcapng")
+        .unwrap()
+        .input;
+    keeps_each_interfaces_link_type(
+        input,
+        2500,
+        &["Linux cooked-mode capture v1", "Ethernet (1", "Raw IP"],
+    );
+}
+
+/// Captures `input`, a pcapng of `packets` packets on interfaces of several link types, and
+/// checks that each packet keeps its link type, each input interface has an output interface
+/// of its own with statistics of its own, and capinfos names every link type in `names`.
+fn keeps_each_interfaces_link_type(input: &Path, packets: usize, names: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
-    let input = corpus_dir().join("pcapplusplus-pcapng-example-multi-if.pcapng");
     let out = tmp.path().join("out.pcapng");
     let json = tmp.path().join("sum.json");
-    let o = capture_file(&input, &out, &json, 64, &[]);
+    let o = capture_file(input, &out, &json, 64, &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let fields = ["frame.interface_id", "frame.encap_type"];
-    let a = tshark_fields(&input, &fields);
+    let a = tshark_fields(input, &fields);
     let b = tshark_fields(&out, &fields);
-    assert_eq!(a.len(), 159);
+    assert_eq!(a.len(), packets);
     assert_eq!(b.len(), a.len());
     let encaps = |v: &[Vec<String>]| v.iter().map(|r| r[1].clone()).collect::<Vec<_>>();
     assert_eq!(encaps(&b), encaps(&a), "per-packet link types differ");
@@ -432,10 +568,7 @@ fn several_interfaces_keep_their_link_types() {
         "two input interfaces merged into one: {map:?}"
     );
     let info = capinfos(&out);
-    assert!(
-        info.contains("Linux cooked-mode capture v1") && info.contains("Ethernet (1"),
-        "{info}"
-    );
+    assert!(names.iter().all(|n| info.contains(n)), "{info}");
     // Each interface's closing statistics count its own packets, not the whole file's; the
     // capture-wide counters (packets read, dropped) describe no single interface of several.
     let cap = read_capture(&out);
@@ -459,7 +592,7 @@ fn several_interfaces_keep_their_link_types() {
 #[test]
 fn count_limit_on_a_file_records_exactly_that_many() {
     let tmp = tempfile::tempdir().unwrap();
-    let input = corpus_dir().join("composite-nfstream-163apps-backtoback.pcap");
+    let input = built_trace(tmp.path(), "in.pcap", 50, 10, 1_000_000);
     let out = tmp.path().join("out.pcapng");
     let json = tmp.path().join("sum.json");
     let o = capture_file(&input, &out, &json, 64, &["-c", "100"]);

@@ -79,15 +79,86 @@ fn bad_plan_options_give_one_line_errors() {
     }
 }
 
-/// The model against the kernel, with the stall as it happened (SIGSTOP to SIGCONT):
+/// Packets interface `ifname` has received, as seen from the network namespace of process `pid`
+/// (`/proc/PID/net/dev`; readable while the process is stopped).
+fn rx_packets(pid: i32, ifname: &str) -> u64 {
+    let dev = std::fs::read_to_string(format!("/proc/{pid}/net/dev")).unwrap();
+    let line = dev
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix(ifname)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("no {ifname} in /proc/{pid}/net/dev:\n{dev}"));
+    // rx: bytes packets errs drop …
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// One stall of a capture, SIGSTOP to SIGCONT, with each signal bracketed by readings of the
+/// clock and of the capture interface's received packets: the stall lasted at least `shortest`
+/// (while at least `fewest` packets arrived) and at most `longest` (`most`).
+#[derive(Debug)]
+struct Stall {
+    shortest: Duration,
+    longest: Duration,
+    fewest: u64,
+    most: u64,
+}
+
+impl Stall {
+    /// Stops `cap` for `ms` milliseconds.
+    fn time(cap: &ChildGuard, ifname: &str, ms: u64) -> Stall {
+        let mark = || (Instant::now(), rx_packets(cap.pid(), ifname));
+        let stop_before = mark();
+        cap.signal(libc::SIGSTOP);
+        let stop_after = mark();
+        std::thread::sleep(Duration::from_millis(ms));
+        let cont_before = mark();
+        cap.signal(libc::SIGCONT);
+        let cont_after = mark();
+        Stall {
+            shortest: cont_before.0 - stop_after.0,
+            longest: cont_after.0 - stop_before.0,
+            fewest: cont_before.1 - stop_after.1,
+            most: cont_after.1 - stop_before.1,
+        }
+    }
+
+    /// Whether the stall is known to within 2 ms and 5% of the `asked_ms` (the timing thread was
+    /// not held up around a signal).
+    fn timed(&self, asked_ms: u64) -> bool {
+        self.longest - self.shortest
+            <= Duration::from_millis(2) + Duration::from_millis(asked_ms) / 20
+    }
+}
+
+/// Runs this thread, and every process it starts from now on, at nice -20: on a busy machine
+/// the scheduler then runs the capture whenever it has packets, the sender at its pace, and the
+/// thread that times the stall when its sleep ends, as the model assumes (bench/plan.py gives
+/// each a CPU of its own).
+fn run_first() {
+    // SAFETY: setpriority changes the nice value of the thread named (this one) and touches no
+    // memory of ours.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, -20) };
+    assert_eq!(r, 0, "setpriority: {}", std::io::Error::last_os_error());
+}
+
+/// The model against the kernel, with the stall as it happened (SIGSTOP to SIGCONT) and the
+/// packets that arrived during it (the interface's counter, read at both signals):
 /// - 8 blocks of 1 MiB at 50k packets/s, which the timer closes with 500 packets each, hold
 ///   75 ms: a 10 ms stall loses nothing, one of about 400 ms what `tapflow plan` predicts;
-/// - 16 blocks of 64 KiB at 200k packets/s fill up (454 slots, 400 carried with the timer's
-///   part-full block): a 100 ms stall loses what the slot layout predicts.
+/// - 16 blocks of 64 KiB at 100k packets/s fill up (454 slots, 333 carried on average with the
+///   timer's part-full block): a 200 ms stall loses what the slot layout predicts.
 ///
-/// Within 20% (bench/plan.py finds −5%…+14% with the stall as asked, about 1% as timed).
+/// Within 20% (bench/plan.py finds −5%…+14% with the stall as asked, about 1% as timed) of the
+/// model for the shortest and the longest the stall can have been, at the rate of the packets
+/// that arrived during it (on a busy machine the sender falls behind and catches up: its
+/// average is not its rate during the stall).
+///
+/// A run proves nothing either way, and is run again, when its stall could not be timed (the
+/// timing thread held up around a signal), when the short stall overran into what the ring
+/// cannot hold, or when the ring froze more than once: the consumer fell behind outside the
+/// stall (a debug build beside other work), so not all the kernel's drops are the stall's.
 #[test]
 fn a_stalled_capture_loses_what_the_plan_predicts() {
+    run_first();
     let p = VethPair::new("pl");
     let dir = tempfile::tempdir().unwrap();
     let ring = |size, count| {
@@ -104,66 +175,90 @@ fn a_stalled_capture_loses_what_the_plan_predicts() {
     for (n, (rate, ring, stall_ms, tolerance)) in [
         (50_000u64, timer_bound, 10u64, None),
         (50_000, timer_bound, 400, Some(0.2)),
-        (200_000, full, 100, Some(0.2)),
+        (100_000, full, 200, Some(0.2)),
     ]
     .into_iter()
     .enumerate()
     {
-        let json = dir.path().join(format!("cap-{n}.json"));
-        let mut args = vec!["capture", "-i", &p.if_b, "-q", "-s", "64"];
-        args.extend_from_slice(&ring);
-        let js = json.to_string_lossy().into_owned();
-        args.extend_from_slice(&["--summary-json", &js]);
-        let mut cap = VethPair::spawn(&mut p.tapflow_b(&args));
-        wait_capturing(&mut cap, 1);
-        let count = rate * (stall_ms + 1500) / 1000;
-        let gen_json = dir.path().join("gen.json");
-        let mut sender = p.spawn_gen(&[
-            "--rate",
-            &rate.to_string(),
-            "--count",
-            &count.to_string(),
-            "--summary-json",
-            &gen_json.to_string_lossy(),
-        ]);
-        std::thread::sleep(Duration::from_millis(500));
-        let t = Instant::now();
-        cap.signal(libc::SIGSTOP);
-        std::thread::sleep(Duration::from_millis(stall_ms));
-        cap.signal(libc::SIGCONT);
-        let stalled = t.elapsed();
-        let (status, err) = sender.wait_output(Duration::from_secs(30));
-        assert!(status.success(), "gen: {err}");
-        std::thread::sleep(Duration::from_millis(300));
-        cap.signal(libc::SIGINT);
-        let (status, err) = cap.wait_output(Duration::from_secs(20));
-        assert!(status.success(), "capture: {err}");
-        let sum = Summary::read(&json);
-        sum.assert_adds_up();
-        let gen_text = std::fs::read_to_string(&gen_json).unwrap();
-        assert_eq!(json_u64(&gen_text, "sent"), count, "{gen_text}");
-        assert_eq!(sum.received, count, "{}", sum.text);
-        let sent_rate = json_f64(&gen_text, "pps");
-        let (rate_arg, stall_arg) = (
-            format!("{sent_rate:.0}"),
-            format!("{:.3}", stalled.as_secs_f64() * 1e3),
-        );
-        let mut plan = vec!["--rate", &rate_arg, "--frame-size", "64", "-s", "64"];
-        plan.extend_from_slice(&ring);
-        plan.extend_from_slice(&["--stall-ms", &stall_arg]);
-        let want = json_f64(&plan_json(&plan), "stall.loss.packets");
-        match tolerance {
-            None => {
-                assert_eq!(want, 0.0);
-                assert_eq!(sum.dropped_kernel, 0, "{}", sum.text);
+        // The model at the rate of the packets that arrived.
+        let model = |packets: u64, stall: Duration| {
+            let rate = format!("{:.0}", packets as f64 / stall.as_secs_f64());
+            let stall = format!("{:.3}", stall.as_secs_f64() * 1e3);
+            let mut plan = vec!["--rate", &rate, "--frame-size", "64", "-s", "64"];
+            plan.extend_from_slice(&ring);
+            plan.extend_from_slice(&["--stall-ms", &stall]);
+            json_f64(&plan_json(&plan), "stall.loss.packets")
+        };
+        let mut runs = 0;
+        let (stall, sum, least, most) = loop {
+            runs += 1;
+            assert!(
+                runs <= 4,
+                "{stall_ms} ms stall: no run proved anything in 4"
+            );
+            let json = dir.path().join(format!("cap-{n}.json"));
+            let mut args = vec!["capture", "-i", &p.if_b, "-q", "-s", "64"];
+            args.extend_from_slice(&ring);
+            let js = json.to_string_lossy().into_owned();
+            args.extend_from_slice(&["--summary-json", &js]);
+            let mut cap = VethPair::spawn(&mut p.tapflow_b(&args));
+            wait_capturing(&mut cap, 1);
+            let count = rate * (stall_ms + 1500) / 1000;
+            let gen_json = dir.path().join("gen.json");
+            let mut sender = p.spawn_gen(&[
+                "--rate",
+                &rate.to_string(),
+                "--count",
+                &count.to_string(),
+                "--summary-json",
+                &gen_json.to_string_lossy(),
+            ]);
+            std::thread::sleep(Duration::from_millis(500));
+            let stall = Stall::time(&cap, &p.if_b, stall_ms);
+            let (status, err) = sender.wait_output(Duration::from_secs(30));
+            assert!(status.success(), "gen: {err}");
+            std::thread::sleep(Duration::from_millis(300));
+            cap.signal(libc::SIGINT);
+            let (status, err) = cap.wait_output(Duration::from_secs(20));
+            assert!(status.success(), "capture: {err}");
+            let sum = Summary::read(&json);
+            sum.assert_adds_up();
+            let gen_text = std::fs::read_to_string(&gen_json).unwrap();
+            assert_eq!(json_u64(&gen_text, "sent"), count, "{gen_text}");
+            assert_eq!(sum.received, count, "{}", sum.text);
+            assert!(stall.fewest > 0, "nothing arrived during {stall:?}");
+            if !stall.timed(stall_ms) {
+                eprintln!("{stall:?}: not timed to 2 ms and 5%; run again");
+                continue;
             }
+            // The shortest and the longest stall there can have been.
+            let (least, most) = (
+                model(stall.fewest, stall.shortest),
+                model(stall.most, stall.longest),
+            );
+            if tolerance.is_none() && most > 0.0 {
+                eprintln!("{stall:?}: longer than the ring holds (model {most}); run again");
+                continue;
+            }
+            let freezes = json_u64(&sum.text, "freezes");
+            if freezes > 1 {
+                eprintln!(
+                    "{stall:?}: the ring froze {freezes} times; run again: {}",
+                    sum.text
+                );
+                continue;
+            }
+            break (stall, sum, least, most);
+        };
+        let got = sum.dropped_kernel as f64;
+        eprintln!("{stall:?}: dropped {got}, model {least}..={most}");
+        match tolerance {
+            None => assert_eq!(sum.dropped_kernel, 0, "{stall:?}: {}", sum.text),
             Some(tol) => {
-                let got = sum.dropped_kernel as f64;
-                eprintln!("stall {stalled:?}: dropped {got}, model {want}");
-                assert!(want > 5_000.0, "model {want}");
+                assert!(least > 5_000.0, "{stall:?}: model {least}");
                 assert!(
-                    (got - want).abs() <= tol * want,
-                    "stall {stalled:?}: dropped {got}, model {want}: {}",
+                    (1.0 - tol) * least <= got && got <= (1.0 + tol) * most,
+                    "{stall:?}: dropped {got}, model {least}..={most}: {}",
                     sum.text
                 );
             }

@@ -1,9 +1,17 @@
-//! Rule semantics against libpcap as the oracle: for rules made from the corpus's own packets
-//! (so that they match some and miss others), the program libpcap compiles from each rule's
-//! tcpdump expression, our kernel program and our user-space matcher accept the same packets.
+//! Rule semantics against libpcap as the oracle: for rules made from the packets themselves (so
+//! that they match some and miss others), the program libpcap compiles from each rule's tcpdump
+//! expression, our kernel program and our user-space matcher accept the same packets. The
+//! packets are the corpus's real ones (the test prints one `skipped:` line without the corpus)
+//! and frames built here with the packet builder.
 
-use std::path::PathBuf;
+#[path = "../../wire/tests/support/corpus.rs"]
+mod corpus;
+#[path = "../../wire/tests/support/traffic.rs"]
+mod traffic;
 
+use std::path::Path;
+
+use corpus::corpus;
 use tapflow_sys::bpf;
 use tapflow_wire::LinkType;
 use tapflow_wire::capfile::Reader;
@@ -14,16 +22,11 @@ use tapflow_wire::rules::{PortRange, Prefix, Rule, Tuple};
 
 const SNAPLEN: u32 = 96;
 
-fn corpus_dir() -> PathBuf {
-    std::env::var_os("TAPFLOW_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus"))
-}
-
-/// Whole (not truncated) Ethernet frames from the corpus, at most `per_file` from each file.
-fn frames(per_file: usize) -> Vec<Vec<u8>> {
+/// Whole (not truncated) Ethernet frames from the corpus in `dir`, at most `per_file` from each
+/// file.
+fn frames(dir: &Path, per_file: usize) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
-    let mut names: Vec<_> = std::fs::read_dir(corpus_dir())
+    let mut names: Vec<_> = std::fs::read_dir(dir)
         .expect("corpus directory")
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "pcap" || x == "pcapng"))
@@ -51,6 +54,30 @@ fn frames(per_file: usize) -> Vec<Vec<u8>> {
         "only {} frames from the corpus",
         out.len()
     );
+    out
+}
+
+/// Over 3000 Ethernet frames built with the packet builder: 400 conversations of TCP and UDP
+/// over IPv4 and IPv6, both ways; among them frames with a VLAN tag, ICMP, first and later IP
+/// fragments, and an ARP frame.
+fn built_frames() -> Vec<Vec<u8>> {
+    let mut out = vec![traffic::arp_frame()];
+    for (i, p) in traffic::conversations(0, 400, 8, 0, 1)
+        .into_iter()
+        .enumerate()
+    {
+        let f = p.data;
+        let v6 = f[12..14] == [0x86, 0xdd];
+        match i % 10 {
+            0 => out.push(traffic::with_vlans(&f, &[5])),
+            1 => out.push(traffic::with_protocol(&f, if v6 { 58 } else { 1 })),
+            2 if f.len() > 300 && v6 => out.extend(traffic::fragments_v6(&f, 128, i as u32)),
+            2 if f.len() > 300 => out.extend(traffic::fragments_v4(&f, 128, i as u16)),
+            _ => {}
+        }
+        out.push(f);
+    }
+    assert!(out.len() > 3000, "only {} built frames", out.len());
     out
 }
 
@@ -163,8 +190,19 @@ fn tuples(frames: &[Vec<u8>]) -> Vec<Tuple> {
 
 #[test]
 fn each_rule_accepts_what_libpcap_accepts() {
-    let frames = frames(400);
-    let ts = tuples(&frames);
+    let Some(dir) = corpus() else { return };
+    each_rule_accepts_what_libpcap_accepts_on(&frames(&dir, 400));
+}
+
+#[test]
+fn each_rule_accepts_what_libpcap_accepts_on_built_frames() {
+    each_rule_accepts_what_libpcap_accepts_on(&built_frames());
+}
+
+/// 200 rules, each near one frame's tuple: libpcap's program, ours and the user-space matcher
+/// accept the same frames, some but not all.
+fn each_rule_accepts_what_libpcap_accepts_on(frames: &[Vec<u8>]) {
+    let ts = tuples(frames);
     let mut rng = Rng(0x5eed_1234_abcd_0001);
     let mut checked = 0;
     let mut accepted = 0;
@@ -175,7 +213,7 @@ fn each_rule_accepts_what_libpcap_accepts() {
         let ours = rule_bpf::compile(std::slice::from_ref(&rule), SNAPLEN, 4096);
         assert_eq!(ours.precision, Precision::Exact);
         cbpf::validate(&ours.program).unwrap();
-        for f in &frames {
+        for f in frames {
             let want = accepts(&oracle, f);
             assert_eq!(
                 accepts(&ours.program, f),
@@ -205,8 +243,19 @@ fn each_rule_accepts_what_libpcap_accepts() {
 
 #[test]
 fn a_large_set_matches_first_rule_like_libpcap() {
-    let frames = frames(150);
-    let ts = tuples(&frames);
+    let Some(dir) = corpus() else { return };
+    a_large_set_matches_first_rule_like_libpcap_on(&frames(&dir, 150));
+}
+
+#[test]
+fn a_large_set_matches_first_rule_like_libpcap_on_built_frames() {
+    a_large_set_matches_first_rule_like_libpcap_on(&built_frames());
+}
+
+/// 120 rules near the frames' tuples: the matcher picks the first rule libpcap accepts, and the
+/// whole set's kernel program (when exact) accepts what any rule does.
+fn a_large_set_matches_first_rule_like_libpcap_on(frames: &[Vec<u8>]) {
+    let ts = tuples(frames);
     let mut rng = Rng(0x0dd_ba11_5eed_0002);
     let rules: Vec<Rule> = (0..120)
         .map(|n| {
@@ -221,7 +270,7 @@ fn a_large_set_matches_first_rule_like_libpcap() {
     let singles: Vec<Vec<Insn>> = rules.iter().map(|r| libpcap(&r.to_pcap())).collect();
     let whole = rule_bpf::compile(&rules, SNAPLEN, 4096);
     let mut hits = 0;
-    for f in &frames {
+    for f in frames {
         let first = singles.iter().position(|p| accepts(p, f));
         let t = Tuple::of_frame(LinkType::Ethernet, f);
         assert_eq!(

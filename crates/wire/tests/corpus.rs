@@ -1,12 +1,19 @@
 //! Reads every capture of the shared corpus and checks it against `MANIFEST.tsv`, whose packet
-//! counts, link types and first/last timestamps were taken with tshark and capinfos.
+//! counts, link types and first/last timestamps were taken with tshark and capinfos; then the
+//! same checks on captures built here with the packet builder, whose contents are known.
 //!
-//! The corpus lives in `$TAPFLOW_CORPUS`, else in `shared/corpus` beside the repository.
+//! The corpus lives in `$TAPFLOW_CORPUS`, else in `shared/corpus` beside the repository; without
+//! it the corpus tests print one `skipped:` line and return, and the built ones still run.
 
+mod support;
+
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
+use support::corpus::corpus;
+use support::traffic::{self, Packet};
 use tapflow_wire::LinkType;
 use tapflow_wire::capfile::{FileError, FileErrorKind, Format, MAXIMUM_SNAPLEN, Reader};
 
@@ -33,29 +40,26 @@ unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;
 
-fn corpus_dir() -> PathBuf {
-    let dir = std::env::var_os("TAPFLOW_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
-        });
-    assert!(
-        dir.join("MANIFEST.tsv").is_file(),
-        "corpus not found: {} has no MANIFEST.tsv (set TAPFLOW_CORPUS to the corpus directory)",
-        dir.display()
-    );
-    dir
+/// Where a capture's bytes are.
+#[derive(Debug)]
+enum Source {
+    /// A corpus file.
+    File(PathBuf),
+    /// A capture built by this test.
+    Built(Vec<u8>),
 }
 
-/// One row of `MANIFEST.tsv`.
+/// One capture and what it holds: a row of `MANIFEST.tsv`, or what a built capture was made of.
 #[derive(Debug)]
 struct Entry {
     file: String,
+    source: Source,
     packets: u64,
     link_type: String,
     file_format: String,
-    first_ts: String,
-    last_ts: String,
+    /// First and last timestamps, µs since 1970, where known.
+    first_us: Option<i64>,
+    last_us: Option<i64>,
     tshark_open_status: String,
 }
 
@@ -64,9 +68,13 @@ impl Entry {
         self.tshark_open_status == "ok"
     }
 
-    fn bytes(&self) -> Vec<u8> {
-        let p = corpus_dir().join(&self.file);
-        std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    fn bytes(&self) -> Cow<'_, [u8]> {
+        match &self.source {
+            Source::File(p) => {
+                Cow::Owned(std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+            }
+            Source::Built(b) => Cow::Borrowed(b),
+        }
     }
 
     /// The link-type names the manifest gives: `EN10MB (ether)` or `MIXED(...) DLTs=1,113 ...`.
@@ -86,8 +94,11 @@ impl Entry {
     }
 }
 
-fn manifest() -> Vec<Entry> {
-    let text = std::fs::read_to_string(corpus_dir().join("MANIFEST.tsv")).unwrap();
+/// The corpus's captures, as its manifest describes them; `None` (the test is skipped) without
+/// the corpus.
+fn manifest() -> Option<Vec<Entry>> {
+    let dir = corpus()?;
+    let text = std::fs::read_to_string(dir.join("MANIFEST.tsv")).unwrap();
     let mut lines = text.lines();
     let head: Vec<&str> = lines.next().unwrap().split('\t').collect();
     let col = |name: &str| head.iter().position(|h| *h == name).expect(name);
@@ -101,11 +112,12 @@ fn manifest() -> Vec<Entry> {
             let f: Vec<&str> = l.split('\t').collect();
             Entry {
                 file: f[col("file")].to_owned(),
+                source: Source::File(dir.join(f[col("file")])),
                 packets: f[col("packets")].parse().unwrap(),
                 link_type: f[col("link_type")].to_owned(),
                 file_format: f[col("file_format")].to_owned(),
-                first_ts: f[col("first_ts_utc")].to_owned(),
-                last_ts: f[col("last_ts_utc")].to_owned(),
+                first_us: iso_micros(f[col("first_ts_utc")]),
+                last_us: iso_micros(f[col("last_ts_utc")]),
                 tshark_open_status: unquote(f[col("tshark_open_status")]),
             }
         })
@@ -115,7 +127,82 @@ fn manifest() -> Vec<Entry> {
         "MANIFEST.tsv lists only {} files",
         rows.len()
     );
-    rows
+    Some(rows)
+}
+
+/// Captures built from the same traffic in every format and byte order the reader takes, with
+/// link types of several kinds, cut packets, a pcapng of three link types, and a pcap cut short
+/// in the middle of a packet; described as the manifest would describe them.
+fn built() -> Vec<Entry> {
+    const T0: u64 = 1_700_000_000_123_456_789;
+    let traffic = traffic::conversations(0, 40, 25, T0, 1_000_003);
+    let entry = |file: &str, bytes, packets: &[Packet], link_type: &str, format: &str| Entry {
+        file: file.to_owned(),
+        source: Source::Built(bytes),
+        packets: packets.len() as u64,
+        link_type: link_type.to_owned(),
+        file_format: format.to_owned(),
+        first_us: Some((packets[0].ts_ns / 1000) as i64),
+        last_us: Some((packets[packets.len() - 1].ts_ns / 1000) as i64),
+        tshark_open_status: "ok".to_owned(),
+    };
+    let raw = traffic::relink_all(&traffic, LinkType::Raw, 96);
+    let sll = traffic::relink_all(&traffic, LinkType::LinuxSll, 65535);
+    let null = traffic::relink_all(&traffic, LinkType::Null, 65535);
+    let ifaces = [
+        (LinkType::Ethernet, 65535),
+        (LinkType::LinuxSll2, 65535),
+        (LinkType::Raw, 128),
+    ];
+    let mixed = traffic::on_interfaces(&traffic, &ifaces);
+    let ether = traffic::pcap_file(LinkType::Ethernet, false, false, 65535, &traffic);
+    let cut = traffic::cut_short(&ether, &traffic, 700);
+    let mut e = vec![
+        entry(
+            "built-ether-usec.pcap",
+            ether,
+            &traffic,
+            "EN10MB (ether)",
+            "pcap",
+        ),
+        entry(
+            "built-raw-nsec-big-endian.pcap",
+            traffic::pcap_file(LinkType::Raw, true, true, 96, &raw),
+            &raw,
+            "RAW (rawip)",
+            "nsecpcap",
+        ),
+        entry(
+            "built-sll-usec-big-endian.pcap",
+            traffic::pcap_file(LinkType::LinuxSll, false, true, 65535, &sll),
+            &sll,
+            "LINUX_SLL (linux-sll)",
+            "pcap",
+        ),
+        entry(
+            "built-null-nsec.pcap",
+            traffic::pcap_file(LinkType::Null, true, false, 65535, &null),
+            &null,
+            "NULL (null)",
+            "nsecpcap",
+        ),
+        entry(
+            "built-three-link-types.pcapng",
+            traffic::pcapng_file(&ifaces, &mixed),
+            &mixed,
+            "MIXED(built) DLTs=1,276,101",
+            "pcapng",
+        ),
+        entry(
+            "built-cut-short.pcap",
+            cut,
+            &traffic[..700],
+            "EN10MB (ether)",
+            "pcap",
+        ),
+    ];
+    e[5].tshark_open_status = "cut short in the middle of a packet".to_owned();
+    e
 }
 
 /// `2020-01-01T00:00:00.000000Z` as µs since 1970; `None` for other spellings.
@@ -199,8 +286,20 @@ fn read_all(bytes: &[u8]) -> Result<Outcome, FileError> {
 
 #[test]
 fn clean_files_match_the_manifest() {
+    let Some(m) = manifest() else { return };
+    read_back_as_described(&m, 50);
+}
+
+#[test]
+fn built_files_read_back_as_written() {
+    read_back_as_described(&built(), 5);
+}
+
+/// Every clean capture reads without error: its packet count, link types, format and first and
+/// last timestamps are as described; at least `least` were checked.
+fn read_back_as_described(entries: &[Entry], least: usize) {
     let mut checked = 0;
-    for e in manifest().iter().filter(|e| e.opens_cleanly()) {
+    for e in entries.iter().filter(|e| e.opens_cleanly()) {
         let bytes = e.bytes();
         let o = read_all(&bytes).unwrap_or_else(|err| panic!("{}: {err}", e.file));
         assert_eq!(o.error, None, "{}", e.file);
@@ -218,32 +317,42 @@ fn clean_files_match_the_manifest() {
             e.file, o.format, e.file_format
         );
         // The manifest gives µs; allow 1 µs for its rounding of ns files.
-        if let (Some(first), Some(last)) = (iso_micros(&e.first_ts), iso_micros(&e.last_ts)) {
+        if let (Some(first), Some(last)) = (e.first_us, e.last_us) {
             let us = |ns: u64| (ns / 1000) as i64;
             assert!(
                 (us(o.min_ts) - first).abs() <= 1,
-                "{}: first ts {} vs {}",
+                "{}: first ts {} vs {first} µs",
                 e.file,
                 o.min_ts,
-                e.first_ts
             );
             assert!(
                 (us(o.max_ts) - last).abs() <= 1,
-                "{}: last ts {} vs {}",
+                "{}: last ts {} vs {last} µs",
                 e.file,
                 o.max_ts,
-                e.last_ts
             );
         }
         checked += 1;
     }
-    assert!(checked >= 50, "only {checked} clean files");
+    assert!(checked >= least, "only {checked} clean files");
 }
 
 #[test]
 fn cut_short_files_keep_every_packet_before_the_damage() {
+    let Some(m) = manifest() else { return };
+    keep_every_packet_before_the_cut(&m);
+}
+
+#[test]
+fn built_files_cut_short_keep_every_packet_before_the_cut() {
+    keep_every_packet_before_the_cut(&built());
+}
+
+/// Captures cut short in the middle of a packet give every packet before it, then a
+/// truncation error at the cut packet's offset.
+fn keep_every_packet_before_the_cut(entries: &[Entry]) {
     let mut checked = 0;
-    for e in manifest()
+    for e in entries
         .iter()
         .filter(|e| e.tshark_open_status.contains("cut short"))
     {
@@ -266,7 +375,11 @@ fn cut_short_files_keep_every_packet_before_the_damage() {
         println!("{}: {err}", e.file);
         checked += 1;
     }
-    assert!(checked >= 1, "the manifest lists no cut-short file");
+    assert!(
+        checked >= 1,
+        "no cut-short file among {} captures",
+        entries.len()
+    );
 }
 
 /// Offset of the last block of a pcapng file, from its trailing length.
@@ -278,7 +391,19 @@ fn last_block_type(bytes: &[u8]) -> u32 {
 
 #[test]
 fn damaged_copies_of_clean_files() {
-    for e in manifest().iter().filter(|e| e.opens_cleanly()) {
+    let Some(m) = manifest() else { return };
+    damaged_copies(&m);
+}
+
+#[test]
+fn damaged_copies_of_built_files() {
+    damaged_copies(&built());
+}
+
+/// Copies of every clean capture that lack the last byte, start with another magic, or whose
+/// first record claims a 2 GiB packet: the packets before the damage, then an error there.
+fn damaged_copies(entries: &[Entry]) {
+    for e in entries.iter().filter(|e| e.opens_cleanly()) {
         let bytes = e.bytes();
         let cut = &bytes[..bytes.len() - 1];
         let o = read_all(cut).unwrap();
@@ -292,7 +417,7 @@ fn damaged_copies_of_clean_files() {
         };
         assert_eq!(o.packets, e.packets - lost, "{}: {err}", e.file);
 
-        let mut zero = bytes.clone();
+        let mut zero = bytes.to_vec();
         zero[..4].copy_from_slice(b"\x7fELF");
         let err = Reader::new(&zero).unwrap_err();
         assert_eq!(
@@ -302,7 +427,7 @@ fn damaged_copies_of_clean_files() {
 
         if e.file_format != "pcapng" {
             // A first record that claims a 2 GiB packet.
-            let mut huge = bytes.clone();
+            let mut huge = bytes.to_vec();
             let big_endian = bytes[0] == 0xa1;
             let caplen = if big_endian {
                 0x7fff_ffffu32.to_be_bytes()
@@ -326,8 +451,18 @@ fn damaged_copies_of_clean_files() {
 
 #[test]
 fn mixed_link_type_pcapng_names_its_interfaces() {
-    let m = manifest();
-    let e = m
+    let Some(m) = manifest() else { return };
+    names_its_interfaces(&m);
+}
+
+#[test]
+fn built_mixed_link_type_pcapng_names_its_interfaces() {
+    names_its_interfaces(&built());
+}
+
+/// The pcapng of several link types lists each interface's.
+fn names_its_interfaces(entries: &[Entry]) {
+    let e = entries
         .iter()
         .find(|e| e.link_type.starts_with("MIXED"))
         .expect("a mixed-link-type file");
@@ -342,8 +477,19 @@ fn mixed_link_type_pcapng_names_its_interfaces() {
 
 #[test]
 fn packet_loop_does_not_allocate() {
-    let m = manifest();
-    for e in m.iter().filter(|e| e.opens_cleanly()) {
+    let Some(m) = manifest() else { return };
+    reads_packets_without_allocating(&m);
+}
+
+#[test]
+fn packet_loop_does_not_allocate_on_built_files() {
+    reads_packets_without_allocating(&built());
+}
+
+/// Reading the packets of a clean capture allocates nothing once its interfaces are known.
+fn reads_packets_without_allocating(entries: &[Entry]) {
+    let mut checked = 0;
+    for e in entries.iter().filter(|e| e.opens_cleanly()) {
         let bytes = e.bytes();
         let mut r = Reader::new(&bytes).unwrap();
         // pcapng interfaces met later allocate their name: prime them with a first pass.
@@ -364,15 +510,21 @@ fn packet_loop_does_not_allocate() {
                 "{}: {allocs} allocations reading packets ({n})",
                 e.file
             );
+            checked += 1;
         }
     }
+    assert!(
+        checked > 0,
+        "no capture had its interfaces before its packets"
+    );
 }
 
 /// `cargo test --release -p tapflow-wire --test corpus -- --ignored --nocapture read_speed`
 #[test]
 #[ignore = "timing; run in release"]
 fn read_speed() {
-    let files: Vec<Vec<u8>> = manifest()
+    let Some(m) = manifest() else { return };
+    let files: Vec<Cow<'_, [u8]>> = m
         .iter()
         .filter(|e| e.opens_cleanly())
         .map(Entry::bytes)
@@ -399,12 +551,13 @@ fn read_speed() {
 #[test]
 #[ignore = "timing; run in release"]
 fn read_speed_in_cache() {
+    let Some(dir) = corpus() else { return };
     for name in [
         "ndpi-gnutella.pcap",
         "chrissanders-synscan.pcapng",
         "nfstream-ip-fragmented-garbage.pcap",
     ] {
-        let bytes = std::fs::read(corpus_dir().join(name)).unwrap();
+        let bytes = std::fs::read(dir.join(name)).unwrap();
         let start = std::time::Instant::now();
         let (mut packets, mut sum) = (0u64, 0u64);
         for _ in 0..200 {

@@ -1,8 +1,11 @@
 //! Differential test: tapflow's link walker and IP/TCP/UDP views against etherparse's
-//! `LaxSlicedPacket` on every packet of the real-capture corpus.
+//! `LaxSlicedPacket` on every packet of the real-capture corpus, and on frames built here with
+//! the packet builder under every link type etherparse decodes, VLAN tags and IP fragments
+//! included.
 //!
-//! The corpus is `$TAPFLOW_CORPUS`, else `../../../shared/corpus` from this crate. Only classic
-//! pcap files are read (a tiny reader below); pcapng files are skipped.
+//! The corpus is `$TAPFLOW_CORPUS`, else `shared/corpus` beside the repository; without it the
+//! corpus test prints one `skipped:` line and returns. Only its classic pcap files are read (a
+//! tiny reader below); pcapng files are skipped.
 //!
 //! Where the two may legitimately differ, the packet is counted under an explained category
 //! instead of as a disagreement:
@@ -15,10 +18,13 @@
 //! - `version_mismatch`: the EtherType says IPv4 but the version nibble says 6 (or the other
 //!   way round; a fuzzed nDPI capture has one). We reject it, etherparse follows the nibble.
 
+mod support;
+
 use etherparse::{LaxNetSlice, LaxSlicedPacket, TransportSlice};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::path::PathBuf;
+use support::corpus::corpus;
+use support::traffic;
 use tapflow_wire::link::{NetworkProto, network_layer};
 use tapflow_wire::{LinkType, ipv4, ipv6, tcp, udp};
 
@@ -204,24 +210,15 @@ fn version_mismatch(lt: LinkType, frame: &[u8]) -> bool {
     frame.get(nl.offset).is_some_and(|b| b >> 4 != want)
 }
 
-fn corpus_dir() -> PathBuf {
-    std::env::var_os("TAPFLOW_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus"))
-}
-
 #[test]
 fn agrees_with_etherparse_on_corpus() {
-    let dir = corpus_dir();
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        eprintln!("corpus {} not found; skipping", dir.display());
-        return;
-    };
-    let mut files: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    let Some(dir) = corpus() else { return };
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
     files.sort();
-
-    let mut tally: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut disagreements = Vec::new();
+    let mut captures = Vec::new();
     for path in files {
         let Ok(bytes) = std::fs::read(&path) else {
             continue;
@@ -230,6 +227,74 @@ fn agrees_with_etherparse_on_corpus() {
             continue;
         };
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let packets = packets.into_iter().map(<[u8]>::to_vec).collect();
+        captures.push((name, lt, packets));
+    }
+    let tally = agrees_with_etherparse(&captures);
+    assert!(
+        tally["packets"] > 0,
+        "no classic pcap files in {}",
+        dir.display()
+    );
+}
+
+/// Frames built with the packet builder: both IP versions, TCP and UDP both ways, under every
+/// link type both parsers decode, with one to three VLAN tags, as first and later fragments, as
+/// ICMP, cut short, and ARP.
+#[test]
+fn agrees_with_etherparse_on_built_frames() {
+    let ether: Vec<Vec<u8>> = traffic::conversations(0, 60, 6, 0, 1)
+        .into_iter()
+        .map(|p| p.data)
+        .collect();
+    let mut captures = Vec::new();
+    for lt in [
+        LinkType::Ethernet,
+        LinkType::LinuxSll,
+        LinkType::LinuxSll2,
+        LinkType::Raw,
+        LinkType::Null,
+        LinkType::Loop,
+    ] {
+        let frames = ether.iter().map(|f| traffic::relink(f, lt)).collect();
+        captures.push((format!("built {lt}"), lt, frames));
+    }
+    let mut odd = Vec::new();
+    for (i, f) in ether.iter().enumerate() {
+        odd.push(traffic::with_vlans(f, &[7, 100, 4000][..1 + i % 3]));
+        odd.push(traffic::with_protocol(
+            f,
+            if f[12] == 0x86 { 58 } else { 1 },
+        ));
+        odd.push(f[..f.len().min(14 + 40 + 10)].to_vec());
+        if f.len() > 300 {
+            let frags = match f[12..14] {
+                [0x08, 0x00] => traffic::fragments_v4(f, 128, i as u16),
+                _ => traffic::fragments_v6(f, 128, i as u32),
+            };
+            odd.extend(frags);
+        }
+    }
+    odd.push(traffic::arp_frame());
+    captures.push(("built odd Ethernet".into(), LinkType::Ethernet, odd));
+    let tally = agrees_with_etherparse(&captures);
+    for category in ["agree", "first_fragment", "neither"] {
+        assert!(
+            tally.contains_key(category),
+            "no {category} frame: {tally:?}"
+        );
+    }
+}
+
+/// Compares both parsers on every frame of `captures` (name, link type, frames) and returns
+/// the tally of categories; fails on any disagreement, or unless most frames agree.
+fn agrees_with_etherparse(
+    captures: &[(String, LinkType, Vec<Vec<u8>>)],
+) -> BTreeMap<&'static str, usize> {
+    let mut tally: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut disagreements = Vec::new();
+    for (name, lt, packets) in captures {
+        let lt = *lt;
         for (i, frame) in packets.iter().enumerate() {
             *tally.entry("packets").or_default() += 1;
             let o = ours(lt, frame);
@@ -267,10 +332,6 @@ fn agrees_with_etherparse_on_corpus() {
         eprintln!("{d}");
     }
     let packets = tally.get("packets").copied().unwrap_or(0);
-    if packets == 0 {
-        eprintln!("no classic pcap files in {}; skipping", dir.display());
-        return;
-    }
     let agree = tally.get("agree").copied().unwrap_or(0);
     assert!(
         agree * 10 > packets * 8,
@@ -281,4 +342,5 @@ fn agrees_with_etherparse_on_corpus() {
         "{} disagreements",
         disagreements.len()
     );
+    tally
 }

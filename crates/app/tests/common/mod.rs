@@ -1,8 +1,17 @@
 //! Helpers shared by the integration tests: running the binary with a time limit, reading its
 //! JSON summary, the real-tool oracles (tshark, capinfos, editcap), small independent readers of
-//! pcap and pcapng, and network namespaces that clean up after themselves.
+//! pcap and pcapng, network namespaces that clean up after themselves, the corpus of real
+//! captures when there is one, and traces built with the packet builder.
 
 #![allow(dead_code)]
+
+#[path = "../../../wire/tests/support/corpus.rs"]
+mod corpus;
+#[path = "../../../wire/tests/support/traffic.rs"]
+pub mod traffic;
+
+#[allow(unused_imports)]
+pub use corpus::corpus;
 
 use std::collections::HashSet;
 use std::io::Read;
@@ -16,19 +25,22 @@ pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tapflow"))
 }
 
-/// The shared corpus of real captures.
-pub fn corpus_dir() -> PathBuf {
-    let dir = std::env::var_os("TAPFLOW_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
-        });
-    assert!(
-        dir.join("MANIFEST.tsv").is_file(),
-        "no corpus at {} (set TAPFLOW_CORPUS)",
-        dir.display()
-    );
-    dir
+/// Start of the built traces: 2023-11-14 22:13:20 UTC.
+pub const T0: u64 = 1_700_000_000_000_000_000;
+
+/// Writes `bytes` to `dir/name` and returns the path.
+pub fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    p
+}
+
+/// A nanosecond Ethernet pcap at `dir/name` of `flows` built conversations
+/// ([`traffic::conversations`]) of `packets` frames each, `gap_ns` apart from [`T0`] on.
+pub fn built_trace(dir: &Path, name: &str, flows: u32, packets: u32, gap_ns: u64) -> PathBuf {
+    let p = traffic::conversations(0, flows, packets, T0, gap_ns);
+    let bytes = traffic::pcap_file(tapflow_wire::LinkType::Ethernet, true, false, 65535, &p);
+    write_file(dir, name, &bytes)
 }
 
 /// A `tapflow` command with these arguments.
