@@ -174,14 +174,15 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Sums over probes: (datagrams, records, lost in transit, lost on probe).
+    /// Sums over probes: (datagrams, records, lost in transit, lost on probe), saturating (a
+    /// forged sequence leap may claim almost 2^64 records lost).
     pub fn totals(&self) -> (u64, u64, u64, u64) {
         self.probes.iter().fold((0, 0, 0, 0), |t, p| {
             (
-                t.0 + p.datagrams,
-                t.1 + p.records,
-                t.2 + p.lost_in_transit,
-                t.3 + p.lost_on_probe,
+                t.0.saturating_add(p.datagrams),
+                t.1.saturating_add(p.records),
+                t.2.saturating_add(p.lost_in_transit),
+                t.3.saturating_add(p.lost_on_probe),
             )
         })
     }
@@ -455,17 +456,17 @@ impl Book {
     }
 
     /// The counts as the run's totals: every record a probe sent or lost, the records lost on
-    /// the probes and those lost in transit.
+    /// the probes and those lost in transit; saturating, like each probe's counts.
     fn stats(&self) -> SourceStats {
-        let t = self.probes.iter().fold((0, 0, 0), |t, p| {
+        let t = self.probes.iter().fold((0u64, 0u64, 0u64), |t, p| {
             (
-                t.0 + p.records,
-                t.1 + p.lost_on_probe,
-                t.2 + p.lost_in_transit,
+                t.0.saturating_add(p.records),
+                t.1.saturating_add(p.lost_on_probe),
+                t.2.saturating_add(p.lost_in_transit),
             )
         });
         SourceStats {
-            received: t.0 + t.1 + t.2,
+            received: t.0.saturating_add(t.1).saturating_add(t.2),
             dropped: t.1,
             dropped_in_transit: t.2,
             ..SourceStats::default()
@@ -766,6 +767,23 @@ mod tests {
         assert!(l.bad.iter().any(|x| x.2.contains("leapt")), "{:?}", l.bad);
         let s = b.stats();
         assert_eq!((s.received, s.dropped_in_transit), (11, 5));
+    }
+
+    /// Found by `fuzz/fuzz_targets/recv.rs`: a first datagram whose sequence leaps near 2^64
+    /// may claim as many records lost in transit; two such probes overflowed the sums.
+    #[test]
+    fn totals_saturate_over_forged_leaps() {
+        let mut b = Book::default();
+        let from = Some("192.0.2.1:4000".parse().unwrap());
+        for probe in [1, 2] {
+            let d = dg_of(probe, u64::MAX - 1, u64::MAX - 10, 0, 1);
+            assert_eq!(take(&mut b, &d, from), (1, u64::MAX - 10));
+        }
+        let s = b.stats();
+        assert_eq!((s.received, s.dropped_in_transit), (u64::MAX, u64::MAX));
+        let mut l = Ledger::default();
+        b.ledger(&mut l);
+        assert_eq!(l.totals(), (2, 2, u64::MAX, 0));
     }
 
     #[test]
