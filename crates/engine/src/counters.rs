@@ -43,16 +43,16 @@ pub struct Totals {
 impl Totals {
     /// Adds another worker's totals.
     pub fn add(&mut self, o: &Totals) {
-        self.received += o.received;
-        self.recorded += o.recorded;
-        self.filtered += o.filtered;
-        self.dropped_kernel += o.dropped_kernel;
-        self.dropped_in_transit += o.dropped_in_transit;
-        self.dropped_ours += o.dropped_ours;
-        self.past_limit += o.past_limit;
-        self.freezes += o.freezes;
-        self.blocks += o.blocks;
-        self.bytes += o.bytes;
+        self.received = self.received.saturating_add(o.received);
+        self.recorded = self.recorded.saturating_add(o.recorded);
+        self.filtered = self.filtered.saturating_add(o.filtered);
+        self.dropped_kernel = self.dropped_kernel.saturating_add(o.dropped_kernel);
+        self.dropped_in_transit = self.dropped_in_transit.saturating_add(o.dropped_in_transit);
+        self.dropped_ours = self.dropped_ours.saturating_add(o.dropped_ours);
+        self.past_limit = self.past_limit.saturating_add(o.past_limit);
+        self.freezes = self.freezes.saturating_add(o.freezes);
+        self.blocks = self.blocks.saturating_add(o.blocks);
+        self.bytes = self.bytes.saturating_add(o.bytes);
     }
 
     /// Lifts `received` to at least what is accounted for. The kernel's count is read twice a

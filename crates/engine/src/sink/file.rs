@@ -327,9 +327,12 @@ impl FileSink {
         // A file rotated within a block opens before the totals move: it counts from where
         // the last file's statistics ended.
         let mut totals = self.last_totals;
-        totals.received = totals
-            .received
-            .max(self.base.totals.received + std::mem::take(&mut self.accepted));
+        totals.received = totals.received.max(
+            self.base
+                .totals
+                .received
+                .saturating_add(std::mem::take(&mut self.accepted)),
+        );
         self.base = FileBase {
             start_ns: now_ns(),
             totals,
@@ -382,14 +385,18 @@ impl FileSink {
         // file input may announce a second interface later: ISBs written before then carried
         // the counters for interface 0, those after do not.)
         let one = self.interfaces.len() == 1;
-        let dropped = |t: &Totals| t.dropped_kernel + t.dropped_in_transit + t.dropped_ours;
+        let dropped = |t: &Totals| {
+            t.dropped_kernel
+                .saturating_add(t.dropped_in_transit)
+                .saturating_add(t.dropped_ours)
+        };
         let osdrop = dropped(t).saturating_sub(dropped(b));
         // A file rotated by size within a block has written records the totals, settled at the
         // last block's end, do not count yet: what it accepted is at least what it kept.
         let filteraccept = t
             .received
             .saturating_sub(b.received)
-            .max(delivered.iter().sum::<u64>() + osdrop);
+            .max(delivered.iter().sum::<u64>().saturating_add(osdrop));
         self.accepted = filteraccept;
         let if_stats = self.last_if_stats.filter(|_| one).map(|(rx, drop)| {
             let (rx0, drop0) = self.base.if_stats.unwrap_or((0, 0));

@@ -40,6 +40,10 @@ const MAX_RECORDS_PER_DATAGRAM: u64 = (datagram::MAX_DATAGRAM / record::CONTROL_
 /// The largest step a stream's `drops` may take between two of its datagrams: about three
 /// hours of a 100 Gbit/s link's smallest packets.
 const MAX_DROPS_STEP: u64 = 1 << 40;
+/// The largest step a stream's sequence number may take (a receiver started long after its
+/// probes sees a large first one): 2^40 datagrams, years of a busy probe. With the steps
+/// above, no count a sender can claim comes near overflowing a sum.
+const MAX_SEQUENCE_STEP: u64 = 1 << 40;
 /// Distinct sequence streams followed; more become bad datagrams.
 pub const MAX_STREAMS: usize = 65_536;
 /// Distinct source addresses whose bad datagrams are counted apart; the rest are summed.
@@ -404,7 +408,10 @@ impl Book {
             self.count_bad(source, Reject::Inconsistent);
             return Accepted::Nothing;
         };
-        if transit > missing.saturating_mul(MAX_RECORDS_PER_DATAGRAM) || on_probe > MAX_DROPS_STEP {
+        if missing > MAX_SEQUENCE_STEP
+            || transit > missing.saturating_mul(MAX_RECORDS_PER_DATAGRAM)
+            || on_probe > MAX_DROPS_STEP
+        {
             self.count_bad(source, Reject::Impossible);
             return Accepted::Nothing;
         }
@@ -757,33 +764,46 @@ mod tests {
         // A first datagram of a stream claiming records before sequence 0.
         let other = Some("192.0.2.2:4000".parse().unwrap());
         assert_eq!(take(&mut b, &dg(0, 1_000_000, 0, 1), other), (0, 0));
+        // A first datagram whose sequence leaps near 2^64, with as many records as that could
+        // carry: refused, so two such senders cannot fill the sums.
+        let third = Some("192.0.2.3:4000".parse().unwrap());
+        assert_eq!(
+            take(&mut b, &dg(u64::MAX - 9, u64::MAX - 20, 0, 1), third),
+            (0, 0)
+        );
         // One datagram missing (its records are loss), then the stream goes on.
         assert_eq!(take(&mut b, &dg(2, 10, 0, 1), from), (1, 5));
         let p = &b.probes[0];
         assert_eq!((p.records, p.lost_in_transit, p.lost_on_probe), (6, 5, 0));
         let mut l = Ledger::default();
         b.ledger(&mut l);
-        assert_eq!(l.bad_total(), 4);
+        assert_eq!(l.bad_total(), 5);
         assert!(l.bad.iter().any(|x| x.2.contains("leapt")), "{:?}", l.bad);
         let s = b.stats();
         assert_eq!((s.received, s.dropped_in_transit), (11, 5));
     }
 
     /// Found by `fuzz/fuzz_targets/recv.rs`: a first datagram whose sequence leaps near 2^64
-    /// may claim as many records lost in transit; two such probes overflowed the sums.
+    /// could claim as many records lost in transit, and two such probes overflowed the sums.
+    /// Such a leap is refused now, and the sums saturate whatever the probes hold.
     #[test]
     fn totals_saturate_over_forged_leaps() {
         let mut b = Book::default();
         let from = Some("192.0.2.1:4000".parse().unwrap());
         for probe in [1, 2] {
             let d = dg_of(probe, u64::MAX - 1, u64::MAX - 10, 0, 1);
-            assert_eq!(take(&mut b, &d, from), (1, u64::MAX - 10));
+            assert_eq!(take(&mut b, &d, from), (0, 0));
+        }
+        assert_eq!(b.stats().dropped_in_transit, 0);
+        for p in &mut b.probes {
+            p.lost_in_transit = u64::MAX - 10;
+            p.records = 1;
         }
         let s = b.stats();
         assert_eq!((s.received, s.dropped_in_transit), (u64::MAX, u64::MAX));
         let mut l = Ledger::default();
         b.ledger(&mut l);
-        assert_eq!(l.totals(), (2, 2, u64::MAX, 0));
+        assert_eq!(l.totals().2, u64::MAX);
     }
 
     #[test]
