@@ -222,7 +222,7 @@ pub(crate) fn read_rules(path: &std::path::Path) -> Result<Vec<Rule>, Failure> {
 }
 
 /// `--metrics PORT` listens on loopback; `ADDR:PORT` where told.
-fn metrics_addr(s: &str) -> Result<SocketAddr, Failure> {
+pub fn metrics_addr(s: &str) -> Result<SocketAddr, Failure> {
     if let Ok(port) = s.parse::<u16>() {
         return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
     }

@@ -320,6 +320,11 @@ pub struct RecvArgs {
     /// Socket receive buffer (SO_RCVBUF).
     #[arg(long, default_value = "64M", value_parser = parse_usize_size)]
     pub rcvbuf: usize,
+    /// Serve Prometheus metrics (totals, bad datagrams by sender and reason, each probe
+    /// interface's records and losses) on http://[ADDR:]PORT/metrics (address 127.0.0.1 unless
+    /// given).
+    #[arg(long, value_name = "[ADDR:]PORT")]
+    pub metrics: Option<String>,
     /// Once the inputs are open, and before any output is, become this user, with no
     /// capability left (as tcpdump -Z; default: the `tapflow` user if it exists; `root` keeps
     /// root).

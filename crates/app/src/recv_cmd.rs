@@ -43,9 +43,12 @@ pub fn run(a: RecvArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     };
-    let mut ready = |_: &pipeline::Ready| {
+    let mut ready = |r: &pipeline::Ready| {
         if let Some(n) = &note {
             eprintln!("{n}");
+        }
+        if let Some(a) = &r.metrics {
+            eprintln!("tapflow: metrics on http://{a}/metrics");
         }
         let l = read();
         // Tests and scripts wait for this line.
@@ -132,7 +135,10 @@ fn config(a: &RecvArgs, ledger: &Arc<Mutex<Ledger>>) -> Result<CaptureConfig, Fa
         flows: crate::capture_cmd::flow_config(&a.flows, false)?,
         rules: None,
         control: None,
-        metrics: None,
+        metrics: match &a.metrics {
+            Some(m) => Some(crate::capture_cmd::metrics_addr(m)?),
+            None => None,
+        },
         drop_privileges: None,
     })
 }

@@ -250,6 +250,12 @@ pub fn render(p: &ProbeState) -> String {
                 .collect(),
         });
     }
+    families.extend(p.source_metrics().into_iter().map(|c| Family {
+        name: c.name,
+        kind: "counter",
+        help: c.help,
+        samples: c.samples,
+    }));
     let mut out = String::new();
     write_families(&mut out, families);
     out

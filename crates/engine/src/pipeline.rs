@@ -234,6 +234,7 @@ pub fn run_opened<S: PacketSource + Send>(
         realtime,
         drain_quiet,
         progress,
+        metrics,
     } = opened;
     if let Some(Hook(drop_privileges)) = &cfg.drop_privileges
         && let Err(e) = drop_privileges()
@@ -256,7 +257,8 @@ pub fn run_opened<S: PacketSource + Send>(
     let workers = sources.len();
     let shared: Vec<(Arc<SharedTotals>, Arc<SharedStats>)> =
         (0..workers).map(|_| Default::default()).collect();
-    let probe = Arc::new(ProbeState::new(shared.clone(), rules.clone()));
+    let probe =
+        Arc::new(ProbeState::new(shared.clone(), rules.clone()).with_source_metrics(metrics));
     let servers = match start_servers(cfg, &probe) {
         Ok(s) => s,
         Err(e) => return finish(Summary::default(), Some(e), exporter, started),

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::counters::{SharedTotals, Totals};
 use crate::rules::LiveRules;
 use crate::sink::record_sink::SinkLive;
+use crate::source::{SourceCounter, SourceMetrics};
 use crate::traffic::{SharedStats, Traffic};
 
 /// One worker's counters at one moment.
@@ -63,6 +64,7 @@ pub struct ProbeState {
     workers: Vec<(Arc<SharedTotals>, Arc<SharedStats>)>,
     rules: Option<Arc<LiveRules>>,
     started: SystemTime,
+    source: Option<SourceMetrics>,
 }
 
 impl ProbeState {
@@ -75,7 +77,22 @@ impl ProbeState {
             workers,
             rules,
             started: SystemTime::now(),
+            source: None,
         }
+    }
+
+    /// Serves what the source counts of itself too.
+    pub fn with_source_metrics(mut self, m: Option<SourceMetrics>) -> ProbeState {
+        self.source = m;
+        self
+    }
+
+    /// The source's own counters now, if it has any.
+    pub fn source_metrics(&self) -> Vec<SourceCounter> {
+        self.source
+            .as_ref()
+            .map(SourceMetrics::read)
+            .unwrap_or_default()
     }
 
     /// Every worker's counters now.

@@ -22,7 +22,10 @@ use tapflow_wire::record::{self, Records};
 use tapflow_wire::{Flags, LinkType};
 
 use crate::EngineError;
-use crate::source::{InterfaceInfo, Opened, Packet, PacketSource, Progress, SourceStats};
+use crate::source::{
+    InterfaceInfo, Opened, Packet, PacketSource, Progress, SourceCounter, SourceMetrics,
+    SourceStats,
+};
 
 /// Distinct probe interfaces followed at once; more become bad datagrams until idle ones
 /// expire.
@@ -175,6 +178,9 @@ pub struct Ledger {
     pub bad: Vec<(Option<IpAddr>, u64, String)>,
     /// Datagrams from sources outside `--allow`.
     pub refused: u64,
+    /// Bad datagrams per source address and reason (`malformed`, `backwards`, `impossible`,
+    /// `too_many`, `truncated`, `no_address`).
+    pub bad_by_reason: Vec<(Option<IpAddr>, &'static str, u64)>,
 }
 
 impl Ledger {
@@ -242,6 +248,20 @@ enum Reject {
     NoAddress,
 }
 
+impl Reject {
+    /// The reason as a metric label.
+    fn kind(&self) -> &'static str {
+        match self {
+            Reject::Parse(_) => "malformed",
+            Reject::Inconsistent => "backwards",
+            Reject::Impossible => "impossible",
+            Reject::TooMany => "too_many",
+            Reject::Truncated => "truncated",
+            Reject::NoAddress => "no_address",
+        }
+    }
+}
+
 impl std::fmt::Display for Reject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -283,6 +303,8 @@ struct Book {
     /// Loss noted on an interface with no record to put it before yet.
     pending: Vec<u64>,
     bad: HashMap<Option<IpAddr>, (u64, Reject)>,
+    /// Bad datagrams per source and reason.
+    bad_by_reason: HashMap<(Option<IpAddr>, &'static str), u64>,
     refused: u64,
 }
 
@@ -296,6 +318,7 @@ impl Book {
         let e = self.bad.entry(key).or_insert((0, why));
         e.0 += 1;
         e.1 = why;
+        *self.bad_by_reason.entry((key, why.kind())).or_insert(0) += 1;
     }
 
     /// Takes one datagram from `from`; a bad one is counted, never an error.
@@ -488,6 +511,12 @@ impl Book {
             .map(|(ip, (n, why))| (*ip, *n, why.to_string()))
             .collect();
         into.bad.sort_by_key(|b| b.0);
+        into.bad_by_reason = self
+            .bad_by_reason
+            .iter()
+            .map(|(&(ip, why), &n)| (ip, why, n))
+            .collect();
+        into.bad_by_reason.sort();
         into.refused = self.refused;
     }
 }
@@ -543,6 +572,69 @@ pub fn open(input: &DatagramInput) -> Result<Opened<DatagramSource>, EngineError
         realtime: true,
         drain_quiet: Duration::ZERO,
         progress: None,
+        metrics: Some(ledger_metrics(Arc::clone(&input.ledger))),
+    })
+}
+
+/// The ledger's counts as `/metrics` serves them: bad datagrams by source and reason, refused
+/// ones, and each probe interface's records and losses.
+fn ledger_metrics(ledger: Arc<Mutex<Ledger>>) -> SourceMetrics {
+    SourceMetrics::new(move || {
+        let l = ledger
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let source = |ip: Option<IpAddr>| ip.map_or("other".to_string(), |a| a.to_string());
+        let probe = |p: &ProbeReport| {
+            format!(
+                "probe=\"{}\",source=\"{}\",probe_interface=\"{}\"",
+                p.probe,
+                source(p.source),
+                p.interface
+            )
+        };
+        let per_probe = |pick: fn(&ProbeReport) -> u64| {
+            l.probes
+                .iter()
+                .map(|p| (probe(p), pick(p) as f64))
+                .collect()
+        };
+        vec![
+            SourceCounter {
+                name: "tapflow_recv_bad_datagrams_total",
+                help: "Datagrams refused as bad, by sender and reason.",
+                samples: l
+                    .bad_by_reason
+                    .iter()
+                    .map(|(ip, why, n)| {
+                        (
+                            format!("source=\"{}\",reason=\"{why}\"", source(*ip)),
+                            *n as f64,
+                        )
+                    })
+                    .collect(),
+            },
+            SourceCounter {
+                name: "tapflow_recv_refused_datagrams_total",
+                help: "Datagrams from senders outside --allow.",
+                samples: vec![(String::new(), l.refused as f64)],
+            },
+            SourceCounter {
+                name: "tapflow_recv_probe_records_total",
+                help: "Header records received from each probe interface.",
+                samples: per_probe(|p| p.records),
+            },
+            SourceCounter {
+                name: "tapflow_recv_probe_lost_in_transit_total",
+                help: "Records a probe interface sent that never arrived.",
+                samples: per_probe(|p| p.lost_in_transit),
+            },
+            SourceCounter {
+                name: "tapflow_recv_probe_lost_on_probe_total",
+                help: "Records a probe interface lost before sending.",
+                samples: per_probe(|p| p.lost_on_probe),
+            },
+        ]
     })
 }
 

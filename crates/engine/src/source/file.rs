@@ -38,6 +38,7 @@ pub fn open(
         realtime: false,
         drain_quiet: std::time::Duration::ZERO,
         progress: Some((source.position(), source.len())),
+        metrics: None,
         sources: vec![source],
     })
 }

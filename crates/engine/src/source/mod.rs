@@ -136,4 +136,40 @@ pub struct Opened<S> {
     pub drain_quiet: std::time::Duration,
     /// Bytes of input done (shared with the source) and the total, for a progress bar.
     pub progress: Option<(Arc<AtomicU64>, u64)>,
+    /// What the source counts of itself beyond the totals, for `/metrics`.
+    pub metrics: Option<SourceMetrics>,
+}
+
+/// A counter a source reports of itself on `/metrics`: its name, help, and samples as
+/// (labels, value).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceCounter {
+    /// The metric's name, `tapflow_...`.
+    pub name: &'static str,
+    /// One line of help.
+    pub help: &'static str,
+    /// Each series: its labels (`a="x",b="y"`, escaped) and value.
+    pub samples: Vec<(String, f64)>,
+}
+
+/// The source's counters now, read by `/metrics` on each scrape.
+#[derive(Clone)]
+pub struct SourceMetrics(Arc<dyn Fn() -> Vec<SourceCounter> + Send + Sync>);
+
+impl SourceMetrics {
+    /// Counters that `read` makes on each scrape.
+    pub fn new(read: impl Fn() -> Vec<SourceCounter> + Send + Sync + 'static) -> SourceMetrics {
+        SourceMetrics(Arc::new(read))
+    }
+
+    /// The counters now.
+    pub fn read(&self) -> Vec<SourceCounter> {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for SourceMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SourceMetrics")
+    }
 }

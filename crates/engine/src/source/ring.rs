@@ -76,6 +76,7 @@ pub fn open(
         realtime: true,
         drain_quiet: Duration::from_millis(u64::from(input.ring.retire_ms) * 3 + 20),
         progress: None,
+        metrics: None,
     })
 }
 
