@@ -124,6 +124,14 @@ pub fn summary_line(t: &Totals) -> String {
     if t.past_limit > 0 {
         s.push_str(&format!(", {} past the -c limit", t.past_limit));
     }
+    if t.link_gaps > 0 {
+        s.push_str(&format!(
+            ", {} link gap{} ({:.3} s down)",
+            t.link_gaps,
+            if t.link_gaps == 1 { "" } else { "s" },
+            t.link_down_ns as f64 / 1e9
+        ));
+    }
     s.push_str(&format!(" ({:.2}% collected)", t.collected_percent()));
     s
 }
@@ -297,6 +305,16 @@ mod tests {
             summary_line(&t),
             "tapflow: 100 received, 90 recorded, 7 dropped by kernel, 3 dropped by tapflow \
              (90.00% collected)"
+        );
+        let gap = Totals {
+            link_gaps: 1,
+            link_down_ns: 2_004_000_000,
+            ..t
+        };
+        assert_eq!(
+            summary_line(&gap),
+            "tapflow: 100 received, 90 recorded, 7 dropped by kernel, 3 dropped by tapflow, \
+             1 link gap (2.004 s down) (90.00% collected)"
         );
     }
 }

@@ -79,6 +79,12 @@ const ROWS: &[(&str, Value, Kind)] = &[
     ),
     ("ring freezes", |w| w.totals.freezes as f64, Kind::Counter),
     ("ring blocks", |w| w.totals.blocks as f64, Kind::Counter),
+    ("link gaps", |w| w.totals.link_gaps as f64, Kind::Counter),
+    (
+        "link down (s)",
+        |w| w.totals.link_down_ns as f64 / 1e9,
+        Kind::Counter,
+    ),
     ("packets", |w| w.traffic.packets as f64, Kind::Counter),
     ("bytes", |w| w.traffic.bytes as f64, Kind::Counter),
     ("IPv4", |w| w.traffic.ipv4 as f64, Kind::Counter),

@@ -556,3 +556,224 @@ fn capture_is_promiscuous_unless_p() {
     assert_eq!(promiscuity(&p), 0);
     let _ = probe.stop();
 }
+
+/// `ip link set IF up|down` for B's interface (`peer`: A's, which takes B's carrier).
+fn set_link(p: &VethPair, peer: bool, state: &str) {
+    let (ns, ifname) = if peer {
+        (&p.ns_a, &p.if_a)
+    } else {
+        (&p.ns_b, &p.if_b)
+    };
+    ip(&["-n", ns, "link", "set", ifname, state]);
+}
+
+/// A link flap is a gap in the capture, not its end: with the link down for two seconds
+/// between two bursts, a capture of two fanout members keeps running, counts the gap in its
+/// statistics while it lasts, logs its two edges, records every packet of both bursts and
+/// exits 0 on SIGTERM; each file marks the gap with an ISB at each edge and a comment on its
+/// first packet after it, which tshark shows.
+#[test]
+fn a_link_flap_is_a_gap_in_the_capture_not_its_end() {
+    const N: u64 = 2000;
+    let p = VethPair::new("lfp");
+    p.wait_link_up();
+    run_ok(Command::new("ip").args(["-n", &p.ns_b, "link", "set", "lo", "up"]));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("flap.pcapng");
+    let mut probe = Probe::start(
+        &p,
+        dir.path(),
+        &["--threads", "2", "-w", &s(&out), "--metrics", "9465"],
+    );
+    wait_capturing(&mut probe.guard, 2);
+    p.send(&["-c", &N.to_string(), "--flows", "32"], dir.path(), N);
+    std::thread::sleep(Duration::from_millis(300));
+
+    set_link(&p, false, "down");
+    let down = Instant::now();
+    // While the link is down the capture runs, and both workers count the gap.
+    let gap_seen =
+        |json: &str| (0..2).all(|k| json_u64(json, &format!("workers.{k}.link_gaps")) == 1);
+    let json = loop {
+        let o = probe.ask(&["stats", "--json"]);
+        if !o.status.success() {
+            let (status, err) = probe.guard.wait_output(Duration::from_secs(20));
+            panic!("the capture ended when the link went down ({status}): {err}");
+        }
+        let json = String::from_utf8_lossy(&o.stdout).into_owned();
+        if gap_seen(&json) {
+            break json;
+        }
+        assert!(
+            down.elapsed() < Duration::from_secs(5),
+            "no gap counted: {json}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(json_u64(&json, "total.link_gaps"), 1, "{json}");
+    assert!(json_f64(&json, "total.link_down_seconds") > 0.0, "{json}");
+    let text = fetch_metrics(&p.ns_b, 9465);
+    let (ok, said) = promtool_check(&text);
+    assert!(
+        ok && said.trim().is_empty(),
+        "promtool check metrics: {said}\n{text}"
+    );
+    for k in 0..2 {
+        let series = |name: &str| format!("{name}{{worker=\"{k}\"}}");
+        assert_eq!(sample(&text, &series("tapflow_link_gaps_total")), 1.0);
+        assert!(sample(&text, &series("tapflow_link_down_seconds_total")) > 0.0);
+    }
+    std::thread::sleep(Duration::from_secs(2).saturating_sub(down.elapsed()));
+    assert!(
+        probe.guard.try_wait().is_none(),
+        "the capture ended in the gap"
+    );
+
+    set_link(&p, false, "up");
+    let gap = down.elapsed();
+    p.wait_link_up();
+    // The kernel hooked both ring sockets back: no new socket, the same memberships.
+    assert_eq!(bound_packet_sockets(probe.guard.pid()), 2);
+    assert_eq!(promiscuity(&p), 2);
+    p.send(&["-c", &N.to_string(), "--flows", "32"], dir.path(), N);
+    std::thread::sleep(Duration::from_millis(500));
+
+    probe.guard.signal(libc::SIGTERM);
+    let (status, err) = probe.guard.wait_output(Duration::from_secs(20));
+    assert!(status.success(), "capture exited with {status}: {err}");
+    let sum = Summary::read(&probe.json);
+    sum.assert_adds_up();
+    sum.assert_matches_exit_line(&err);
+    assert_eq!((sum.received, sum.recorded), (2 * N, 2 * N), "{}", sum.text);
+    assert_eq!(json_u64(&sum.text, "link_gaps"), 1, "{}", sum.text);
+    let down_s = json_f64(&sum.text, "link_down_seconds");
+    assert!(
+        (1.5..gap.as_secs_f64() + 1.0).contains(&down_s),
+        "{down_s} s down for a gap of {gap:?}"
+    );
+
+    // One line as the link goes, one as it comes back with the gap's length.
+    let lines = |prefix: &str| -> Vec<&str> {
+        err.lines()
+            .filter(|l| l.starts_with(&format!("tapflow: link {prefix} on {}", p.if_b)))
+            .collect()
+    };
+    assert_eq!(
+        lines("down"),
+        [format!(
+            "tapflow: link down on {} (set down); waiting for it to come back",
+            p.if_b
+        )],
+        "{err}"
+    );
+    let up = lines("up");
+    assert_eq!(up.len(), 1, "{err}");
+    let secs: f64 = up[0]
+        .split(" after ")
+        .nth(1)
+        .and_then(|r| r.strip_suffix(" s down; capturing again"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!((1.5..gap.as_secs_f64() + 1.0).contains(&secs), "{err}");
+    let exit = err.lines().find(|l| l.contains(" received, ")).unwrap();
+    assert!(exit.contains(", 1 link gap ("), "{exit}");
+
+    // Each worker's file: the packets before the gap, an ISB saying the link went down, one
+    // saying it came back, then the packets after, the first with the gap in its comment.
+    let files = json_strings(&sum.text, "files");
+    assert_eq!(files.len(), 2, "{}", sum.text);
+    let (mut before, mut after) = (0, 0);
+    for f in &files {
+        let f = Path::new(f);
+        let cap = read_capture(f);
+        assert!(cap.damage.is_none(), "{:?}", cap.damage);
+        let edge = |text: &str| {
+            let at: Vec<_> = cap
+                .isbs
+                .iter()
+                .filter(|i| i.comment.as_deref().is_some_and(|c| c.starts_with(text)))
+                .collect();
+            assert_eq!(at.len(), 1, "{text:?} in {:?}", cap.isbs);
+            at[0].offset
+        };
+        let went = edge(&format!("link down on {} (set down)", p.if_b));
+        let came = edge(&format!("link up on {} after ", p.if_b));
+        assert!(went < came);
+        let n_before = cap.packets.iter().filter(|k| k.offset < went).count();
+        let n_after = cap.packets.iter().filter(|k| k.offset > came).count();
+        assert_eq!(
+            n_before + n_after,
+            cap.packets.len(),
+            "a packet inside the gap"
+        );
+        before += n_before;
+        after += n_after;
+        let comments: Vec<Vec<String>> = tshark_fields(f, &["frame.number", "frame.comment"])
+            .into_iter()
+            .filter(|r| r.len() == 2 && !r[1].is_empty())
+            .collect();
+        if n_after > 0 {
+            assert_eq!(comments.len(), 1, "{comments:?}");
+            assert_eq!(comments[0][0], (n_before + 1).to_string(), "{comments:?}");
+            assert!(
+                comments[0][1].starts_with(&format!(
+                    "the first packet after a gap: the link on {} was down for ",
+                    p.if_b
+                )) && comments[0][1].ends_with(" s (set down)"),
+                "{comments:?}"
+            );
+        }
+    }
+    assert_eq!((before as u64, after as u64), (N, N));
+}
+
+/// A lost carrier (the veth peer set down, as a cable pulled) is a gap too, seen from the
+/// interface's flags once the packets stop.
+#[test]
+fn a_lost_carrier_is_a_gap_too() {
+    const N: u64 = 1000;
+    let p = VethPair::new("lcr");
+    p.wait_link_up();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("carrier.pcapng");
+    let mut probe = Probe::start(&p, dir.path(), &["-w", &s(&out)]);
+    p.send(&["-c", &N.to_string()], dir.path(), N);
+    std::thread::sleep(Duration::from_millis(300));
+    set_link(&p, true, "down");
+    let down = Instant::now();
+    let json = loop {
+        let json = probe.ask_ok(&["stats", "--json"]);
+        if json_u64(&json, "total.link_gaps") == 1 {
+            break json;
+        }
+        assert!(
+            down.elapsed() < Duration::from_secs(5),
+            "no gap counted: {json}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(probe.guard.try_wait().is_none(), "{json}");
+    std::thread::sleep(Duration::from_millis(1500).saturating_sub(down.elapsed()));
+    set_link(&p, true, "up");
+    p.wait_link_up();
+    p.send(&["-c", &N.to_string()], dir.path(), N);
+    std::thread::sleep(Duration::from_millis(500));
+    let (sum, err) = probe.stop();
+    assert_eq!(sum.recorded, 2 * N, "{}", sum.text);
+    assert_eq!(json_u64(&sum.text, "link_gaps"), 1, "{}", sum.text);
+    let down_lines: Vec<&str> = err.lines().filter(|l| l.contains("link down on")).collect();
+    assert_eq!(
+        down_lines,
+        [format!(
+            "tapflow: link down on {} (no carrier); waiting for it to come back",
+            p.if_b
+        )],
+        "{err}"
+    );
+    assert_eq!(err.matches("tapflow: link up on").count(), 1, "{err}");
+    let rows = tshark_fields(&out, &["frame.comment"]);
+    assert_eq!(rows.len() as u64, 2 * N);
+    let noted: Vec<_> = rows.iter().filter(|r| !r[0].is_empty()).collect();
+    assert_eq!(noted.len(), 1, "{noted:?}");
+    assert!(noted[0][0].ends_with(" s (no carrier)"), "{noted:?}");
+}

@@ -38,10 +38,32 @@ pub struct Totals {
     pub blocks: u64,
     /// Original bytes of the received packets (for bit rates).
     pub bytes: u64,
+    /// Times the link went down (set down, or lost its carrier): gaps in the capture. Every
+    /// worker on an interface sees the same gaps.
+    pub link_gaps: u64,
+    /// Time the link was down, in ns, a gap going on included. In seconds (a float) under the
+    /// key `link_down_seconds`: the unit Prometheus wants.
+    #[serde(rename = "link_down_seconds", with = "ns_as_seconds")]
+    pub link_down_ns: u64,
+}
+
+/// A count of ns written as seconds, a float, and read back.
+mod ns_as_seconds {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(ns: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(*ns as f64 / 1e9)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        let secs = f64::deserialize(d)?;
+        Ok((secs * 1e9).round() as u64)
+    }
 }
 
 impl Totals {
-    /// Adds another worker's totals.
+    /// Adds another worker's totals. The link's gaps are the interface's, seen by every
+    /// worker on it: the larger count stands, not the sum.
     pub fn add(&mut self, o: &Totals) {
         self.received = self.received.saturating_add(o.received);
         self.recorded = self.recorded.saturating_add(o.recorded);
@@ -53,6 +75,8 @@ impl Totals {
         self.freezes = self.freezes.saturating_add(o.freezes);
         self.blocks = self.blocks.saturating_add(o.blocks);
         self.bytes = self.bytes.saturating_add(o.bytes);
+        self.link_gaps = self.link_gaps.max(o.link_gaps);
+        self.link_down_ns = self.link_down_ns.max(o.link_down_ns);
     }
 
     /// Lifts `received` to at least what is accounted for. The kernel's count is read twice a
@@ -107,6 +131,8 @@ pub struct SharedTotals {
     freezes: AtomicU64,
     blocks: AtomicU64,
     bytes: AtomicU64,
+    link_gaps: AtomicU64,
+    link_down_ns: AtomicU64,
 }
 
 impl SharedTotals {
@@ -125,6 +151,8 @@ impl SharedTotals {
         self.freezes.store(t.freezes, Relaxed);
         self.blocks.store(t.blocks, Relaxed);
         self.bytes.store(t.bytes, Relaxed);
+        self.link_gaps.store(t.link_gaps, Relaxed);
+        self.link_down_ns.store(t.link_down_ns, Relaxed);
         self.sequence.store(seq.wrapping_add(2), Ordering::Release);
     }
 
@@ -153,6 +181,8 @@ impl SharedTotals {
             freezes: self.freezes.load(Relaxed),
             blocks: self.blocks.load(Relaxed),
             bytes: self.bytes.load(Relaxed),
+            link_gaps: self.link_gaps.load(Relaxed),
+            link_down_ns: self.link_down_ns.load(Relaxed),
         }
     }
 }
@@ -175,6 +205,8 @@ mod tests {
             freezes: 2,
             blocks: 4,
             bytes: 600,
+            link_gaps: 1,
+            link_down_ns: 2_000_000_000,
         };
         s.publish(&t);
         assert_eq!(s.load(), t);
@@ -182,6 +214,17 @@ mod tests {
         let mut sum = t;
         sum.add(&t);
         assert_eq!(sum.received, 20);
+        // Both workers saw the one gap of their interface.
+        assert_eq!((sum.link_gaps, sum.link_down_ns), (1, 2_000_000_000));
+        // The time down is in seconds in JSON, and reads back to the ns.
+        let json = serde_json::to_value(t).unwrap();
+        assert_eq!(json["link_down_seconds"], 2.0);
+        let t2 = Totals {
+            link_down_ns: 2_039_842_713,
+            ..t
+        };
+        let back: Totals = serde_json::from_str(&serde_json::to_string(&t2).unwrap()).unwrap();
+        assert_eq!(back, t2);
         assert_eq!(sum.unaccounted(), 0);
         assert!((t.collected_percent() - 60.0).abs() < 1e-9);
     }

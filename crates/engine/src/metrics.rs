@@ -94,6 +94,18 @@ const PER_WORKER: &[(&str, &str, &str, Pick)] = &[
         |w| w.totals.bytes as f64,
     ),
     (
+        "tapflow_link_gaps_total",
+        "counter",
+        "Times the link went down (set down, or lost its carrier) during the capture.",
+        |w| w.totals.link_gaps as f64,
+    ),
+    (
+        "tapflow_link_down_seconds_total",
+        "counter",
+        "Time the link was down during the capture, a gap going on included.",
+        |w| w.totals.link_down_ns as f64 / 1e9,
+    ),
+    (
         "tapflow_traffic_packets_total",
         "counter",
         "Packets that passed the filters.",

@@ -11,7 +11,7 @@ use crate::record_builder::RecordBuilder;
 use crate::rules::{self, RuleReader};
 use crate::sink::record_sink::SinkLive;
 use crate::sink::registry::{Sink, SinkReport};
-use crate::source::{InterfaceInfo, Packet, PacketSource, Progress};
+use crate::source::{InterfaceInfo, LinkEvent, Packet, PacketSource, Progress};
 use crate::stop::Stop;
 use crate::traffic::{SharedStats, Traffic};
 use tapflow_wire::LinkType;
@@ -217,8 +217,12 @@ impl<S: PacketSource> Worker<S> {
             match self.step(self.cfg.drain_quiet)? {
                 Progress::End => break,
                 Progress::Block => quiet_since = Instant::now(),
-                Progress::Idle if quiet_since.elapsed() >= self.cfg.drain_quiet => break,
-                Progress::Idle => {}
+                Progress::Idle | Progress::Link(_)
+                    if quiet_since.elapsed() >= self.cfg.drain_quiet =>
+                {
+                    break;
+                }
+                Progress::Idle | Progress::Link(_) => {}
             }
         }
         self.poll_stats()
@@ -241,11 +245,25 @@ impl<S: PacketSource> Worker<S> {
         if let Some(e) = self.out.failed.take() {
             return Err(e);
         }
+        if let Progress::Link(event) = progress {
+            self.link_changed(&event)?;
+        }
         self.out.totals.settle();
         for s in &mut self.out.sinks {
             s.end_of_block(&self.out.totals, self.out.if_stats)?;
         }
         Ok(progress)
+    }
+
+    /// A gap in the input starts or ends: the totals count it at once, and the sinks mark it
+    /// in their output between the packets before and after. Out of line: once per gap.
+    #[cold]
+    fn link_changed(&mut self, event: &LinkEvent) -> Result<(), EngineError> {
+        self.poll_stats()?;
+        for s in &mut self.out.sinks {
+            s.link_changed(event, &self.out.totals, self.out.if_stats)?;
+        }
+        Ok(())
     }
 
     fn poll_stats(&mut self) -> Result<(), EngineError> {
@@ -257,6 +275,8 @@ impl<S: PacketSource> Worker<S> {
         t.dropped_in_transit = s.dropped_in_transit;
         t.freezes = s.freezes;
         t.blocks = s.blocks;
+        t.link_gaps = s.link_gaps;
+        t.link_down_ns = s.link_down_ns;
         t.settle();
         self.out.if_stats = s.if_received.zip(s.if_dropped);
         Ok(())

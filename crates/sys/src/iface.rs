@@ -1,4 +1,4 @@
-//! Network interfaces by name: index, MTU, flags, link speed.
+//! Network interfaces by name: index, MTU, flags, link state, link speed.
 
 use std::ffi::CString;
 
@@ -59,6 +59,54 @@ pub fn flags(name: &str) -> Result<Flags, SysError> {
         running: has(libc::IFF_RUNNING),
         promisc: has(libc::IFF_PROMISC),
     })
+}
+
+/// Whether an interface carries packets now, as a capture bound to it sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkState {
+    /// Administratively up with a working link (`IFF_UP` and `IFF_RUNNING`).
+    Up,
+    /// Set down (`ip link set NAME down`): no `IFF_UP`.
+    #[doc(alias = "IFF_UP")]
+    SetDown,
+    /// Up without a working link (a cable out, a switch port or veth peer down): no
+    /// `IFF_RUNNING`.
+    #[doc(alias = "IFF_RUNNING")]
+    NoCarrier,
+}
+
+/// The link state of interface `name`, which a socket is bound to by index `ifindex`.
+///
+/// An error if the interface was deleted: no interface has the name now, or another one has
+/// it (a device made again under the same name has a new index, and a socket bound to the old
+/// one never sees its packets).
+pub fn link_state(name: &str, ifindex: u32) -> Result<LinkState, SysError> {
+    let deleted = |now: String| {
+        SysError::call_with(
+            "if_nametoindex",
+            name,
+            format!("the interface was deleted during the capture: {now}"),
+            std::io::Error::from_raw_os_error(libc::ENODEV),
+        )
+    };
+    match index(name) {
+        Ok(i) if i == ifindex => {}
+        Ok(i) => return Err(deleted(format!("{name} is now another device, index {i}"))),
+        Err(SysError::NoSuchInterface { .. }) => {
+            return Err(deleted(format!("no interface is named {name} now")));
+        }
+        Err(e) => return Err(e),
+    }
+    match flags(name) {
+        Ok(f) if !f.up => Ok(LinkState::SetDown),
+        Ok(f) if !f.running => Ok(LinkState::NoCarrier),
+        Ok(_) => Ok(LinkState::Up),
+        // Deleted between the two calls.
+        Err(SysError::NoSuchInterface { .. }) => {
+            Err(deleted(format!("no interface is named {name} now")))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// The link speed in Mbit/s from `/sys/class/net/NAME/speed`; `None` when unknown (virtual
@@ -162,6 +210,19 @@ mod tests {
             flags("tfsysnosuch").unwrap_err().to_string(),
             "no such interface: tfsysnosuch"
         );
+        assert_eq!(
+            link_state("lo", index("lo").unwrap()).unwrap(),
+            LinkState::Up
+        );
+        for (name, ifindex) in [("lo", index("lo").unwrap() + 1000), ("tfsysnosuch", 1)] {
+            let err = link_state(name, ifindex).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!(
+                    "if_nametoindex on {name} failed: the interface was deleted during the capture"
+                )),
+                "{err}"
+            );
+        }
         assert_eq!(speed_mbps("tfsys-no-such"), None);
         assert_eq!(speed_mbps("../lo"), None);
     }

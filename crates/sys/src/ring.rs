@@ -77,6 +77,19 @@ pub struct Fanout {
     pub defrag: bool,
 }
 
+/// What [`RxRing::wait`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// The next block is handed over.
+    Ready,
+    /// The timeout passed, or `wake` turned readable, with no block.
+    Nothing,
+    /// The interface went down (`ENETDOWN` on the socket): no packet arrives until it is up
+    /// again.
+    #[doc(alias = "ENETDOWN")]
+    LinkDown,
+}
+
 /// The shape of a receive ring and what is set on its socket.
 #[derive(Debug, Clone)]
 pub struct RxRingConfig {
@@ -206,7 +219,8 @@ impl RxRing {
     /// The next block in ring order if the kernel has handed it over; otherwise waits in
     /// `poll()` up to `timeout_ms` (0: don't wait, negative: forever), or until `wake` turns
     /// readable, and checks once more. `None` if nothing arrived. An error if the interface
-    /// went down, or if the next block is still held (every block lent out).
+    /// went down (`ENETDOWN`; [`RxRing::wait`] reports it as [`Wait::LinkDown`] instead), or if
+    /// the next block is still held (every block lent out).
     pub fn next_block(
         &self,
         timeout_ms: i32,
@@ -230,7 +244,36 @@ impl RxRing {
         if timeout_ms == 0 {
             return Ok(None);
         }
+        if self.wait(timeout_ms, wake)? == Wait::LinkDown {
+            return Err(SysError::call(
+                "poll",
+                &self.iface,
+                io::Error::from_raw_os_error(libc::ENETDOWN),
+            ));
+        }
+        Ok(self.take(index))
+    }
+
+    /// Whether the kernel has handed over the next block, without taking it.
+    pub fn ready(&self) -> bool {
+        let index = self.next.get();
+        !self.held[index].get()
+            && status_word(self.block_ptr(index)).load(Ordering::Acquire) & TP_STATUS_USER != 0
+    }
+
+    /// Waits in `poll()` up to `timeout_ms` (negative: forever) until the next block is handed
+    /// over, `wake` turns readable, or the interface goes down, without taking a block.
+    ///
+    /// The interface going down (`ip link set NAME down`, or deleted) is reported once: the
+    /// kernel unhooks the socket, sets `ENETDOWN` on it, and clears it when it is read here.
+    /// When the interface comes up again the kernel hooks the socket back by itself, fanout
+    /// members included: the ring needs no new bind. A deleted interface never comes back to
+    /// this socket, even under the same name (see [`iface::link_state`]).
+    pub fn wait(&self, timeout_ms: i32, wake: Option<BorrowedFd<'_>>) -> Result<Wait, SysError> {
         // The kernel documents check-status-then-poll as race free for V3.
+        if self.ready() {
+            return Ok(Wait::Ready);
+        }
         let revents = syscall::poll(
             self.fd.as_fd(),
             libc::POLLIN | libc::POLLERR,
@@ -240,9 +283,23 @@ impl RxRing {
         )
         .map_err(|e| SysError::call("poll", &self.iface, e))?;
         if revents & libc::POLLERR != 0 {
-            self.check_socket_error()?;
+            match self.socket_error()? {
+                0 => {}
+                libc::ENETDOWN => return Ok(Wait::LinkDown),
+                e => {
+                    return Err(SysError::call(
+                        "poll",
+                        &self.iface,
+                        io::Error::from_raw_os_error(e),
+                    ));
+                }
+            }
         }
-        Ok(self.take(index))
+        Ok(if self.ready() {
+            Wait::Ready
+        } else {
+            Wait::Nothing
+        })
     }
 
     fn block_ptr(&self, index: usize) -> NonNull<u8> {
@@ -269,8 +326,9 @@ impl RxRing {
         })
     }
 
-    /// Turns a pending socket error (`ENETDOWN` when the interface goes down) into an error.
-    fn check_socket_error(&self) -> Result<(), SysError> {
+    /// The pending socket error (`SO_ERROR`, cleared by reading it): `ENETDOWN` when the
+    /// interface went down, 0 if none.
+    fn socket_error(&self) -> Result<libc::c_int, SysError> {
         const CALL: &str = "getsockopt(SO_ERROR)";
         let mut err: libc::c_int = 0;
         syscall::getsockopt(
@@ -281,14 +339,7 @@ impl RxRing {
             CALL,
         )
         .map_err(|e| SysError::call(CALL, &self.iface, e))?;
-        match err {
-            0 => Ok(()),
-            e => Err(SysError::call(
-                "poll",
-                &self.iface,
-                io::Error::from_raw_os_error(e),
-            )),
-        }
+        Ok(err)
     }
 
     /// `PACKET_STATISTICS`: packets and drops since the previous call (the kernel clears the
@@ -837,6 +888,8 @@ mod tests {
             &build::block(size, TP_STATUS_USER, 2, &[(&frame, 60, 1)]),
         );
         assert!(ring.next_block(0, None).unwrap().is_none());
+        assert!(!ring.ready());
+        assert_eq!(ring.wait(5, None).unwrap(), Wait::Nothing);
         fill(
             &ring,
             0,
@@ -847,6 +900,9 @@ mod tests {
                 &[(&frame, 60, 1), (&frame, 99, 2)],
             ),
         );
+        // Ready, and a wait says so without taking it.
+        assert!(ring.ready());
+        assert_eq!(ring.wait(5, None).unwrap(), Wait::Ready);
         let b0 = ring.next_block(0, None).unwrap().unwrap();
         assert_eq!(
             (b0.index(), b0.seq_num(), b0.num_pkts(), b0.losing()),

@@ -440,6 +440,78 @@ fn h_a_readable_wake_fd_ends_the_wait_and_packets_still_come_first() {
     });
 }
 
+/// Takes the packets of every ring until `want` arrived in all, or fails after 5 s; returns
+/// how many each ring took.
+fn take_all(rings: &[RxRing], want: usize) -> Vec<usize> {
+    let mut got = vec![0; rings.len()];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got.iter().sum::<usize>() < want {
+        assert!(Instant::now() < deadline, "{got:?} of {want} packets");
+        for (r, ring) in rings.iter().enumerate() {
+            if let Some(block) = ring.next_block(5, None).unwrap() {
+                got[r] += block.packets().count();
+            }
+        }
+    }
+    assert_eq!(got.iter().sum::<usize>(), want, "{got:?}");
+    got
+}
+
+#[test]
+fn i_a_link_flap_is_reported_once_and_the_rings_resume_without_a_new_bind() {
+    use tapflow_sys::iface::{self, LinkState};
+    use tapflow_sys::ring::Wait;
+    let Some(pair) = Pair::new('i') else { return };
+    pair.run(|a, b| {
+        let cfg = RxRingConfig {
+            fanout: Some(Fanout {
+                group_id: (std::process::id() as u16) ^ 0x5a5a,
+                mode: FanoutMode::Hash,
+                defrag: true,
+            }),
+            ..rx_cfg(bpf::accept_all(64))
+        };
+        let rings = [
+            RxRing::open(b, &cfg).unwrap(),
+            RxRing::open(b, &cfg).unwrap(),
+        ];
+        let index = rings[0].ifindex();
+        let burst = |n: u32| (0..n).map(|i| frame(60, 2000 + (i % 32) as u16, 7777, i));
+        send_all(&mut tx(a, false), burst(200), 50);
+        take_all(&rings, 200);
+
+        assert!(ip(&["-n", &pair.ns, "link", "set", b, "down"]));
+        for ring in &rings {
+            assert_eq!(ring.wait(1000, None).unwrap(), Wait::LinkDown);
+            // Said once: the socket's error is cleared by reading it.
+            assert_eq!(ring.wait(20, None).unwrap(), Wait::Nothing);
+        }
+        assert_eq!(iface::link_state(b, index).unwrap(), LinkState::SetDown);
+
+        assert!(ip(&["-n", &pair.ns, "link", "set", b, "up"]));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while iface::link_state(b, index).unwrap() != LinkState::Up {
+            assert!(Instant::now() < deadline, "{b} not up again");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // The same sockets, not bound again: both fanout members take packets.
+        send_all(&mut tx(a, false), burst(200), 50);
+        let got = take_all(&rings, 200);
+        assert!(got.iter().all(|&n| n > 0), "{got:?}");
+
+        // A deleted interface is gone for good, even when a new one takes its name.
+        assert!(ip(&["-n", &pair.ns, "link", "del", b]));
+        assert_eq!(rings[0].wait(1000, None).unwrap(), Wait::LinkDown);
+        let err = iface::link_state(b, index).unwrap_err().to_string();
+        assert!(err.contains("no interface is named"), "{err}");
+        assert!(ip(&[
+            "-n", &pair.ns, "link", "add", b, "type", "veth", "peer", "name", a
+        ]));
+        let err = iface::link_state(b, index).unwrap_err().to_string();
+        assert!(err.contains("is now another device"), "{err}");
+    });
+}
+
 #[test]
 fn f_without_cap_net_raw_the_error_says_what_is_needed() {
     // SAFETY: geteuid has no preconditions.

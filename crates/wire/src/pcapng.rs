@@ -756,8 +756,75 @@ pub fn write_epb(
     );
 }
 
+/// What [`write_epb_with`] writes among an Enhanced Packet Block's options.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EpbOptions<'a> {
+    /// `opt_comment` (tshark shows it under "Packet comments", as `frame.comment`).
+    pub comment: Option<&'a str>,
+    /// `epb_flags`.
+    pub flags: Option<u32>,
+    /// `epb_dropcount`.
+    pub dropcount: Option<u64>,
+}
+
+/// Appends an Enhanced Packet Block as [`write_epb`] does, with the options of `o`: for the
+/// rare packet that carries a comment (the packet path uses [`emit_epb`]).
+pub fn write_epb_with(
+    out: &mut Vec<u8>,
+    interface_id: u32,
+    ts_ns: u64,
+    data: &[u8],
+    orig_len: u32,
+    o: &EpbOptions<'_>,
+) {
+    let comment = o.comment.map_or(0, |c| 4 + pad4(c.len()));
+    let start = begin(out, BLOCK_EPB, 56 + pad4(data.len()) + comment);
+    out.extend_from_slice(&interface_id.to_le_bytes());
+    push_ts(out, ts_ns);
+    let caplen = data.len() as u32;
+    out.extend_from_slice(&caplen.to_le_bytes());
+    out.extend_from_slice(&orig_len.max(caplen).to_le_bytes());
+    out.extend_from_slice(data);
+    out.extend_from_slice(&[0u8; 3][..pad4(data.len()) - data.len()]);
+    if let Some(c) = o.comment {
+        push_option(out, OPT_COMMENT, c.as_bytes());
+    }
+    if let Some(f) = o.flags {
+        push_option(out, EPB_FLAGS, &f.to_le_bytes());
+    }
+    if let Some(d) = o.dropcount {
+        push_option(out, EPB_DROPCOUNT, &d.to_le_bytes());
+    }
+    if o.comment.is_some() || o.flags.is_some() || o.dropcount.is_some() {
+        push_end(out);
+    }
+    finish(out, start);
+}
+
 /// Appends an Interface Statistics Block with the counters present in `s` (ns timestamps).
 pub fn write_isb(out: &mut Vec<u8>, interface_id: u32, ts_ns: u64, s: &InterfaceStatistics) {
+    isb(out, interface_id, ts_ns, s, None);
+}
+
+/// Appends an Interface Statistics Block as [`write_isb`] does, with `comment` as its
+/// `opt_comment` (what happened at that moment, e.g. a gap in the capture).
+pub fn write_isb_with_comment(
+    out: &mut Vec<u8>,
+    interface_id: u32,
+    ts_ns: u64,
+    s: &InterfaceStatistics,
+    comment: &str,
+) {
+    isb(out, interface_id, ts_ns, s, Some(comment));
+}
+
+fn isb(
+    out: &mut Vec<u8>,
+    interface_id: u32,
+    ts_ns: u64,
+    s: &InterfaceStatistics,
+    comment: Option<&str>,
+) {
     let opts = [
         (ISB_STARTTIME, s.starttime_ns.map(|t| t.rotate_left(32))),
         (ISB_ENDTIME, s.endtime_ns.map(|t| t.rotate_left(32))),
@@ -768,15 +835,19 @@ pub fn write_isb(out: &mut Vec<u8>, interface_id: u32, ts_ns: u64, s: &Interface
         (ISB_USRDELIV, s.usrdeliv),
     ];
     let n = opts.iter().filter(|(_, v)| v.is_some()).count();
-    let start = begin(out, BLOCK_ISB, 28 + 12 * n + 4);
+    let comment_len = comment.map_or(0, |c| 4 + pad4(c.len()));
+    let start = begin(out, BLOCK_ISB, 28 + 12 * n + comment_len + 4);
     out.extend_from_slice(&interface_id.to_le_bytes());
     push_ts(out, ts_ns);
+    if let Some(c) = comment {
+        push_option(out, OPT_COMMENT, c.as_bytes());
+    }
     for (code, v) in opts {
         if let Some(v) = v {
             push_option(out, code, &v.to_le_bytes());
         }
     }
-    if n != 0 {
+    if n != 0 || comment.is_some() {
         push_end(out);
     }
     finish(out, start);
@@ -1036,6 +1107,70 @@ mod tests {
                 stats: only_drop
             }
         );
+    }
+
+    /// The `opt_comment` values of a block whose options start `at` bytes into its body.
+    fn comments(b: &Block<'_>, at: usize) -> Vec<String> {
+        b.options(at)
+            .map(Result::unwrap)
+            .filter(|(code, _)| *code == OPT_COMMENT)
+            .map(|(_, v)| String::from_utf8(v.to_vec()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_comment_rides_on_an_isb_and_an_epb_beside_their_other_options() {
+        let mut out = Vec::new();
+        write_isb_with_comment(&mut out, 0, TS, &stats(), "link down on eth0");
+        let b = block(&out);
+        assert_eq!(comments(&b, 12), ["link down on eth0"]);
+        let i = Isb::parse(&b).unwrap();
+        assert_eq!((i.ts, i.stats), (TS, stats()));
+        out.clear();
+        write_isb_with_comment(&mut out, 2, 9, &InterfaceStatistics::default(), "odd");
+        assert_eq!(comments(&block(&out), 12), ["odd"]);
+        assert_eq!(Isb::parse(&block(&out)).unwrap().interface_id, 2);
+
+        // Without a comment, the same bytes as write_epb, whatever the other options.
+        for (flags, dropcount) in [
+            (None, None),
+            (Some(1), None),
+            (None, Some(3)),
+            (Some(2), Some(4)),
+        ] {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            write_epb(&mut a, 1, TS, &[1, 2, 3, 4, 5], 9, flags, dropcount);
+            let o = EpbOptions {
+                comment: None,
+                flags,
+                dropcount,
+            };
+            write_epb_with(&mut b, 1, TS, &[1, 2, 3, 4, 5], 9, &o);
+            assert_eq!(a, b, "{flags:?} {dropcount:?}");
+        }
+        let o = EpbOptions {
+            comment: Some("after a gap of 2.000 s"),
+            flags: Some(1),
+            dropcount: Some(7),
+        };
+        out.clear();
+        write_epb_with(&mut out, 1, TS, &[1, 2, 3, 4, 5], 9, &o);
+        let b = block(&out);
+        let p = Packet::parse_epb(&b).unwrap();
+        assert_eq!(
+            (
+                p.interface_id,
+                p.ts,
+                p.orig_len,
+                p.data,
+                p.flags,
+                p.dropcount
+            ),
+            (1, TS, 9, &[1, 2, 3, 4, 5][..], Some(1), Some(7))
+        );
+        assert_eq!(comments(&b, 20 + 8), ["after a gap of 2.000 s"]);
+        let (fast, len) = Packet::parse_intact_epb::<false>(&out).unwrap();
+        assert_eq!((fast, len), (p, out.len()));
     }
 
     #[test]

@@ -424,11 +424,15 @@ pub struct Pkt {
     pub offset: u64,
 }
 
-/// An Interface Statistics Block's options (code → value; u64 options only).
+/// An Interface Statistics Block's options (code → value; u64 options only), and its comment.
 #[derive(Debug, Clone, Default)]
 pub struct Isb {
     pub iface: u32,
     pub opts: Vec<(u16, u64)>,
+    /// `opt_comment`, when present.
+    pub comment: Option<String>,
+    /// Byte offset of the block in the file.
+    pub offset: u64,
 }
 
 impl Isb {
@@ -698,14 +702,21 @@ fn read_pcapng(d: &[u8]) -> Capture {
             }
             5 => {
                 let iface = u32at(body);
-                let opts = options(body + 12)
-                    .into_iter()
-                    .filter(|(_, _, l)| *l == 8)
-                    .map(|(c, p, _)| (c, u64at(p)))
+                let all = options(body + 12);
+                let opts = all
+                    .iter()
+                    .filter(|(c, _, l)| *c != 1 && *l == 8)
+                    .map(|&(c, p, _)| (c, u64at(p)))
                     .collect();
+                let comment = all
+                    .iter()
+                    .find(|(c, _, _)| *c == 1)
+                    .map(|&(_, p, l)| String::from_utf8_lossy(&d[p..p + l]).into_owned());
                 cap.isbs.push(Isb {
                     iface: section_base as u32 + iface,
                     opts,
+                    comment,
+                    offset: o as u64,
                 });
             }
             _ => {}
@@ -795,6 +806,25 @@ impl VethPair {
             ip(&["-n", ns, "link", "set", ifn, "up"]);
         }
         p
+    }
+
+    /// Waits until both ends are up with a working link (operational state UP, which the
+    /// kernel sets a moment after the carrier); fails the test past 10 s.
+    pub fn wait_link_up(&self) {
+        let start = Instant::now();
+        let up = |ns: &str, ifname: &str| {
+            run_ok(Command::new("ip").args(["-n", ns, "-o", "link", "show", "dev", ifname]))
+                .contains(" state UP ")
+        };
+        while !(up(&self.ns_a, &self.if_a) && up(&self.ns_b, &self.if_b)) {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{}/{} not up after 10 s",
+                self.if_a,
+                self.if_b
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// A command run inside namespace `ns`.

@@ -1,5 +1,10 @@
 //! The file sink: turns header records into pcapng (or classic pcap) files, rotates
 //! them, and writes interface statistics blocks.
+//!
+//! A gap in a live capture (the link down) is marked in pcapng: an ISB at each of its edges
+//! with an `opt_comment` saying what happened, and a comment on the first packet after it,
+//! which is what tshark shows ("Packet comments", `frame.comment`). Classic pcap has no place
+//! for either.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -7,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tapflow_sys::direct::DirectFile;
 use tapflow_sys::mmap::HUGE_PAGE;
 use tapflow_sys::outfile;
-use tapflow_wire::pcapng::{IdbOptions, InterfaceStatistics};
+use tapflow_wire::pcapng::{EpbOptions, IdbOptions, InterfaceStatistics};
 use tapflow_wire::record::ControlField;
 use tapflow_wire::{pcap, pcapng};
 
@@ -15,7 +20,7 @@ use crate::EngineError;
 use crate::counters::Totals;
 use crate::naming::{output_path, part_path};
 use crate::sink::record_sink::{Outcome, RecordSink};
-use crate::source::InterfaceInfo;
+use crate::source::{InterfaceInfo, LinkDown, LinkEvent};
 
 /// Output file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +107,10 @@ pub struct FileSink {
     lost: u64,
     /// Whether the output buffer is prefetched ahead of the records.
     write_ahead: bool,
+    /// The link of this interface is down, for this reason (a gap going on).
+    gap: Option<(u32, LinkDown)>,
+    /// The comment the next packet carries: the end of a gap just before it.
+    note: Option<String>,
 }
 
 impl std::fmt::Debug for FileSink {
@@ -132,6 +141,8 @@ impl FileSink {
             accepted: 0,
             lost: 0,
             write_ahead: false,
+            gap: None,
+            note: None,
         }
     }
 
@@ -170,18 +181,28 @@ impl RecordSink for FileSink {
             Format::Pcapng => {
                 let flags = Some(ctl.flags.epb_flags()).filter(|&f| f != 0);
                 let drops = Some(drops_before).filter(|&d| d > 0);
-                let n = pcapng::epb_len(data.len(), flags.is_some(), drops.is_some());
-                let buf = f.file.append(n).map_err(|e| write_err(&f.part, e))?;
-                pcapng::emit_epb(
-                    buf,
-                    interface,
-                    ctl.rxtime,
-                    data,
-                    ctl.orig_len(),
-                    flags,
-                    drops,
-                );
-                n
+                if self.note.is_some() {
+                    let note = self.note.take();
+                    let o = EpbOptions {
+                        comment: note.as_deref(),
+                        flags,
+                        dropcount: drops,
+                    };
+                    write_noted(f, interface, ctl, data, &o)?
+                } else {
+                    let n = pcapng::epb_len(data.len(), flags.is_some(), drops.is_some());
+                    let buf = f.file.append(n).map_err(|e| write_err(&f.part, e))?;
+                    pcapng::emit_epb(
+                        buf,
+                        interface,
+                        ctl.rxtime,
+                        data,
+                        ctl.orig_len(),
+                        flags,
+                        drops,
+                    );
+                    n
+                }
             }
             Format::Pcap => {
                 let n = pcap::record_len(data.len());
@@ -213,11 +234,52 @@ impl RecordSink for FileSink {
                 .rotate_every
                 .is_some_and(|d| f.opened.elapsed() >= d);
             if self.cfg.format == Format::Pcapng && self.last_isb.elapsed() >= self.cfg.isb_every {
-                self.write_isbs()?;
+                self.write_isbs(None)?;
             }
             if old {
                 self.rotate()?;
             }
+        }
+        Ok(())
+    }
+
+    fn link_changed(
+        &mut self,
+        event: &LinkEvent,
+        totals: &Totals,
+        if_stats: Option<(u64, u64)>,
+    ) -> Result<(), EngineError> {
+        self.last_totals = *totals;
+        self.last_if_stats = if_stats.or(self.last_if_stats);
+        if self.cfg.format != Format::Pcapng {
+            return Ok(());
+        }
+        let comment = match *event {
+            LinkEvent::Down { interface, why } => {
+                self.gap = Some((interface, why));
+                (
+                    interface,
+                    format!("link down on {} ({})", self.name(interface), why.describe()),
+                )
+            }
+            LinkEvent::Up { interface, down_ns } => {
+                let why = self
+                    .gap
+                    .take()
+                    .map_or(String::new(), |(_, why)| format!(" ({})", why.describe()));
+                let name = self.name(interface);
+                let secs = down_ns as f64 / 1e9;
+                let note = format!(
+                    "the first packet after a gap: the link on {name} was down for {secs:.3} s{why}"
+                );
+                let comment = format!("link up on {name} after {secs:.3} s down");
+                self.note = Some(note);
+                (interface, comment)
+            }
+        };
+        // A file rotated during the gap opens with its first record, which carries the note.
+        if self.file.is_some() {
+            self.write_isbs(Some((comment.0, &comment.1)))?;
         }
         Ok(())
     }
@@ -368,9 +430,17 @@ impl FileSink {
         self.flush_out()
     }
 
+    /// The name of interface `i`, for comments.
+    fn name(&self, i: u32) -> &str {
+        self.interfaces
+            .get(i as usize)
+            .and_then(|i| i.name.as_deref())
+            .unwrap_or("the interface")
+    }
+
     /// Writes a statistics block per interface. Every count is the file's own, from its
-    /// opening (`isb_starttime`) to now.
-    fn write_isbs(&mut self) -> Result<(), EngineError> {
+    /// opening (`isb_starttime`) to now. `comment` goes on the block of its interface.
+    fn write_isbs(&mut self, comment: Option<(u32, &str)>) -> Result<(), EngineError> {
         self.last_isb = Instant::now();
         let (t, b) = (&self.last_totals, &self.base.totals);
         let now = now_ns();
@@ -412,7 +482,12 @@ impl FileSink {
                 osdrop: one.then_some(osdrop),
                 usrdeliv: Some(delivered),
             };
-            pcapng::write_isb(&mut self.out, id, now, &s);
+            match comment {
+                Some((i, c)) if i == id => {
+                    pcapng::write_isb_with_comment(&mut self.out, id, now, &s, c);
+                }
+                _ => pcapng::write_isb(&mut self.out, id, now, &s),
+            }
         }
         self.flush_out()
     }
@@ -438,7 +513,19 @@ impl FileSink {
             return Ok(());
         }
         let isbs = match self.cfg.format {
-            Format::Pcapng => self.write_isbs(),
+            Format::Pcapng => {
+                let still_down = self.gap.map(|(i, why)| {
+                    let name = self.name(i);
+                    (
+                        i,
+                        format!(
+                            "link down on {name} ({}) until this file closed",
+                            why.describe()
+                        ),
+                    )
+                });
+                self.write_isbs(still_down.as_ref().map(|(i, c)| (*i, c.as_str())))
+            }
             Format::Pcap => Ok(()),
         };
         let f = self.file.take().expect("checked above");
@@ -502,6 +589,25 @@ fn whole_records(path: &Path) -> Option<(u64, u64)> {
         end = r.offset();
     }
     Some((kept, end))
+}
+
+/// Writes a packet block that carries a comment, and returns its length. Out of line: once
+/// per gap.
+#[cold]
+#[inline(never)]
+fn write_noted(
+    f: &mut OpenFile,
+    interface: u32,
+    ctl: &ControlField,
+    data: &[u8],
+    o: &EpbOptions<'_>,
+) -> Result<usize, EngineError> {
+    let mut block = Vec::new();
+    pcapng::write_epb_with(&mut block, interface, ctl.rxtime, data, ctl.orig_len(), o);
+    f.file
+        .write_all(&block)
+        .map_err(|e| write_err(&f.part, e))?;
+    Ok(block.len())
 }
 
 fn write_idb(out: &mut Vec<u8>, info: &InterfaceInfo) {
@@ -584,6 +690,86 @@ mod tests {
         assert_eq!(files(&dir), ["out-00000.pcapng", "out-00001.pcapng"]);
         let first = std::fs::read(dir.join("out-00000.pcapng")).unwrap();
         assert_eq!(first[..4], [0x0A, 0x0D, 0x0D, 0x0A], "section header block");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The blocks of a pcapng file: type and whole block.
+    fn blocks(path: &Path) -> Vec<(u32, Vec<u8>)> {
+        let d = std::fs::read(path).unwrap();
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < d.len() {
+            let word = |o: usize| u32::from_le_bytes(d[o..o + 4].try_into().unwrap());
+            let len = word(at + 4) as usize;
+            out.push((word(at), d[at..at + len].to_vec()));
+            at += len;
+        }
+        out
+    }
+
+    fn has(block: &[u8], text: &str) -> bool {
+        block.windows(text.len()).any(|w| w == text.as_bytes())
+    }
+
+    #[test]
+    fn a_gap_is_an_isb_at_each_edge_and_a_comment_on_the_next_packet() {
+        let dir = std::env::temp_dir().join(format!("tf-writer-gap-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let t = Totals::default();
+        let down = LinkEvent::Down {
+            interface: 0,
+            why: LinkDown::SetDown,
+        };
+        let up = LinkEvent::Up {
+            interface: 0,
+            down_ns: 2_004_000_000,
+        };
+        let ctl = ControlField::new(1, Flags::default(), 60, 0, 60);
+        let mut s = sink(&dir, None);
+        RecordSink::add_interface(&mut s, &ethernet()).unwrap();
+        s.record(0, 0, &ctl, &[1; 60]).unwrap();
+        s.link_changed(&down, &t, None).unwrap();
+        s.link_changed(&up, &t, None).unwrap();
+        s.record(0, 0, &ctl, &[2; 60]).unwrap();
+        s.record(0, 0, &ctl, &[3; 60]).unwrap();
+        s.close(&t, None).unwrap();
+        let b = blocks(&dir.join("out.pcapng"));
+        let kinds: Vec<u32> = b.iter().map(|(k, _)| *k).collect();
+        assert_eq!(kinds, [pcapng::BLOCK_SHB, 1, 6, 5, 5, 6, 6, 5]);
+        assert!(has(&b[3].1, "link down on eth0 (set down)"));
+        assert!(has(&b[4].1, "link up on eth0 after 2.004 s down"));
+        assert!(has(
+            &b[5].1,
+            "the first packet after a gap: the link on eth0 was down for 2.004 s (set down)"
+        ));
+        assert!(b[5].1.windows(60).any(|w| w == [2; 60]));
+        assert!(!has(&b[6].1, "gap") && !has(&b[7].1, "link"));
+
+        // Still down at the end: the closing ISB says so.
+        let mut s = sink(&dir, None);
+        RecordSink::add_interface(&mut s, &ethernet()).unwrap();
+        s.link_changed(&down, &t, None).unwrap();
+        s.close(&t, None).unwrap();
+        let b = blocks(&dir.join("out.pcapng"));
+        assert!(has(
+            &b.last().unwrap().1,
+            "link down on eth0 (set down) until this file closed"
+        ));
+
+        // Classic pcap has no place for either: the packets only.
+        let mut s = FileSink::new(WriterConfig {
+            path: dir.join("out.pcap"),
+            format: Format::Pcap,
+            ..sink(&dir, None).cfg
+        });
+        RecordSink::add_interface(&mut s, &ethernet()).unwrap();
+        s.link_changed(&down, &t, None).unwrap();
+        s.link_changed(&up, &t, None).unwrap();
+        s.record(0, 0, &ctl, &[2; 60]).unwrap();
+        s.close(&t, None).unwrap();
+        let len = std::fs::metadata(dir.join("out.pcap")).unwrap().len();
+        assert_eq!(len, 24 + 16 + 60);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -8,7 +8,7 @@ use tapflow_wire::record::ControlField;
 
 use crate::EngineError;
 use crate::counters::Totals;
-use crate::source::InterfaceInfo;
+use crate::source::{InterfaceInfo, LinkEvent};
 
 /// A consumer of header records, owned by one worker.
 pub trait RecordSink: Send + std::fmt::Debug {
@@ -45,6 +45,19 @@ pub trait RecordSink: Send + std::fmt::Debug {
         totals: &Totals,
         if_stats: Option<(u64, u64)>,
     ) -> Result<(), EngineError>;
+
+    /// The link of interface `event.interface` went down or came back (see [`LinkEvent`]):
+    /// the moment to mark the gap in the output. `totals` and `if_stats` are as in
+    /// [`RecordSink::end_of_block`], read at the event. Nothing by default.
+    fn link_changed(
+        &mut self,
+        event: &LinkEvent,
+        totals: &Totals,
+        if_stats: Option<(u64, u64)>,
+    ) -> Result<(), EngineError> {
+        let _ = (event, totals, if_stats);
+        Ok(())
+    }
 
     /// How long an idle worker may wait for packets before this sink's next timer is due in
     /// `end_of_block`; `None` while it has none. Asked before every wait: the worker also

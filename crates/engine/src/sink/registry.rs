@@ -16,7 +16,7 @@ use crate::sink::file::FileSink;
 use crate::sink::flow::meter::FlowMeter;
 use crate::sink::forward::ForwardSink;
 use crate::sink::record_sink::{Outcome, RecordSink, SinkLive};
-use crate::source::InterfaceInfo;
+use crate::source::{InterfaceInfo, LinkEvent};
 
 macro_rules! registry {
     ($($(#[$doc:meta])* $kind:ident($sink:ty) => $field:ident,)+) => {
@@ -91,6 +91,18 @@ macro_rules! registry {
             ) -> Result<(), EngineError> {
                 match self {
                     $(Sink::$kind(s) => s.end_of_block(totals, if_stats),)+
+                }
+            }
+
+            /// See [`RecordSink::link_changed`].
+            pub fn link_changed(
+                &mut self,
+                event: &LinkEvent,
+                totals: &Totals,
+                if_stats: Option<(u64, u64)>,
+            ) -> Result<(), EngineError> {
+                match self {
+                    $(Sink::$kind(s) => s.link_changed(event, totals, if_stats),)+
                 }
             }
 

@@ -59,6 +59,46 @@ pub enum Progress {
     Idle,
     /// The input has ended.
     End,
+    /// The link of a live input went down or came back; no packet was delivered.
+    Link(LinkEvent),
+}
+
+/// A live input's link going down or coming back: the edges of a gap in the capture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkEvent {
+    /// The link went down; every packet from before is delivered.
+    Down {
+        /// The interface, by index within the source.
+        interface: u32,
+        /// Why it is down.
+        why: LinkDown,
+    },
+    /// The link came back; no packet from after is delivered yet.
+    Up {
+        /// The interface, by index within the source.
+        interface: u32,
+        /// How long it was down, in ns.
+        down_ns: u64,
+    },
+}
+
+/// Why a link is down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkDown {
+    /// The interface was set down (`ENETDOWN` on the socket).
+    SetDown,
+    /// The interface is up without a working link: no carrier (no `IFF_RUNNING`).
+    NoCarrier,
+}
+
+impl LinkDown {
+    /// In words, for a log line or a file comment.
+    pub fn describe(self) -> &'static str {
+        match self {
+            LinkDown::SetDown => "set down",
+            LinkDown::NoCarrier => "no carrier",
+        }
+    }
 }
 
 /// Counters a source keeps about its input.
@@ -78,6 +118,10 @@ pub struct SourceStats {
     pub if_received: Option<u64>,
     /// Interface-level drops, if known (`isb_ifdrop`).
     pub if_dropped: Option<u64>,
+    /// Times the link went down.
+    pub link_gaps: u64,
+    /// Time the link was down, in ns, the gap going on included.
+    pub link_down_ns: u64,
 }
 
 /// A source of packets, delivered a block at a time.

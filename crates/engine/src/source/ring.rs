@@ -1,18 +1,29 @@
 //! A live interface as a packet source: one AF_PACKET TPACKET_V3 ring (one fanout member).
+//!
+//! A link that goes down is a gap in the capture, not its end. The socket says `ENETDOWN` when
+//! the interface is set down; a lost carrier shows in the interface's flags, read with the
+//! kernel's counters once no packet comes. The source then delivers what the kernel still closes from before, reports
+//! [`LinkEvent::Down`], looks at the link every [`LINK_CHECK`] (and at the ring: a packet means
+//! the link is back), and reports [`LinkEvent::Up`] with the gap's length before the first
+//! packet after it. The kernel hooks the socket back itself when the interface comes up, fanout
+//! members included, so the ring is not bound again. A deleted interface ends the run: its
+//! socket never sees another device, even one made again under the same name.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tapflow_sys::bpf;
-use tapflow_sys::iface::LinkCounters;
-use tapflow_sys::ring::{self, Fanout, FanoutMode, RxRing, RxRingConfig};
+use tapflow_sys::iface::{self, LinkCounters, LinkState};
+use tapflow_sys::ring::{self, Fanout, FanoutMode, RxRing, RxRingConfig, Wait};
 use tapflow_wire::record::{Direction, TsSource};
 use tapflow_wire::rules::Rule;
 use tapflow_wire::{Flags, LinkType};
 
 use crate::EngineError;
 use crate::rules::{self, LiveRules};
-use crate::source::{InterfaceInfo, Opened, Packet, PacketSource, Progress, SourceStats};
+use crate::source::{
+    InterfaceInfo, LinkDown, LinkEvent, Opened, Packet, PacketSource, Progress, SourceStats,
+};
 use crate::stop::Stop;
 use crate::tools::plan::RingGeometry;
 
@@ -58,11 +69,14 @@ pub fn open(
             .collect::<Result<_, _>>()?,
     );
     let hw_timestamps = rings.iter().all(RxRing::hw_timestamps);
+    let settle = settle_time(input.ring.retire_ms);
     let sources = rings
         .into_iter()
-        .map(|r| {
+        .enumerate()
+        .map(|(k, r)| {
             LiveSource::new(r, &input.ifname, snaplen, filter.map(str::to_string))
                 .with_stop(Arc::clone(stop))
+                .in_group(k, settle)
         })
         .collect();
     Ok(Opened {
@@ -74,10 +88,16 @@ pub fn open(
         rules: Some(rules),
         filter_in_user_space: false,
         realtime: true,
-        drain_quiet: Duration::from_millis(u64::from(input.ring.retire_ms) * 3 + 20),
+        drain_quiet: settle,
         progress: None,
         metrics: None,
     })
+}
+
+/// How long the kernel may take to close the block it is filling (three retire timeouts, and
+/// some): how long a ring must stay quiet before it is known to be empty.
+fn settle_time(retire_ms: u32) -> Duration {
+    Duration::from_millis(u64::from(retire_ms) * 3 + 20)
 }
 
 fn open_rings(input: &RingInput, program: &[bpf::Instruction]) -> Result<Vec<RxRing>, EngineError> {
@@ -103,11 +123,58 @@ fn open_rings(input: &RingInput, program: &[bpf::Instruction]) -> Result<Vec<RxR
         .collect()
 }
 
+/// How often the link is looked at while it is down (two `ioctl`s): the longest the end of a
+/// gap waits to be seen when no packet shows it first.
+pub const LINK_CHECK: Duration = Duration::from_millis(100);
+
+/// How often a lost carrier is looked for while the link is up, when no block came since the
+/// last look.
+pub const CARRIER_CHECK: Duration = Duration::from_millis(500);
+
+/// How long the flags must say "no carrier", with no packet coming, before that is a gap. The
+/// kernel sets the flags from the carrier up to a second late (the link watch's rate limit):
+/// packets may flow while they still say down, as on a link just set up.
+pub const CARRIER_SETTLE: Duration = Duration::from_secs(1);
+
+/// Where the source's link is.
+#[derive(Debug, Clone, Copy)]
+enum Link {
+    /// Packets flow.
+    Up,
+    /// The socket said `ENETDOWN`: until `settled`, the kernel may still close blocks of packets
+    /// from before, which are delivered before the gap is reported.
+    Closing { gap: Gap, settled: Instant },
+    /// Reported down; looked at again at `next_check`.
+    Down { gap: Gap, next_check: Instant },
+}
+
+/// A gap in the capture: since when, and why.
+#[derive(Debug, Clone, Copy)]
+struct Gap {
+    since: Instant,
+    why: LinkDown,
+}
+
 /// A ring and the counters read from it.
 #[derive(Debug)]
 pub struct LiveSource {
     ring: RxRing,
     link: LinkCounters,
+    state: Link,
+    /// A change seen while reading the counters, reported by the next `next_block`.
+    pending: Option<LinkEvent>,
+    /// Time down in the gaps that have ended, ns.
+    down_ns: u64,
+    /// When the carrier is due to be looked at, and the blocks delivered at the last look.
+    carrier_check: (Instant, u64),
+    /// Since when the flags say "no carrier" with no packet coming (not a gap yet: see
+    /// [`CARRIER_SETTLE`]).
+    no_carrier_since: Option<Instant>,
+    /// Whether this source logs the link's changes (the first of a fanout group: every member
+    /// sees them).
+    logs: bool,
+    /// See [`settle_time`].
+    settle: Duration,
     interfaces: [InterfaceInfo; 1],
     stats: SourceStats,
     /// Kernel drops read from `PACKET_STATISTICS` but not yet placed before a packet.
@@ -128,6 +195,13 @@ impl LiveSource {
             ring,
             link_base: link.read(),
             link,
+            state: Link::Up,
+            pending: None,
+            down_ns: 0,
+            carrier_check: (Instant::now(), 0),
+            no_carrier_since: None,
+            logs: true,
+            settle: settle_time(10),
             interfaces: [InterfaceInfo {
                 linktype: LinkType::Ethernet,
                 snaplen,
@@ -147,11 +221,147 @@ impl LiveSource {
         self
     }
 
+    /// Makes this the `k`th member of its fanout group (only the first logs the link's
+    /// changes), on rings whose blocks close within `settle`.
+    pub fn in_group(mut self, k: usize, settle: Duration) -> LiveSource {
+        self.logs = k == 0;
+        self.settle = settle;
+        self
+    }
+
+    fn ifname(&self) -> &str {
+        self.ring.iface()
+    }
+
+    /// The link's state now; an error if the interface was deleted.
+    fn link_state(&self) -> Result<LinkState, EngineError> {
+        Ok(iface::link_state(self.ifname(), self.ring.ifindex())?)
+    }
+
+    /// The socket said the link went down: the gap starts now, and is reported once the
+    /// ring has settled. Nothing new if a gap is open already.
+    fn set_down(&mut self) {
+        if let Link::Up = self.state {
+            self.state = Link::Closing {
+                gap: Gap::now(LinkDown::SetDown),
+                settled: Instant::now() + self.settle,
+            };
+        }
+    }
+
+    /// Reports the gap: it is counted, logged, and looked at again after [`LINK_CHECK`].
+    #[cold]
+    fn report_down(&mut self, gap: Gap) -> LinkEvent {
+        self.stats.link_gaps += 1;
+        self.state = Link::Down {
+            gap,
+            next_check: Instant::now() + LINK_CHECK,
+        };
+        if self.logs {
+            eprintln!(
+                "tapflow: link down on {} ({}); waiting for it to come back",
+                self.ifname(),
+                gap.why.describe()
+            );
+        }
+        LinkEvent::Down {
+            interface: 0,
+            why: gap.why,
+        }
+    }
+
+    /// Ends the gap: its time is counted and logged.
+    #[cold]
+    fn report_up(&mut self, gap: Gap) -> LinkEvent {
+        let down_ns = u64::try_from(gap.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.down_ns += down_ns;
+        self.state = Link::Up;
+        if self.logs {
+            eprintln!(
+                "tapflow: link up on {} after {:.3} s down; capturing again",
+                self.ifname(),
+                down_ns as f64 / 1e9
+            );
+        }
+        LinkEvent::Up {
+            interface: 0,
+            down_ns,
+        }
+    }
+
+    /// A change of the link due now: a gap to report once the ring has settled, a gap's end
+    /// once the link is up (or a block is waiting: a packet came over it). An error if the
+    /// interface was deleted.
+    fn link_change(&mut self) -> Result<Option<LinkEvent>, EngineError> {
+        if let Some(e) = self.pending.take() {
+            return Ok(Some(e));
+        }
+        match self.state {
+            Link::Up => Ok(None),
+            Link::Closing { gap, settled } if Instant::now() >= settled && !self.ring.ready() => {
+                self.link_state()?;
+                Ok(Some(self.report_down(gap)))
+            }
+            Link::Closing { .. } => Ok(None),
+            Link::Down { gap, .. } if self.ring.ready() => Ok(Some(self.report_up(gap))),
+            Link::Down { gap, next_check } if Instant::now() >= next_check => {
+                if self.link_state()? == LinkState::Up {
+                    return Ok(Some(self.report_up(gap)));
+                }
+                self.state = Link::Down {
+                    gap,
+                    next_check: Instant::now() + LINK_CHECK,
+                };
+                Ok(None)
+            }
+            Link::Down { .. } => Ok(None),
+        }
+    }
+
+    /// Looks for a lost carrier (which the socket does not report) while the link is up,
+    /// every [`CARRIER_CHECK`]: a gap once the flags have said so for [`CARRIER_SETTLE`] with
+    /// no packet coming (a packet is proof of a link that no flag outweighs), from the first
+    /// look that saw it.
+    fn check_carrier(&mut self) {
+        let (due, blocks) = self.carrier_check;
+        let now = Instant::now();
+        if now < due {
+            return;
+        }
+        self.carrier_check = (now + CARRIER_CHECK, self.stats.blocks);
+        let lost = matches!((self.state, self.pending), (Link::Up, None))
+            && blocks == self.stats.blocks
+            && !self.ring.ready()
+            && matches!(self.link_state(), Ok(LinkState::NoCarrier));
+        if !lost {
+            self.no_carrier_since = None;
+            return;
+        }
+        let since = *self.no_carrier_since.get_or_insert(now);
+        if now.duration_since(since) >= CARRIER_SETTLE {
+            self.no_carrier_since = None;
+            let e = self.report_down(Gap {
+                since,
+                why: LinkDown::NoCarrier,
+            });
+            self.pending = Some(e);
+        }
+    }
+
     /// Reads and accumulates the kernel's clear-on-read counters.
     fn poll_kernel(&mut self) -> Result<(), EngineError> {
         let s = self.ring.statistics()?;
         accumulate(&mut self.stats, &mut self.unplaced_drops, s);
         Ok(())
+    }
+}
+
+impl Gap {
+    fn now(why: LinkDown) -> Gap {
+        Gap {
+            since: Instant::now(),
+            why,
+        }
     }
 }
 
@@ -195,8 +405,39 @@ impl PacketSource for LiveSource {
         _max_packets: usize,
         mut f: F,
     ) -> Result<Progress, EngineError> {
+        if let Some(e) = self.link_change()? {
+            return Ok(Progress::Link(e));
+        }
+        // In a gap, the wait ends when the link is due to be looked at.
+        let timeout_ms = match self.state {
+            Link::Up => timeout_ms,
+            Link::Closing { settled: due, .. }
+            | Link::Down {
+                next_check: due, ..
+            } => {
+                let left = due.saturating_duration_since(Instant::now());
+                let left = i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
+                if timeout_ms < 0 {
+                    left
+                } else {
+                    timeout_ms.min(left)
+                }
+            }
+        };
         let wake = self.stop.as_deref().map(Stop::wake_fd);
-        let Some(block) = self.ring.next_block(timeout_ms, wake)? else {
+        match self.ring.wait(timeout_ms, wake)? {
+            Wait::Ready => {}
+            Wait::Nothing => return Ok(Progress::Idle),
+            Wait::LinkDown => {
+                self.set_down();
+                return Ok(Progress::Idle);
+            }
+        }
+        if let Link::Down { gap, .. } = self.state {
+            // A packet came: the link is back, and the gap ends before it.
+            return Ok(Progress::Link(self.report_up(gap)));
+        }
+        let Some(block) = self.ring.next_block(0, None)? else {
             return Ok(Progress::Idle);
         };
         if block.losing() {
@@ -233,6 +474,14 @@ impl PacketSource for LiveSource {
 
     fn stats(&mut self) -> Result<SourceStats, EngineError> {
         self.poll_kernel()?;
+        self.check_carrier();
+        self.stats.link_down_ns = self.down_ns
+            + match self.state {
+                Link::Down { gap, .. } => {
+                    u64::try_from(gap.since.elapsed().as_nanos()).unwrap_or(u64::MAX)
+                }
+                Link::Up | Link::Closing { .. } => 0,
+            };
         let (rx, drop) = self.link.read();
         let since_open =
             |now: Option<u64>, base: Option<u64>| now.map(|n| n.saturating_sub(base.unwrap_or(0)));
