@@ -1,5 +1,5 @@
-//! `tapflow flows` on inputs whose time goes wrong: files written here with the project's
-//! packet builder and pcap writer.
+//! `tapflow flows` on inputs whose time goes wrong, and on fragments of different datagrams
+//! that look alike: files written here with the project's packet builder and pcap writer.
 
 mod common;
 
@@ -134,5 +134,57 @@ fn time_going_back_ends_the_record_and_none_lasts_the_active_timeout() {
             (at(300), "idle"),
             (at(1100), "forced"),
         ]
+    );
+}
+
+/// Item 18: an IPv6 later fragment whose address bytes and identification mirror an IPv4 first
+/// fragment's (a.b.c.d vs a.b.c.d::) is another datagram: it does not take the IPv4 ports.
+#[test]
+fn an_ipv6_fragment_does_not_take_the_ports_of_a_mirroring_ipv4_fragment() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("frag.pcap");
+    let eth = |ethertype: [u8; 2], ip: &[u8]| {
+        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+        f.extend_from_slice(&ethertype);
+        f.extend_from_slice(ip);
+        f
+    };
+    // IPv4 UDP first fragment 1.2.3.4:1000 → 5.6.7.8:53, identification 0x1234, MF.
+    let mut v4 = vec![0u8; 28];
+    v4[0] = 0x45;
+    v4[2..4].copy_from_slice(&28u16.to_be_bytes());
+    v4[4..6].copy_from_slice(&0x1234u16.to_be_bytes());
+    v4[6] = 0x20;
+    v4[8] = 64;
+    v4[9] = 17;
+    v4[12..16].copy_from_slice(&[1, 2, 3, 4]);
+    v4[16..20].copy_from_slice(&[5, 6, 7, 8]);
+    v4[20..22].copy_from_slice(&1000u16.to_be_bytes());
+    v4[22..24].copy_from_slice(&53u16.to_be_bytes());
+    v4[24..26].copy_from_slice(&16u16.to_be_bytes());
+    // IPv6 later fragment 102:304:: → 506:708::, UDP, offset 8, identification 0x1234.
+    let mut v6 = vec![0u8; 40 + 8 + 8];
+    v6[0] = 0x60;
+    v6[4..6].copy_from_slice(&16u16.to_be_bytes());
+    v6[6] = 44;
+    v6[7] = 64;
+    v6[8..12].copy_from_slice(&[1, 2, 3, 4]);
+    v6[24..28].copy_from_slice(&[5, 6, 7, 8]);
+    v6[40] = 17;
+    v6[42..44].copy_from_slice(&8u16.to_be_bytes());
+    v6[44..48].copy_from_slice(&0x1234u32.to_be_bytes());
+    write_pcap(
+        &file,
+        &[(T, eth([0x08, 0x00], &v4)), (T, eth([0x86, 0xdd], &v6))],
+    );
+    let rows = flows(&file);
+    let got: Vec<_> = rows
+        .iter()
+        .map(|r| (r["src"].as_str(), num(r, "sport"), num(r, "dport")))
+        .collect();
+    assert_eq!(
+        got,
+        [("1.2.3.4", 1000, 53), ("102:304::", 0, 0)],
+        "{rows:?}"
     );
 }
