@@ -1,16 +1,20 @@
-//! `tapflow flows` on inputs whose time goes wrong, and on fragments of different datagrams
-//! that look alike: files written here with the project's packet builder and pcap writer.
+//! `tapflow flows` and `tapflow capture` on inputs whose time goes wrong, and on fragments of
+//! different datagrams that look alike: files written here with the project's packet builder
+//! and pcap/pcapng writers.
 
 mod common;
 
 use std::collections::BTreeMap;
+use std::net::UdpSocket;
 use std::path::Path;
 use std::time::Duration;
 
 use common::*;
 use tapflow_wire::build::{self, FrameSpec, L4};
+use tapflow_wire::datagram::Datagram;
 use tapflow_wire::ethernet::EthernetAddress;
-use tapflow_wire::{LinkType, pcap};
+use tapflow_wire::record::Records;
+use tapflow_wire::{LinkType, TsSource, pcap, pcapng};
 
 const S: u64 = 1_000_000_000;
 /// 2012-06-29: a capture's own time.
@@ -44,6 +48,28 @@ fn write_pcap(path: &Path, frames: &[(u64, Vec<u8>)]) {
     for (ts, f) in frames {
         pcap::write_record(&mut out, *ts, f, f.len() as u32);
     }
+    std::fs::write(path, out).unwrap();
+}
+
+/// A pcapng of one Ethernet interface: an EPB at `T`, a Simple Packet Block (no time), an EPB
+/// at `T + 1 s`, all of one TCP connection.
+fn write_pcapng_with_spb(path: &Path) {
+    let mut out = Vec::new();
+    pcapng::write_shb(&mut out, "flows_hard");
+    pcapng::write_idb(
+        &mut out,
+        &pcapng::IdbOptions {
+            linktype: LinkType::Ethernet,
+            snaplen: 0,
+            name: None,
+            filter: None,
+            hardware: None,
+        },
+    );
+    let (a, b) = (segment(false), segment(true));
+    pcapng::write_epb(&mut out, 0, T, &a, a.len() as u32, None, None);
+    pcapng::write_spb(&mut out, &b, b.len() as u32);
+    pcapng::write_epb(&mut out, 0, T + S, &a, a.len() as u32, None, None);
     std::fs::write(path, out).unwrap();
 }
 
@@ -186,5 +212,68 @@ fn an_ipv6_fragment_does_not_take_the_ports_of_a_mirroring_ipv4_fragment() {
         got,
         [("1.2.3.4", 1000, 53), ("102:304::", 0, 0)],
         "{rows:?}"
+    );
+}
+
+/// Item 19 (and 17): a Simple Packet Block has no timestamp; it takes the previous packet's,
+/// so the connection is one record from the capture's own time, not one from 1970.
+#[test]
+fn a_simple_packet_block_is_metered_at_the_previous_packets_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("spb.pcapng");
+    write_pcapng_with_spb(&file);
+    let rows = flows(&file);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let r = &rows[0];
+    assert_eq!(span(r), (T, T + S, 3), "{r:?}");
+    assert_eq!(
+        (num(r, "rev_first_ns"), num(r, "rev_packets")),
+        (T, 1),
+        "{r:?}"
+    );
+}
+
+/// Item 19: `tapflow capture` writes the Simple Packet Block's packet with the previous
+/// packet's time, and a forwarded header record says the time was copied (timestamp source 3).
+#[test]
+fn a_simple_packet_block_is_written_and_forwarded_with_the_previous_time_flagged() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("spb.pcapng");
+    write_pcapng_with_spb(&file);
+
+    let out = dir.path().join("out.pcapng");
+    let mut c = tapflow(["capture", "-q", "-r"]);
+    c.arg(&file).arg("-w").arg(&out);
+    let o = run_limited(&mut c, Duration::from_secs(60));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let times: Vec<u128> = read_capture(&out).packets.iter().map(|p| p.ts_ns).collect();
+    let t = u128::from(T);
+    assert_eq!(times, [t, t, t + u128::from(S)]);
+
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let to = sock.local_addr().unwrap().to_string();
+    let mut c = tapflow(["capture", "-q", "-r"]);
+    c.arg(&file).args(["--forward", &to]);
+    let o = run_limited(&mut c, Duration::from_secs(60));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    while got.len() < 3 {
+        let n = sock.recv(&mut buf).expect("forwarded datagram");
+        let d = Datagram::parse(&buf[..n]).unwrap();
+        for rec in Records::new(d.records()) {
+            let (ctl, _) = rec.unwrap();
+            got.push((ctl.rxtime, ctl.flags.ts_source()));
+        }
+    }
+    assert_eq!(
+        got,
+        [
+            (T, TsSource::File),
+            (T, TsSource::Copied),
+            (T + S, TsSource::File),
+        ]
     );
 }
