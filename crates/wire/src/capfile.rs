@@ -14,11 +14,15 @@
 //!   length field cannot make the reader swallow the rest of a file as one packet;
 //! - pcap's linktype field keeps only its low 16 bits (the FCS bits above are ignored);
 //! - pcapng options with an unexpected length are ignored; options that overrun their block
-//!   are an error.
+//!   are an error;
+//! - a pcapng Simple Packet Block has no timestamp: its packet gets the previous packet's time
+//!   (0 before the first), marked [`TsSource::Copied`], so that it does not date from 1970 in
+//!   the middle of the file.
 
 use crate::LinkType;
 use crate::pcap;
 use crate::pcapng::{self, Block, Idb, Packet, Shb};
+use crate::record::TsSource;
 
 /// Largest `caplen` accepted: libpcap's `MAXIMUM_SNAPLEN` (256 KiB).
 pub const MAXIMUM_SNAPLEN: u32 = 262_144;
@@ -129,8 +133,11 @@ impl TsScale {
 pub struct FilePacket<'a> {
     /// Index into [`Reader::interfaces`] (global over pcapng sections).
     pub interface: u32,
-    /// Arrival time in ns since 1970 (0 for a pcapng Simple Packet Block).
+    /// Arrival time in ns since 1970; for a pcapng Simple Packet Block, which has none, the
+    /// previous packet's (0 before the first).
     pub ts_ns: u64,
+    /// [`TsSource::File`], or [`TsSource::Copied`] for a Simple Packet Block.
+    pub ts_source: TsSource,
     /// Original length on the wire (at least `data.len()`).
     pub len: u32,
     /// The captured bytes.
@@ -286,6 +293,8 @@ pub struct Reader<'a> {
     big_endian: bool,
     /// pcap: nanoseconds per unit of `ts_frac`.
     frac_ns: u64,
+    /// pcapng: the time of the last packet that had one, for a Simple Packet Block.
+    prev_ns: u64,
 }
 
 /// What one pcapng block turned out to be.
@@ -306,6 +315,7 @@ impl<'a> Reader<'a> {
             section_base: 0,
             big_endian: false,
             frac_ns: 1,
+            prev_ns: 0,
         };
         if bytes.first_chunk::<4>() == Some(&pcapng::BLOCK_SHB.to_le_bytes()) {
             r.read_first_shb().map_err(at0)?;
@@ -408,6 +418,7 @@ impl<'a> Reader<'a> {
         Some(Ok(FilePacket {
             interface: 0,
             ts_ns: u64::from(r.ts_sec) * 1_000_000_000 + u64::from(r.ts_frac) * self.frac_ns,
+            ts_source: TsSource::File,
             len: r.len.max(r.caplen),
             data,
             epb_flags: None,
@@ -427,10 +438,13 @@ impl<'a> Reader<'a> {
                     self.interfaces[self.section_base..].get(p.interface_id as usize)
             {
                 let interface = (self.section_base + p.interface_id as usize) as u32;
+                let ts_ns = iface.ts_to_ns(p.ts);
                 self.pos += len;
+                self.prev_ns = ts_ns;
                 return Some(Ok(FilePacket {
                     interface,
-                    ts_ns: iface.ts_to_ns(p.ts),
+                    ts_ns,
+                    ts_source: TsSource::File,
                     len: p.orig_len,
                     data: p.data,
                     epb_flags: p.flags,
@@ -479,15 +493,17 @@ impl<'a> Reader<'a> {
         };
         let iface = self.section_interface(section_id)?;
         let interface = (self.section_base + section_id as usize) as u32;
-        let ts_ns = if b.block_type == pcapng::BLOCK_SPB {
-            0
+        let (ts_ns, ts_source) = if b.block_type == pcapng::BLOCK_SPB {
+            (self.prev_ns, TsSource::Copied)
         } else {
-            iface.ts_to_ns(p.ts)
+            (iface.ts_to_ns(p.ts), TsSource::File)
         };
+        self.prev_ns = ts_ns;
         self.pos += b.total_len();
         Ok(Step::Packet(FilePacket {
             interface,
             ts_ns,
+            ts_source,
             len: p.orig_len,
             data: p.data,
             epb_flags: p.flags,
@@ -765,6 +781,47 @@ mod tests {
         assert_eq!((p.interface, p.ts_ns, p.data), (0, 7, &[1, 2][..]));
         assert!(r.next_packet().is_none());
         assert_eq!(r.offset(), f.len() as u64);
+    }
+
+    /// A Simple Packet Block has no timestamp: it takes the previous packet's (whichever
+    /// interface that was on, whether it came through the fast path or not), or 0 when no
+    /// packet came before it, and says so.
+    #[test]
+    fn a_simple_packet_block_takes_the_previous_packets_time() {
+        const T: u64 = 1_700_000_000_000_000_000;
+        let mut f = Vec::new();
+        pcapng::write_shb(&mut f, "");
+        let o = IdbOptions {
+            linktype: LinkType::Raw,
+            snaplen: 0,
+            name: None,
+            filter: None,
+            hardware: None,
+        };
+        pcapng::write_idb(&mut f, &o);
+        pcapng::write_idb(&mut f, &o);
+        pcapng::write_spb(&mut f, &[1], 1);
+        pcapng::write_epb(&mut f, 0, T, &[2], 2, None, None);
+        pcapng::write_spb(&mut f, &[3], 3);
+        pcapng::write_spb(&mut f, &[4], 4);
+        pcapng::write_epb(&mut f, 1, T + 5, &[5], 5, None, None);
+        pcapng::write_spb(&mut f, &[6], 6);
+        let mut r = Reader::new(&f).unwrap();
+        let got: Vec<_> = std::iter::from_fn(|| r.next_packet())
+            .map(|p| p.unwrap())
+            .map(|p| (p.data[0], p.interface, p.ts_ns, p.ts_source))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, 0, 0, TsSource::Copied),
+                (2, 0, T, TsSource::File),
+                (3, 0, T, TsSource::Copied),
+                (4, 0, T, TsSource::Copied),
+                (5, 1, T + 5, TsSource::File),
+                (6, 0, T + 5, TsSource::Copied),
+            ]
+        );
     }
 
     /// A pcap or pcapng file and the end offset of each of its packets.

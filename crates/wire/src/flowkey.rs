@@ -50,6 +50,53 @@ pub struct FragmentId {
     pub first: bool,
 }
 
+/// The IP datagram a fragment belongs to, keyed like a flow (IP version, protocol, both
+/// addresses, outermost VLAN, capture interface) with the IP identification in place of the
+/// ports: the fragments of one datagram share it, and a fragment of another IP version, VLAN
+/// or interface never does, whatever its addresses and identification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct DatagramKey {
+    /// Whether the addresses are IPv6.
+    pub ipv6: bool,
+    /// IP protocol number (for IPv6 the upper layer after the extension headers).
+    pub proto: u8,
+    /// The outermost VLAN ID, 0 if untagged.
+    pub vlan: u16,
+    /// The capture interface.
+    pub interface: u32,
+    /// The IP identification (IPv4: 16 bits; IPv6: the fragment header's 32 bits).
+    pub ident: u32,
+    /// Source address.
+    pub src: [u8; 16],
+    /// Destination address.
+    pub dst: [u8; 16],
+}
+
+impl DatagramKey {
+    /// A 64-bit hash of the key (multiply-xorshift; not keyed).
+    #[inline]
+    pub fn hash64(&self) -> u64 {
+        let w = |b: &[u8; 16], hi: bool| {
+            let (lo, high) = b.split_at(8);
+            u64::from_le_bytes(if hi { high } else { lo }.try_into().unwrap_or_default())
+        };
+        let mut h = mix(u64::from(self.proto)
+            | u64::from(self.ipv6) << 8
+            | u64::from(self.vlan) << 16
+            | u64::from(self.ident) << 32);
+        for x in [
+            w(&self.src, false),
+            w(&self.src, true),
+            w(&self.dst, false),
+            w(&self.dst, true),
+            u64::from(self.interface),
+        ] {
+            h = mix(h ^ x);
+        }
+        h
+    }
+}
+
 /// What a flow meter needs from one packet, in the packet's own direction.
 ///
 /// Ports are read for TCP, UDP, DCCP, SCTP and UDP-Lite; for ICMP and ICMPv6 `sport` is 0 and
@@ -82,6 +129,20 @@ pub struct FlowFields {
 }
 
 impl FlowFields {
+    /// For a fragment captured on `interface`, the key of its datagram.
+    #[inline]
+    pub fn datagram(&self, interface: u32) -> Option<DatagramKey> {
+        self.fragment.map(|fr| DatagramKey {
+            ipv6: self.ipv6,
+            proto: self.proto,
+            vlan: self.vlan,
+            interface,
+            ident: fr.ident,
+            src: self.src,
+            dst: self.dst,
+        })
+    }
+
     /// The flow fields of a frame captured with `linktype` that was `wire_len` bytes long, or
     /// `None` if it is not IP or its IP header was not captured whole.
     #[inline(always)]
@@ -490,6 +551,41 @@ mod tests {
         v6[14 + 4..14 + 6].copy_from_slice(&0u16.to_be_bytes());
         let f = FlowFields::of_frame(LinkType::Ethernet, &v6, 70_014).unwrap();
         assert_eq!(f.octets, 70_000);
+    }
+
+    /// An IPv4 fragment and an IPv6 one with the same address bytes (a.b.c.d vs a.b.c.d::)
+    /// and identification belong to different datagrams; so do fragments on another VLAN or
+    /// interface.
+    #[test]
+    fn the_datagram_key_holds_ip_version_vlan_and_interface() {
+        let mut v4 = eth_ipv4_udp([1, 2, 3, 4], [5, 6, 7, 8], 0, 0, true);
+        v4[14 + 4..14 + 6].copy_from_slice(&9u16.to_be_bytes());
+        let f4 = FlowFields::of_frame(LinkType::Ethernet, &v4, 0).unwrap();
+        let mut v6 = vec![0u8; 14 + 40 + 8 + 8];
+        v6[12..14].copy_from_slice(&[0x86, 0xdd]);
+        v6[14] = 0x60;
+        v6[14 + 4..14 + 6].copy_from_slice(&16u16.to_be_bytes());
+        v6[14 + 6] = 44;
+        v6[14 + 8..14 + 12].copy_from_slice(&[1, 2, 3, 4]);
+        v6[14 + 24..14 + 28].copy_from_slice(&[5, 6, 7, 8]);
+        v6[14 + 40] = 17;
+        v6[14 + 40 + 3] = 1;
+        v6[14 + 40 + 4..14 + 40 + 8].copy_from_slice(&9u32.to_be_bytes());
+        let f6 = FlowFields::of_frame(LinkType::Ethernet, &v6, 0).unwrap();
+        assert_eq!((f4.src, f4.dst, f4.proto), (f6.src, f6.dst, f6.proto));
+        let k4 = f4.datagram(0).unwrap();
+        let k6 = f6.datagram(0).unwrap();
+        assert_eq!((k4.ident, k6.ident), (9, 9));
+        assert_ne!(k4, k6);
+        assert_ne!(k4.hash64(), k6.hash64());
+        let tagged = FlowFields { vlan: 7, ..f4 }.datagram(0).unwrap();
+        assert_ne!(tagged, k4);
+        assert_ne!(tagged.hash64(), k4.hash64());
+        assert_ne!(f4.datagram(1).unwrap().hash64(), k4.hash64());
+        assert_eq!(f4.datagram(0), Some(k4));
+        let whole = eth_ipv4_udp([1, 2, 3, 4], [5, 6, 7, 8], 0, 0, false);
+        let whole = FlowFields::of_frame(LinkType::Ethernet, &whole, 0).unwrap();
+        assert_eq!(whole.datagram(0), None);
     }
 
     #[test]

@@ -801,6 +801,17 @@ pub fn write_epb_with(
     finish(out, start);
 }
 
+/// Appends a Simple Packet Block: Original Packet Length `max(orig_len, data.len())`, then
+/// `data` (its captured length is what a reader's snaplen leaves of it). It has no timestamp
+/// and no interface: the section's interface 0.
+pub fn write_spb(out: &mut Vec<u8>, data: &[u8], orig_len: u32) {
+    let start = begin(out, BLOCK_SPB, 16 + pad4(data.len()));
+    out.extend_from_slice(&orig_len.max(data.len() as u32).to_le_bytes());
+    out.extend_from_slice(data);
+    out.extend_from_slice(&[0u8; 3][..pad4(data.len()) - data.len()]);
+    finish(out, start);
+}
+
 /// Appends an Interface Statistics Block with the counters present in `s` (ns timestamps).
 pub fn write_isb(out: &mut Vec<u8>, interface_id: u32, ts_ns: u64, s: &InterfaceStatistics) {
     isb(out, interface_id, ts_ns, s, None);
@@ -857,6 +868,7 @@ fn isb(
 mod tests {
     use super::*;
     use crate::capfile::{FileError, Format, Reader};
+    use crate::record::TsSource;
     use proptest::prelude::*;
 
     // Little-endian SHB, version 1.0, Section Length -1, shb_userappl "tapflow".
@@ -1174,6 +1186,17 @@ mod tests {
     }
 
     #[test]
+    fn construct_spb() {
+        let mut out = Vec::new();
+        write_spb(&mut out, &[1, 2, 3, 4, 5, 6, 7, 8], 10);
+        assert_eq!(out, SPB_BYTES);
+        out.clear();
+        write_spb(&mut out, &[9], 0);
+        let spb = Packet::parse_spb(&block(&out), 0).unwrap();
+        assert_eq!((out.len(), spb.orig_len, spb.data), (20, 1, &[9][..]));
+    }
+
+    #[test]
     fn deconstruct_spb_and_obsolete_pb() {
         let spb = Packet::parse_spb(&block(&SPB_BYTES), 4).unwrap();
         assert_eq!((spb.orig_len, spb.data), (10, &[1, 2, 3, 4][..]));
@@ -1230,17 +1253,18 @@ mod tests {
         );
         assert_eq!((p.epb_flags, p.dropcount), (Some(2), None));
 
-        // New section: its interface 0 is global interface 1; SPB has no timestamp.
+        // New section: its interface 0 is global interface 1; SPB has no timestamp, so it
+        // takes the previous packet's.
         let p = r.next_packet().unwrap().unwrap();
         assert_eq!(r.interfaces().len(), 2);
         assert_eq!(
-            (p.interface, p.ts_ns, p.len, p.data),
-            (1, 0, 10, &[1, 2, 3, 4][..])
+            (p.interface, p.ts_ns, p.ts_source, p.len, p.data),
+            (1, 11_375_000_000, TsSource::Copied, 10, &[1, 2, 3, 4][..])
         );
         let p = r.next_packet().unwrap().unwrap();
         assert_eq!(
-            (p.interface, p.ts_ns, p.len, p.data),
-            (1, 5, 2, &[0xaa][..])
+            (p.interface, p.ts_ns, p.ts_source, p.len, p.data),
+            (1, 5, TsSource::File, 2, &[0xaa][..])
         );
         assert_eq!((p.epb_flags, p.dropcount), (Some(1), Some(7)));
         assert!(r.next_packet().is_none());

@@ -41,8 +41,9 @@ pub enum TsSource {
     Kernel,
     /// The NIC's clock (`TP_STATUS_TS_RAW_HARDWARE`, via `SO_TIMESTAMPING`).
     Hardware,
-    /// Reserved value 3.
-    Reserved,
+    /// None in the capture file (a pcapng Simple Packet Block has no timestamp): the previous
+    /// packet's time, copied.
+    Copied,
 }
 
 /// Which way a packet crossed the capture interface (from `sll_pkttype`).
@@ -89,7 +90,7 @@ impl Flags {
             0 => TsSource::File,
             1 => TsSource::Kernel,
             2 => TsSource::Hardware,
-            _ => TsSource::Reserved,
+            _ => TsSource::Copied,
         }
     }
 
@@ -100,7 +101,7 @@ impl Flags {
             TsSource::File => 0,
             TsSource::Kernel => 1,
             TsSource::Hardware => 2,
-            TsSource::Reserved => 3,
+            TsSource::Copied => 3,
         };
         Flags((self.0 & !Self::TS_SOURCE_MASK) | v)
     }
@@ -424,6 +425,21 @@ mod tests {
         let mut out = Vec::new();
         push_record(&mut out, fixture(), &[0xde, 0xad, 0xbe, 0xef]);
         assert_eq!(out, RECORD_BYTES);
+    }
+
+    #[test]
+    fn every_timestamp_source_round_trips_in_bits_0_and_1() {
+        let base = Flags::default().with_direction(Direction::Outbound);
+        for (src, bits) in [
+            (TsSource::File, 0),
+            (TsSource::Kernel, 1),
+            (TsSource::Hardware, 2),
+            (TsSource::Copied, 3),
+        ] {
+            let f = base.with_ts_source(src);
+            assert_eq!((f.0 & 0b11, f.ts_source()), (bits, src));
+            assert_eq!(f.direction(), Direction::Outbound);
+        }
     }
 
     #[test]

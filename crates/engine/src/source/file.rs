@@ -115,7 +115,7 @@ impl<'a> FileSource<'a> {
 }
 
 fn packet<'p>(fp: &FilePacket<'p>) -> Packet<'p> {
-    let mut flags = Flags::default();
+    let mut flags = Flags::default().with_ts_source(fp.ts_source);
     if let Some(f) = fp.epb_flags {
         flags = flags.with_direction(match f & 0b11 {
             0b01 => Direction::Inbound,

@@ -6,7 +6,8 @@
 //! packet. No lock, no allocation, no system call; finished records are batched.
 //!
 //! Fragments. The first fragment carries the transport header: the meter remembers its ports
-//! under (source, destination, protocol, IP identification) for 30 s (Linux's `ipfrag_time`),
+//! under its datagram's key ([`DatagramKey`]: IP version, protocol, both addresses, VLAN,
+//! interface, like the flow key, and the IP identification) for 30 s (Linux's `ipfrag_time`),
 //! and later fragments of that datagram take them, so the whole datagram counts in its flow.
 //! Limits: a later fragment that arrives before the first (reordering), or whose entry was
 //! overwritten in the 4096-entry cache, is counted in the flow with ports 0 for its addresses
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tapflow_wire::LinkType;
-use tapflow_wire::flowkey::FlowFields;
+use tapflow_wire::flowkey::{DatagramKey, FlowFields};
 use tapflow_wire::flowrecord::{EndReason, FlowRecord};
 use tapflow_wire::record::ControlField;
 
@@ -47,7 +48,7 @@ const FRAGMENT_TTL_NS: u64 = 30_000_000_000;
 /// Where the first fragment of a datagram said its ports are.
 #[derive(Debug, Clone, Copy, Default)]
 struct FragmentPorts {
-    tag: u64,
+    datagram: DatagramKey,
     sport: u16,
     dport: u16,
     expires: u64,
@@ -193,27 +194,30 @@ impl FlowMeter {
         self.parsed = 0;
     }
 
-    /// Gives a later fragment the ports of its datagram's first fragment, or remembers the
-    /// first fragment's.
-    #[inline]
-    fn join_fragment(&mut self, f: &mut FlowFields, ts: u64) {
-        let Some(frag) = f.fragment else { return };
-        let tag = fragment_tag(f, frag.ident);
-        let slot = &mut self.fragments[tag as usize % FRAGMENT_SLOTS];
-        if frag.first {
+    /// The ports of fragment `f` (captured on `interface` at `ts`): a later fragment's are its
+    /// datagram's first fragment's, if remembered; a first fragment's own are remembered.
+    /// Out of line: fragments are rare, and `f` goes by value so that the caller's copy can
+    /// stay in registers.
+    #[inline(never)]
+    fn join_fragment(&mut self, f: FlowFields, interface: u32, ts: u64) -> (u16, u16) {
+        let Some(datagram) = f.datagram(interface) else {
+            return (f.sport, f.dport);
+        };
+        let slot = &mut self.fragments[datagram.hash64() as usize % FRAGMENT_SLOTS];
+        if f.fragment.is_some_and(|fr| fr.first) {
             *slot = FragmentPorts {
-                tag,
+                datagram,
                 sport: f.sport,
                 dport: f.dport,
                 expires: ts.saturating_add(FRAGMENT_TTL_NS),
             };
-        } else if slot.tag == tag && ts <= slot.expires {
-            f.sport = slot.sport;
-            f.dport = slot.dport;
+        } else if slot.datagram == datagram && ts <= slot.expires {
             self.stats.fragments_joined += 1;
+            return (slot.sport, slot.dport);
         } else {
             self.stats.fragments_unjoined += 1;
         }
+        (f.sport, f.dport)
     }
 }
 
@@ -295,17 +299,6 @@ impl Batcher {
     }
 }
 
-/// A hash of the fields that name one IP datagram.
-fn fragment_tag(f: &FlowFields, ident: u32) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for b in f.src.iter().chain(&f.dst) {
-        h = (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
-    }
-    h ^= u64::from(ident) << 8 | u64::from(f.proto);
-    h = (h ^ (h >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^ (h >> 33)
-}
-
 impl RecordSink for FlowMeter {
     type Report = MeterStats;
 
@@ -336,7 +329,9 @@ impl RecordSink for FlowMeter {
             self.stats.not_ip += 1;
             return Ok(());
         };
-        self.join_fragment(&mut f, ts);
+        if f.fragment.is_some() {
+            (f.sport, f.dport) = self.join_fragment(f, interface, ts);
+        }
         let hash = self.table.hash(&f, interface);
         self.table.prefetch_slot(hash);
         let n = self.parsed;
@@ -431,14 +426,16 @@ mod tests {
     }
 
     fn feed(m: &mut FlowMeter, sport: u16, ts: u64) {
-        let p = udp(sport);
-        let ctl = ControlField::new(ts, Flags::default(), p.len() as u16, 0, p.len() as u32);
-        m.record(0, 0, &ctl, &p).unwrap();
+        feed_frame(m, 0, &udp(sport), ts);
     }
 
-    #[test]
-    fn a_partial_batch_waits_for_the_hold_time_and_close_sends_the_rest() {
-        let (queue, mut handed_over) = ExportQueue::detached();
+    fn feed_frame(m: &mut FlowMeter, interface: u32, p: &[u8], ts: u64) {
+        let ctl = ControlField::new(ts, Flags::default(), p.len() as u16, 0, p.len() as u32);
+        m.record(interface, 0, &ctl, p).unwrap();
+    }
+
+    /// A meter with default timeouts and an interface of each of `linktypes`.
+    fn meter(linktypes: &[LinkType], queue: ExportQueue) -> FlowMeter {
         let table = TableConfig {
             max_flows: 1000,
             active_ns: 300 * S,
@@ -446,14 +443,96 @@ mod tests {
             seed: 1,
         };
         let mut m = FlowMeter::new(table, MeterClock::Packets, queue);
-        m.add_interface(&InterfaceInfo {
-            linktype: LinkType::Raw,
-            snaplen: 128,
-            name: None,
-            filter: None,
-            max_frame: None,
-        })
-        .unwrap();
+        for &linktype in linktypes {
+            m.add_interface(&InterfaceInfo {
+                linktype,
+                snaplen: 128,
+                name: None,
+                filter: None,
+                max_frame: None,
+            })
+            .unwrap();
+        }
+        m
+    }
+
+    /// An IPv4 UDP fragment 1.2.3.4 → 5.6.7.8, identification 0x1234: the first (ports 1000
+    /// → 53, more fragments) or a later one (offset 8), as LINKTYPE_RAW.
+    fn ipv4_fragment(first: bool) -> Vec<u8> {
+        let mut p = udp(1000);
+        p[4..6].copy_from_slice(&0x1234u16.to_be_bytes());
+        p[6..8].copy_from_slice(&if first { 0x2000u16 } else { 1 }.to_be_bytes());
+        p[12..16].copy_from_slice(&[1, 2, 3, 4]);
+        p[16..20].copy_from_slice(&[5, 6, 7, 8]);
+        if !first {
+            p[20..].fill(0);
+        }
+        p
+    }
+
+    /// A later IPv6 fragment 102:304:: → 506:708:: (the IPv4 fragment's address bytes) of a UDP
+    /// datagram with the same identification, 0x1234, as LINKTYPE_RAW.
+    fn ipv6_later_fragment() -> Vec<u8> {
+        let mut p = vec![0u8; 40 + 8 + 8];
+        p[0] = 0x60;
+        p[4..6].copy_from_slice(&16u16.to_be_bytes());
+        p[6] = 44;
+        p[7] = 64;
+        p[8..12].copy_from_slice(&[1, 2, 3, 4]);
+        p[24..28].copy_from_slice(&[5, 6, 7, 8]);
+        p[40] = 17;
+        p[42..44].copy_from_slice(&8u16.to_be_bytes()); // offset 8 bytes, no M
+        p[44..48].copy_from_slice(&0x1234u32.to_be_bytes());
+        p
+    }
+
+    /// `frame` (Ethernet payload from the EtherType on) behind Ethernet, with an 802.1Q tag of
+    /// `vlan` unless it is 0.
+    fn ethernet(vlan: u16, ip: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 12];
+        if vlan != 0 {
+            f.extend_from_slice(&[0x81, 0x00]);
+            f.extend_from_slice(&vlan.to_be_bytes());
+        }
+        f.extend_from_slice(&[0x08, 0x00]);
+        f.extend_from_slice(ip);
+        f
+    }
+
+    /// A later fragment takes the first fragment's ports only if it has the same datagram key:
+    /// not across IP versions (a.b.c.d vs a.b.c.d:: with the same identification), VLANs or
+    /// interfaces.
+    #[test]
+    fn a_later_fragment_joins_only_a_first_fragment_of_its_version_vlan_and_interface() {
+        let (queue, mut handed_over) = ExportQueue::detached();
+        let raw = LinkType::Raw;
+        let mut m = meter(&[raw, raw, LinkType::Ethernet], queue);
+        let (first, later) = (ipv4_fragment(true), ipv4_fragment(false));
+        feed_frame(&mut m, 0, &first, S);
+        feed_frame(&mut m, 0, &ipv6_later_fragment(), S);
+        feed_frame(&mut m, 1, &later, S);
+        feed_frame(&mut m, 2, &ethernet(0, &first), S);
+        feed_frame(&mut m, 2, &ethernet(7, &later), S);
+        let st = m.stats();
+        assert_eq!(
+            (st.fragments_joined, st.fragments_unjoined),
+            (0, 3),
+            "IPv6, interface 1, VLAN 7: other datagrams"
+        );
+        feed_frame(&mut m, 0, &later, S);
+        feed_frame(&mut m, 2, &ethernet(0, &later), S);
+        let st = m.stats();
+        assert_eq!((st.fragments_joined, st.fragments_unjoined), (2, 3));
+        // The first fragments' flow (two of them, on interfaces 0 and 2), and three flows of
+        // ports 0 (IPv6, interface 1, VLAN 7).
+        let st = m.close(&Totals::default(), None).unwrap();
+        assert_eq!((st.table.created, handed_over()), (5, 5));
+    }
+
+    #[test]
+    fn a_partial_batch_waits_for_the_hold_time_and_close_sends_the_rest() {
+        let (queue, mut handed_over) = ExportQueue::detached();
+        let mut m = meter(&[LinkType::Raw], queue);
         let totals = Totals::default();
         for port in 1..=3 {
             feed(&mut m, port, S);

@@ -427,13 +427,13 @@ impl FlowTable {
             self.insert(slot, hash, p, interface, ts, out);
             return;
         }
-        if ts.saturating_sub(f.start()) >= self.cfg.active_ns
+        // One compare covers both ways out of the record's window: a packet the active timeout
+        // or more after its start, and (wrapping) any packet before its start.
+        if ts.wrapping_sub(f.start()) >= self.cfg.active_ns
             || f.fwd.packets == u32::MAX
             || f.rev.packets == u32::MAX
         {
-            out(f.record(EndReason::ActiveTimeout));
-            f.reset_counters();
-            self.stats.ended[EndReason::ActiveTimeout as usize - 1] += 1;
+            self.end_record_before(i, ts, out);
         }
         let f = &mut self.flows[i as usize];
         f.count(forward, ts, u64::from(p.octets), flags);
@@ -463,6 +463,29 @@ impl FlowTable {
                 self.push_tail(i);
             }
         }
+    }
+
+    /// Before a packet at `ts` that flow `i`'s record may not hold, ends the record and leaves
+    /// the flow to go on in a new one: with reason 2 (active timeout) when the packet comes the
+    /// active timeout or more after the record's start or a direction's packet counter is
+    /// full; with reason 4 (forced end) when it comes so long before the record's start that
+    /// the record would span the active timeout (time went back: a merged file, interfaces
+    /// with different clocks, a packet without a timestamp). A packet a little before the
+    /// start (reordered) stays in the record, which then starts with it.
+    #[cold]
+    #[inline(never)]
+    fn end_record_before(&mut self, i: u32, ts: u64, out: &mut impl FnMut(FlowRecord)) {
+        let f = &mut self.flows[i as usize];
+        let reason = if f.fwd.packets == u32::MAX || f.rev.packets == u32::MAX || ts >= f.start() {
+            EndReason::ActiveTimeout
+        } else if f.last() - ts >= self.cfg.active_ns {
+            EndReason::ForcedEnd
+        } else {
+            return;
+        };
+        out(f.record(reason));
+        f.reset_counters();
+        self.stats.ended[reason as usize - 1] += 1;
     }
 
     /// Ends every flow idle at `now` (ns).
@@ -869,6 +892,80 @@ mod tests {
                 .all(|r| r.end_reason == EndReason::ActiveTimeout)
         );
         assert_eq!(v[1].start_ns(), 300 * S);
+    }
+
+    /// A packet dated 0 (a pcapng Simple Packet Block read as 1970) in the middle of a flow
+    /// ends the record before it (forced end) instead of stretching it back to 1970; the bad
+    /// packet is alone in its record, and the flow goes on in a new one.
+    #[test]
+    fn a_packet_from_1970_ends_the_record_and_no_record_starts_at_0_because_of_it() {
+        const T: u64 = 1_300_000_000 * S;
+        let mut t = FlowTable::new(cfg(16));
+        let (a, b) = (pkt(6, 1, 2, 40000, 80, 0x10), pkt(6, 2, 1, 80, 40000, 0x10));
+        let mut v = Vec::new();
+        for (p, ts) in [(a, T), (b, T + S), (a, 0), (b, T + 2 * S), (a, T + 3 * S)] {
+            t.update(&p, 0, ts, &mut |r| v.push(r));
+        }
+        t.drain(EndReason::ForcedEnd, &mut |r| v.push(r));
+        let got: Vec<_> = v
+            .iter()
+            .map(|r| {
+                let n = r.fwd.packets + r.rev.packets;
+                (r.start_ns(), r.end_ns(), n, r.end_reason)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (T, T + S, 2, EndReason::ForcedEnd),
+                (0, 0, 1, EndReason::IdleTimeout),
+                (T + 2 * S, T + 3 * S, 2, EndReason::ForcedEnd),
+            ]
+        );
+        assert!(v.iter().all(|r| r.end_ns() - r.start_ns() < 300 * S));
+    }
+
+    /// Time going back by more than the active timeout (a merged file) ends the record with
+    /// reason 4; a packet a little early (reordered) stays in its record; a packet the active
+    /// timeout after the record's start ends it with reason 2. No record spans the active
+    /// timeout, whichever way time goes.
+    #[test]
+    fn a_packet_before_the_record_start_never_makes_it_span_the_active_timeout() {
+        let mut t = FlowTable::new(TableConfig {
+            idle_ns: [3600 * S; CLASSES],
+            ..cfg(16)
+        });
+        let p = pkt(17, 1, 2, 5000, 53, 0);
+        let mut v = Vec::new();
+        // Seconds: a record from 1000, a packet 700 s before it, then back in time order.
+        for ts in [1000, 1010, 300, 299, 1299, 1300, 1310, 1305, 1600] {
+            t.update(&p, 0, ts * S, &mut |r| v.push(r));
+        }
+        t.drain(EndReason::ForcedEnd, &mut |r| v.push(r));
+        let got: Vec<_> = v
+            .iter()
+            .map(|r| {
+                (
+                    r.start_ns() / S,
+                    r.end_ns() / S,
+                    r.fwd.packets,
+                    r.end_reason,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1000, 1010, 2, EndReason::ForcedEnd),
+                (299, 300, 2, EndReason::ActiveTimeout),
+                (1299, 1310, 4, EndReason::ActiveTimeout),
+                (1600, 1600, 1, EndReason::ForcedEnd),
+            ]
+        );
+        for r in &v {
+            assert!(r.end_ns() - r.start_ns() < 300 * S, "{r:?}");
+        }
+        assert_eq!(t.stats().ended, [0, 2, 0, 2, 0]);
     }
 
     #[test]
