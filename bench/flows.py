@@ -18,9 +18,9 @@ moves to the other CPUs. Same timeouts for every tool where it has the knob (act
 
   tapflow csv    tapflow flows -r T --csv /dev/null -q --active-timeout A --idle-timeout I
                    --idle-timeout closed=I
-  tapflow ipfix  the same with --export ipfix://127.0.0.1:PORT instead of --csv (UDP sink below);
-                 messages in IP packets of up to 9000 bytes (the loopback route's MTU, capped:
-                 docs/flows.md)
+  tapflow ipfix  the same with --export ipfix://127.0.0.1:PORT --export-rate 0 instead of --csv
+                 (UDP sink below; unpaced, as fast as the socket takes them); messages in IP
+                 packets of up to 9000 bytes (the loopback route's MTU, capped: docs/flows.md)
   tapflow ipfix-1500  the same with --export-mtu 1500 (messages as to a collector behind Ethernet)
   softflowd      softflowd -d -c none -r T -n 127.0.0.1:PORT -v 10 -b -A milli -m 2000000
                    -t maxlife=A -t tcp=I -t tcp.rst=I -t tcp.fin=I -t udp=I -t icmp=I -t general=I
@@ -300,8 +300,10 @@ def main() -> None:
     tf_timeouts = ["--active-timeout", str(A), "--idle-timeout", str(I), "--idle-timeout", f"closed={I}"]
     cmds = {
         "tapflow": [str(tapflow), "flows", "-r", T, "--csv", "/dev/null", "-q", *tf_timeouts],
+        # Unpaced (--export-rate 0; the default paces for a collector that would drop a burst):
+        # this measures the exporter, not the pace. 0 means unpaced to older binaries too.
         "tapflow-ipfix": [str(tapflow), "flows", "-r", T, "--export", f"ipfix://127.0.0.1:{port}", "-q",
-                          *tf_timeouts],
+                          "--export-rate", "0", *tf_timeouts],
         "softflowd": ["softflowd", "-d", "-c", "none", "-r", T,
                       "-n", f"127.0.0.1:{port}", "-v", "10", "-b", "-A", "milli", "-m", "2000000",
                       "-t", f"maxlife={A}", "-t", f"tcp={I}", "-t", f"tcp.rst={I}", "-t", f"tcp.fin={I}",

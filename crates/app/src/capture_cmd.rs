@@ -10,7 +10,10 @@ use tapflow_engine::control;
 use tapflow_engine::naming::{output_path, part_path};
 use tapflow_engine::pipeline::{self, CaptureConfig, Input, RingGeometry};
 use tapflow_engine::sink::file::{Format, WriterConfig};
-use tapflow_engine::sink::flow::export::{Dest, ExportConfig, ExportTarget};
+use tapflow_engine::sink::flow::encoder::Transport;
+use tapflow_engine::sink::flow::export::{
+    DEFAULT_BYTES_PER_SECOND, Dest, ExportConfig, ExportRate, ExportTarget,
+};
 use tapflow_engine::sink::flow::meter::FlowConfig;
 use tapflow_engine::sink::flow::table::{Class, DEFAULT_IDLE_SECS, TableConfig};
 use tapflow_engine::sink::forward::{self, Balance, ForwardConfig};
@@ -23,7 +26,7 @@ use tapflow_wire::rules::{Rule, parse_rules};
 use crate::cli::{BalanceArg, CaptureArgs, FlowArgs, FormatArg};
 use crate::privileges::{Outputs, RunAs, creatable};
 use crate::report::{
-    CaptureJson, StatusLine, finish, flow_lines, forward_line, rules_line, summary_line,
+    CaptureJson, StatusLine, finish, flow_lines, flow_loss, forward_line, rules_line, summary_line,
 };
 use crate::size;
 use crate::{Failure, in_range};
@@ -55,6 +58,10 @@ pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Fa
         ),
         Input::Datagrams(d) => (format!("receiving on {}", d.listen), None),
     };
+    let paced = match &cfg.flows {
+        Some(f) if matches!(cfg.input, Input::File(_)) => paced_export_lines(&f.export),
+        _ => Vec::new(),
+    };
     let mut status = StatusLine::new(&label, a.quiet, file_len);
     let quiet = a.quiet;
     let mut announce = |r: &pipeline::Ready| {
@@ -83,6 +90,9 @@ pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Fa
             );
         } else if !quiet {
             eprintln!("tapflow: reading {}, link-type {}", r.input, r.linktype);
+            for line in &paced {
+                eprintln!("{line}");
+            }
         }
         if let Some(l) = &r.rules {
             eprintln!(
@@ -115,11 +125,15 @@ pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Fa
             eprintln!("{}", rules_line(l));
         }
     }
-    finish(
+    let code = finish(
         a.summary_json.as_deref(),
         || CaptureJson::new(&summary),
         err,
-    )
+    )?;
+    match summary.flows.as_ref().and_then(flow_loss) {
+        Some(lost) => Err(lost),
+        None => Ok(code),
+    }
 }
 
 fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
@@ -310,6 +324,31 @@ pub(crate) fn flow_config(a: &FlowArgs, flows_cmd: bool) -> Result<Option<FlowCo
             rate: a.export_rate,
         },
     }))
+}
+
+/// For an offline run, one line per UDP collector saying that its export is paced, so a big
+/// trace takes time (seconds after its packets are read).
+fn paced_export_lines(e: &ExportConfig) -> Vec<String> {
+    let pace = match e.rate {
+        ExportRate::Unpaced => return Vec::new(),
+        ExportRate::PerSecond(n) => format!("{n} messages/s"),
+        ExportRate::Auto => format!(
+            "{:.2} MB/s ({} messages of 9000 bytes a second)",
+            f64::from(DEFAULT_BYTES_PER_SECOND) / 1e6,
+            DEFAULT_BYTES_PER_SECOND / 9000
+        ),
+    };
+    e.targets
+        .iter()
+        .filter(|t| t.format().transport == Transport::Udp)
+        .map(|t| {
+            format!(
+                "tapflow: {}: export paced at {pace} so that the collector loses nothing; a big \
+                 trace takes a while (--export-rate max: unpaced)",
+                t.name()
+            )
+        })
+        .collect()
 }
 
 /// The forwarding settings: collectors resolved, datagram size from `--mtu` or the route.

@@ -90,7 +90,11 @@ pub fn run(a: RecvArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
             eprintln!("{line}");
         }
     }
-    crate::report::finish(a.summary_json.as_deref(), || RecvJson::new(&summary), err)
+    let code = crate::report::finish(a.summary_json.as_deref(), || RecvJson::new(&summary), err)?;
+    match summary.flows.as_ref().and_then(crate::report::flow_loss) {
+        Some(lost) => Err(lost),
+        None => Ok(code),
+    }
 }
 
 fn config(a: &RecvArgs, ledger: &Arc<Mutex<Ledger>>) -> Result<CaptureConfig, Failure> {

@@ -183,8 +183,11 @@ pub fn flow_lines(f: &FlowSummary) -> Vec<String> {
         if o.messages > 0 {
             l.push_str(&format!(" in {} messages", o.messages));
         }
-        if o.failed > 0 {
-            l.push_str(&format!(", {} not encodable", o.failed));
+        if o.not_encodable > 0 {
+            l.push_str(&format!(", {} not encodable", o.not_encodable));
+        }
+        if o.lost_records > 0 {
+            l.push_str(&format!(", {} records lost", o.lost_records));
         }
         if o.lost_messages > 0 {
             l.push_str(&format!(", {} messages lost", o.lost_messages));
@@ -195,6 +198,22 @@ pub fn flow_lines(f: &FlowSummary) -> Vec<String> {
         lines.push(l);
     }
     lines
+}
+
+/// The failure of a run whose flow outputs lost records or messages (the exit lines say which
+/// and why): `None` when every output delivered everything.
+pub fn flow_loss(f: &FlowSummary) -> Option<Failure> {
+    let lost: Vec<String> = f
+        .export
+        .outputs
+        .iter()
+        .filter(|o| o.lost())
+        .map(|o| match (o.lost_records, o.lost_messages) {
+            (0, m) => format!("{} lost {m} messages", o.name),
+            (r, _) => format!("{} lost {r} records", o.name),
+        })
+        .collect();
+    (!lost.is_empty()).then(|| Failure::Runtime(format!("flow export: {}", lost.join(", "))))
 }
 
 /// The exit line of a capture with rules: what each rule matched (the first ten).

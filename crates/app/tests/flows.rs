@@ -6,13 +6,17 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use common::traffic::{self, Packet};
 use common::*;
-use tapflow_wire::{LinkType, ipfix};
+use tapflow_wire::LinkType;
+use tapflow_wire::build::{self, FrameSpec, L4};
+use tapflow_wire::ethernet::EthernetAddress;
+use tapflow_wire::{ipfix, pcap};
 
 /// One CSV flow record, by column name.
 type Row = BTreeMap<String, String>;
@@ -507,9 +511,10 @@ fn live_flows_on_two_workers_count_every_packet() {
     );
 }
 
-/// A real collector: `nfcapd` in the foreground, alone in a private namespace (so that
-/// namespace's UDP counters are its own), stopped with SIGTERM so it finishes its file;
-/// `nfdump -I` reads what it stored.
+/// A real collector as it comes: `nfcapd` with its default socket buffer (Linux's
+/// `rmem_default`, 212992 bytes: 12 datagrams of 9000 bytes), in the foreground, alone in a
+/// private namespace (so that namespace's UDP counters are its own), stopped with SIGTERM so it
+/// finishes its file; `nfdump -I` reads what it stored.
 struct Nfcapd {
     guard: ChildGuard,
     dir: tempfile::TempDir,
@@ -519,15 +524,22 @@ struct Nfcapd {
 /// nfcapd's port in its namespace.
 const NFCAPD_PORT: u16 = 2055;
 
-/// nfcapd's socket buffer (`-B`). The kernel grants at most twice `net.core.rmem_max` (8 MiB
-/// where that is 4 MiB): room for every message of the exports here, so that nfcapd may be
-/// starved of CPU for as long as the export takes; where rmem_max is Debian's default (208 KiB)
-/// it still holds about 25 full messages, 25 ms at the pace of `EXPORT_RATE`.
-const NFCAPD_BUFFER: &str = "16777216";
+/// What nfcapd stored (`nfdump -I`, by key) and the datagrams the kernel dropped before it
+/// read them.
+struct Stored {
+    stats: BTreeMap<String, String>,
+    dropped: u64,
+}
 
-/// Messages per second to nfcapd (`--export-rate`): this test is about sequence numbers and
-/// totals, not speed.
-const EXPORT_RATE: &str = "1000";
+impl Stored {
+    fn get(&self, k: &str) -> u64 {
+        self.stats
+            .get(k)
+            .unwrap_or_else(|| panic!("no {k} in {:?}", self.stats))
+            .parse()
+            .unwrap()
+    }
+}
 
 impl Nfcapd {
     fn start() -> Nfcapd {
@@ -536,7 +548,7 @@ impl Nfcapd {
         let child = ns
             .cmd("nfcapd")
             .args(["-b", "127.0.0.1", "-p", &NFCAPD_PORT.to_string()])
-            .args(["-B", NFCAPD_BUFFER, "-t", "3600", "-w"])
+            .args(["-t", "3600", "-w"])
             .arg(dir.path())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -573,13 +585,11 @@ impl Nfcapd {
             });
     }
 
-    /// Stops the collector once it has read everything sent; returns `nfdump -I`'s statistics
-    /// as (key, value) pairs and the datagrams the kernel dropped because nfcapd's socket
-    /// buffer was full.
-    fn stop(mut self) -> (BTreeMap<String, String>, u64) {
+    /// Stops the collector once it has read everything sent.
+    fn stop(mut self) -> Stored {
         self.wait_drained();
         // InErrors: a full socket buffer (RcvbufErrors), memory pressure (MemErrors), bad sums.
-        let overflows = self.ns.udp_counter("InErrors");
+        let dropped = self.ns.udp_counter("InErrors");
         self.guard.signal(libc::SIGTERM);
         let (status, err) = self.guard.wait_output(Duration::from_secs(10));
         assert!(status.success(), "nfcapd: {err}");
@@ -596,13 +606,39 @@ impl Nfcapd {
             .filter_map(|l| l.split_once(':'))
             .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
             .collect();
-        (stats, overflows)
+        Stored { stats, dropped }
     }
 }
 
-/// IPFIX, NetFlow v9 and v5 from `tapflow flows` into nfcapd: no sequence failure, and the
-/// flows, packets and bytes nfcapd stored are ours; for 4000 built conversations, IPv4 and
-/// IPv6, TCP and UDP, most both ways.
+/// Runs of [`export_by_default`] before it fails.
+const RUNS: u32 = 3;
+
+/// Exports `trace` in `scheme` with tapflow's defaults (pacing included) into a default
+/// nfcapd; returns our records, our stderr and what nfcapd stored. Unpaced, every run drops
+/// most datagrams. Paced by default, nfcapd's buffer lasts 72 ms (12 datagrams of 9000 bytes);
+/// on a loaded machine it is now and then off the CPU for longer (this VM stalls a sleeping
+/// process for over 100 ms about once a minute with both cores busy), so a run whose datagrams
+/// the kernel dropped is run again, and [`RUNS`] such runs in a row fail.
+fn export_by_default(trace: &Path, scheme: &str) -> (Vec<Row>, String, Stored) {
+    let url = format!("{scheme}://127.0.0.1:{NFCAPD_PORT}");
+    for run in 1..=RUNS {
+        let col = Nfcapd::start();
+        let (rows, err) = col.feed(trace, &["--export", &url]);
+        let stored = col.stop();
+        if stored.dropped == 0 {
+            return (rows, err, stored);
+        }
+        eprintln!(
+            "{scheme}, run {run}: the kernel dropped {} datagrams before nfcapd read them",
+            stored.dropped
+        );
+    }
+    panic!("{scheme}: nfcapd's socket buffer overflowed in {RUNS} runs at the default rate");
+}
+
+/// IPFIX, NetFlow v9 and v5 from `tapflow flows` at its defaults into a default nfcapd: no
+/// datagram dropped, no sequence failure, and the flows, packets and bytes nfcapd stored are
+/// ours; for 4000 built conversations, IPv4 and IPv6, TCP and UDP, most both ways.
 #[test]
 fn nfcapd_stores_our_export_with_no_sequence_failure() {
     let dir = tempfile::tempdir().unwrap();
@@ -623,29 +659,13 @@ fn nfcapd_stores_our_export_of_a_real_trace_with_no_sequence_failure() {
 fn nfcapd_stores_the_export_of(trace: &Path) {
     for scheme in ["ipfix", "nfv9", "nfv5"] {
         let url = format!("{scheme}://127.0.0.1:{NFCAPD_PORT}");
-        let mut runs = 0;
-        let (rows, err, stats) = loop {
-            runs += 1;
-            let col = Nfcapd::start();
-            let (rows, err) = col.feed(trace, &["--export", &url, "--export-rate", EXPORT_RATE]);
-            let (stats, overflows) = col.stop();
-            if overflows == 0 {
-                break (rows, err, stats);
-            }
-            eprintln!("{scheme}: the kernel dropped {overflows} datagrams before nfcapd");
-            assert!(
-                runs < 4,
-                "{scheme}: nfcapd's buffer overflowed in {runs} runs"
-            );
-        };
-        let get = |k: &str| -> u64 {
-            stats
-                .get(k)
-                .unwrap_or_else(|| panic!("{scheme}: no {k} in {stats:?}"))
-                .parse()
-                .unwrap()
-        };
-        assert_eq!(get("Sequence failures"), 0, "{scheme}: {stats:?}\n{err}");
+        let (rows, err, stored) = export_by_default(trace, scheme);
+        let stats = &stored.stats;
+        assert_eq!(
+            stored.get("Sequence failures"),
+            0,
+            "{scheme}: {stats:?}\n{err}"
+        );
         let v4: Vec<&Row> = rows.iter().filter(|r| !r["src"].contains(':')).collect();
         // nfcapd counts both directions of a biflow (reverse counters as "out"); v5 carries
         // IPv4 only.
@@ -666,9 +686,9 @@ fn nfcapd_stores_the_export_of(trace: &Path) {
                 .sum(),
             _ => rows.len() as u64,
         };
-        assert_eq!(get("Flows"), flows, "{scheme}: {stats:?}\n{err}");
-        assert_eq!(get("Packets"), packets, "{scheme}: {stats:?}");
-        assert_eq!(get("Bytes"), bytes, "{scheme}: {stats:?}");
+        assert_eq!(stored.get("Flows"), flows, "{scheme}: {stats:?}\n{err}");
+        assert_eq!(stored.get("Packets"), packets, "{scheme}: {stats:?}");
+        assert_eq!(stored.get("Bytes"), bytes, "{scheme}: {stats:?}");
         assert!(
             err.contains(&format!(
                 "{url}: {} records",
@@ -680,6 +700,277 @@ fn nfcapd_stores_the_export_of(trace: &Path) {
             "{scheme}: {err}"
         );
     }
+}
+
+/// Writes a pcap of `n` one-packet UDP flows (each from its own address and port), built with
+/// the project's frame builder, 1 µs apart.
+fn many_flows(path: &Path, n: u32) {
+    let mut out = Vec::new();
+    pcap::write_header(&mut out, LinkType::Ethernet, 65535);
+    let mut frame = [0u8; 64];
+    for i in 0..n {
+        let spec = FrameSpec {
+            src_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            dst_mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
+            src_ip: Ipv4Addr::from(0x0a00_0000 | i).into(),
+            dst_ip: Ipv4Addr::new(192, 0, 2, 1).into(),
+            proto: L4::Udp,
+            src_port: 1024 + (i % 60_000) as u16,
+            dst_port: 53,
+            frame_len: frame.len(),
+        };
+        build::build(&spec, &mut frame).unwrap();
+        let ns = 1_700_000_000_000_000_000 + u64::from(i) * 1000;
+        pcap::write_record(&mut out, ns, &frame, 64);
+    }
+    std::fs::write(path, out).unwrap();
+}
+
+/// The flows of a big trace end at once, at the end of the file: by default the export is
+/// paced so that a default nfcapd takes every record of 50,000 flows (unpaced, it stored 6–41%
+/// of the records of real captures).
+#[test]
+fn default_export_of_many_flows_reaches_a_default_nfcapd_whole() {
+    const FLOWS: u32 = 50_000;
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("many.pcap");
+    many_flows(&trace, FLOWS);
+    let (rows, err, stored) = export_by_default(&trace, "ipfix");
+    assert_eq!(rows.len() as u64, u64::from(FLOWS), "{err}");
+    assert_eq!(
+        stored.get("Sequence failures"),
+        0,
+        "{:?}\n{err}",
+        stored.stats
+    );
+    assert_eq!(
+        stored.get("Flows"),
+        u64::from(FLOWS),
+        "{:?}\n{err}",
+        stored.stats
+    );
+    assert_eq!(
+        stored.get("Packets"),
+        u64::from(FLOWS),
+        "{:?}",
+        stored.stats
+    );
+    // 64-byte frames: 50 bytes of IP each.
+    assert_eq!(
+        stored.get("Bytes"),
+        u64::from(FLOWS) * 50,
+        "{:?}",
+        stored.stats
+    );
+}
+
+/// Nothing listens on the collector's port: every datagram comes back refused, the exit line
+/// counts them as lost messages, the summary carries the count, and the run fails (exit 1)
+/// naming the output, paced or not.
+#[test]
+fn export_to_a_port_where_nothing_listens_fails_naming_the_loss() {
+    let ns = Netns::new("nol");
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("some.pcap");
+    many_flows(&trace, 2000);
+    let url = "ipfix://127.0.0.1:4739";
+    for rate in ["max", "2000"] {
+        let json = dir.path().join(format!("sum-{rate}.json"));
+        let o = run_limited(
+            ns.tapflow(&["flows", "-q", "-r"])
+                .arg(&trace)
+                .args(["--export", url, "--export-rate", rate, "--summary-json"])
+                .arg(&json),
+            Duration::from_secs(60),
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{rate}: {err}");
+        let text = std::fs::read_to_string(&json).unwrap();
+        let lost = json_u64(&text, "flows.outputs.0.lost_messages");
+        assert!(lost > 0, "{rate}: {text}");
+        assert!(
+            err.contains(&format!("{lost} messages lost (error: Connection refused")),
+            "{rate}: {err}"
+        );
+        assert_eq!(
+            err.lines().last(),
+            Some(format!("tapflow: error: flow export: {url} lost {lost} messages").as_str()),
+            "{rate}: {err}"
+        );
+        if rate != "max" {
+            // Paced, each datagram is refused on its own: all of them are counted.
+            let sent = json_u64(&text, "flows.outputs.0.messages");
+            assert_eq!(sent, 0, "{text}");
+            assert!(lost >= 2000 / 107, "{text}");
+        }
+    }
+}
+
+/// A tmpfs of 64 KiB, unmounted (and its directory removed) on drop.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn new() -> SmallDisk {
+        require_root();
+        let dir = tempfile::tempdir().unwrap();
+        run_ok(
+            Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "size=64k", "tapflow-test"])
+                .arg(dir.path()),
+        );
+        SmallDisk { dir }
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+/// `--json` and `--csv` to a full disk: the lines that reached it are the records the exit lines
+/// report written, the rest are counted lost (in the exit lines and the summary), and the run
+/// fails (exit 1) naming both outputs.
+#[test]
+fn text_outputs_to_a_full_disk_fail_naming_the_lost_records() {
+    let disk = SmallDisk::new();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("some.pcap");
+    many_flows(&trace, 5000);
+    let (json, csv) = (
+        disk.dir.path().join("f.json"),
+        disk.dir.path().join("f.csv"),
+    );
+    let sum = dir.path().join("sum.json");
+    let o = run_limited(
+        tapflow(["flows", "-q", "-r"])
+            .arg(&trace)
+            .arg("--json")
+            .arg(&json)
+            .arg("--csv")
+            .arg(&csv)
+            .arg("--summary-json")
+            .arg(&sum),
+        Duration::from_secs(60),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let text = std::fs::read_to_string(&sum).unwrap();
+    let mut named = Vec::new();
+    for (i, (path, head)) in [(&json, 0), (&csv, 1)].into_iter().enumerate() {
+        let at = |k: &str| json_u64(&text, &format!("flows.outputs.{i}.{k}"));
+        let whole = std::fs::read(path)
+            .unwrap()
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count() as u64;
+        let (written, lost) = (at("records"), at("lost_records"));
+        assert_eq!(
+            written,
+            whole.saturating_sub(head),
+            "{}: {text}",
+            path.display()
+        );
+        assert_eq!(written + lost, 5000, "{text}");
+        assert!(lost > 0, "{text}");
+        let name = json_at(&text, &format!("flows.outputs.{i}.output"));
+        let name = name.as_str().unwrap();
+        assert!(
+            err.contains(&format!(
+                "{name}: {written} records, {lost} records lost (error: "
+            )),
+            "{err}"
+        );
+        named.push(format!("{name} lost {lost} records"));
+    }
+    assert_eq!(
+        err.lines().last(),
+        Some(format!("tapflow: error: flow export: {}", named.join(", ")).as_str()),
+        "{err}"
+    );
+}
+
+/// When the kernel queued the datagram last received on `sock` (`SIOCGSTAMPNS`; over loopback,
+/// when it was sent): a reader that falls behind still sees when each one arrived. The first
+/// call, before any datagram, turns the stamping on and returns `None`.
+fn arrival(sock: &std::net::UdpSocket) -> Option<Duration> {
+    use std::os::fd::AsRawFd;
+    /// `SIOCGSTAMPNS` (`SIOCGSTAMPNS_OLD` in the kernel's headers, a 64-bit timespec here).
+    const SIOCGSTAMPNS: libc::c_ulong = 0x8907;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: the ioctl writes one timespec into `ts`, which is live and writable.
+    let r = unsafe { libc::ioctl(sock.as_raw_fd(), SIOCGSTAMPNS, &mut ts) };
+    (r == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+}
+
+/// `--export-rate N` spaces the messages 1/N s apart, one by one: never a run of them at once
+/// after a wait.
+#[test]
+fn paced_export_spaces_its_messages_evenly() {
+    const RATE: u32 = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("some.pcap");
+    // About 60 messages of 1500 bytes, all ready at once at the end of the file.
+    many_flows(&trace, 1000);
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    assert_eq!(arrival(&sock), None);
+    let url = format!("ipfix://{}", sock.local_addr().unwrap());
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let receiver = std::thread::spawn({
+        let done = std::sync::Arc::clone(&done);
+        move || {
+            let mut buf = vec![0u8; 65536];
+            let mut at = Vec::new();
+            loop {
+                match sock.recv(&mut buf) {
+                    Ok(_) => at.push(arrival(&sock).expect("SIOCGSTAMPNS")),
+                    Err(_) if done.load(std::sync::atomic::Ordering::Acquire) => break,
+                    Err(_) => {}
+                }
+            }
+            at
+        }
+    });
+    let rate = RATE.to_string();
+    let args = [
+        "--export",
+        &url,
+        "--export-rate",
+        &rate,
+        "--export-mtu",
+        "1500",
+    ];
+    let (_, err) = flows_of(&trace, &args);
+    done.store(true, std::sync::atomic::Ordering::Release);
+    let at = receiver.join().unwrap();
+    let n = at.len();
+    assert!(n >= 50, "{n} messages\n{err}");
+    let interval = Duration::from_secs(1) / RATE;
+    // Each message is due one interval after the one before. One that leaves late (the
+    // exporter was off the CPU) may be followed at once by the next if that one is less than an
+    // interval late; later than that, the schedule restarts. So a window of k intervals holds
+    // at most k + 3: k + 2 dues, and one message sent long after it was due.
+    let window = interval * 5;
+    for (i, t) in at.iter().enumerate() {
+        let inside = at[i..].iter().take_while(|&&u| u - *t < window).count();
+        assert!(
+            inside <= 8,
+            "{inside} messages within {window:?} from message {i}: {:?}",
+            at.iter().map(|u| *u - at[0]).collect::<Vec<_>>()
+        );
+    }
+    let span = at[n - 1] - at[0];
+    assert!(
+        span >= interval * (n as u32 - 4),
+        "{n} messages in {span:?} at {RATE}/s"
+    );
 }
 
 /// UDP messages fill the route's MTU to the collector, at most 9000, unless --export-mtu says

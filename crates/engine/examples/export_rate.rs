@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tapflow_engine::sink::flow::export::{BATCH, ExportConfig, ExportTarget, Exporter, MeterClock};
+use tapflow_engine::sink::flow::export::{
+    BATCH, ExportConfig, ExportRate, ExportTarget, Exporter, MeterClock,
+};
 use tapflow_wire::flowrecord::{EndReason, FlowRecord};
 use tapflow_wire::ipfix;
 
@@ -76,7 +78,7 @@ fn main() {
             targets: vec![ExportTarget::collector("ipfix", addr).expect("target")],
             mtu: Some(mtu),
             observation_domain: 1,
-            rate: None,
+            rate: ExportRate::Unpaced,
         },
         MeterClock::Packets,
     )

@@ -533,7 +533,7 @@ mod tests {
     /// `hook` as its privilege drop.
     fn run_with_hook(dir: &std::path::Path, hook: Hook) -> (Summary, Option<EngineError>) {
         use crate::sink::file::Format;
-        use crate::sink::flow::export::{ExportConfig, ExportTarget};
+        use crate::sink::flow::export::{ExportConfig, ExportRate, ExportTarget};
         use crate::sink::flow::table::{DEFAULT_IDLE_SECS, TableConfig};
         let input = dir.join("in.pcap");
         let mut bytes = Vec::new();
@@ -564,7 +564,7 @@ mod tests {
                 ],
                 mtu: None,
                 observation_domain: 1,
-                rate: None,
+                rate: ExportRate::Unpaced,
             },
         });
         cfg.control = Some(dir.join("ctl.sock"));

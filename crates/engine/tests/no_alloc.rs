@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tapflow_engine::pipeline::{self, CaptureConfig, Input};
 use tapflow_engine::sink::file::{Format, WriterConfig};
-use tapflow_engine::sink::flow::export::{ExportConfig, ExportTarget};
+use tapflow_engine::sink::flow::export::{ExportConfig, ExportRate, ExportTarget};
 use tapflow_engine::sink::flow::meter::FlowConfig;
 use tapflow_engine::sink::flow::table::{CLASSES, TableConfig};
 use tapflow_engine::sink::forward::{Balance, ForwardConfig, payload_for_mtu};
@@ -118,7 +118,7 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
                 ],
                 mtu: Some(1500),
                 observation_domain: 1,
-                rate: None,
+                rate: ExportRate::Unpaced,
             },
         }),
         rules: flows.then(|| {

@@ -1,6 +1,7 @@
 //! UDP sockets for header forwarding and flow export: batched sends (`sendmmsg`, equal
-//! datagrams as segmented runs) on a connected, non-blocking socket, batched receives
-//! (`recvmmsg`) into one reusable buffer, receive-buffer sizing and the route's MTU (`IP_MTU`).
+//! datagrams as segmented runs) on a connected, non-blocking socket, the network's refusals of
+//! sent datagrams (`IP_RECVERR`), batched receives (`recvmmsg`) into one reusable buffer,
+//! receive-buffer sizing and the route's MTU (`IP_MTU`).
 //!
 //! Plain socket setup (socket, bind, connect, non-blocking, timeouts) goes through
 //! `std::net::UdpSocket`; only the calls std does not offer are made here.
@@ -80,6 +81,19 @@ pub struct SendOutcome {
     /// Why the datagram at index `sent` was refused, if one was.
     pub error: Option<io::Error>,
 }
+
+/// What [`UdpSocket::take_refusals`] found on the error queue.
+#[derive(Debug, Default)]
+pub struct Refusals {
+    /// Datagrams sent earlier that the network reported undelivered (an ICMP or ICMPv6 error:
+    /// port unreachable when nothing listens, host unreachable, time exceeded, ...).
+    pub datagrams: u64,
+    /// The first one's error (`ECONNREFUSED` for port unreachable).
+    pub first: Option<io::Error>,
+}
+
+/// Control room for one queued error: the extended error and the offender's address.
+const ERRQUEUE_CONTROL: usize = 256;
 
 fn err(call: &'static str, what: &str, e: io::Error) -> SysError {
     SysError::call_with(call, what, "", e)
@@ -162,6 +176,88 @@ impl UdpSocket {
             .getsockopt_int(libc::SOL_SOCKET, plain)
             .map_err(|e| err("getsockopt", &format!("{} ({what})", self.name), e))?;
         Ok(usize::try_from(got).unwrap_or(0))
+    }
+
+    /// Queues every ICMP error about a datagram sent from this socket (`IP_RECVERR` /
+    /// `IPV6_RECVERR`), one entry per datagram, for [`UdpSocket::take_refusals`] to count.
+    /// Without it a connected socket keeps one pending error, which fails (and so hides) the
+    /// next send, and many refusals collapse into one.
+    #[doc(alias = "IP_RECVERR")]
+    pub fn queue_refusals(&self) -> Result<(), SysError> {
+        let (level, name) = if matches!(self.local_addr()?, SocketAddr::V6(_)) {
+            (libc::IPPROTO_IPV6, libc::IPV6_RECVERR)
+        } else {
+            (libc::IPPROTO_IP, libc::IP_RECVERR)
+        };
+        self.setsockopt_int(level, name, 1)
+            .map_err(|e| err("setsockopt(IP_RECVERR)", &self.name, e))
+    }
+
+    /// Reads the socket's error queue empty (`MSG_ERRQUEUE`, never waiting) and counts the
+    /// datagrams the network refused; emptying it also clears the pending error, so the next
+    /// send is not failed by an earlier datagram's. Errors the stack raised locally are left
+    /// out: the send that met them already failed. Needs [`UdpSocket::queue_refusals`].
+    #[doc(alias = "MSG_ERRQUEUE")]
+    pub fn take_refusals(&self) -> Refusals {
+        let mut found = Refusals::default();
+        loop {
+            let mut data = [0u8; 64];
+            let mut control = [0u64; ERRQUEUE_CONTROL / 8];
+            let mut iov = libc::iovec {
+                iov_base: data.as_mut_ptr().cast(),
+                iov_len: data.len(),
+            };
+            // SAFETY: msghdr is a plain C struct for which all-zero is valid.
+            let mut h: libc::msghdr = unsafe { zeroed() };
+            h.msg_iov = &mut iov;
+            h.msg_iovlen = 1;
+            h.msg_control = control.as_mut_ptr().cast();
+            h.msg_controllen = ERRQUEUE_CONTROL as _;
+            // SAFETY: `h` points at one iovec over `data` and at `control`, both live and
+            // exclusively borrowed for the call; the kernel writes at most their lengths (and
+            // the lengths and flags inside `h`).
+            let n = unsafe {
+                libc::recvmsg(
+                    self.sock.as_raw_fd(),
+                    &mut h,
+                    libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+                )
+            };
+            if n < 0 {
+                if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                // EAGAIN: the queue is empty.
+                return found;
+            }
+            // SAFETY: `h` was filled by the kernel: CMSG_FIRSTHDR and CMSG_NXTHDR stay within
+            // `msg_controllen` bytes of `control` and return null past the last header.
+            let mut c = unsafe { libc::CMSG_FIRSTHDR(&h) };
+            while !c.is_null() {
+                // SAFETY: `c` is a header the kernel wrote inside `control`.
+                let hdr = unsafe { &*c };
+                let extended = (hdr.cmsg_level == libc::SOL_IP
+                    && hdr.cmsg_type == libc::IP_RECVERR)
+                    || (hdr.cmsg_level == libc::SOL_IPV6 && hdr.cmsg_type == libc::IPV6_RECVERR);
+                if extended {
+                    // SAFETY: an IP(V6)_RECVERR message carries a sock_extended_err (and the
+                    // offender's address after it); CMSG_DATA may be unaligned for it.
+                    let ee: libc::sock_extended_err =
+                        unsafe { ptr::read_unaligned(libc::CMSG_DATA(c).cast()) };
+                    if matches!(
+                        ee.ee_origin,
+                        libc::SO_EE_ORIGIN_ICMP | libc::SO_EE_ORIGIN_ICMP6
+                    ) {
+                        found.datagrams += 1;
+                        found.first.get_or_insert_with(|| {
+                            io::Error::from_raw_os_error(ee.ee_errno as i32)
+                        });
+                    }
+                }
+                // SAFETY: as for CMSG_FIRSTHDR.
+                c = unsafe { libc::CMSG_NXTHDR(&h, c) };
+            }
+        }
     }
 
     /// The MTU of the route to the connected peer (`IP_MTU` / `IPV6_MTU`).
@@ -318,6 +414,13 @@ impl UdpSocket {
             sent += runs[..n as usize].iter().sum::<usize>();
         }
         SendOutcome { sent, error: None }
+    }
+
+    /// Sends every datagram on its own from now on, never in segmented runs: each datagram the
+    /// network refuses then comes back as its own error (a segmented run refused on the host
+    /// itself, before it was cut, comes back as one).
+    pub fn stop_segmenting(&self) {
+        self.segment.store(false, Ordering::Relaxed);
     }
 
     /// Whether sends still go as segmented runs (false once the route refused them).
@@ -596,5 +699,40 @@ mod tests {
             std::thread::sleep(Duration::from_millis(2));
         }
         assert!(refused);
+    }
+
+    #[test]
+    fn every_refused_datagram_is_counted_once() {
+        let gone = UdpSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let to = gone.local_addr().unwrap();
+        drop(gone);
+        let tx = UdpSocket::connect(to).unwrap();
+        tx.queue_refusals().unwrap();
+        let mut refused = 0;
+        for _ in 0..5 {
+            // Emptying the queue clears the pending error: each send goes out.
+            let out = tx.send_batch(&[[0u8; 8]]);
+            assert_eq!(out.sent, 1, "{:?}", out.error);
+            refused += tx.take_refusals().datagrams;
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while refused < 5 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+            refused += tx.take_refusals().datagrams;
+        }
+        assert_eq!(refused, 5);
+        // A refusal names its error.
+        let out = tx.send_batch(&[[0u8; 8]]);
+        assert_eq!(out.sent, 1);
+        let mut r = tx.take_refusals();
+        while r.datagrams == 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+            r = tx.take_refusals();
+        }
+        assert_eq!(
+            r.first.and_then(|e| e.raw_os_error()),
+            Some(libc::ECONNREFUSED)
+        );
+        assert_eq!(tx.take_refusals().datagrams, 0, "read once");
     }
 }

@@ -6,12 +6,15 @@
 //! batch, never per packet) and get the emptied batch back for reuse. A worker waits when the
 //! queue is full, like it waits for a slow disk; nothing is dropped on the way.
 
-use std::io::{self, BufWriter, Write};
+use std::fmt;
+use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tapflow_sys::udp::UdpSocket;
@@ -125,14 +128,6 @@ pub enum ExportError {
         path: PathBuf,
         /// The failed call.
         source: SysError,
-    },
-    /// The first bytes of a text output (a header line) could not be written.
-    #[error("{output}: cannot write: {source}")]
-    Write {
-        /// The output, as a URL.
-        output: String,
-        /// The OS error.
-        source: io::Error,
     },
     /// The format's encoder refused the settings (a message size below its least).
     #[error("{output}: {source}")]
@@ -296,10 +291,60 @@ pub struct ExportConfig {
     pub mtu: Option<u32>,
     /// IPFIX observation domain / NetFlow v9 source id.
     pub observation_domain: u32,
-    /// Most messages per second to each UDP collector (`None`: as fast as the socket takes
-    /// them). A collector's receive buffer holds a burst of a few thousand datagrams at best;
-    /// a trace replayed at full speed ends 300k flows in a second.
-    pub rate: Option<u32>,
+    /// How fast messages leave for each UDP collector.
+    pub rate: ExportRate,
+}
+
+/// Bytes of messages a second to a UDP collector by default (`--export-rate auto`): what a
+/// default `nfcapd` on the same host receives without loss with both cores busy, with a margin
+/// (docs/flows.md, "Pacing"): 166 messages of 9000 bytes a second, 1,000 of 1500.
+pub const DEFAULT_BYTES_PER_SECOND: u32 = 1_500_000;
+
+/// How fast messages leave for a UDP collector (`--export-rate`).
+///
+/// A collector's socket buffer is small (Linux's default, 212992 bytes, holds 12 datagrams of
+/// 9000 bytes, 92 of 1500) and an offline run ends 300k flows in a fraction of a second:
+/// unpaced, most of them are dropped before the collector reads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExportRate {
+    /// [`DEFAULT_BYTES_PER_SECOND`]: each message takes the time its length is worth, so a
+    /// collector's buffer fills no faster with small messages than with large ones.
+    #[default]
+    Auto,
+    /// At most this many messages a second, evenly spaced.
+    PerSecond(NonZeroU32),
+    /// As fast as the socket takes them, in runs of up to 128 KiB.
+    Unpaced,
+}
+
+/// `auto`, `N` messages a second, or `max` (unpaced).
+impl fmt::Display for ExportRate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExportRate::Auto => f.write_str("auto"),
+            ExportRate::PerSecond(n) => write!(f, "{n}"),
+            ExportRate::Unpaced => f.write_str("max"),
+        }
+    }
+}
+
+/// `auto`; `N` messages a second; `max` or `0`: unpaced.
+impl FromStr for ExportRate {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<ExportRate, String> {
+        match s {
+            "auto" => return Ok(ExportRate::Auto),
+            "max" => return Ok(ExportRate::Unpaced),
+            _ => {}
+        }
+        match s.parse::<u32>() {
+            Ok(n) => Ok(NonZeroU32::new(n).map_or(ExportRate::Unpaced, ExportRate::PerSecond)),
+            Err(_) => Err(format!(
+                "'{s}' is not a number of messages a second, 'auto' or 'max'"
+            )),
+        }
+    }
 }
 
 /// What one output did.
@@ -308,17 +353,28 @@ pub struct OutputReport {
     /// The output, as a URL or `format:path`.
     #[serde(rename = "output")]
     pub name: String,
-    /// Flow records written or sent.
+    /// Flow records encoded into messages (to a collector), or written as lines (text).
     pub records: u64,
-    /// Messages (datagrams, TCP messages) sent; 0 for text.
+    /// Messages (datagrams, TCP messages) sent and not refused; 0 for text.
     pub messages: u64,
-    /// Records the format cannot carry (IPv6 in NetFlow v5), or text that could not be written.
-    pub failed: u64,
-    /// Messages the network refused (no collector listening, no buffer room after waiting a
-    /// second, a broken TCP session); the collector sees them as a sequence gap.
+    /// Records the format cannot carry (IPv6 in NetFlow v5).
+    pub not_encodable: u64,
+    /// Text: records whose lines could not be written (a full disk, a closed pipe).
+    pub lost_records: u64,
+    /// Collectors: messages that could not be sent (no buffer room after waiting a second, a
+    /// broken TCP session) or that the network refused (no collector listening); the collector
+    /// sees them as a sequence gap. A host that refuses does not always say so (ICMP errors are
+    /// rate-limited), so over UDP this is a lower bound.
     pub lost_messages: u64,
     /// The first delivery error, if any.
     pub error: Option<String>,
+}
+
+impl OutputReport {
+    /// Whether records or messages were lost on the way out.
+    pub fn lost(&self) -> bool {
+        self.lost_records > 0 || self.lost_messages > 0
+    }
 }
 
 /// What the exporter did.
@@ -478,6 +534,8 @@ struct Output {
     name: String,
     encoder: Box<dyn FlowEncoder>,
     link: Link,
+    /// Lines the encoder wrote before any record (a header).
+    head_lines: u64,
 }
 
 /// Where an output's messages go.
@@ -489,16 +547,17 @@ enum Link {
     Text(TextSink),
 }
 
-/// Messages queued for one `sendmmsg`.
+/// Messages queued for one unpaced `sendmmsg`.
 const SEND_BATCH: usize = 32;
-/// Bytes queued for one `sendmmsg`: a run this long fits an idle collector's socket buffer at
-/// Linux's default size (`net.core.rmem_default`, 212992 bytes).
+/// Bytes queued for one unpaced `sendmmsg`: a run this long fits an idle collector's socket
+/// buffer at Linux's default size (`net.core.rmem_default`, 212992 bytes).
 const SEND_BYTES: usize = 128 << 10;
-/// How long a message may wait for a full run before it is sent anyway. Every send wakes the
-/// collector, so unpaced messages leave in runs, not one worker batch at a time (offline,
-/// 3,346 messages took 768 sends before). The exporter's idle tick (100 ms) sends the rest.
+/// How long an unpaced message may wait for a full run before it is sent anyway. Every send
+/// wakes the collector, so unpaced messages leave in runs, not one worker batch at a time
+/// (offline, 3,346 messages took 768 sends before). The exporter's idle tick (100 ms) sends the
+/// rest.
 const SEND_DELAY: Duration = Duration::from_millis(100);
-/// How long a UDP send waits for room in the socket buffer before the messages count as lost.
+/// How long a UDP send waits for room in the socket buffer before the message counts as lost.
 const SEND_PATIENCE: Duration = Duration::from_secs(1);
 /// RFC 7011 §10.4.2.3: reconnect a TCP session at most once a minute.
 const RECONNECT_EVERY_NS: u64 = 60_000_000_000;
@@ -510,6 +569,53 @@ enum Socket {
     Tcp(Option<TcpStream>),
 }
 
+/// How long a message holds the line: a fixed interval, or the time its bytes are worth.
+#[derive(Debug, Clone, Copy)]
+enum Pace {
+    Interval(Duration),
+    BytesPerSecond(u32),
+}
+
+/// Spaces messages evenly: each leaves when the one before has had its time. A message late
+/// for its slot (the exporter was busy or off the CPU) leaves at once, and the schedule restarts
+/// from it once it is more than its own time behind: lateness is never made up by a burst.
+#[derive(Debug)]
+struct Pacer {
+    pace: Pace,
+    /// When the next message may leave.
+    next: Option<Instant>,
+}
+
+impl Pacer {
+    fn new(pace: Pace) -> Pacer {
+        Pacer { pace, next: None }
+    }
+
+    /// How long a message of `len` bytes ready at `now` waits before it leaves; books its slot.
+    fn delay(&mut self, now: Instant, len: usize) -> Duration {
+        let time = match self.pace {
+            Pace::Interval(d) => d,
+            Pace::BytesPerSecond(b) => {
+                Duration::from_nanos(len as u64 * 1_000_000_000 / u64::from(b.max(1)))
+            }
+        };
+        let due = match self.next {
+            Some(t) if now <= t + time => t,
+            _ => now,
+        };
+        self.next = Some(due + time);
+        due.saturating_duration_since(now)
+    }
+
+    /// Sleeps until a message of `len` bytes may leave.
+    fn wait(&mut self, len: usize) {
+        let d = self.delay(Instant::now(), len);
+        if !d.is_zero() {
+            thread::sleep(d);
+        }
+    }
+}
+
 /// A collector: its socket and the messages waiting to be sent.
 #[derive(Debug)]
 struct Collector {
@@ -518,15 +624,13 @@ struct Collector {
     pending: Vec<Vec<u8>>,
     queued: usize,
     /// When the oldest queued message was queued.
-    queued_at: Option<std::time::Instant>,
-    /// Messages the socket refused or that could not be written.
+    queued_at: Option<Instant>,
+    /// Messages the network refused, or that could not be sent or written.
     lost: u64,
     last_connect_ns: u64,
     error: Option<String>,
-    /// Pacing: messages per second, the time the first paced message left, and messages since.
-    rate: Option<u32>,
-    paced_since: Option<std::time::Instant>,
-    paced: u64,
+    /// UDP under `--export-rate`: each message leaves alone, when it is due.
+    pacer: Option<Pacer>,
 }
 
 impl Collector {
@@ -549,10 +653,12 @@ impl Collector {
             // A stream is not cut into datagrams: the format's own limit applies.
             (Socket::Tcp(Some(s)), usize::MAX)
         } else {
-            let s = UdpSocket::connect(addr).map_err(|source| ExportError::Socket {
+            let fail = |source| ExportError::Socket {
                 output: name.to_owned(),
                 source,
-            })?;
+            };
+            let s = UdpSocket::connect(addr).map_err(fail)?;
+            s.queue_refusals().map_err(fail)?;
             let _ = s.set_sndbuf(4 << 20);
             // RFC 7011 §10.3.3: no larger than the path MTU (as this host knows it).
             let mtu = cfg.mtu.unwrap_or_else(|| {
@@ -563,6 +669,15 @@ impl Collector {
         };
         // Room for the largest message a 16-bit length field describes, without reallocating.
         let capacity = max_len.min(usize::from(u16::MAX));
+        let pacer = match (transport, cfg.rate) {
+            (Transport::Udp, ExportRate::PerSecond(r)) => {
+                Some(Pacer::new(Pace::Interval(Duration::from_secs(1) / r.get())))
+            }
+            (Transport::Udp, ExportRate::Auto) => {
+                Some(Pacer::new(Pace::BytesPerSecond(DEFAULT_BYTES_PER_SECOND)))
+            }
+            _ => None,
+        };
         let c = Collector {
             addr,
             socket,
@@ -574,24 +689,28 @@ impl Collector {
             lost: 0,
             last_connect_ns: tapflow_sys::clock::realtime_ns(),
             error: None,
-            rate: cfg.rate.filter(|&r| r > 0),
-            paced_since: None,
-            paced: 0,
+            pacer,
         };
         Ok((c, max_len))
     }
 
-    /// After a batch is queued: paced messages leave as they are due, never in runs; unpaced
-    /// ones once the oldest has waited [`SEND_DELAY`].
+    /// After a batch is encoded: unpaced messages leave once the oldest has waited
+    /// [`SEND_DELAY`].
     fn batch_done(&mut self) {
-        if self.rate.is_some() || self.queued_at.is_some_and(|t| t.elapsed() >= SEND_DELAY) {
+        if self.queued_at.is_some_and(|t| t.elapsed() >= SEND_DELAY) {
             self.send();
         }
     }
 
-    /// Copies one finished message into the send queue, sending the queue first when the message
-    /// would overfill it ([`SEND_BATCH`] messages, [`SEND_BYTES`] bytes).
+    /// Takes one finished message. Paced, it leaves alone when it is due; unpaced, it joins the
+    /// send queue, which is sent first when the message would overfill it ([`SEND_BATCH`]
+    /// messages, [`SEND_BYTES`] bytes).
     fn queue(&mut self, m: &[u8]) {
+        if let (Some(pacer), Socket::Udp(sock)) = (&mut self.pacer, &self.socket) {
+            pacer.wait(m.len());
+            send_udp(sock, &[m], &mut self.lost, &mut self.error);
+            return;
+        }
         let queued_bytes: usize = self.pending[..self.queued].iter().map(Vec::len).sum();
         if self.queued == SEND_BATCH || queued_bytes + m.len() > SEND_BYTES {
             self.send();
@@ -600,36 +719,17 @@ impl Collector {
         buf.clear();
         buf.extend_from_slice(m);
         self.queued += 1;
-        self.queued_at.get_or_insert_with(std::time::Instant::now);
+        self.queued_at.get_or_insert_with(Instant::now);
     }
 
-    /// Sends the queued messages: UDP in `sendmmsg` batches, waiting up to [`SEND_PATIENCE`]
-    /// for room in the socket buffer; TCP with blocking writes.
+    /// Sends the queued messages (UDP in `sendmmsg` runs, TCP with blocking writes), and counts
+    /// the datagrams sent earlier that the network has refused since.
     fn send(&mut self) {
-        self.pace();
         let msgs = &self.pending[..self.queued];
         self.queued = 0;
         self.queued_at = None;
         match &mut self.socket {
-            Socket::Udp(sock) => {
-                let mut done = 0;
-                let mut waited = Duration::ZERO;
-                while done < msgs.len() {
-                    let o = sock.send_batch(&msgs[done..]);
-                    done += o.sent;
-                    let Some(e) = o.error else { continue };
-                    if e.kind() == io::ErrorKind::WouldBlock && waited < SEND_PATIENCE {
-                        thread::sleep(Duration::from_micros(200));
-                        waited += Duration::from_micros(200);
-                        continue;
-                    }
-                    // Refused (no collector yet) or no room after waiting: this one is lost,
-                    // and the collector sees it in the sequence numbers.
-                    self.lost += 1;
-                    self.error.get_or_insert_with(|| e.to_string());
-                    done += 1;
-                }
-            }
+            Socket::Udp(sock) => send_udp(sock, msgs, &mut self.lost, &mut self.error),
             Socket::Tcp(stream) => {
                 for m in msgs {
                     let Some(s) = stream else {
@@ -643,20 +743,6 @@ impl Collector {
                     }
                 }
             }
-        }
-    }
-
-    /// Waits until the queued messages may leave under `--export-rate`.
-    fn pace(&mut self) {
-        let Some(rate) = self.rate else { return };
-        if self.queued == 0 {
-            return;
-        }
-        let start = *self.paced_since.get_or_insert_with(std::time::Instant::now);
-        self.paced += self.queued as u64;
-        let due = Duration::from_secs_f64(self.paced as f64 / f64::from(rate));
-        if let Some(wait) = due.checked_sub(start.elapsed()) {
-            thread::sleep(wait);
         }
     }
 
@@ -679,18 +765,69 @@ impl Collector {
     }
 }
 
-/// A text output: a buffered file or standard output.
+/// Sends `msgs` to a UDP collector and adds to `lost` every datagram that did not reach it as
+/// far as this host can tell: a send that failed (no room after [`SEND_PATIENCE`], no route),
+/// and every datagram the network refused (an ICMP error: port unreachable when no collector
+/// listens). A send failed by an earlier datagram's refusal is counted once, as that refusal,
+/// and tried again. A segmented run refused before it was cut (a collector on this host) is
+/// one refusal: the first is counted so, the socket then sends datagram by datagram.
+fn send_udp<B: AsRef<[u8]>>(
+    sock: &UdpSocket,
+    msgs: &[B],
+    lost: &mut u64,
+    error: &mut Option<String>,
+) {
+    let refused = |lost: &mut u64, error: &mut Option<String>| {
+        let r = sock.take_refusals();
+        *lost += r.datagrams;
+        if let Some(e) = r.first {
+            error.get_or_insert_with(|| e.to_string());
+            // From now on each refused datagram is counted, not each refused run.
+            sock.stop_segmenting();
+        }
+        r.datagrams
+    };
+    let mut done = 0;
+    let mut waited = Duration::ZERO;
+    let mut retried = false;
+    while done < msgs.len() {
+        let o = sock.send_batch(&msgs[done..]);
+        done += o.sent;
+        let Some(e) = o.error else { continue };
+        if e.kind() == io::ErrorKind::WouldBlock && waited < SEND_PATIENCE {
+            thread::sleep(Duration::from_micros(200));
+            waited += Duration::from_micros(200);
+            continue;
+        }
+        if refused(lost, error) > 0 && !retried {
+            retried = true;
+            continue;
+        }
+        *lost += 1;
+        error.get_or_insert_with(|| e.to_string());
+        done += 1;
+        retried = false;
+    }
+    refused(lost, error);
+}
+
+/// Bytes gathered before a text output is written: one `write` per 64 KiB of lines.
+const TEXT_BUFFER: usize = 1 << 16;
+
+/// A text output: lines gathered in a buffer and written to a file or standard output, with an
+/// exact count of the lines that reached it. After a failed write nothing more is written.
 struct TextSink {
-    w: BufWriter<Box<dyn Write + Send>>,
-    /// Lines not written: the one that failed and every one after it.
-    lost: u64,
+    out: Box<dyn Write + Send>,
+    buf: Vec<u8>,
+    /// Lines wholly written.
+    written: u64,
     error: Option<String>,
 }
 
 impl std::fmt::Debug for TextSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TextSink")
-            .field("lost", &self.lost)
+            .field("written", &self.written)
             .field("error", &self.error)
             .finish()
     }
@@ -699,7 +836,7 @@ impl std::fmt::Debug for TextSink {
 impl TextSink {
     /// Creates the file at `path`, or writes to standard output if there is none.
     fn open(path: Option<&Path>) -> Result<TextSink, ExportError> {
-        let sink: Box<dyn Write + Send> = match path {
+        let out: Box<dyn Write + Send> = match path {
             Some(p) => Box::new(outfile::create(p).map_err(|source| ExportError::Create {
                 path: p.to_owned(),
                 source,
@@ -707,27 +844,55 @@ impl TextSink {
             None => Box::new(io::stdout()),
         };
         Ok(TextSink {
-            w: BufWriter::with_capacity(1 << 16, sink),
-            lost: 0,
+            out,
+            buf: Vec::with_capacity(TEXT_BUFFER),
+            written: 0,
             error: None,
         })
     }
 
-    /// Appends one line, unless an earlier one failed.
-    fn write(&mut self, line: &[u8]) {
-        if self.error.is_some() {
-            self.lost += 1;
-        } else if let Err(e) = self.w.write_all(line) {
-            self.error = Some(e.to_string());
-            self.lost += 1;
+    /// Appends `bytes` (whole lines), unless a write failed.
+    fn write(&mut self, bytes: &[u8]) {
+        if self.error.is_none() {
+            self.buf.extend_from_slice(bytes);
+            if self.buf.len() >= TEXT_BUFFER {
+                self.flush();
+            }
         }
     }
 
+    /// Writes the buffer out. A write that fails (a full disk, a closed pipe) ends the output:
+    /// the lines it did not wholly write, and every one after, are lost.
     fn flush(&mut self) {
-        if let Err(e) = self.w.flush() {
-            self.error.get_or_insert(e.to_string());
+        let mut done = 0;
+        let mut failed = None;
+        while done < self.buf.len() {
+            match self.out.write(&self.buf[done..]) {
+                Ok(0) => failed = Some(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => failed = Some(e),
+            }
+            if failed.is_some() {
+                break;
+            }
+        }
+        if failed.is_none()
+            && let Err(e) = self.out.flush()
+        {
+            failed = Some(e);
+        }
+        self.written += lines(&self.buf[..done]);
+        self.buf.clear();
+        if let Some(e) = failed {
+            self.error.get_or_insert_with(|| e.to_string());
         }
     }
+}
+
+/// The complete lines in `bytes`.
+fn lines(bytes: &[u8]) -> u64 {
+    bytes.iter().filter(|&&b| b == b'\n').count() as u64
 }
 
 impl std::fmt::Debug for Output {
@@ -765,21 +930,19 @@ fn open(t: &ExportTarget, cfg: &ExportConfig) -> Result<Output, ExportError> {
         output: name.clone(),
         source,
     })?;
+    let mut head_lines = 0;
     match &mut link {
         Link::Collector(c) => encoder.begin(&mut |m| c.queue(m)),
-        Link::Text(t) => {
-            let mut head = Vec::new();
-            encoder.begin(&mut |b| head.extend_from_slice(b));
-            t.w.write_all(&head).map_err(|source| ExportError::Write {
-                output: name.clone(),
-                source,
-            })?;
-        }
+        Link::Text(t) => encoder.begin(&mut |b| {
+            head_lines += lines(b);
+            t.write(b);
+        }),
     }
     Ok(Output {
         name,
         encoder,
         link,
+        head_lines,
     })
 }
 
@@ -820,15 +983,17 @@ impl Output {
                 c.send();
                 report.records = st.records;
                 report.messages = st.messages - c.lost.min(st.messages);
-                report.failed = st.unencodable;
+                report.not_encodable = st.unencodable;
                 report.lost_messages = c.lost;
                 report.error = c.error.take();
             }
             Link::Text(t) => {
                 t.flush();
-                // A text format hands over one line per record.
-                report.records = st.records - t.lost.min(st.records);
-                report.failed = st.unencodable + t.lost;
+                // A text format hands over one line per record, after its header.
+                let written = t.written.saturating_sub(self.head_lines).min(st.records);
+                report.records = written;
+                report.not_encodable = st.unencodable;
+                report.lost_records = st.records - written;
                 report.error = t.error.take();
             }
         }
@@ -853,7 +1018,7 @@ mod tests {
             targets: Vec::new(),
             mtu: Some(9000),
             observation_domain: 0,
-            rate: None,
+            rate: ExportRate::Unpaced,
         };
         let addr = rx.local_addr().unwrap();
         let (mut c, _) = Collector::open("test", Transport::Udp, addr, &cfg).unwrap();
@@ -884,13 +1049,143 @@ mod tests {
         assert_eq!(received(&rx), 1);
 
         let paced = ExportConfig {
-            rate: Some(1_000_000),
+            rate: ExportRate::PerSecond(NonZeroU32::new(1_000_000).unwrap()),
             ..cfg
         };
         let (mut c, _) = Collector::open("test", Transport::Udp, addr, &paced).unwrap();
         c.queue(&m);
         c.batch_done();
         assert_eq!(received(&rx), 1, "paced messages do not wait for a run");
+    }
+
+    #[test]
+    fn paced_messages_are_spaced_evenly_and_lateness_is_not_made_up_in_a_burst() {
+        let ms = Duration::from_millis;
+        let mut p = Pacer::new(Pace::Interval(ms(10)));
+        let t0 = Instant::now();
+        assert_eq!(
+            p.delay(t0, 9000),
+            Duration::ZERO,
+            "the first leaves at once"
+        );
+        // Seventeen messages ready at once leave one interval apart, not together.
+        for k in 1..17 {
+            assert_eq!(p.delay(t0 + ms(10) * (k - 1), 9000), ms(10), "message {k}");
+        }
+        // Slightly late (less than an interval): the schedule holds, the next comes sooner.
+        assert_eq!(p.delay(t0 + ms(174), 9000), Duration::ZERO);
+        assert_eq!(p.delay(t0 + ms(174), 9000), ms(6));
+        // Far behind (the exporter was off the CPU): one leaves now, the next an interval later.
+        assert_eq!(p.delay(t0 + ms(500), 9000), Duration::ZERO);
+        assert_eq!(p.delay(t0 + ms(500), 9000), ms(10));
+    }
+
+    #[test]
+    fn by_default_a_message_takes_the_time_its_bytes_are_worth() {
+        let ms = Duration::from_millis;
+        // 1 MB/s: 9000 bytes take 9 ms, 1500 bytes 1.5 ms.
+        let mut p = Pacer::new(Pace::BytesPerSecond(1_000_000));
+        let t0 = Instant::now();
+        assert_eq!(p.delay(t0, 9000), Duration::ZERO);
+        assert_eq!(p.delay(t0, 1500), ms(9));
+        assert_eq!(p.delay(t0 + ms(9), 1500), Duration::from_micros(1500));
+        let nine_thousand = Duration::from_secs(1) * 9000 / DEFAULT_BYTES_PER_SECOND;
+        assert!(
+            nine_thousand >= ms(3),
+            "{nine_thousand:?} per 9000-byte message"
+        );
+    }
+
+    #[test]
+    fn export_rates_parse_and_print_back() {
+        assert_eq!("max".parse(), Ok(ExportRate::Unpaced));
+        assert_eq!("0".parse(), Ok(ExportRate::Unpaced));
+        assert_eq!("auto".parse(), Ok(ExportRate::Auto));
+        let r: ExportRate = "250".parse().unwrap();
+        assert_eq!(r, ExportRate::PerSecond(NonZeroU32::new(250).unwrap()));
+        for r in [r, ExportRate::Unpaced, ExportRate::default()] {
+            assert_eq!(r.to_string().parse(), Ok(r));
+        }
+        assert_eq!(ExportRate::default(), ExportRate::Auto);
+        assert!("fast".parse::<ExportRate>().unwrap_err().contains("'fast'"));
+    }
+
+    #[test]
+    fn datagrams_to_a_port_where_nothing_listens_count_as_lost() {
+        let gone = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = gone.local_addr().unwrap();
+        drop(gone);
+        for rate in [ExportRate::Unpaced, "1000".parse().unwrap()] {
+            let cfg = ExportConfig {
+                targets: Vec::new(),
+                mtu: Some(1500),
+                observation_domain: 0,
+                rate,
+            };
+            let (mut c, _) = Collector::open("test", Transport::Udp, addr, &cfg).unwrap();
+            // Loopback answers at once; elsewhere the ICMP errors may come later, or not at all.
+            for _ in 0..10 {
+                c.queue(&[1; 100]);
+            }
+            c.send();
+            assert!(c.lost >= 1, "{rate}: {:?}", c.error);
+            if rate != ExportRate::Unpaced {
+                assert_eq!(c.lost, 10, "paced messages leave one by one");
+            }
+            // Once refused, unpaced messages no longer leave as one segmented run either.
+            let before = c.lost;
+            for _ in 0..10 {
+                c.queue(&[1; 100]);
+            }
+            c.send();
+            assert_eq!(c.lost - before, 10, "{rate}: {:?}", c.error);
+            assert!(
+                c.error.as_deref().unwrap_or_default().contains("refused"),
+                "{:?}",
+                c.error
+            );
+        }
+    }
+
+    #[test]
+    fn a_text_output_that_fails_counts_every_line_it_did_not_write() {
+        /// Takes `room` bytes, then fails as a full disk does.
+        struct Full {
+            room: usize,
+        }
+        impl Write for Full {
+            fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+                if self.room == 0 {
+                    return Err(io::Error::from(io::ErrorKind::StorageFull));
+                }
+                let n = b.len().min(self.room);
+                self.room -= n;
+                Ok(n)
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut t = TextSink {
+            out: Box::new(Full { room: 25 }),
+            buf: Vec::new(),
+            written: 0,
+            error: None,
+        };
+        for _ in 0..10 {
+            t.write(b"0123456789\n");
+        }
+        t.flush();
+        // Two whole lines and three bytes of the third reached the disk.
+        assert_eq!(t.written, 2);
+        assert!(
+            t.error.as_deref().unwrap_or_default().contains("storage"),
+            "{:?}",
+            t.error
+        );
+        t.write(b"more\n");
+        t.flush();
+        assert_eq!(t.written, 2, "nothing is written after a failure");
     }
 
     #[test]
@@ -948,7 +1243,7 @@ mod tests {
             targets: vec![t.clone()],
             mtu: Some(200),
             observation_domain: 1,
-            rate: None,
+            rate: ExportRate::Unpaced,
         };
         let e = Exporter::start(&cfg, MeterClock::Packets).unwrap_err();
         assert!(matches!(
