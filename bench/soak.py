@@ -311,7 +311,7 @@ def report(args, j: dict, samples: dict, link_dropped: int, udp_lost: int, nf: d
     totals("flows", fl)
     out = fl["flows"]["outputs"][0]
     line("flows: metered records = exported + not encodable", fl["flows"]["records"],
-         [("ipfix records", out["records"]), ("not encodable", out["failed"])])
+         [("ipfix records", out["records"]), ("not encodable", out.get("not_encodable", out.get("failed", 0)))])
     line("flows: exported = stored by nfcapd", out["records"],
          [("nfcapd Flows", int(nf.get("Flows", 0)))])
     # Records in lost IPFIX messages are a named loss, but only the messages are counted.
