@@ -1,0 +1,66 @@
+//! tapflow's flow store: the one flow schema, the stores that keep flows (Parquet partitions on
+//! one machine, a ClickHouse cluster past it) and the query engine that reads them back.
+//!
+//! It knows nothing of packets: the collector and the flow meter hand it [`StoredFlow`]s through
+//! the [`FlowStore`] trait.
+#![forbid(unsafe_code)]
+
+pub mod schema;
+
+pub use schema::{ExporterStats, InterfaceName, StoredFlow};
+
+/// Why a store could not take or keep flows.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A file or directory operation failed.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done ("create", "rename", "write").
+        what: &'static str,
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// Anything else, said in one line.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// How many flows a store kept and lost, for the summary and `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreReport {
+    /// Flows handed to [`FlowStore::insert`].
+    pub received: u64,
+    /// Flows durably written (in a renamed Parquet file, or acknowledged by the server).
+    pub stored: u64,
+    /// Flows dropped because the store could not take them (disk full, buffer limit reached).
+    pub dropped: u64,
+    /// Flows accepted but not yet durable (buffered). `received = stored + dropped + pending`.
+    pub pending: u64,
+}
+
+/// A place flows are kept: one implementation per back end (Parquet directory, ClickHouse).
+///
+/// The collector and the flow meter call it once per batch (hundreds to thousands of flows),
+/// never per packet. A store batches, sorts and writes on its own schedule; `flush` makes what
+/// it holds visible to queries; `close` writes everything and reports.
+pub trait FlowStore: Send + std::fmt::Debug {
+    /// Takes `flows`. An error here means the store can take no more (its report counts them).
+    fn insert(&mut self, flows: &[StoredFlow]) -> Result<(), StoreError>;
+
+    /// Keeps interface names an exporter announced.
+    fn insert_interfaces(&mut self, names: &[InterfaceName]) -> Result<(), StoreError>;
+
+    /// Keeps one interval of per-exporter counters.
+    fn insert_exporter_stats(&mut self, stats: &[ExporterStats]) -> Result<(), StoreError>;
+
+    /// Makes everything inserted so far visible to queries (called every flush interval).
+    fn flush(&mut self) -> Result<(), StoreError>;
+
+    /// The counts so far.
+    fn report(&self) -> StoreReport;
+
+    /// Writes everything still held and returns the final counts.
+    fn close(self: Box<Self>) -> Result<StoreReport, StoreError>;
+}

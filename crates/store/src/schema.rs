@@ -1,0 +1,66 @@
+//! The flow schema: one row per flow record, as every store keeps it.
+//!
+//! A row is an RFC 5103 biflow: `flow.fwd` is the initiator's direction (columns `packets`,
+//! `bytes`), `flow.rev` the responder's (`rev_packets`, `rev_bytes`); a one-way record has a
+//! zero reverse. Counters are already scaled by the exporter's sampling rate.
+
+use tapflow_wire::flowrecord::FlowRecord;
+
+/// One flow as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoredFlow {
+    /// The flow: addresses, ports, protocol, VLAN, ingress interface (`flow.interface`),
+    /// counters per direction (sampling applied), TCP flags, times and end reason.
+    pub flow: FlowRecord,
+    /// The egress interface (IPFIX `egressInterface`, IE 14; 0 if not exported).
+    pub egress: u32,
+    /// The exporter's address, IPv4 as an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`).
+    pub exporter: [u8; 16],
+    /// The IPFIX observation domain (NetFlow v9 source id; v5 engine type << 8 | engine id; sFlow
+    /// sub-agent id).
+    pub domain: u32,
+    /// The sampling rate applied to the counters (1 when the exporter did not sample).
+    pub sampling: u32,
+    /// When the collector received the record, ns since 1970 (the flow meter's export time for
+    /// flows stored without a network hop).
+    pub received_ns: u64,
+}
+
+/// A name an exporter gave one of its interfaces (IPFIX options records with `interfaceName`,
+/// IE 82, and `interfaceDescription`, IE 83; NetFlow v9 options the same way).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct InterfaceName {
+    /// The exporter's address, IPv4 as an IPv4-mapped IPv6 address.
+    pub exporter: [u8; 16],
+    /// The observation domain.
+    pub domain: u32,
+    /// The interface index as flows carry it (`ingressInterface` / `egressInterface`).
+    pub index: u32,
+    /// `interfaceName`.
+    pub name: String,
+    /// `interfaceDescription` (empty if not exported).
+    pub description: String,
+    /// When it was received, ns since 1970.
+    pub received_ns: u64,
+}
+
+/// Counters for one exporter and observation domain over one interval, as the collector saw
+/// them: kept beside the flows so a query can say how complete they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExporterStats {
+    /// The exporter's address, IPv4 as an IPv4-mapped IPv6 address.
+    pub exporter: [u8; 16],
+    /// The observation domain.
+    pub domain: u32,
+    /// The end of the interval, ns since 1970.
+    pub time_ns: u64,
+    /// Flow records decoded in the interval.
+    pub records: u64,
+    /// Records lost before the collector, from sequence numbers (IPFIX counts records, NetFlow
+    /// v9 export packets, v5 flows; sFlow samples).
+    pub sequence_lost: u64,
+    /// Data records that arrived before their template and were dropped.
+    pub template_missing: u64,
+    /// Messages refused as malformed.
+    pub bad_messages: u64,
+}
