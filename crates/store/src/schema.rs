@@ -3,6 +3,9 @@
 //! A row is an RFC 5103 biflow: `flow.fwd` is the initiator's direction (columns `packets`,
 //! `bytes`), `flow.rev` the responder's (`rev_packets`, `rev_bytes`); a one-way record has a
 //! zero reverse. Counters are already scaled by the exporter's sampling rate.
+//!
+//! On disk: `DIR/flows/date=YYYY-MM-DD/hour=HH/*.parquet` (Hive-style partitions by the hour of
+//! `time_start`, UTC), rows sorted by `time_start`, columns [`FLOW_COLUMNS`].
 
 use tapflow_wire::flowrecord::FlowRecord;
 
@@ -63,4 +66,62 @@ pub struct ExporterStats {
     pub template_missing: u64,
     /// Messages refused as malformed.
     pub bad_messages: u64,
+}
+
+/// The type of one column in the store's files and tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnType {
+    /// Microseconds since 1970 UTC (Parquet `TIMESTAMP(MICROS, UTC)`).
+    TimestampMicros,
+    /// 16 bytes (Parquet `FIXED_LEN_BYTE_ARRAY(16)`); an IPv4 address is IPv4-mapped.
+    Addr16,
+    /// Unsigned integers.
+    U8,
+    /// Unsigned 16-bit integer.
+    U16,
+    /// Unsigned 32-bit integer.
+    U32,
+    /// Unsigned 64-bit integer.
+    U64,
+}
+
+/// The flow table's columns, in order, with their types. Every store (Parquet files,
+/// ClickHouse tables) uses exactly these names, so a query reads the same everywhere.
+pub const FLOW_COLUMNS: &[(&str, ColumnType)] = &[
+    ("time_start", ColumnType::TimestampMicros),
+    ("time_end", ColumnType::TimestampMicros),
+    ("time_received", ColumnType::TimestampMicros),
+    ("ip_version", ColumnType::U8),
+    ("src_addr", ColumnType::Addr16),
+    ("dst_addr", ColumnType::Addr16),
+    ("src_port", ColumnType::U16),
+    ("dst_port", ColumnType::U16),
+    ("protocol", ColumnType::U8),
+    ("tcp_flags", ColumnType::U16),
+    ("rev_tcp_flags", ColumnType::U16),
+    ("packets", ColumnType::U64),
+    ("bytes", ColumnType::U64),
+    ("rev_packets", ColumnType::U64),
+    ("rev_bytes", ColumnType::U64),
+    ("exporter", ColumnType::Addr16),
+    ("domain", ColumnType::U32),
+    ("in_if", ColumnType::U32),
+    ("out_if", ColumnType::U32),
+    ("vlan", ColumnType::U16),
+    ("end_reason", ColumnType::U8),
+    ("sampling", ColumnType::U32),
+];
+
+/// An address as the store keeps it: IPv6 as is, IPv4 (`ipv6 == false`, address in the first
+/// four bytes, as [`FlowRecord`] holds it) IPv4-mapped (`::ffff:a.b.c.d`).
+pub fn addr16(ipv6: bool, a: &[u8; 16]) -> [u8; 16] {
+    if ipv6 {
+        *a
+    } else {
+        let mut m = [0u8; 16];
+        m[10] = 0xff;
+        m[11] = 0xff;
+        m[12..].copy_from_slice(&a[..4]);
+        m
+    }
 }
