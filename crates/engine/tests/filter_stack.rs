@@ -1,6 +1,6 @@
 //! A `-f` expression deep enough to overflow an ordinary thread's stack inside libpcap's
-//! compiler (100,000 alternatives: a 2 MiB stack, a thread's default, overflows within milliseconds, before the
-//! optimizer starts) neither aborts the process nor holds up a stop.
+//! compiler (100,000 alternatives: a 2 MiB stack, a thread's default, overflows within
+//! milliseconds, before the optimizer starts) neither aborts the process nor holds up a stop.
 //!
 //! Its own test binary: the compiler thread left behind runs until the process exits.
 
