@@ -70,7 +70,10 @@ fn main() {
     let (cpu, wall) = (cpu_seconds() - cpu0, t0.elapsed().as_secs_f64());
     assert_eq!(report.stored, flows.len() as u64);
     let (flow_bytes, flow_files) = table_bytes(dir, Table::Flows);
-    let rollup_bytes: u64 = Table::ALL[1..7].iter().map(|&t| table_bytes(dir, t).0).sum();
+    let rollup_bytes: u64 = Table::ALL[1..7]
+        .iter()
+        .map(|&t| table_bytes(dir, t).0)
+        .sum();
     let n = flows.len() as f64;
     println!(
         "{{\"flows\":{},\"flow_bytes\":{flow_bytes},\"flow_files\":{flow_files},\

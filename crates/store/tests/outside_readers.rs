@@ -93,11 +93,7 @@ fn run(script: &str, dir: &Path) -> String {
         .arg(dir)
         .output()
         .expect("run python");
-    assert!(
-        o.status.success(),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8(o.stdout).unwrap()
 }
 
@@ -129,11 +125,17 @@ fn chdb_and_duckdb_read_the_same_totals_and_top_senders() {
     if chdb {
         assert_eq!(run(CHDB, dir.path()), want, "chdb");
     } else {
-        eprintln!("skipped: the chdb half: chdb does not import in {}", python());
+        eprintln!(
+            "skipped: the chdb half: chdb does not import in {}",
+            python()
+        );
     }
     if duckdb {
         assert_eq!(run(DUCKDB, dir.path()), want, "duckdb");
     } else {
-        eprintln!("skipped: the DuckDB half: duckdb does not import in {}", python());
+        eprintln!(
+            "skipped: the DuckDB half: duckdb does not import in {}",
+            python()
+        );
     }
 }
