@@ -26,7 +26,7 @@ nfpcapd -r "$TRACE" -w "$W/nf" >/dev/null 2>&1
 nfdump -R "$W/nf" -w "$W/nf.raw" >/dev/null
 nfdump -R "$W/nf" -y -w "$W/nf.lz4" >/dev/null
 nfdump -R "$W/nf" -z -w "$W/nf.lzo" >/dev/null
-NF_FLOWS=$(nfdump -r "$W/nf.raw" -q -o csv | grep -c .)
+NF_FLOWS=$(nfdump -r "$W/nf.raw" -I | awk '$1 == "Flows:" { print $2 }')
 
 python3 - "$W" "$NF_FLOWS" <<'PY'
 import json, os, sys
