@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::batch::{self, Batch};
-use crate::compaction::{self, MERGED_PREFIX};
-use crate::partition::{self, Table, partition_dir, partition_start};
+use crate::compaction;
+use crate::partition::{self, MERGED_PREFIX, Table, partition_dir, partition_start};
 use crate::retention;
 use crate::rollup::Rollups;
 use crate::schema::{ExporterStats, InterfaceName, StoredFlow};
@@ -187,7 +187,7 @@ impl ParquetStore {
             ) {
                 Ok(_) => {
                     self.report.stored += n as u64;
-                    self.rollups.add(group);
+                    self.rollups.add(group, now_us());
                     self.dirty
                         .insert((Table::Flows, dir, hour + partition::HOUR_US));
                 }

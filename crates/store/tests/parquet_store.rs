@@ -268,6 +268,9 @@ fn small_files_of_a_closed_hour_merge_into_one() {
 
     // A crash after the merged file's rename left a source behind: the next open removes it.
     std::fs::write(&before[3], saved).unwrap();
+    // Readers leave it out already: the merged file names it.
+    assert_eq!(tapflow_store::partition::files(p).unwrap(), after);
+    assert_eq!(tapflow_store::partition::all_files(p).unwrap().len(), 2);
     drop(ParquetStore::open(dir.path(), quiet()).unwrap());
     assert_eq!(tapflow_store::partition::files(p).unwrap(), after);
     assert_eq!(all_flows(dir.path()).len(), 20_000);
