@@ -7,8 +7,8 @@
 //! hour partition. A flow counts as stored once its file is renamed; a write that fails (a full
 //! disk) drops the flows it held, counted, and leaves every file already written intact.
 //! Stored flows feed the rollups ([`crate::rollup`]). Every `maintenance_interval` (and at close)
-//! the partitions written into that are closed (`compact_after` past their end) are compacted
-//! and retention runs. One process owns a directory at a time (a lock on `DIR/lock`).
+//! the partitions written into that are closed (`compact_after` past their end), or that hold
+//! [`MERGE_OPEN_AT`] files, are compacted, and retention runs. One process owns a directory at a time (a lock on `DIR/lock`).
 
 use std::collections::{BTreeSet, HashSet};
 use std::fs::File;
@@ -65,6 +65,10 @@ impl Default for ParquetOptions {
         }
     }
 }
+
+/// Files in a partition still being written into at which its small files are merged anyway
+/// (every flush of a live store adds one).
+const MERGE_OPEN_AT: usize = 32;
 
 /// Flows kept in Parquet files under one directory.
 #[derive(Debug)]
@@ -250,7 +254,10 @@ impl ParquetStore {
         let ready: Vec<(Table, PathBuf, i64)> = self
             .dirty
             .iter()
-            .filter(|(_, _, end)| all || *end <= limit)
+            .filter(|(_, dir, end)| {
+                all || *end <= limit
+                    || partition::all_files(dir).is_ok_and(|f| f.len() >= MERGE_OPEN_AT)
+            })
             .cloned()
             .collect();
         for key in ready {
