@@ -25,8 +25,15 @@
 //! (nfdump's `-t` keeps flows that lie wholly in the window; here a flow belongs to the window it
 //! started in, so windows side by side split the flows between them exactly).
 
+pub mod filter;
 pub mod result;
+pub mod scan;
+pub mod series;
+pub mod sink;
+pub mod time;
+pub mod top;
 
+pub use scan::ParquetEngine;
 pub use result::{Answer, Counters, FlowRow, QueryResult, Row, ScanStats, Summary, Value};
 
 /// One query.
@@ -60,8 +67,9 @@ impl Window {
 /// What a query computes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
-    /// The one-way flows themselves, by `time_start` ascending (ties in stored order), the first
-    /// `limit` of them (all if `None`). Result: [`QueryResult::Flows`].
+    /// The one-way flows themselves, by `time_start` ascending (ties by `time_end`, then the
+    /// addresses and ports), the first `limit` of them (all if `None`). Result:
+    /// [`QueryResult::Flows`].
     List {
         /// How many flows at most.
         limit: Option<u64>,

@@ -217,7 +217,7 @@ impl Default for Summary {
 /// What the store did to answer, for `--stats` and tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ScanStats {
-    /// Files under the tier's directory the window could concern before pruning by name.
+    /// Files in the tier that answered, in every partition.
     pub files_listed: u64,
     /// Files opened (their footer read).
     pub files_opened: u64,
