@@ -5,6 +5,7 @@
 //! the [`FlowStore`] trait.
 #![forbid(unsafe_code)]
 
+pub mod partition;
 pub mod query;
 pub mod schema;
 
