@@ -31,7 +31,7 @@ pub struct StoredFlow {
 
 /// A name an exporter gave one of its interfaces (IPFIX options records with `interfaceName`,
 /// IE 82, and `interfaceDescription`, IE 83; NetFlow v9 options the same way).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct InterfaceName {
     /// The exporter's address, IPv4 as an IPv4-mapped IPv6 address.
     pub exporter: [u8; 16],
