@@ -25,11 +25,14 @@ pub fn parse_window(text: &str, now_us: i64) -> Result<Window, QueryError> {
             end_us: now_us,
         });
     }
-    let w = if let Some((start, dur)) = t.split_once('/').filter(|(s, _)| !s.contains('.')) {
+    let with_duration = t
+        .rsplit_once('/')
+        .and_then(|(s, d)| Some((s, parse_duration(d).ok()?)));
+    let w = if let Some((start, dur)) = with_duration {
         let start_us = parse_time(start)?;
         Window {
             start_us,
-            end_us: start_us + parse_duration(dur)?,
+            end_us: start_us + dur,
         }
     } else if let Ok(start_us) = parse_time(t) {
         Window {
