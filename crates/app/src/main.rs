@@ -5,6 +5,7 @@ mod check_cmd;
 mod cli;
 mod doctor_cmd;
 mod gen_cmd;
+mod import_cmd;
 mod plan_cmd;
 mod privileges;
 mod query_cmd;
@@ -132,6 +133,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => doctor_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(&args),
         Command::Query(args) => query_cmd::run(&args),
+        Command::Import(args) => import_cmd::run(&args),
     };
     match result {
         Ok(code) => code,
