@@ -158,7 +158,7 @@ fn table_lines(
         ),
         None => (c.bps(), c.pps()),
     };
-    let times = |c: &Counters| (c.flows > 0).then(|| (c.first_us, c.last_us));
+    let times = |c: &Counters| (c.flows > 0).then_some((c.first_us, c.last_us));
     let mut lines = Vec::new();
     match format {
         Format::Table => {
