@@ -8,6 +8,7 @@ mod gen_cmd;
 mod import_cmd;
 mod plan_cmd;
 mod privileges;
+mod query_cmd;
 mod recv_cmd;
 mod report;
 mod rules_cmd;
@@ -131,6 +132,7 @@ fn main() -> ExitCode {
         Command::Check(args) => return check_cmd::run(&args),
         Command::Doctor(args) => doctor_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(&args),
+        Command::Query(args) => query_cmd::run(&args),
         Command::Import(args) => import_cmd::run(&args),
     };
     match result {

@@ -10,6 +10,7 @@ pub mod compaction;
 pub mod import;
 pub mod parquet_store;
 pub mod partition;
+pub mod query;
 pub mod reader;
 pub mod retention;
 pub mod rollup;

@@ -1,0 +1,443 @@
+//! The Parquet directory's own query engine: list the hour partitions the window touches, open
+//! those files, skip row groups whose `time_start` statistics lie outside the window, decode only
+//! the columns the query needs, and hand each one-way flow that passes the filter to the query's
+//! [`Sink`], files spread over threads.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    ArrowPrimitiveType, TimestampMicrosecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
+};
+use arrow_array::{Array, RecordBatch};
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::file::statistics::Statistics;
+
+use super::filter::OneWay;
+use super::result::{Answer, ScanStats};
+use super::series::SeriesSink;
+use super::sink::{ListSink, Sink, SummarySink};
+use super::tier;
+use super::top::{AggregateSink, TopSink, key_columns};
+use super::{Kind, Query, QueryEngine, QueryError, Window};
+use crate::StoreError;
+use crate::partition::{Tier, files, partitions};
+
+/// Queries a store directory (`DIR/flows/date=YYYY-MM-DD/hour=HH/*.parquet` and the rollup
+/// tiers beside it).
+#[derive(Debug, Clone)]
+pub struct ParquetEngine {
+    dir: PathBuf,
+    threads: usize,
+    rollups: bool,
+}
+
+impl ParquetEngine {
+    /// Reads the store at `dir` with `threads` scanning threads (at least 1), from the coarsest
+    /// rollup tier that answers a query exactly, else from the flows.
+    pub fn new(dir: impl Into<PathBuf>, threads: usize) -> ParquetEngine {
+        ParquetEngine {
+            dir: dir.into(),
+            threads: threads.max(1),
+            rollups: true,
+        }
+    }
+
+    /// Whether rollup tiers may answer (`false`: always the flows).
+    pub fn prefer_rollups(mut self, yes: bool) -> ParquetEngine {
+        self.rollups = yes;
+        self
+    }
+}
+
+/// What one file's reader needs besides the batch.
+#[derive(Debug, Clone, Copy)]
+pub struct Read<'a> {
+    /// The query.
+    pub query: &'a Query,
+    /// The width of a rollup row's bucket (0 for flows).
+    pub bucket_us: i64,
+}
+
+/// Turns one decoded batch into one-way flows for the sink.
+type Feed<S> = fn(&RecordBatch, Read<'_>, &mut S) -> Result<(), String>;
+
+impl QueryEngine for ParquetEngine {
+    fn run(&self, q: &Query) -> Result<Answer, QueryError> {
+        if !self.dir.is_dir() {
+            return Err(StoreError::Other(format!(
+                "store {}: not a directory",
+                self.dir.display()
+            ))
+            .into());
+        }
+        let tier = if self.rollups {
+            tier::pick(&self.dir, q)?
+        } else {
+            None
+        };
+        let table = tier.map_or(
+            crate::partition::Table::Flows,
+            crate::partition::Table::Rollup,
+        );
+        let (files, listed) = table_files(&self.dir, table, q.window)?;
+        let t = Table {
+            files: &files,
+            cols: match tier {
+                Some(_) => tier::COLUMNS.to_vec(),
+                None => columns(q),
+            },
+            read: Read {
+                query: q,
+                bucket_us: tier.map_or(0, |t| t.bucket_us()),
+            },
+        };
+        let mut answer = match &q.kind {
+            Kind::List { limit } => self.scan(&t, feed, || ListSink::new(*limit))?,
+            Kind::Top { key, order_by, n } => {
+                self.scan(&t, pick_feed(tier), || TopSink::new(*key, *order_by, *n))?
+            }
+            Kind::Aggregate { keys, order_by, n } => self.scan(&t, pick_feed(tier), || {
+                AggregateSink::new(keys.clone(), *order_by, *n)
+            })?,
+            Kind::Series {
+                every_us,
+                key,
+                order_by,
+                n,
+            } => self.scan(&t, pick_feed(tier), || {
+                SeriesSink::new(*every_us, *key, *order_by, *n)
+            })?,
+            Kind::Summary => self.scan(&t, pick_feed(tier), SummarySink::default)?,
+        };
+        answer.stats.files_listed = listed;
+        answer.stats.tier_seconds = tier.map_or(0, |t| (t.bucket_us() / 1_000_000) as u32);
+        Ok(answer)
+    }
+}
+
+/// The files to read, their columns, and what their reader needs.
+struct Table<'a> {
+    files: &'a [PathBuf],
+    cols: Vec<&'static str>,
+    read: Read<'a>,
+}
+
+fn pick_feed<S: Sink>(tier: Option<Tier>) -> Feed<S> {
+    match tier {
+        Some(_) => tier::feed::<S>,
+        None => feed::<S>,
+    }
+}
+
+impl ParquetEngine {
+    fn scan<S: Sink>(
+        &self,
+        t: &Table<'_>,
+        feed: Feed<S>,
+        make: impl Fn() -> S + Sync,
+    ) -> Result<Answer, QueryError> {
+        let files = t.files;
+        let next = AtomicUsize::new(0);
+        let threads = self.threads.min(files.len()).max(1);
+        let work = || -> Result<(S, ScanStats), QueryError> {
+            let mut sink = make();
+            let mut stats = ScanStats::default();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(path) = files.get(i) else {
+                    return Ok((sink, stats));
+                };
+                scan_file(path, &t.cols, t.read, feed, &mut sink, &mut stats)?;
+            }
+        };
+        let parts: Vec<Result<(S, ScanStats), QueryError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(StoreError::Other("a scanning thread failed".into()).into())
+                    })
+                })
+                .collect()
+        });
+        let mut sink = make();
+        let mut stats = ScanStats::default();
+        for part in parts {
+            let (s, st) = part?;
+            sink.merge(s);
+            stats.files_opened += st.files_opened;
+            stats.row_groups += st.row_groups;
+            stats.row_groups_read += st.row_groups_read;
+            stats.rows_read += st.rows_read;
+        }
+        Ok(Answer {
+            result: sink.finish(),
+            stats,
+        })
+    }
+}
+
+/// The files of `table` in the partitions that overlap `window` (all if `None`), oldest first,
+/// and how many files the table has in all.
+pub fn table_files(
+    dir: &Path,
+    table: crate::partition::Table,
+    window: Option<Window>,
+) -> Result<(Vec<PathBuf>, u64), QueryError> {
+    let mut out = Vec::new();
+    let mut listed = 0u64;
+    for p in partitions(dir, table)? {
+        let f = files(&p.path)?;
+        listed += f.len() as u64;
+        if window.is_none_or(|w| p.start_us < w.end_us && w.start_us < p.end_us) {
+            out.extend(f);
+        }
+    }
+    Ok((out, listed))
+}
+
+/// The stored columns `q` needs.
+fn columns(q: &Query) -> Vec<&'static str> {
+    let mut c = vec![
+        "time_start",
+        "time_end",
+        "packets",
+        "bytes",
+        "rev_packets",
+        "rev_bytes",
+    ];
+    if let Some(f) = &q.filter {
+        f.columns(&mut c);
+    }
+    match &q.kind {
+        Kind::List { .. } => c.extend_from_slice(&[
+            "ip_version",
+            "src_addr",
+            "dst_addr",
+            "src_port",
+            "dst_port",
+            "protocol",
+            "tcp_flags",
+            "rev_tcp_flags",
+            "exporter",
+            "in_if",
+            "out_if",
+            "vlan",
+        ]),
+        Kind::Top { key, .. } => c.extend_from_slice(key_columns(*key)),
+        Kind::Series { key, .. } => {
+            if let Some(k) = key {
+                c.extend_from_slice(key_columns(*k));
+            }
+        }
+        Kind::Aggregate { keys, .. } => {
+            for k in keys {
+                c.extend_from_slice(key_columns(*k));
+            }
+        }
+        Kind::Summary => c.push("protocol"),
+    }
+    c.sort_unstable();
+    c.dedup();
+    c
+}
+
+fn parquet_error(path: &Path, e: impl std::fmt::Display) -> QueryError {
+    StoreError::Other(format!("{}: {e}", path.display())).into()
+}
+
+fn scan_file<S: Sink>(
+    path: &Path,
+    cols: &[&'static str],
+    read: Read<'_>,
+    feed: Feed<S>,
+    sink: &mut S,
+    stats: &mut ScanStats,
+) -> Result<(), QueryError> {
+    let q = read.query;
+    let file = File::open(path).map_err(|source| StoreError::Io {
+        what: "open",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let builder =
+        ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| parquet_error(path, e))?;
+    stats.files_opened += 1;
+    let schema = builder.parquet_schema();
+    let mut leaves = Vec::with_capacity(cols.len());
+    for name in cols {
+        let at = schema
+            .columns()
+            .iter()
+            .position(|c| c.name() == *name)
+            .ok_or_else(|| parquet_error(path, format!("no column {name}")))?;
+        leaves.push(at);
+    }
+    // The table's time: its first column.
+    let time = leaves[cols
+        .iter()
+        .position(|c| *c == "time_start" || *c == "time")
+        .unwrap_or(0)];
+    let meta = builder.metadata().clone();
+    let groups: Vec<usize> = (0..meta.num_row_groups())
+        .filter(|&g| {
+            let (Some(w), Some(Statistics::Int64(s))) =
+                (q.window, meta.row_group(g).column(time).statistics())
+            else {
+                return true;
+            };
+            let (lo, hi) = (s.min_opt().copied(), s.max_opt().copied());
+            lo.is_none_or(|lo| lo < w.end_us) && hi.is_none_or(|hi| hi >= w.start_us)
+        })
+        .collect();
+    stats.row_groups += meta.num_row_groups() as u64;
+    stats.row_groups_read += groups.len() as u64;
+    if groups.is_empty() {
+        return Ok(());
+    }
+    let mask = ProjectionMask::leaves(schema, leaves);
+    let reader = builder
+        .with_projection(mask)
+        .with_row_groups(groups)
+        .with_batch_size(65_536)
+        .build()
+        .map_err(|e| parquet_error(path, e))?;
+    for batch in reader {
+        let batch = batch.map_err(|e| parquet_error(path, e))?;
+        stats.rows_read += batch.num_rows() as u64;
+        feed(&batch, read, sink).map_err(|e| parquet_error(path, e))?;
+    }
+    Ok(())
+}
+
+/// A column's values if the batch has it, checked to be of type `T`.
+pub(crate) fn prim<'a, T: ArrowPrimitiveType>(
+    b: &'a RecordBatch,
+    name: &str,
+) -> Result<Option<&'a [T::Native]>, String> {
+    let Some(a) = b.column_by_name(name) else {
+        return Ok(None);
+    };
+    let p = a
+        .as_primitive_opt::<T>()
+        .ok_or_else(|| format!("column {name} is {}, not {}", a.data_type(), T::DATA_TYPE))?;
+    Ok(Some(p.values()))
+}
+
+pub(crate) fn addrs<'a>(b: &'a RecordBatch, name: &str) -> Result<Option<&'a [[u8; 16]]>, String> {
+    let Some(a) = b.column_by_name(name) else {
+        return Ok(None);
+    };
+    let f = a
+        .as_fixed_size_binary_opt()
+        .filter(|f| f.value_length() == 16)
+        .ok_or_else(|| format!("column {name} is {}, not 16 bytes", a.data_type()))?;
+    let (chunks, _) = f.value_data().as_chunks::<16>();
+    if chunks.len() < f.len() {
+        return Err(format!("column {name} is short"));
+    }
+    Ok(Some(chunks))
+}
+
+#[inline]
+pub(crate) fn at<T: Copy + Default>(col: Option<&[T]>, i: usize) -> T {
+    col.map_or_else(T::default, |c| c[i])
+}
+
+/// Hands the batch's one-way flows that pass the window and filter to the sink.
+fn feed<S: Sink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Result<(), String> {
+    let q = read.query;
+    let start = prim::<TimestampMicrosecondType>(b, "time_start")?;
+    let end = prim::<TimestampMicrosecondType>(b, "time_end")?;
+    let ipv = prim::<UInt8Type>(b, "ip_version")?;
+    let src = addrs(b, "src_addr")?;
+    let dst = addrs(b, "dst_addr")?;
+    let sport = prim::<UInt16Type>(b, "src_port")?;
+    let dport = prim::<UInt16Type>(b, "dst_port")?;
+    let proto = prim::<UInt8Type>(b, "protocol")?;
+    let flags = prim::<UInt16Type>(b, "tcp_flags")?;
+    let rflags = prim::<UInt16Type>(b, "rev_tcp_flags")?;
+    let pkts = prim::<UInt64Type>(b, "packets")?;
+    let bytes = prim::<UInt64Type>(b, "bytes")?;
+    let rpkts = prim::<UInt64Type>(b, "rev_packets")?;
+    let rbytes = prim::<UInt64Type>(b, "rev_bytes")?;
+    let exporter = addrs(b, "exporter")?;
+    let in_if = prim::<UInt32Type>(b, "in_if")?;
+    let out_if = prim::<UInt32Type>(b, "out_if")?;
+    let vlan = prim::<UInt16Type>(b, "vlan")?;
+    let pass = |f: &OneWay| q.filter.as_ref().is_none_or(|flt| flt.matches(f));
+    for i in 0..b.num_rows() {
+        let start_us = at(start, i);
+        if q.window.is_some_and(|w| !w.contains(start_us)) {
+            continue;
+        }
+        let mut f = OneWay {
+            start_us,
+            end_us: at(end, i),
+            src: at(src, i),
+            dst: at(dst, i),
+            sport: at(sport, i),
+            dport: at(dport, i),
+            ip_version: at(ipv, i),
+            protocol: at(proto, i),
+            tcp_flags: at(flags, i),
+            packets: at(pkts, i),
+            bytes: at(bytes, i),
+            exporter: at(exporter, i),
+            in_if: at(in_if, i),
+            out_if: at(out_if, i),
+            vlan: at(vlan, i),
+            reverse: false,
+            flows: 1,
+        };
+        if pass(&f) {
+            sink.add(&f);
+        }
+        let rp = at(rpkts, i);
+        if rp > 0 {
+            std::mem::swap(&mut f.src, &mut f.dst);
+            std::mem::swap(&mut f.sport, &mut f.dport);
+            f.packets = rp;
+            f.bytes = at(rbytes, i);
+            f.tcp_flags = at(rflags, i);
+            f.reverse = true;
+            if pass(&f) {
+                sink.add(&f);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The largest value of the time column `col` in the file's row-group statistics.
+pub(crate) fn max_time(path: &Path, col: &str) -> Result<Option<i64>, QueryError> {
+    let file = File::open(path).map_err(|source| StoreError::Io {
+        what: "open",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let builder =
+        ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| parquet_error(path, e))?;
+    let Some(at) = builder
+        .parquet_schema()
+        .columns()
+        .iter()
+        .position(|c| c.name() == col)
+    else {
+        return Ok(None);
+    };
+    Ok(builder
+        .metadata()
+        .row_groups()
+        .iter()
+        .filter_map(|g| match g.column(at).statistics() {
+            Some(Statistics::Int64(s)) => s.max_opt().copied(),
+            _ => None,
+        })
+        .max())
+}
