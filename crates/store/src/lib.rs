@@ -5,6 +5,7 @@
 //! the [`FlowStore`] trait.
 #![forbid(unsafe_code)]
 
+pub mod query;
 pub mod schema;
 
 pub use schema::{ExporterStats, InterfaceName, StoredFlow};
