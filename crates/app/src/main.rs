@@ -2,6 +2,7 @@
 
 mod capture_cmd;
 mod check_cmd;
+mod console_cmd;
 mod cli;
 mod doctor_cmd;
 mod gen_cmd;
@@ -130,6 +131,7 @@ fn main() -> ExitCode {
         Command::Check(args) => return check_cmd::run(&args),
         Command::Doctor(args) => doctor_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(&args),
+        Command::Console(args) => console_cmd::run(args, stop.flag()),
     };
     match result {
         Ok(code) => code,
