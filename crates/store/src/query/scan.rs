@@ -23,8 +23,7 @@ use super::sink::{ListSink, Sink, SummarySink};
 use super::top::{AggregateSink, TopSink, key_columns};
 use super::{Kind, Query, QueryEngine, QueryError, Window};
 use crate::StoreError;
-
-const HOUR_US: i64 = 3_600_000_000;
+use crate::partition::{Table, files, partitions};
 
 /// Queries a store directory (`DIR/flows/date=YYYY-MM-DD/hour=HH/*.parquet`).
 #[derive(Debug, Clone)]
@@ -52,7 +51,7 @@ impl QueryEngine for ParquetEngine {
             ))
             .into());
         }
-        let (files, listed) = flow_files(&self.dir.join("flows"), q.window)?;
+        let (files, listed) = table_files(&self.dir, Table::Flows, q.window)?;
         let cols = columns(q);
         let mut answer = match &q.kind {
             Kind::List { limit } => self.scan(&files, q, &cols, || ListSink::new(*limit))?,
@@ -126,64 +125,23 @@ impl ParquetEngine {
     }
 }
 
-/// The flow files of the partitions whose hour overlaps `window` (all if `None`), sorted, and
-/// how many flow files the store has in all.
-pub fn flow_files(
-    flows: &Path,
+/// The files of `table` in the partitions that overlap `window` (all if `None`), oldest first,
+/// and how many files the table has in all.
+pub fn table_files(
+    dir: &Path,
+    table: Table,
     window: Option<Window>,
 ) -> Result<(Vec<PathBuf>, u64), QueryError> {
     let mut out = Vec::new();
     let mut listed = 0u64;
-    if !flows.is_dir() {
-        return Ok((out, 0));
-    }
-    for date in read_dir(flows)? {
-        let Some(day) = partition_value(&date, "date=").and_then(parse_date) else {
-            continue;
-        };
-        for hour in read_dir(&date)? {
-            let Some(h) = partition_value(&hour, "hour=").and_then(|h| h.parse::<i64>().ok())
-            else {
-                continue;
-            };
-            let start = (day * 24 + h) * HOUR_US;
-            let wanted = window.is_none_or(|w| start < w.end_us && w.start_us < start + HOUR_US);
-            for file in read_dir(&hour)? {
-                if file.extension().is_some_and(|e| e == "parquet") {
-                    listed += 1;
-                    if wanted {
-                        out.push(file);
-                    }
-                }
-            }
+    for p in partitions(dir, table)? {
+        let f = files(&p.path)?;
+        listed += f.len() as u64;
+        if window.is_none_or(|w| p.start_us < w.end_us && w.start_us < p.end_us) {
+            out.extend(f);
         }
     }
-    out.sort();
     Ok((out, listed))
-}
-
-fn read_dir(dir: &Path) -> Result<Vec<PathBuf>, QueryError> {
-    let io = |source| StoreError::Io {
-        what: "read directory",
-        path: dir.to_path_buf(),
-        source,
-    };
-    let mut v = Vec::new();
-    for e in std::fs::read_dir(dir).map_err(io)? {
-        v.push(e.map_err(io)?.path());
-    }
-    Ok(v)
-}
-
-fn partition_value<'a>(p: &'a Path, prefix: &str) -> Option<&'a str> {
-    p.file_name()?.to_str()?.strip_prefix(prefix)
-}
-
-/// `YYYY-MM-DD` as days since 1970.
-fn parse_date(s: &str) -> Option<i64> {
-    let mut it = s.split('-').map(|p| p.parse::<i64>().ok());
-    let (y, m, d) = (it.next()??, it.next()??, it.next()??);
-    Some(super::time::days_from_civil(y, m, d))
 }
 
 /// The stored columns `q` needs.
