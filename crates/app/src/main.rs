@@ -6,8 +6,10 @@ mod console_cmd;
 mod cli;
 mod doctor_cmd;
 mod gen_cmd;
+mod import_cmd;
 mod plan_cmd;
 mod privileges;
+mod query_cmd;
 mod recv_cmd;
 mod report;
 mod rules_cmd;
@@ -132,6 +134,8 @@ fn main() -> ExitCode {
         Command::Doctor(args) => doctor_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(&args),
         Command::Console(args) => console_cmd::run(args, stop.flag()),
+        Command::Query(args) => query_cmd::run(&args),
+        Command::Import(args) => import_cmd::run(&args),
     };
     match result {
         Ok(code) => code,

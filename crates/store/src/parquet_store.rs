@@ -362,8 +362,16 @@ impl FlowStore for ParquetStore {
         self.report
     }
 
+    /// An error names what failed and adds the final counts, which the caller cannot ask for
+    /// once the store is gone.
     fn close(mut self: Box<Self>) -> Result<StoreReport, StoreError> {
-        self.write_all(true)?;
+        self.write_all(true).map_err(|e| {
+            let r = self.report;
+            StoreError::Other(format!(
+                "{e} (flows: {} received, {} stored, {} dropped)",
+                r.received, r.stored, r.dropped
+            ))
+        })?;
         Ok(self.report)
     }
 }

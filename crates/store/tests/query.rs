@@ -79,6 +79,7 @@ fn one_way(s: &StoredFlow) -> Vec<OneWay> {
         out_if: s.egress,
         vlan: f.vlan,
         reverse: false,
+        flows: 1,
     };
     let mut v = vec![fwd];
     if f.rev.packets > 0 {
@@ -173,7 +174,10 @@ fn a_15_minute_window_reads_only_its_hour_and_agrees_with_a_plain_count() {
         let Value::Addr(a) = values[0] else { panic!() };
         assert_eq!(want[&a], (*flows, *packets, *bytes));
     }
-    assert!(got.windows(2).all(|w| w[0].3 >= w[1].3), "by bytes, largest first");
+    assert!(
+        got.windows(2).all(|w| w[0].3 >= w[1].3),
+        "by bytes, largest first"
+    );
 }
 
 type Groups = HashMap<Vec<Value>, (u64, u64, u64)>;
@@ -259,7 +263,13 @@ fn every_kind_agrees_with_a_plain_count() {
                 n: 0,
             },
         },
-        &|f| vec![vec![v4_24(&f.src), num(f.dport), Value::Num(f.protocol.into())]],
+        &|f| {
+            vec![vec![
+                v4_24(&f.src),
+                num(f.dport),
+                Value::Num(f.protocol.into()),
+            ]]
+        },
     );
     // Exporter, interfaces, VLAN.
     check(
@@ -308,7 +318,10 @@ fn every_kind_agrees_with_a_plain_count() {
     assert!(rows.windows(2).all(|w| w[0].time_us <= w[1].time_us));
     let want = count(&all, q.window, &q.filter, &|f| {
         let t = f.start_us - f.start_us % 300_000_000;
-        vec![vec![Value::Num(t as u32 / 300), Value::Num(f.protocol.into())]]
+        vec![vec![
+            Value::Num(t as u32 / 300),
+            Value::Num(f.protocol.into()),
+        ]]
     });
     assert_eq!(got, want);
 }
@@ -345,9 +358,9 @@ fn top_n_keeps_the_largest_and_summary_totals_match() {
     let mut total = Counters::EMPTY;
     let mut tcp = Counters::EMPTY;
     for f in kept(&all, None, &None) {
-        total.add(f.packets, f.bytes, f.start_us, f.end_us);
+        total.add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
         if f.protocol == 6 {
-            tcp.add(f.packets, f.bytes, f.start_us, f.end_us);
+            tcp.add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
         }
     }
     assert_eq!((s.total, s.tcp), (total, tcp));

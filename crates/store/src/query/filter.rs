@@ -118,7 +118,10 @@ impl Parser {
         loop {
             if self.eat("and") || self.eat("&&") {
                 f = Filter::And(Box::new(f), Box::new(self.unary()?));
-            } else if self.peek().is_some_and(|t| t != ")" && !t.eq_ignore_ascii_case("or")) {
+            } else if self
+                .peek()
+                .is_some_and(|t| t != ")" && !t.eq_ignore_ascii_case("or"))
+            {
                 f = Filter::And(Box::new(f), Box::new(self.unary()?));
             } else {
                 return Ok(f);
@@ -163,7 +166,11 @@ impl Parser {
                 Term::Exporter(self.net()?)
             }
             "in" | "out" => {
-                let side = if word == "in" { IfSide::In } else { IfSide::Out };
+                let side = if word == "in" {
+                    IfSide::In
+                } else {
+                    IfSide::Out
+                };
                 if !self.eat("if") {
                     return Err(err(format!("filter: 'if' expected after '{word}'")));
                 }
@@ -329,14 +336,19 @@ fn flags(s: &str) -> Result<u16, QueryError> {
             'U' => 0x20,
             'E' => 0x40,
             'C' => 0x80,
-            _ => return Err(err(format!("filter: '{c}' in '{s}' is not a TCP flag (FSRPAUEC)"))),
+            _ => {
+                return Err(err(format!(
+                    "filter: '{c}' in '{s}' is not a TCP flag (FSRPAUEC)"
+                )));
+            }
         };
         Ok(m | bit)
     })
 }
 
-/// One one-way flow as filters, keys and sinks see it (see the module doc of [`super`]).
-/// Columns a query does not read hold 0.
+/// One one-way flow as filters, keys and sinks see it (see the module doc of [`super`]), or
+/// the one-way flows of a rollup row that share its exporter, protocol and bucket. Columns a
+/// query does not read hold 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OneWay {
     /// `time_start`, µs.
@@ -371,6 +383,8 @@ pub struct OneWay {
     pub vlan: u16,
     /// Whether it is the stored row's reverse direction.
     pub reverse: bool,
+    /// How many one-way flows it stands for: 1 for a stored flow, a rollup row's count.
+    pub flows: u64,
 }
 
 impl Filter {
@@ -460,6 +474,7 @@ mod tests {
             in_if: 3,
             out_if: 7,
             vlan: 100,
+            flows: 1,
             ..OneWay::default()
         }
     }
@@ -535,7 +550,10 @@ mod tests {
         let n = parse_net("0.0.0.0/0").unwrap();
         assert_eq!(n.len, 96);
         assert!(n.contains(&v4([1, 2, 3, 4])));
-        let v6: [u8; 16] = "2001:db8::1".parse::<std::net::Ipv6Addr>().unwrap().octets();
+        let v6: [u8; 16] = "2001:db8::1"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets();
         assert!(!n.contains(&v6));
         assert!(parse_net("2001:db8::/32").unwrap().contains(&v6));
     }

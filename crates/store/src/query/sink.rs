@@ -33,7 +33,9 @@ impl ListSink {
 
     fn trim(&mut self) {
         self.rows.sort_unstable_by_key(|r| {
-            (r.start_us, r.end_us, r.src, r.dst, r.sport, r.dport, r.reverse)
+            (
+                r.start_us, r.end_us, r.src, r.dst, r.sport, r.dport, r.reverse,
+            )
         });
         if let Some(l) = self.limit {
             self.rows.truncate(usize::try_from(l).unwrap_or(usize::MAX));
@@ -89,11 +91,12 @@ impl Sink for SummarySink {
         let by = match f.protocol {
             6 => &mut s.tcp,
             17 => &mut s.udp,
-            1 | 58 => &mut s.icmp,
+            1 => &mut s.icmp,
             _ => &mut s.other,
         };
-        by.add(f.packets, f.bytes, f.start_us, f.end_us);
-        s.total.add(f.packets, f.bytes, f.start_us, f.end_us);
+        by.add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
+        s.total
+            .add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
     }
 
     fn merge(&mut self, o: SummarySink) {
@@ -113,4 +116,3 @@ impl Sink for SummarySink {
         QueryResult::Summary(self.0)
     }
 }
-

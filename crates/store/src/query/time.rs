@@ -59,7 +59,11 @@ pub fn parse_window(text: &str, now_us: i64) -> Result<Window, QueryError> {
 
 /// Parses `15m`, `1h`, `30s`, `2d`, `1w` into µs (> 0).
 pub fn parse_duration(text: &str) -> Result<i64, QueryError> {
-    let bad = || err(format!("duration '{text}': a number and a unit s, m, h, d or w"));
+    let bad = || {
+        err(format!(
+            "duration '{text}': a number and a unit s, m, h, d or w"
+        ))
+    };
     let t = text.trim();
     let unit = match t.chars().last().ok_or_else(bad)? {
         's' => 1,
@@ -78,7 +82,11 @@ pub fn parse_duration(text: &str) -> Result<i64, QueryError> {
 
 /// Parses one time (see the module doc) into µs since 1970 UTC.
 pub fn parse_time(text: &str) -> Result<i64, QueryError> {
-    let bad = || err(format!("time '{text}': not YYYY-MM-DD[THH:MM[:SS]][Z|+HH:MM]"));
+    let bad = || {
+        err(format!(
+            "time '{text}': not YYYY-MM-DD[THH:MM[:SS]][Z|+HH:MM]"
+        ))
+    };
     let t = text.trim();
     // The zone: Z, or +HH:MM / -HH:MM / +HHMM after the time of day.
     let (t, offset_s) = if let Some(rest) = t.strip_suffix(['Z', 'z']) {
@@ -111,7 +119,11 @@ pub fn parse_time(text: &str) -> Result<i64, QueryError> {
             .filter(|n| (lo..=hi).contains(n) && !s.is_empty() && s.len() <= 4)
             .ok_or_else(bad)
     };
-    let (y, mo, d) = (num(y, 1970, 9999)?, num(mo, 1, 12)? as u32, num(d, 1, 31)? as u32);
+    let (y, mo, d) = (
+        num(y, 1970, 9999)?,
+        num(mo, 1, 12)? as u32,
+        num(d, 1, 31)? as u32,
+    );
     let mut us = 0;
     if !clock.is_empty() {
         let clock = clock.strip_prefix(['T', ' ', '.']).ok_or_else(bad)?;
