@@ -526,6 +526,8 @@ pub struct ConsoleArgs {
     /// Print an argon2 hash of the password read from standard input, for --http-auth, and exit.
     #[arg(long)]
     pub hash_password: bool,
+}
+
 /// `tapflow query`.
 #[derive(Debug, Args)]
 pub struct QueryArgs {
