@@ -2,8 +2,8 @@
 
 mod capture_cmd;
 mod check_cmd;
-mod console_cmd;
 mod cli;
+mod console_cmd;
 mod doctor_cmd;
 mod gen_cmd;
 mod import_cmd;

@@ -27,7 +27,10 @@ fn free_port() -> u16 {
 }
 
 fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
 }
 
 /// Known flows over the last 40 minutes: ten senders with distinct volumes, TCP to 443 and 80,
@@ -55,7 +58,11 @@ fn fill_store(dir: &Path) -> u64 {
             proto,
             src,
             dst,
-            sport: if proto == 1 { 0 } else { 40_000 + (i % 1000) as u16 },
+            sport: if proto == 1 {
+                0
+            } else {
+                40_000 + (i % 1000) as u16
+            },
             dport,
             vlan: 0,
             interface: 1 + (i % 2) as u32,
@@ -75,7 +82,11 @@ fn fill_store(dir: &Path) -> u64 {
             },
             ..FlowRecord::default()
         };
-        let exporter = if i % 4 == 0 { [192, 0, 2, 250] } else { [192, 0, 2, 251] };
+        let exporter = if i % 4 == 0 {
+            [192, 0, 2, 250]
+        } else {
+            [192, 0, 2, 251]
+        };
         let mut ex = [0u8; 16];
         ex[..4].copy_from_slice(&exporter);
         flows.push(StoredFlow {
@@ -97,7 +108,13 @@ fn fill_store(dir: &Path) -> u64 {
 fn console(store: &Path, extra: &[&str]) -> (ChildGuard, String, u16) {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let mut args = vec!["console", "--store", store.to_str().unwrap(), "--http", &addr];
+    let mut args = vec![
+        "console",
+        "--store",
+        store.to_str().unwrap(),
+        "--http",
+        &addr,
+    ];
     args.extend_from_slice(extra);
     let child = tapflow(&args)
         .stdout(Stdio::null())
@@ -126,7 +143,9 @@ struct Driver {
 
 impl Driver {
     fn start() -> Option<Driver> {
-        let chromedriver = ["/usr/bin/chromedriver"].into_iter().find(|p| Path::new(p).exists())?;
+        let chromedriver = ["/usr/bin/chromedriver"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())?;
         let port = free_port();
         let child = Command::new(chromedriver)
             .arg(format!("--port={port}"))
@@ -149,7 +168,10 @@ impl Driver {
             "goog:loggingPrefs": { "browser": "ALL" }
         }}});
         let r = post(&format!("{base}/session"), &caps);
-        let session = r["value"]["sessionId"].as_str().expect("session id").to_owned();
+        let session = r["value"]["sessionId"]
+            .as_str()
+            .expect("session id")
+            .to_owned();
         Some(Driver {
             base,
             session,
@@ -182,7 +204,10 @@ impl Driver {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("the page never {what}; errors: {}", self.run("return document.getElementById('error').textContent"));
+        panic!(
+            "the page never {what}; errors: {}",
+            self.run("return document.getElementById('error').textContent")
+        );
     }
 
     fn refreshed(&self) -> u64 {
@@ -249,7 +274,9 @@ fn post(url: &str, body: &Value) -> Value {
 }
 
 fn get(url: &str) -> Value {
-    let mut r = ureq::get(url).call().unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let mut r = ureq::get(url)
+        .call()
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
     let text = r.body_mut().read_to_string().expect("body");
     serde_json::from_str(&text).expect("json")
 }
@@ -278,7 +305,10 @@ fn query_top(store: &Path, stat: &str, filter: Option<&str>) -> Vec<(String, u64
         .map(|l| {
             let v: Value = serde_json::from_str(l).expect("query json line");
             (
-                v[key].as_str().map(str::to_owned).unwrap_or_else(|| v[key].to_string()),
+                v[key]
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| v[key].to_string()),
                 v["bytes"].as_u64().expect("bytes"),
             )
         })
@@ -310,17 +340,27 @@ fn page_top(d: &Driver, key: &str) -> Vec<(String, String)> {
     v.as_array()
         .expect("rows")
         .iter()
-        .map(|r| (r[0].as_str().unwrap().to_owned(), r[1].as_str().unwrap().to_owned()))
+        .map(|r| {
+            (
+                r[0].as_str().unwrap().to_owned(),
+                r[1].as_str().unwrap().to_owned(),
+            )
+        })
         .collect()
 }
 
 #[test]
 fn the_console_shows_what_query_answers_and_filters_every_view_on_a_click() {
     if !Path::new("/usr/bin/chromium").exists() || !Path::new("/usr/bin/chromedriver").exists() {
-        eprintln!("skipped: console browser test: no chromium/chromedriver (scripts/install-deps.sh installs them)");
+        eprintln!(
+            "skipped: console browser test: no chromium/chromedriver (scripts/install-deps.sh installs them)"
+        );
         return;
     }
-    assert!(assets_present(), "run scripts/fetch-console-assets.sh first");
+    assert!(
+        assets_present(),
+        "run scripts/fetch-console-assets.sh first"
+    );
     let dir = tempfile::tempdir().unwrap();
     fill_store(dir.path());
     let (_console, base, _) = console(dir.path(), &[]);
@@ -328,10 +368,17 @@ fn the_console_shows_what_query_answers_and_filters_every_view_on_a_click() {
 
     d.go(&format!("{base}/?window=last%201h"));
     d.wait_refresh_after(0);
-    assert_eq!(d.run("return document.getElementById('error').hidden"), Value::Bool(true));
+    assert_eq!(
+        d.run("return document.getElementById('error').hidden"),
+        Value::Bool(true)
+    );
 
     // The top tables equal tapflow query's answers, row by row.
-    for (key, stat) in [("srcip", "srcip/bytes"), ("dstport", "dstport/bytes"), ("proto", "proto/bytes")] {
+    for (key, stat) in [
+        ("srcip", "srcip/bytes"),
+        ("dstport", "dstport/bytes"),
+        ("proto", "proto/bytes"),
+    ] {
         let want: Vec<(String, String)> = query_top(dir.path(), stat, None)
             .into_iter()
             .map(|(k, b)| (k, human_bytes(b)))
@@ -353,7 +400,10 @@ fn the_console_shows_what_query_answers_and_filters_every_view_on_a_click() {
          let n = 0; for (let i = 3; i < px.length; i += 4) if (px[i] > 0) n++;\
          return n",
     );
-    assert!(painted.as_u64().unwrap_or(0) > 1000, "blank chart: {painted}");
+    assert!(
+        painted.as_u64().unwrap_or(0) > 1000,
+        "blank chart: {painted}"
+    );
     d.screenshot("overview");
 
     // A click on the top sender filters every view.
@@ -368,11 +418,14 @@ fn the_console_shows_what_query_answers_and_filters_every_view_on_a_click() {
     let senders = page_top(&d, "srcip");
     assert_eq!(senders.len(), 1, "{senders:?}");
     assert_eq!(senders[0].0, first);
-    let filtered_ports: Vec<(String, String)> =
-        query_top(dir.path(), "dstport/bytes", Some(&format!("src ip {first}")))
-            .into_iter()
-            .map(|(k, b)| (k, human_bytes(b)))
-            .collect();
+    let filtered_ports: Vec<(String, String)> = query_top(
+        dir.path(),
+        "dstport/bytes",
+        Some(&format!("src ip {first}")),
+    )
+    .into_iter()
+    .map(|(k, b)| (k, human_bytes(b)))
+    .collect();
     assert_eq!(page_top(&d, "dstport"), filtered_ports);
     d.screenshot("filtered");
 
@@ -386,7 +439,10 @@ fn the_console_shows_what_query_answers_and_filters_every_view_on_a_click() {
         "return [...document.querySelectorAll('#flows tbody tr')].map(r => r.cells[1].textContent)",
     );
     let srcs = srcs.as_array().unwrap();
-    assert!(srcs.iter().all(|s| s.as_str() == Some(first.as_str())), "{srcs:?}");
+    assert!(
+        srcs.iter().all(|s| s.as_str() == Some(first.as_str())),
+        "{srcs:?}"
+    );
     d.screenshot("flows");
 
     // Everything came from the console itself, and nothing went wrong in the page.
@@ -526,7 +582,17 @@ fn credentials_and_tls_guard_the_console() {
     }
     let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
     let made = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost"])
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+        ])
         .arg("-keyout")
         .arg(&key)
         .arg("-out")
@@ -537,7 +603,14 @@ fn credentials_and_tls_guard_the_console() {
     assert!(made.success());
     let (_t, base, port) = console(
         &store,
-        &["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap(), "--assets", &assets],
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--assets",
+            &assets,
+        ],
     );
     let _ = base;
     let out = Command::new("curl")
@@ -551,7 +624,11 @@ fn credentials_and_tls_guard_the_console() {
         .output()
         .unwrap();
     let body = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["total"]["flows"], 0);
 }

@@ -20,8 +20,8 @@ use serde_json::{Value as Json_, json};
 use tapflow_store::query::result::{addr_text, proto_name};
 use tapflow_store::query::time::parse_window;
 use tapflow_store::query::{
-    Answer, Counters, Filter, FlowRow, Key, Kind, Metric, Query, QueryEngine, QueryError, QueryResult,
-    Row, Value, Window, filter,
+    Answer, Counters, Filter, FlowRow, Key, Kind, Metric, Query, QueryEngine, QueryError,
+    QueryResult, Row, Value, Window, filter,
 };
 
 use crate::probes;
@@ -145,7 +145,9 @@ impl View {
     fn key(&self, default: Key) -> Result<Key, ApiError> {
         match self.key.as_deref() {
             None => Ok(default),
-            Some(name) => key(name).ok_or_else(|| bad(format!("key '{name}': not one of {}", key_names()))),
+            Some(name) => {
+                key(name).ok_or_else(|| bad(format!("key '{name}': not one of {}", key_names())))
+            }
         }
     }
 
@@ -277,7 +279,9 @@ struct Series {
 /// values of `key` plus `other` (or by protocol without `key`), with the previous period's
 /// total beside it.
 async fn series(Extract(state): Extract<State>, Params(view): Params<View>) -> Response {
-    series_inner(state, view).await.unwrap_or_else(IntoResponse::into_response)
+    series_inner(state, view)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn series_inner(state: State, view: View) -> Result<Response, ApiError> {
@@ -408,7 +412,9 @@ fn p95(values: &[f64]) -> f64 {
 /// flows, packets and bytes, its average, 95th percentile and last rate, and the filter term
 /// that selects it.
 async fn top(Extract(state): Extract<State>, Params(view): Params<View>) -> Response {
-    top_inner(state, view).await.unwrap_or_else(IntoResponse::into_response)
+    top_inner(state, view)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn top_inner(state: State, view: View) -> Result<Response, ApiError> {
@@ -461,7 +467,11 @@ async fn top_inner(state: State, view: View) -> Result<Response, ApiError> {
     let last_index = {
         let now = now_us().min(window.end_us);
         let i = ((now - first) / every_us) as usize;
-        if now < window.end_us { i.saturating_sub(1) } else { count - 1 }
+        if now < window.end_us {
+            i.saturating_sub(1)
+        } else {
+            count - 1
+        }
     };
     let rows: Vec<Json_> = order
         .iter()
@@ -517,7 +527,9 @@ fn flow_json(f: &FlowRow) -> Json_ {
 /// `GET /api/v1/flows`: the window's one-way flows by start time, `limit` at most (default
 /// 1000), as JSON or (`format=csv`) CSV.
 async fn flows(Extract(state): Extract<State>, Params(view): Params<View>) -> Response {
-    flows_inner(state, view).await.unwrap_or_else(IntoResponse::into_response)
+    flows_inner(state, view)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn flows_inner(state: State, view: View) -> Result<Response, ApiError> {
@@ -566,7 +578,10 @@ async fn flows_inner(state: State, view: View) -> Result<Response, ApiError> {
         return Ok((
             [
                 (header::CONTENT_TYPE, "text/csv; charset=utf-8"),
-                (header::CONTENT_DISPOSITION, "attachment; filename=\"flows.csv\""),
+                (
+                    header::CONTENT_DISPOSITION,
+                    "attachment; filename=\"flows.csv\"",
+                ),
             ],
             text,
         )
@@ -588,7 +603,9 @@ fn counters_json(c: &Counters) -> Json_ {
 
 /// `GET /api/v1/summary`: totals in the window, and per protocol (`tapflow query -I`).
 async fn summary(Extract(state): Extract<State>, Params(view): Params<View>) -> Response {
-    summary_inner(state, view).await.unwrap_or_else(IntoResponse::into_response)
+    summary_inner(state, view)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn summary_inner(state: State, view: View) -> Result<Response, ApiError> {
@@ -624,7 +641,9 @@ async fn summary_inner(state: State, view: View) -> Result<Response, ApiError> {
 /// `GET /api/v1/health`: every exporter's records in the window (from the flows) and each
 /// probe's counters (from its `/metrics`), with alarms where a probe loses packets.
 async fn health(Extract(state): Extract<State>, Params(view): Params<View>) -> Response {
-    health_inner(state, view).await.unwrap_or_else(IntoResponse::into_response)
+    health_inner(state, view)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn health_inner(state: State, view: View) -> Result<Response, ApiError> {

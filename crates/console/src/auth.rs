@@ -41,9 +41,8 @@ impl Credentials {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let bad = |why: &str| {
-                ConsoleError::Config(format!("{}:{}: {why}", path.display(), i + 1))
-            };
+            let bad =
+                |why: &str| ConsoleError::Config(format!("{}:{}: {why}", path.display(), i + 1));
             let (user, hash) = line
                 .split_once(':')
                 .ok_or_else(|| bad("expected user:hash"))?;
@@ -51,7 +50,9 @@ impl Credentials {
                 return Err(bad("empty user name"));
             }
             if !(hash.starts_with("$argon2") || is_bcrypt(hash)) {
-                return Err(bad("the hash is neither argon2 ($argon2id$…) nor bcrypt ($2b$…)"));
+                return Err(bad(
+                    "the hash is neither argon2 ($argon2id$…) nor bcrypt ($2b$…)",
+                ));
             }
             users.push((user.to_owned(), hash.to_owned()));
         }
@@ -113,8 +114,8 @@ pub fn hash(password: &str) -> Result<String, ConsoleError> {
     use argon2::password_hash::{PasswordHasher, SaltString};
     let mut salt = [0u8; 16];
     getrandom(&mut salt)?;
-    let salt = SaltString::encode_b64(&salt)
-        .map_err(|e| ConsoleError::Config(format!("salt: {e}")))?;
+    let salt =
+        SaltString::encode_b64(&salt).map_err(|e| ConsoleError::Config(format!("salt: {e}")))?;
     argon2::Argon2::default()
         .hash_password(password.as_bytes(), &salt)
         .map(|h| h.to_string())
@@ -137,7 +138,9 @@ fn getrandom(buf: &mut [u8]) -> Result<(), ConsoleError> {
 fn basic(value: &str) -> Option<(String, String)> {
     let encoded = value.strip_prefix("Basic ")?.trim();
     use base64::Engine;
-    let decoded = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()?;
     let text = String::from_utf8(decoded).ok()?;
     let (user, password) = text.split_once(':')?;
     Some((user.to_owned(), password.to_owned()))
@@ -190,8 +193,8 @@ mod tests {
             pub fn with(text: &str) -> TempPath {
                 static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
                 let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let p = std::env::temp_dir()
-                    .join(format!("tapflow-auth-{}-{n}", std::process::id()));
+                let p =
+                    std::env::temp_dir().join(format!("tapflow-auth-{}-{n}", std::process::id()));
                 std::fs::write(&p, text).unwrap();
                 TempPath(p)
             }
@@ -206,7 +209,10 @@ mod tests {
     fn header(user: &str, password: &str) -> String {
         use base64::Engine;
         let raw = format!("{user}:{password}");
-        format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(raw))
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(raw)
+        )
     }
 
     #[test]
@@ -229,8 +235,16 @@ mod tests {
     fn a_bad_line_is_named() {
         let f = file("alice:plaintext\n");
         let e = Credentials::load(&f.0).unwrap_err().to_string();
-        assert!(e.ends_with(":1: the hash is neither argon2 ($argon2id$…) nor bcrypt ($2b$…)"), "{e}");
+        assert!(
+            e.ends_with(":1: the hash is neither argon2 ($argon2id$…) nor bcrypt ($2b$…)"),
+            "{e}"
+        );
         let f = file("# nothing\n");
-        assert!(Credentials::load(&f.0).unwrap_err().to_string().ends_with("no user:hash line"));
+        assert!(
+            Credentials::load(&f.0)
+                .unwrap_err()
+                .to_string()
+                .ends_with("no user:hash line")
+        );
     }
 }

@@ -146,15 +146,14 @@ pub fn serve(
         let served = match &config.tls {
             Some(tls) => {
                 let _ = rustls::crypto::ring::default_provider().install_default();
-                let rustls = axum_server::tls_rustls::RustlsConfig::from_pem_file(
-                    &tls.cert, &tls.key,
-                )
-                .await
-                .map_err(|source| ConsoleError::Read {
-                    what: "TLS certificate or key",
-                    path: tls.cert.clone(),
-                    source,
-                })?;
+                let rustls =
+                    axum_server::tls_rustls::RustlsConfig::from_pem_file(&tls.cert, &tls.key)
+                        .await
+                        .map_err(|source| ConsoleError::Read {
+                            what: "TLS certificate or key",
+                            path: tls.cert.clone(),
+                            source,
+                        })?;
                 axum_server::bind_rustls(addr, rustls)
                     .handle(handle)
                     .serve(app.into_make_service())

@@ -20,6 +20,7 @@ pub const CHART_CSS: &str = "uPlot.min.css";
 const INDEX: &str = include_str!("../web/index.html");
 const APP: &str = include_str!("../web/app.js");
 const STYLE: &str = include_str!("../web/style.css");
+const ICON: &str = include_str!("../web/favicon.svg");
 
 const POLICY: &str = "default-src 'self'; img-src 'self' data:; style-src 'self'; \
                       script-src 'self'; connect-src 'self'; frame-ancestors 'none'";
@@ -42,9 +43,16 @@ pub fn check_assets(dir: &Path) -> Result<(), ConsoleError> {
 /// The page's routes.
 pub fn router(assets: PathBuf) -> Router {
     Router::new()
-        .route("/", get(|| async { file("text/html; charset=utf-8", INDEX) }))
+        .route(
+            "/",
+            get(|| async { file("text/html; charset=utf-8", INDEX) }),
+        )
         .route("/app.js", get(|| async { file("text/javascript", APP) }))
         .route("/style.css", get(|| async { file("text/css", STYLE) }))
+        .route(
+            "/favicon.svg",
+            get(|| async { file("image/svg+xml", ICON) }),
+        )
         .route("/vendor/{name}", get(vendor))
         .with_state(assets)
 }
@@ -53,7 +61,10 @@ fn file(content_type: &'static str, body: &'static str) -> Response {
     let mut r = body.into_response();
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(POLICY));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(POLICY),
+    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     r
 }
@@ -72,7 +83,10 @@ async fn vendor(
             let mut r = bytes.into_response();
             let h = r.headers_mut();
             h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("max-age=86400"));
+            h.insert(
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("max-age=86400"),
+            );
             r
         }
         Err(_) => StatusCode::NOT_FOUND.into_response(),
