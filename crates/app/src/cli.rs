@@ -495,6 +495,10 @@ pub struct PlanArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Also draw the loss against the length of a stall, for the chosen ring and for half and
+    /// twice as many blocks, as an SVG file.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
 }
 
 /// `tapflow console`.

@@ -15,6 +15,7 @@ mod report;
 mod rules_cmd;
 mod size;
 mod stats_cmd;
+mod svg;
 
 use std::process::ExitCode;
 use std::sync::Arc;
