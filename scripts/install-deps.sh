@@ -26,6 +26,10 @@ PKGS=(
     argus-client               # ra: reads argus records
     prometheus                 # promtool: checks our /metrics text
     nftables                   # nft: a collector that drops at its ingress (bench/forward.py)
+    chromium                   # the console's tests: a real browser
+    chromium-driver            # chromedriver: WebDriver for those tests
+    openssl                    # a self-signed certificate for the console's TLS test
+    curl                       # reads the console over TLS in that test; fetches the charting library
 )
 
 export DEBIAN_FRONTEND=noninteractive

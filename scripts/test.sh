@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 export CARGO_TERM_COLOR=never
 cargo fmt --all -- --check
+# The console's charting library (uPlot, from npm): served by `tapflow console`, needed by its tests.
+scripts/fetch-console-assets.sh
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The release build must compile too: the demo and the benchmarks run it.
 cargo build --release --locked -p tapflow

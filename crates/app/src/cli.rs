@@ -50,6 +50,9 @@ pub enum Command {
     /// adapted to TPACKET_V3 blocks (bounds on the block size, a recommended geometry, the
     /// loss in a stall or a burst).
     Plan(PlanArgs),
+    /// Serve the web console over a flow store: traffic over time, top talkers, flow search,
+    /// exporter and probe health.
+    Console(ConsoleArgs),
     /// Ask the flow store: top-N (-s), aggregation (-a), time series (--every), totals (-I) or
     /// the flows themselves, in a time window (-t) and through a filter (trailing words).
     Query(QueryArgs),
@@ -492,6 +495,41 @@ pub struct PlanArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Also draw the loss against the length of a stall, for the chosen ring and for half and
+    /// twice as many blocks, as an SVG file.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+}
+
+/// `tapflow console`.
+#[derive(Debug, Args)]
+pub struct ConsoleArgs {
+    /// The flow store to read (the directory `tapflow collect --store` writes).
+    #[arg(long, value_name = "DIR", required_unless_present = "hash_password")]
+    pub store: Option<PathBuf>,
+    /// Where to listen. A non-loopback address needs --http-auth.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8080")]
+    pub http: std::net::SocketAddr,
+    /// Credentials: `user:hash` lines, argon2 (`tapflow console --hash-password`) or bcrypt
+    /// (`htpasswd -nB user`) hashes; every request then needs HTTP Basic authentication.
+    #[arg(long, value_name = "FILE")]
+    pub http_auth: Option<PathBuf>,
+    /// Serve HTTPS with this PEM certificate chain (with --tls-key).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key for --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// A tapflow probe's metrics address (its --metrics) to show in the health view; repeatable.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub probe: Vec<String>,
+    /// The directory holding the charting library (default: installed, else the source tree's
+    /// crates/console/vendor, filled by scripts/fetch-console-assets.sh).
+    #[arg(long, value_name = "DIR")]
+    pub assets: Option<PathBuf>,
+    /// Print an argon2 hash of the password read from standard input, for --http-auth, and exit.
+    #[arg(long)]
+    pub hash_password: bool,
 }
 
 /// `tapflow query`.

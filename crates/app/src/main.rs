@@ -3,6 +3,7 @@
 mod capture_cmd;
 mod check_cmd;
 mod cli;
+mod console_cmd;
 mod doctor_cmd;
 mod gen_cmd;
 mod import_cmd;
@@ -14,6 +15,7 @@ mod report;
 mod rules_cmd;
 mod size;
 mod stats_cmd;
+mod svg;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -132,6 +134,7 @@ fn main() -> ExitCode {
         Command::Check(args) => return check_cmd::run(&args),
         Command::Doctor(args) => doctor_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(&args),
+        Command::Console(args) => console_cmd::run(args, stop.flag()),
         Command::Query(args) => query_cmd::run(&args),
         Command::Import(args) => import_cmd::run(&args),
     };

@@ -12,6 +12,7 @@ use tapflow_wire::capfile::MAXIMUM_SNAPLEN;
 use crate::cli::PlanArgs;
 use crate::report::json_line;
 use crate::size::{self, format_size, parse_rate};
+use crate::svg;
 use crate::{Failure, in_range};
 
 /// What the burst option asks: a rate and a length.
@@ -144,6 +145,9 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
             (b, loss)
         }),
     };
+    if let Some(path) = &a.svg {
+        write_svg(path, &report)?;
+    }
     let out = if a.json {
         json_line(&PlanJson::new(&report))?
     } else {
@@ -151,6 +155,68 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
     };
     print!("{out}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Points of each curve in the loss-against-stall chart.
+const SVG_POINTS: u32 = 200;
+
+/// Draws the percentage of the packets arriving in a stall that are lost, against the stall's
+/// length (to three times what the chosen ring holds), for the chosen ring and for half and
+/// twice as many blocks.
+fn write_svg(path: &std::path::Path, r: &Report) -> Result<(), Failure> {
+    let holds = r.behaviour.holds;
+    if holds == Duration::MAX {
+        return Err(Failure::Usage(
+            "--svg: at a rate of 0 the ring never loses anything; give --rate".into(),
+        ));
+    }
+    let span_ms = (holds.as_secs_f64() * 3e3).max(1.0);
+    let curve = |blocks: u32, label: String, dashed: bool| {
+        let g = RingGeometry {
+            block_count: blocks.max(1),
+            ..r.chosen
+        };
+        let points = (0..=SVG_POINTS)
+            .map(|i| {
+                let ms = span_ms * f64::from(i) / f64::from(SVG_POINTS);
+                let arrived = r.work.rate * ms / 1e3;
+                let lost = r.work.stall(&g, Duration::from_secs_f64(ms / 1e3)).packets;
+                let pct = if arrived > 0.0 {
+                    100.0 * lost / arrived
+                } else {
+                    0.0
+                };
+                (ms, pct)
+            })
+            .collect();
+        svg::Line {
+            label,
+            points,
+            dashed,
+        }
+    };
+    let n = r.chosen.block_count;
+    let size = |blocks: u32| format_size(u64::from(blocks) * u64::from(r.chosen.block_size));
+    let lines = [
+        curve(n, format!("{n} blocks ({}), recommended", size(n)), false),
+        curve(n / 2, format!("{} blocks ({})", n / 2, size(n / 2)), true),
+        curve(n * 2, format!("{} blocks ({})", n * 2, size(n * 2)), true),
+    ];
+    let title = format!(
+        "Loss in a stall at {:.0} packets/s per worker, {}-byte blocks",
+        r.work.rate, r.chosen.block_size
+    );
+    let doc = svg::chart(
+        &title,
+        "stall (ms)",
+        "packets lost (% of those arriving)",
+        &lines,
+    );
+    let mut f = tapflow_sys::outfile::create(path)
+        .map_err(|e| Failure::Usage(format!("--svg {}: {e}", path.display())))?;
+    use std::io::Write;
+    f.write_all(doc.as_bytes())
+        .map_err(|e| Failure::Runtime(format!("--svg {}: {e}", path.display())))
 }
 
 fn ms(d: Duration) -> String {

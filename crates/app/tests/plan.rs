@@ -265,3 +265,46 @@ fn a_stalled_capture_loses_what_the_plan_predicts() {
         }
     }
 }
+
+#[test]
+fn the_svg_draws_no_loss_up_to_what_the_ring_holds_and_loss_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("plan.svg");
+    let j = plan_json(&["--rate", "1M", "--svg", svg.to_str().unwrap()]);
+    let holds = json_f64(&j, "ring.holds_ms");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"));
+    let lines: Vec<Vec<(f64, f64)>> = text
+        .split("<polyline")
+        .skip(1)
+        .map(|p| {
+            let pts = p
+                .split("points=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap();
+            pts.split(' ')
+                .map(|xy| {
+                    let (x, y) = xy.split_once(',').unwrap();
+                    (x.parse().unwrap(), y.parse().unwrap())
+                })
+                .collect()
+        })
+        .collect();
+    assert_eq!(lines.len(), 3, "recommended, half and twice the blocks");
+    assert!(lines.iter().all(|l| l.len() == 201));
+    // The x axis spans 3 × holds rounded up to a round tick; the plot is 630 px wide from x=70.
+    let rec = &lines[0];
+    let bottom = rec[0].1;
+    let first_loss = rec.iter().position(|p| p.1 < bottom).expect("some loss");
+    // Point i is at i/200 of 3 × holds: the first loss lies just past holds, i ≈ 67.
+    assert!(
+        (66..=69).contains(&first_loss),
+        "first loss at point {first_loss} (holds {holds} ms)"
+    );
+    // More blocks lose later, fewer sooner.
+    let first = |l: &Vec<(f64, f64)>| l.iter().position(|p| p.1 < bottom).unwrap_or(usize::MAX);
+    assert!(first(&lines[1]) < first_loss && first_loss < first(&lines[2]));
+}

@@ -1,0 +1,68 @@
+//! `tapflow console`: the web console over a flow store directory.
+
+use std::io::Read;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use tapflow_console::{ConsoleConfig, TlsFiles};
+use tapflow_store::query::scan::ParquetEngine;
+
+use crate::Failure;
+use crate::cli::ConsoleArgs;
+
+/// Threads a query may scan with.
+const SCAN_THREADS: usize = 2;
+
+pub fn run(args: ConsoleArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
+    if args.hash_password {
+        let mut password = String::new();
+        std::io::stdin()
+            .read_to_string(&mut password)
+            .map_err(|e| Failure::Runtime(format!("reading the password: {e}")))?;
+        let password = password.trim_end_matches(['\n', '\r']);
+        if password.is_empty() {
+            return Err(Failure::Usage(
+                "--hash-password: empty password on stdin".into(),
+            ));
+        }
+        let hash =
+            tapflow_console::auth::hash(password).map_err(|e| Failure::Runtime(e.to_string()))?;
+        println!("{hash}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(store) = args.store else {
+        return Err(Failure::Usage("--store DIR is required".into()));
+    };
+    if !store.is_dir() {
+        return Err(Failure::Usage(format!(
+            "--store {}: not a directory",
+            store.display()
+        )));
+    }
+    let config = ConsoleConfig {
+        listen: args.http,
+        auth: args.http_auth,
+        tls: args
+            .tls_cert
+            .zip(args.tls_key)
+            .map(|(cert, key)| TlsFiles { cert, key }),
+        probes: args.probe,
+        assets: args.assets.unwrap_or_else(tapflow_console::default_assets),
+    };
+    tapflow_console::check(&config).map_err(|e| Failure::Usage(e.to_string()))?;
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    eprintln!(
+        "tapflow console: {scheme}://{} over {}",
+        config.listen,
+        store.display()
+    );
+    let engine = Arc::new(ParquetEngine::new(store, SCAN_THREADS));
+    tapflow_console::serve(config, engine, Arc::clone(stop))
+        .map_err(|e| Failure::Runtime(e.to_string()))?;
+    Ok(ExitCode::SUCCESS)
+}

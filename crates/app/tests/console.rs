@@ -1,0 +1,634 @@
+//! `tapflow console` in a real browser (Debian's chromium driven by chromedriver over WebDriver)
+//! over a store the test fills with known flows: the top tables and totals equal `tapflow
+//! query`'s, a click on a row filters every view, the chart is drawn, the page makes no
+//! request elsewhere and logs no error, it fits a phone, and follows the system's dark mode.
+//! Also the server's manners without a browser: loopback only without credentials, Basic
+//! authentication, TLS.
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use common::{ChildGuard, tapflow};
+use serde_json::{Value, json};
+use tapflow_store::parquet_store::{ParquetOptions, ParquetStore};
+use tapflow_store::{FlowStore, StoredFlow, schema::addr16};
+use tapflow_wire::flowrecord::{Counters, FlowRecord};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// Known flows over the last 40 minutes: ten senders with distinct volumes, TCP to 443 and 80,
+/// UDP to 53, some ICMP, two exporters.
+fn fill_store(dir: &Path) -> u64 {
+    let mut store = ParquetStore::open(dir, ParquetOptions::default()).expect("open store");
+    let now = now_ns();
+    let mut flows = Vec::new();
+    for i in 0..600u64 {
+        let sender = (i % 10) as u8;
+        let (proto, dport) = match i % 6 {
+            0..=2 => (6u8, 443u16),
+            3 => (6, 80),
+            4 => (17, 53),
+            _ => (1, 0x0800),
+        };
+        let start = now - 40 * 60_000_000_000 + i * 4_000_000_000;
+        let octets = 1000 * (u64::from(sender) + 1) * (1 + i % 3);
+        let mut src = [0u8; 16];
+        src[..4].copy_from_slice(&[10, 0, 0, sender + 1]);
+        let mut dst = [0u8; 16];
+        dst[..4].copy_from_slice(&[192, 0, 2, (i % 7) as u8 + 1]);
+        let flow = FlowRecord {
+            ipv6: false,
+            proto,
+            src,
+            dst,
+            sport: if proto == 1 {
+                0
+            } else {
+                40_000 + (i % 1000) as u16
+            },
+            dport,
+            vlan: 0,
+            interface: 1 + (i % 2) as u32,
+            fwd: Counters {
+                packets: 10,
+                octets,
+                tcp_flags: if proto == 6 { 0x1b } else { 0 },
+                first_ns: start,
+                last_ns: start + 1_000_000_000,
+            },
+            rev: Counters {
+                packets: 8,
+                octets: octets / 2,
+                tcp_flags: if proto == 6 { 0x1b } else { 0 },
+                first_ns: start + 1_000_000,
+                last_ns: start + 900_000_000,
+            },
+            ..FlowRecord::default()
+        };
+        let exporter = if i % 4 == 0 {
+            [192, 0, 2, 250]
+        } else {
+            [192, 0, 2, 251]
+        };
+        let mut ex = [0u8; 16];
+        ex[..4].copy_from_slice(&exporter);
+        flows.push(StoredFlow {
+            flow,
+            egress: 3,
+            exporter: addr16(false, &ex),
+            domain: 1,
+            sampling: 1,
+            received_ns: start + 2_000_000_000,
+        });
+    }
+    store.insert(&flows).expect("insert");
+    let report = Box::new(store).close().expect("close");
+    assert_eq!(report.stored, 600);
+    600
+}
+
+/// `tapflow console` on a free port; returns its guard and base URL.
+fn console(store: &Path, extra: &[&str]) -> (ChildGuard, String, u16) {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut args = vec![
+        "console",
+        "--store",
+        store.to_str().unwrap(),
+        "--http",
+        &addr,
+    ];
+    args.extend_from_slice(extra);
+    let child = tapflow(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn console");
+    let mut guard = ChildGuard::new(child, "tapflow console");
+    guard.wait_until(Duration::from_secs(30), "listens", |_| {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    (guard, format!("http://{addr}"), port)
+}
+
+fn assets_present() -> bool {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../console/vendor/uPlot.esm.js")
+        .is_file()
+}
+
+/// A minimal WebDriver client (W3C protocol over HTTP+JSON) for chromedriver.
+struct Driver {
+    base: String,
+    session: String,
+    _process: ChildGuard,
+}
+
+impl Driver {
+    fn start() -> Option<Driver> {
+        let chromedriver = ["/usr/bin/chromedriver"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())?;
+        let port = free_port();
+        let child = Command::new(chromedriver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let mut guard = ChildGuard::new(child, "chromedriver");
+        let base = format!("http://127.0.0.1:{port}");
+        guard.wait_until(Duration::from_secs(30), "listens", |_| {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        let caps = json!({ "capabilities": { "alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": "/usr/bin/chromium",
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--window-size=1280,800", "--disable-dev-shm-usage"]
+            },
+            "goog:loggingPrefs": { "browser": "ALL" }
+        }}});
+        let r = post(&format!("{base}/session"), &caps);
+        let session = r["value"]["sessionId"]
+            .as_str()
+            .expect("session id")
+            .to_owned();
+        Some(Driver {
+            base,
+            session,
+            _process: guard,
+        })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/session/{}{path}", self.base, self.session)
+    }
+
+    fn go(&self, url: &str) {
+        post(&self.url("/url"), &json!({ "url": url }));
+    }
+
+    fn run(&self, script: &str) -> Value {
+        post(
+            &self.url("/execute/sync"),
+            &json!({ "script": script, "args": [] }),
+        )["value"]
+            .clone()
+    }
+
+    /// Waits until `script` returns true.
+    fn until(&self, what: &str, script: &str) {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(60) {
+            if self.run(script) == Value::Bool(true) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "the page never {what}; errors: {}",
+            self.run("return document.getElementById('error').textContent")
+        );
+    }
+
+    fn refreshed(&self) -> u64 {
+        self.run("return Number(document.body.dataset.refreshed || 0)")
+            .as_u64()
+            .unwrap_or(0)
+    }
+
+    fn wait_refresh_after(&self, n: u64) {
+        self.until(
+            "finished refreshing",
+            &format!("return Number(document.body.dataset.refreshed || 0) > {n}"),
+        );
+    }
+
+    fn screenshot(&self, name: &str) -> Vec<u8> {
+        let v = get(&self.url("/screenshot"));
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(v["value"].as_str().expect("png"))
+            .expect("base64");
+        if let Ok(dir) = std::env::var("TAPFLOW_SCREENSHOTS") {
+            std::fs::write(PathBuf::from(dir).join(format!("console-{name}.png")), &png).ok();
+        }
+        png
+    }
+
+    fn cdp(&self, cmd: &str, params: Value) {
+        post(
+            &self.url("/goog/cdp/execute"),
+            &json!({ "cmd": cmd, "params": params }),
+        );
+    }
+
+    fn severe_logs(&self) -> Vec<String> {
+        let v = post(&self.url("/se/log"), &json!({ "type": "browser" }));
+        v["value"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|e| e["level"] == "SEVERE")
+                    .map(|e| e["message"].to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = ureq::delete(&format!("{}/session/{}", self.base, self.session)).call();
+    }
+}
+
+fn post(url: &str, body: &Value) -> Value {
+    let mut r = ureq::post(url)
+        .config()
+        .http_status_as_error(false)
+        .build()
+        .header("Content-Type", "application/json")
+        .send(body.to_string())
+        .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+    let text = r.body_mut().read_to_string().expect("body");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("POST {url}: {e}: {text}"))
+}
+
+fn get(url: &str) -> Value {
+    let mut r = ureq::get(url)
+        .call()
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let text = r.body_mut().read_to_string().expect("body");
+    serde_json::from_str(&text).expect("json")
+}
+
+/// `tapflow query --json` rows as (key text, bytes).
+fn query_top(store: &Path, stat: &str, filter: Option<&str>) -> Vec<(String, u64)> {
+    let mut args = vec![
+        "query".to_owned(),
+        "--store".into(),
+        store.to_str().unwrap().into(),
+        "-t".into(),
+        "last 1h".into(),
+        "-s".into(),
+        stat.into(),
+        "-n".into(),
+        "10".into(),
+        "--json".into(),
+    ];
+    if let Some(f) = filter {
+        args.push(f.into());
+    }
+    let out = common::run_ok(&mut tapflow(&args));
+    let key = stat.split('/').next().unwrap();
+    out.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("query json line");
+            (
+                v[key]
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| v[key].to_string()),
+                v["bytes"].as_u64().expect("bytes"),
+            )
+        })
+        .collect()
+}
+
+fn human_bytes(v: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut x = v as f64;
+    let mut i = 0;
+    while x >= 1024.0 && i < units.len() - 1 {
+        x /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{x:.0} {}", units[i])
+    } else {
+        format!("{x:.1} {}", units[i])
+    }
+}
+
+/// The rows of a top table as (value, total) texts.
+fn page_top(d: &Driver, key: &str) -> Vec<(String, String)> {
+    let v = d.run(&format!(
+        "return [...document.querySelectorAll('#top-{key} tbody tr')]\
+         .filter(r => r.dataset.filter)\
+         .map(r => [r.cells[0].textContent, r.cells[1].textContent])"
+    ));
+    v.as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| {
+            (
+                r[0].as_str().unwrap().to_owned(),
+                r[1].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_console_shows_what_query_answers_and_filters_every_view_on_a_click() {
+    if !Path::new("/usr/bin/chromium").exists() || !Path::new("/usr/bin/chromedriver").exists() {
+        eprintln!(
+            "skipped: console browser test: no chromium/chromedriver (scripts/install-deps.sh installs them)"
+        );
+        return;
+    }
+    assert!(
+        assets_present(),
+        "run scripts/fetch-console-assets.sh first"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    fill_store(dir.path());
+    let (_console, base, _) = console(dir.path(), &[]);
+    let d = Driver::start().expect("chromedriver");
+
+    d.go(&format!("{base}/?window=last%201h"));
+    d.wait_refresh_after(0);
+    assert_eq!(
+        d.run("return document.getElementById('error').hidden"),
+        Value::Bool(true)
+    );
+
+    // The top tables equal tapflow query's answers, row by row.
+    for (key, stat) in [
+        ("srcip", "srcip/bytes"),
+        ("dstport", "dstport/bytes"),
+        ("proto", "proto/bytes"),
+    ] {
+        let want: Vec<(String, String)> = query_top(dir.path(), stat, None)
+            .into_iter()
+            .map(|(k, b)| (k, human_bytes(b)))
+            .collect();
+        let got = page_top(&d, key);
+        assert!(!want.is_empty());
+        assert_eq!(got.len(), want.len(), "{key}: {got:?} vs {want:?}");
+        for ((gk, gb), (wk, wb)) in got.iter().zip(&want) {
+            assert_eq!(gb, wb, "{key}: {got:?} vs {want:?}");
+            assert!(gk.eq_ignore_ascii_case(wk), "{key}: {got:?} vs {want:?}");
+        }
+    }
+
+    // The chart is drawn: its canvas has coloured pixels.
+    let painted = d.run(
+        "const c = document.querySelector('#chart canvas');\
+         if (!c) return 0;\
+         const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;\
+         let n = 0; for (let i = 3; i < px.length; i += 4) if (px[i] > 0) n++;\
+         return n",
+    );
+    assert!(
+        painted.as_u64().unwrap_or(0) > 1000,
+        "blank chart: {painted}"
+    );
+    d.screenshot("overview");
+
+    // A click on the top sender filters every view.
+    let first = page_top(&d, "srcip")[0].0.clone();
+    let before = d.refreshed();
+    d.run("document.querySelector('#top-srcip tbody tr').click(); return true");
+    d.wait_refresh_after(before);
+    let filter = d.run("return document.getElementById('filter').value");
+    assert_eq!(filter, Value::String(format!("src ip {first}")));
+    let url = d.run("return location.search").as_str().unwrap().to_owned();
+    assert!(url.contains("filter=src+ip"), "{url}");
+    let senders = page_top(&d, "srcip");
+    assert_eq!(senders.len(), 1, "{senders:?}");
+    assert_eq!(senders[0].0, first);
+    let filtered_ports: Vec<(String, String)> = query_top(
+        dir.path(),
+        "dstport/bytes",
+        Some(&format!("src ip {first}")),
+    )
+    .into_iter()
+    .map(|(k, b)| (k, human_bytes(b)))
+    .collect();
+    assert_eq!(page_top(&d, "dstport"), filtered_ports);
+    d.screenshot("filtered");
+
+    // Flow search lists only that sender's flows.
+    d.run("document.getElementById('search-run').click(); return true");
+    d.until(
+        "listed flows",
+        "return document.querySelectorAll('#flows tbody tr').length > 0",
+    );
+    let srcs = d.run(
+        "return [...document.querySelectorAll('#flows tbody tr')].map(r => r.cells[1].textContent)",
+    );
+    let srcs = srcs.as_array().unwrap();
+    assert!(
+        srcs.iter().all(|s| s.as_str() == Some(first.as_str())),
+        "{srcs:?}"
+    );
+    d.screenshot("flows");
+
+    // Everything came from the console itself, and nothing went wrong in the page.
+    let elsewhere = d.run(&format!(
+        "return performance.getEntriesByType('resource').map(e => e.name)\
+         .filter(n => !n.startsWith('{base}'))"
+    ));
+    assert_eq!(elsewhere, json!([]));
+    assert_eq!(d.severe_logs(), Vec::<String>::new());
+
+    // Dark mode follows the system setting.
+    let light = d.run("return getComputedStyle(document.body).backgroundColor");
+    d.cdp(
+        "Emulation.setEmulatedMedia",
+        json!({ "features": [{ "name": "prefers-color-scheme", "value": "dark" }] }),
+    );
+    let dark = d.run("return getComputedStyle(document.body).backgroundColor");
+    assert_ne!(light, dark);
+    d.screenshot("dark");
+
+    // A phone's width: nothing wider than the screen.
+    d.cdp(
+        "Emulation.setDeviceMetricsOverride",
+        json!({ "width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": true }),
+    );
+    let before = d.refreshed();
+    d.run("location.reload(); return true");
+    d.until("reloaded", "return document.readyState === 'complete'");
+    let _ = before;
+    d.until(
+        "refreshed after reload",
+        "return Number(document.body.dataset.refreshed || 0) > 0",
+    );
+    let fits = d.run("return document.documentElement.scrollWidth <= window.innerWidth + 1");
+    assert_eq!(fits, Value::Bool(true));
+    d.screenshot("phone");
+}
+
+#[test]
+fn the_api_refuses_bad_parameters_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    fill_store(dir.path());
+    let (_console, base, _) = console(dir.path(), &["--assets", vendor_or_skip().as_str()]);
+    for (q, want) in [
+        ("/api/v1/top?key=nope", "key 'nope'"),
+        ("/api/v1/top?filter=src%20port%20banana", "banana"),
+        ("/api/v1/series?window=yesterday", "yesterday"),
+        ("/api/v1/top?n=0", "n 0"),
+    ] {
+        let mut r = ureq::get(&format!("{base}{q}"))
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .call()
+            .unwrap();
+        assert_eq!(r.status(), 400, "{q}");
+        let text = r.body_mut().read_to_string().unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let msg = v["error"].as_str().unwrap();
+        assert!(msg.contains(want) && !msg.contains('\n'), "{q}: {msg}");
+    }
+    let top = get(&format!("{base}/api/v1/top?window=last%201h&key=srcip&n=3"));
+    assert_eq!(top["rows"].as_array().unwrap().len(), 3);
+    let total: u64 = top["total"]["flows"].as_u64().unwrap();
+    assert_eq!(total, 600 * 2, "every stored biflow is two one-way flows");
+}
+
+fn vendor_or_skip() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../console/vendor")
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn credentials_and_tls_guard_the_console() {
+    let dir = tempfile::tempdir().unwrap();
+    let assets = vendor_or_skip();
+    // No credentials: a non-loopback address is refused at start, in one line.
+    let out = tapflow([
+        "console",
+        "--store",
+        dir.path().to_str().unwrap(),
+        "--http",
+        "0.0.0.0:0",
+        "--assets",
+        &assets,
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs --http-auth"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+
+    // With credentials: 401 without, 200 with the right password, 401 with a wrong one.
+    let mut hash = tapflow(["console", "--hash-password"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    hash.stdin.take().unwrap().write_all(b"s3cret\n").unwrap();
+    let hashed = hash.wait_with_output().unwrap();
+    assert!(hashed.status.success());
+    let line = String::from_utf8(hashed.stdout).unwrap();
+    assert!(line.starts_with("$argon2id$"), "{line}");
+    let creds = dir.path().join("users");
+    std::fs::write(&creds, format!("alice:{}", line.trim())).unwrap();
+    let store = dir.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    let (_c, base, _) = console(
+        &store,
+        &["--http-auth", creds.to_str().unwrap(), "--assets", &assets],
+    );
+    let status = |auth: Option<&str>| {
+        let mut req = ureq::get(&format!("{base}/api/v1/summary"))
+            .config()
+            .http_status_as_error(false)
+            .build();
+        if let Some(a) = auth {
+            let h = base64::engine::general_purpose::STANDARD.encode(a);
+            req = req.header("Authorization", &format!("Basic {h}"));
+        }
+        req.call().unwrap().status().as_u16()
+    };
+    assert_eq!(status(None), 401);
+    assert_eq!(status(Some("alice:wrong")), 401);
+    assert_eq!(status(Some("alice:s3cret")), 200);
+
+    // TLS with a self-signed certificate, read by curl.
+    if Command::new("openssl").arg("version").output().is_err()
+        || Command::new("curl").arg("--version").output().is_err()
+    {
+        eprintln!("skipped: console TLS: no openssl or curl");
+        return;
+    }
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let (_t, base, port) = console(
+        &store,
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--assets",
+            &assets,
+        ],
+    );
+    let _ = base;
+    let out = Command::new("curl")
+        .args(["-sS", "--cacert"])
+        .arg(&cert)
+        .args([
+            "--resolve",
+            &format!("localhost:{port}:127.0.0.1"),
+            &format!("https://localhost:{port}/api/v1/summary?window=last%201h"),
+        ])
+        .output()
+        .unwrap();
+    let body = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["total"]["flows"], 0);
+}

@@ -1,0 +1,171 @@
+//! tapflow's web console: a single page and the JSON API it reads, over the flow store.
+//!
+//! The page gets every number through the API (`api.rs`, documented in `docs/console.md`); the
+//! API answers through the store's [`QueryEngine`], the same one `tapflow query` uses. Served
+//! by axum on a small tokio runtime; queries run on blocking threads so a long scan never holds
+//! up another request.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod auth;
+pub mod page;
+pub mod probes;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tapflow_store::query::QueryEngine;
+
+/// Why the console could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsoleError {
+    /// The configuration cannot work; the message names the flag.
+    #[error("{0}")]
+    Config(String),
+    /// A file the console needs could not be read.
+    #[error("{what} {path}: {source}")]
+    Read {
+        /// What the file is ("credentials file", "TLS certificate").
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// Listening or serving failed.
+    #[error("console on {addr}: {source}")]
+    Serve {
+        /// The address.
+        addr: SocketAddr,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+/// A certificate chain and its private key, PEM files.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// The certificate chain (`--tls-cert`).
+    pub cert: PathBuf,
+    /// The private key (`--tls-key`).
+    pub key: PathBuf,
+}
+
+/// How the console is served.
+#[derive(Debug, Clone)]
+pub struct ConsoleConfig {
+    /// Where it listens (`--http`).
+    pub listen: SocketAddr,
+    /// The credentials file (`--http-auth`): `user:hash` lines, argon2 or bcrypt hashes.
+    pub auth: Option<PathBuf>,
+    /// TLS, if given.
+    pub tls: Option<TlsFiles>,
+    /// tapflow probes whose `/metrics` the health view shows (`--probe HOST:PORT`).
+    pub probes: Vec<String>,
+    /// The directory holding the charting library (`uPlot.esm.js`, `uPlot.min.css`).
+    pub assets: PathBuf,
+}
+
+/// The directory the charting library is looked up in when `--assets` is not given: the
+/// installed location, else the source tree's `crates/console/vendor` (filled by
+/// `scripts/fetch-console-assets.sh`).
+pub fn default_assets() -> PathBuf {
+    let installed = PathBuf::from("/usr/share/tapflow/console");
+    if installed.join(page::CHART_JS).is_file() {
+        installed
+    } else {
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/vendor"))
+    }
+}
+
+/// Checks what can be checked before anything is opened: a non-loopback address needs
+/// credentials, the credentials and TLS files must be readable, the charting library present.
+pub fn check(config: &ConsoleConfig) -> Result<(), ConsoleError> {
+    if !config.listen.ip().is_loopback() && config.auth.is_none() {
+        return Err(ConsoleError::Config(format!(
+            "--http {}: a console on a non-loopback address needs --http-auth FILE",
+            config.listen
+        )));
+    }
+    if let Some(path) = &config.auth {
+        auth::Credentials::load(path)?;
+    }
+    if let Some(tls) = &config.tls {
+        for (what, path) in [("TLS certificate", &tls.cert), ("TLS key", &tls.key)] {
+            std::fs::metadata(path).map_err(|source| ConsoleError::Read {
+                what,
+                path: path.clone(),
+                source,
+            })?;
+        }
+    }
+    page::check_assets(&config.assets)
+}
+
+/// Serves the console until `stop` is raised. Blocks.
+pub fn serve(
+    config: ConsoleConfig,
+    engine: Arc<dyn QueryEngine + Send + Sync>,
+    stop: Arc<AtomicBool>,
+) -> Result<(), ConsoleError> {
+    check(&config)?;
+    let credentials = match &config.auth {
+        Some(path) => Some(Arc::new(auth::Credentials::load(path)?)),
+        None => None,
+    };
+    let state = api::State::new(engine, config.probes.clone());
+    let app = api::router(state)
+        .merge(page::router(config.assets.clone()))
+        .layer(axum::middleware::from_fn_with_state(
+            credentials,
+            auth::require,
+        ));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(4)
+        .thread_name("tapflow-http")
+        .enable_all()
+        .build()
+        .map_err(|source| ConsoleError::Serve {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = config.listen;
+    runtime.block_on(async move {
+        let handle = axum_server::Handle::new();
+        let watcher = handle.clone();
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            watcher.graceful_shutdown(Some(Duration::from_secs(2)));
+        });
+        let served = match &config.tls {
+            Some(tls) => {
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                let rustls =
+                    axum_server::tls_rustls::RustlsConfig::from_pem_file(&tls.cert, &tls.key)
+                        .await
+                        .map_err(|source| ConsoleError::Read {
+                            what: "TLS certificate or key",
+                            path: tls.cert.clone(),
+                            source,
+                        })?;
+                axum_server::bind_rustls(addr, rustls)
+                    .handle(handle)
+                    .serve(app.into_make_service())
+                    .await
+            }
+            None => {
+                axum_server::bind(addr)
+                    .handle(handle)
+                    .serve(app.into_make_service())
+                    .await
+            }
+        };
+        served.map_err(|source| ConsoleError::Serve { addr, source })
+    })
+}

@@ -1,0 +1,353 @@
+// The tapflow console: every number comes from the JSON API under /api/v1 (docs/console.md).
+// The view (window, filter, stacking key, unit) lives in the URL, so a view can be shared.
+import uPlot from '/vendor/uPlot.esm.js';
+
+const $ = (id) => document.getElementById(id);
+const started = performance.now();
+window.tapflowTiming = {};
+const TOPS = ['srcip', 'dstip', 'dstport', 'proto', 'exporter'];
+const COLORS = ['#2563eb', '#f59e0b', '#10b981', '#ef4444', '#8b5cf6', '#06b6d4', '#ec4899',
+  '#84cc16', '#f97316', '#64748b'];
+
+let state = readState();
+let chart = null;
+let refreshes = 0;
+let timer = null;
+
+function readState() {
+  const p = new URLSearchParams(location.search);
+  return {
+    window: p.get('window') || 'last 1h',
+    from: p.get('from') ? Number(p.get('from')) : null,
+    to: p.get('to') ? Number(p.get('to')) : null,
+    filter: p.get('filter') || '',
+    key: p.get('key') || 'proto',
+    metric: p.get('metric') || 'bytes',
+  };
+}
+
+function writeState() {
+  const p = new URLSearchParams();
+  if (state.from !== null && state.to !== null) {
+    p.set('from', state.from);
+    p.set('to', state.to);
+  } else {
+    p.set('window', state.window);
+  }
+  if (state.filter) p.set('filter', state.filter);
+  p.set('key', state.key);
+  p.set('metric', state.metric);
+  const url = `${location.pathname}?${p}`;
+  if (url !== location.pathname + location.search) history.pushState(null, '', url);
+}
+
+function viewParams(extra = {}) {
+  const p = new URLSearchParams();
+  if (state.from !== null && state.to !== null) {
+    p.set('from', state.from);
+    p.set('to', state.to);
+  } else {
+    p.set('window', state.window);
+  }
+  if (state.filter) p.set('filter', state.filter);
+  for (const [k, v] of Object.entries(extra)) p.set(k, v);
+  return p;
+}
+
+async function api(path, extra) {
+  const r = await fetch(`/api/v1/${path}?${viewParams(extra)}`);
+  const body = await r.json();
+  if (!r.ok) throw new Error(body.error || r.statusText);
+  return body;
+}
+
+// Human units: 1,000-based for rates and counts, 1,024-based for byte totals.
+function si(v, unit) {
+  const prefixes = ['', 'k', 'M', 'G', 'T', 'P'];
+  let i = 0;
+  while (Math.abs(v) >= 1000 && i < prefixes.length - 1) { v /= 1000; i++; }
+  const digits = Math.abs(v) >= 100 || i === 0 ? 0 : 1;
+  return `${v.toFixed(digits)} ${prefixes[i]}${unit}`.trim();
+}
+function bytes(v) {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return `${v.toFixed(i === 0 ? 0 : 1)} ${units[i]}`;
+}
+const rate = (v, unit) => si(v, unit.replace('bit/s', 'bit/s'));
+function amount(row, metric) {
+  if (metric === 'bytes') return bytes(row.bytes);
+  if (metric === 'packets') return si(row.packets, '');
+  return si(row.flows, '');
+}
+function time(us) {
+  return new Date(us / 1000).toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
+}
+
+function showError(e) {
+  const el = $('error');
+  if (e) {
+    el.textContent = e.message;
+    el.hidden = false;
+  } else {
+    el.hidden = true;
+  }
+}
+
+function addFilter(term) {
+  state.filter = state.filter ? `(${state.filter}) and ${term}` : term;
+  $('filter').value = state.filter;
+  writeState();
+  refresh();
+}
+
+function css(name) {
+  return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+}
+
+function drawChart(s) {
+  const el = $('chart');
+  const xs = s.times.map((t) => t / 1e6);
+  // Stacked: each series is drawn as the sum of itself and those below it, top first, so each
+  // fill covers the ones under it; the legend shows each series' own value.
+  const raw = s.series.map((x) => x.values);
+  const cumulative = [];
+  let acc = new Array(xs.length).fill(0);
+  for (const values of raw) {
+    acc = acc.map((a, i) => a + values[i]);
+    cumulative.push(acc);
+  }
+  const order = [...cumulative.keys()].reverse();
+  const fmt = (v) => (v == null ? '–' : rate(v, s.unit));
+  const series = [{}];
+  const data = [xs];
+  for (const i of order) {
+    const c = COLORS[i % COLORS.length];
+    series.push({
+      label: s.series[i].name,
+      stroke: c,
+      fill: `${c}cc`,
+      width: 1,
+      value: (u, v, si_, di) => (di == null ? '–' : fmt(raw[i][di])),
+    });
+    data.push(cumulative[i]);
+  }
+  series.push({ label: 'previous period', stroke: css('--muted'), dash: [6, 4], width: 1.5,
+    value: (u, v) => fmt(v) });
+  data.push(s.previous);
+  const axis = { stroke: css('--muted'), grid: { stroke: css('--line'), width: 1 },
+    ticks: { stroke: css('--line') } };
+  const opts = {
+    width: Math.max(300, el.clientWidth - 4),
+    height: 300,
+    series,
+    scales: { x: { time: true } },
+    axes: [axis, { ...axis, size: 80, values: (u, vals) => vals.map((v) => rate(v, s.unit)) }],
+    cursor: { drag: { x: true, y: false, setScale: false } },
+    hooks: {
+      setSelect: [(u) => {
+        if (u.select.width < 5) return;
+        const a = u.posToVal(u.select.left, 'x');
+        const b = u.posToVal(u.select.left + u.select.width, 'x');
+        state.from = Math.round(a * 1e6);
+        state.to = Math.round(b * 1e6);
+        u.setSelect({ left: 0, width: 0 }, false);
+        writeState();
+        refresh();
+      }],
+    },
+  };
+  if (chart) chart.destroy();
+  chart = new uPlot(opts, data, el);
+  for (const [i, s_] of order.entries()) {
+    const f = s.series[s_].filter;
+    const legend = el.querySelectorAll('.u-legend .u-series')[i + 1];
+    if (f && legend) {
+      legend.title = `filter: ${f}`;
+      legend.addEventListener('dblclick', () => addFilter(f));
+    }
+  }
+  $('range').textContent = `${time(s.from)} – ${time(s.to)}, ${s.every_us / 1e6} s buckets` +
+    (s.tier_seconds ? `, from the ${s.tier_seconds} s rollup` : '');
+  $('totals').textContent = `${si(s.flows, 'flows')}, ${si(s.packets, 'packets')}, ` +
+    `${bytes(s.bytes)} in the window`;
+}
+
+function cell(tr, text, cls) {
+  const td = document.createElement('td');
+  td.textContent = text;
+  if (cls) td.className = cls;
+  tr.append(td);
+  return td;
+}
+
+function drawTop(key, t) {
+  const table = $(`top-${key}`);
+  table.replaceChildren();
+  const head = table.createTHead().insertRow();
+  for (const h of [key, 'total', 'avg', '95th', 'last', 'flows']) {
+    const th = document.createElement('th');
+    th.textContent = h;
+    head.append(th);
+  }
+  const body = table.createTBody();
+  for (const row of t.rows) {
+    const tr = body.insertRow();
+    tr.dataset.filter = row.filter;
+    tr.title = `filter: ${row.filter}`;
+    cell(tr, row.value);
+    cell(tr, amount(row, t.metric));
+    cell(tr, rate(row.average, t.unit));
+    cell(tr, rate(row.p95, t.unit));
+    cell(tr, rate(row.last, t.unit));
+    cell(tr, si(row.flows, ''));
+    tr.addEventListener('click', () => addFilter(row.filter));
+  }
+  if (!t.rows.length) {
+    cell(body.insertRow(), 'no flows in the window', 'muted');
+  }
+}
+
+function drawHealth(h) {
+  const box = $('health-body');
+  box.replaceChildren();
+  const table = document.createElement('table');
+  const head = table.createTHead().insertRow();
+  for (const x of ['exporter', 'flows', 'flows/s']) cell(head, x);
+  const body = table.createTBody();
+  for (const e of h.exporters) {
+    const tr = body.insertRow();
+    cell(tr, e.exporter);
+    cell(tr, si(e.flows, ''));
+    cell(tr, si(e.flows_per_second, ''));
+  }
+  box.append(table);
+  for (const p of h.probes) {
+    const div = document.createElement('p');
+    div.className = p.error || p.alarm ? 'alarm' : 'ok';
+    div.textContent = p.error
+      ? `probe ${p.address}: unreachable (${p.error})`
+      : `probe ${p.address}: ${si(p.received, '')} received, ${si(p.recorded, '')} recorded, ` +
+        `drops kernel ${si(p.dropped_kernel, '')}, tapflow ${si(p.dropped_ours, '')}, ` +
+        `in transit ${si(p.dropped_in_transit, '')}${p.alarm ? ' — LOSING PACKETS' : ''}`;
+    box.append(div);
+  }
+}
+
+let flowRows = [];
+let flowSort = { col: 'start_us', desc: false };
+const FLOW_COLS = ['start_us', 'src', 'sport', 'dst', 'dport', 'protocol_name', 'packets',
+  'bytes', 'exporter'];
+function drawFlows() {
+  const table = $('flows');
+  table.replaceChildren();
+  const head = table.createTHead().insertRow();
+  for (const c of FLOW_COLS) {
+    const th = document.createElement('th');
+    th.textContent = c === 'start_us' ? 'start' : c === 'protocol_name' ? 'proto' : c;
+    th.addEventListener('click', () => {
+      flowSort = { col: c, desc: flowSort.col === c ? !flowSort.desc : true };
+      drawFlows();
+    });
+    head.append(th);
+  }
+  const rows = [...flowRows].sort((a, b) => {
+    const x = a[flowSort.col] ?? '';
+    const y = b[flowSort.col] ?? '';
+    const r = typeof x === 'number' ? x - y : String(x).localeCompare(String(y));
+    return flowSort.desc ? -r : r;
+  });
+  const body = table.createTBody();
+  for (const f of rows) {
+    const tr = body.insertRow();
+    for (const c of FLOW_COLS) {
+      let v = f[c];
+      if (c === 'start_us') v = time(v);
+      else if (c === 'bytes') v = bytes(v);
+      else if (c === 'protocol_name') v = v ?? f.protocol;
+      cell(tr, String(v));
+    }
+  }
+}
+
+async function searchFlows() {
+  try {
+    const r = await api('flows', { limit: 1000 });
+    flowRows = r.flows;
+    drawFlows();
+    showError(null);
+  } catch (e) {
+    showError(e);
+  }
+}
+
+async function refresh() {
+  $('filter').value = state.filter;
+  $('key').value = state.key;
+  $('metric').value = state.metric;
+  $('window').value = state.from !== null ? 'zoom' : state.window;
+  $('search-csv').href = `/api/v1/flows?${viewParams({ limit: 100000, format: 'csv' })}`;
+  const mine = ++refreshes;
+  showError(null);
+  try {
+    const series = api('series', { key: state.key, metric: state.metric, n: 6 }).then((s) => {
+      if (mine !== refreshes) return;
+      drawChart(s);
+      if (window.tapflowTiming.chart === undefined) {
+        window.tapflowTiming.chart = performance.now() - started;
+      }
+    });
+    const tops = Promise.all(TOPS.map((k) =>
+      api('top', { key: k, metric: state.metric, n: 10 }).then((t) => {
+        if (mine === refreshes) drawTop(k, t);
+      }))).then(() => {
+      if (window.tapflowTiming.top === undefined) {
+        window.tapflowTiming.top = performance.now() - started;
+      }
+    });
+    const health = api('health').then((h) => { if (mine === refreshes) drawHealth(h); });
+    await Promise.all([series, tops, health]);
+    if (flowRows.length) await searchFlows();
+  } catch (e) {
+    showError(e);
+  }
+  if (mine === refreshes) document.body.dataset.refreshed = String(mine);
+  clearTimeout(timer);
+  if (state.from === null) timer = setTimeout(refresh, 15000);
+}
+
+$('controls').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  state.filter = $('filter').value.trim();
+  writeState();
+  refresh();
+});
+$('clear').addEventListener('click', () => {
+  state.filter = '';
+  writeState();
+  refresh();
+});
+$('window').addEventListener('change', () => {
+  if ($('window').value === 'zoom') return;
+  state.window = $('window').value;
+  state.from = state.to = null;
+  writeState();
+  refresh();
+});
+for (const id of ['key', 'metric']) {
+  $(id).addEventListener('change', () => {
+    state[id] = $(id).value;
+    writeState();
+    refresh();
+  });
+}
+$('search-run').addEventListener('click', searchFlows);
+window.addEventListener('popstate', () => {
+  state = readState();
+  refresh();
+});
+window.addEventListener('resize', () => {
+  if (chart) chart.setSize({ width: Math.max(300, $('chart').clientWidth - 4), height: 300 });
+});
+refresh();
