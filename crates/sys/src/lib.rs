@@ -7,6 +7,8 @@
 //! - [`ethtool`]: NIC offload features, ring sizes, channels and driver (`SIOCETHTOOL`).
 //! - [`outfile`]: output files that never follow a link or replace what is not a regular file.
 //! - [`privilege`]: becoming an unprivileged user, with no capability, once a run is set up.
+//! - [`xdp`], [`xsk`]: AF_XDP capture: the XDP program (eBPF written here), its maps and
+//!   link, and the socket with its UMEM and rings.
 //! - [`iface`], [`mmap`], [`clock`], [`cpu`], [`netns`]: small lookups and helpers.
 //!
 //! Unsafe code is denied at the root and allowed only in the modules that call the kernel; each
@@ -33,5 +35,7 @@ mod syscall;
 mod tpacket;
 pub mod tx;
 pub mod udp;
+pub mod xdp;
+pub mod xsk;
 
 pub use error::SysError;
