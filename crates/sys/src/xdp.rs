@@ -536,16 +536,18 @@ impl XdpLink {
                 ifname: ifname.to_owned(),
                 mode,
             }),
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Err(SysError::call_with(
-                CALL,
-                ifname,
-                format!(
-                    "another XDP program is attached to {ifname}; see it with `ip link show dev \
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EEXIST)) => {
+                Err(SysError::call_with(
+                    CALL,
+                    ifname,
+                    format!(
+                        "another XDP program is attached to {ifname}; see it with `ip link show dev \
                      {ifname}` and remove it with `ip link set dev {ifname} xdp off` (or stop \
                      the program that holds it)"
-                ),
-                e,
-            )),
+                    ),
+                    e,
+                ))
+            }
             Err(e) => Err(SysError::call_with(
                 CALL,
                 ifname,
@@ -559,7 +561,12 @@ impl XdpLink {
     /// program on the interface, or a lack of privilege, is an error at once.
     pub fn attach_best(prog: &Program, ifname: &str, ifindex: u32) -> Result<XdpLink, SysError> {
         match XdpLink::attach(prog, ifname, ifindex, XdpMode::Native) {
-            Err(e) if !matches!(e.errno(), Some(libc::EBUSY | libc::EPERM | libc::EACCES)) => {
+            Err(e)
+                if !matches!(
+                    e.errno(),
+                    Some(libc::EBUSY | libc::EEXIST | libc::EPERM | libc::EACCES)
+                ) =>
+            {
                 XdpLink::attach(prog, ifname, ifindex, XdpMode::Generic)
             }
             r => r,

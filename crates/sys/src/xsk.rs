@@ -464,8 +464,16 @@ fn bind(
         sxdp_queue_id: queue,
         sxdp_shared_umem_fd: 0,
     };
-    syscall::bind_xdp(fd, &addr, CALL)
-        .map_err(|e| SysError::call_with(CALL, ifname, format!("queue {queue}"), e))?;
+    syscall::bind_xdp(fd, &addr, CALL).map_err(|e| {
+        let detail = match e.raw_os_error() {
+            Some(libc::EBUSY) => format!(
+                "queue {queue} is taken by another AF_XDP socket: another XDP capture runs on \
+                 {ifname} (`ip link show dev {ifname}` shows its program)"
+            ),
+            _ => format!("queue {queue}"),
+        };
+        SysError::call_with(CALL, ifname, detail, e)
+    })?;
     let mut o = libc::xdp_options { flags: 0 };
     syscall::getsockopt(fd, libc::SOL_XDP, libc::XDP_OPTIONS, &mut o, OPTIONS)
         .map_err(|e| SysError::call(OPTIONS, ifname, e))?;
