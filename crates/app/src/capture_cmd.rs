@@ -175,6 +175,9 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
     if a.rotate_size.is_some_and(|n| n < 4096) {
         return Err(bad("--rotate-size must be at least 4K".into()));
     }
+    if a.pass && a.source != SourceArg::Xdp {
+        return Err(bad("--pass applies to --source xdp".into()));
+    }
     let input = match (&a.interface, &a.read) {
         (Some(ifname), None) => {
             let speed = tapflow_sys::iface::speed_mbps(ifname).unwrap_or(10_000);
@@ -268,6 +271,7 @@ fn xdp_input(a: &CaptureArgs, ifname: &str) -> Result<Input, Failure> {
         ifname: ifname.to_string(),
         frames: a.xdp_frames,
         promiscuous: !a.no_promiscuous,
+        pass: a.pass,
     }))
 }
 
@@ -482,7 +486,7 @@ pub(crate) fn first_part(base: &std::path::Path, cfg: &CaptureConfig) -> PathBuf
         .is_some_and(|f| f.rotate_bytes.is_some() || f.rotate_every.is_some());
     let multi = match &cfg.input {
         Input::Live(r) => r.threads > 1,
-        Input::Xdp(x) => xdp::rx_queues(&x.ifname) > 1,
+        Input::Xdp(x) => !x.pass && xdp::rx_queues(&x.ifname) > 1,
         _ => false,
     };
     part_path(&output_path(

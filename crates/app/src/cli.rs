@@ -250,6 +250,10 @@ pub struct CaptureArgs {
     /// frames that wait for the reader.
     #[arg(long, value_name = "N", default_value_t = 4096)]
     pub xdp_frames: u32,
+    /// With `--source xdp`: let every frame go on to the stack and take a copy of its first
+    /// snaplen bytes through a BPF ring buffer (one worker), for a host's own interface.
+    #[arg(long)]
+    pub pass: bool,
     /// Flow metering and export.
     #[command(flatten)]
     pub flows: FlowArgs,

@@ -216,17 +216,20 @@ fn flows_from_xdp_count_what_was_sent() {
     assert_eq!((flows, packets, bytes), (8, 4000, 4000 * 186), "{text}");
 }
 
-/// A reader too slow for its frames: the kernel's drops are counted exactly where they
-/// happened (`received = recorded + dropped_kernel`), and named by the socket's statistics.
+/// A stalled reader (SIGSTOP while frames arrive): the kernel's drops are counted exactly
+/// (`received = recorded + dropped_kernel`), named by the socket's statistics or the ring
+/// buffer's counter, and placed before the first frame recorded after the stall.
 #[test]
-fn a_small_umem_loses_frames_and_counts_every_one() {
+fn a_stalled_reader_loses_frames_and_counts_every_one() {
     let p = VethPair::new("xdl");
     p.wait_link_up();
     let dir = tempfile::tempdir().unwrap();
-    let (o, j) = (dir.path().join("o.pcapng"), dir.path().join("o.json"));
-    let mut g = start_xdp(
-        &p,
-        &[
+    for pass in [false, true] {
+        let (o, j) = (
+            dir.path().join(format!("{pass}.pcapng")),
+            dir.path().join(format!("{pass}.json")),
+        );
+        let mut args = vec![
             "capture",
             "-i",
             &p.if_b,
@@ -238,44 +241,70 @@ fn a_small_umem_loses_frames_and_counts_every_one() {
             "-s",
             "64",
             "-w",
-            &s(&o),
+            o.to_str().unwrap(),
             "--summary-json",
-            &s(&j),
+            j.to_str().unwrap(),
             "--control",
             "none",
-        ],
-    );
-    p.send(
-        &["--count", "300000", "--size", "64", "--flows", "4"],
-        dir.path(),
-        300_000,
-    );
-    std::thread::sleep(Duration::from_millis(500));
-    stop_ok(&mut g);
-    let sum = Summary::read(&j);
-    sum.assert_adds_up();
-    assert_eq!(sum.received, 300_000, "{}", sum.text);
-    assert!(
-        sum.dropped_kernel > 0,
-        "no loss with 64 frames: {}",
-        sum.text
-    );
-    let named = json_u64(&sum.text, "source.xsk_rx_dropped")
-        + json_u64(&sum.text, "source.xsk_rx_ring_full")
-        + json_u64(&sum.text, "source.xdp_no_socket");
-    assert_eq!(named, sum.dropped_kernel, "{}", sum.text);
-    let cap = read_capture(&o);
-    assert_eq!(cap.packets.len() as u64, sum.recorded);
-    let placed: u64 = cap.packets.iter().filter_map(|q| q.dropcount).sum();
-    assert!(
-        placed > 0 && placed <= sum.dropped_kernel,
-        "{placed} placed of {}",
-        sum.dropped_kernel
-    );
-    assert_eq!(
-        cap.isbs.last().unwrap().get(ISB_OSDROP),
-        Some(sum.dropped_kernel)
-    );
+        ];
+        if pass {
+            args.push("--pass");
+        }
+        let mut g = start_xdp(&p, &args);
+        g.signal(libc::SIGSTOP);
+        p.send(
+            &["--count", "5000", "--size", "64", "--rate", "50000"],
+            dir.path(),
+            5000,
+        );
+        g.signal(libc::SIGCONT);
+        std::thread::sleep(Duration::from_millis(300));
+        p.send(
+            &["--count", "1000", "--size", "64", "--rate", "2000"],
+            dir.path(),
+            1000,
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        stop_ok(&mut g);
+        let sum = Summary::read(&j);
+        sum.assert_adds_up();
+        assert_eq!(sum.received, 6000, "{}", sum.text);
+        assert!(
+            sum.dropped_kernel > 0 && sum.recorded >= 500,
+            "{}",
+            sum.text
+        );
+        let named = if pass {
+            json_u64(&sum.text, "source.xdp_ring_full")
+        } else {
+            json_u64(&sum.text, "source.xsk_rx_dropped")
+                + json_u64(&sum.text, "source.xsk_rx_ring_full")
+                + json_u64(&sum.text, "source.xdp_no_socket")
+        };
+        assert_eq!(named, sum.dropped_kernel, "{}", sum.text);
+        let cap = read_capture(&o);
+        assert_eq!(cap.packets.len() as u64, sum.recorded);
+        let placed: Vec<_> = cap
+            .packets
+            .iter()
+            .enumerate()
+            .filter(|(_, q)| q.dropcount.unwrap_or(0) > 0)
+            .collect();
+        // The stall's loss comes right after the frames that fit before it: together they
+        // are the frames sent during the stall.
+        let (at, first) = placed.first().expect("the loss is placed in the file");
+        assert_eq!(
+            *at as u64 + first.dropcount.unwrap(),
+            5000,
+            "pass {pass}: {placed:?}"
+        );
+        let total: u64 = placed.iter().map(|(_, q)| q.dropcount.unwrap()).sum();
+        assert!(total <= sum.dropped_kernel, "{total} placed: {}", sum.text);
+        assert_eq!(
+            cap.isbs.last().unwrap().get(ISB_OSDROP),
+            Some(sum.dropped_kernel)
+        );
+    }
 }
 
 /// `-f` and the rules judge the frames the program hands over, and count what they refuse.
@@ -376,4 +405,108 @@ fn every_ending_detaches_and_a_second_program_is_refused() {
     g.signal(libc::SIGKILL);
     g.wait_limited(Duration::from_secs(10));
     assert_detached(&p, "after SIGKILL");
+}
+
+/// B's `Udp: NoPorts` count: datagrams the stack received for a port nobody listens on.
+fn no_ports(p: &VethPair) -> u64 {
+    let text = run_ok(&mut VethPair::in_ns(
+        &p.ns_b,
+        Path::new("cat"),
+        &["/proc/net/snmp"],
+    ));
+    let mut udp = text.lines().filter(|l| l.starts_with("Udp: "));
+    let (names, values) = (udp.next().unwrap(), udp.next().unwrap());
+    let at = names
+        .split_whitespace()
+        .position(|n| n == "NoPorts")
+        .unwrap();
+    values.split_whitespace().nth(at).unwrap().parse().unwrap()
+}
+
+/// Without `--pass` the frames are taken from the stack; with it they reach the stack (its UDP
+/// layer counts them) and their copies are recorded all the same.
+#[test]
+fn pass_leaves_the_frames_to_the_stack() {
+    let p = VethPair::new("xdp");
+    p.wait_link_up();
+    ip(&[
+        "-n",
+        &p.ns_b,
+        "addr",
+        "add",
+        "198.18.0.2/24",
+        "dev",
+        &p.if_b,
+    ]);
+    let link = run_ok(
+        std::process::Command::new("ip")
+            .args(["-n", &p.ns_b, "-j", "link", "show", "dev", &p.if_b]),
+    );
+    let mac = json_at(&link, "0.address").as_str().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    for pass in [false, true] {
+        let (o, j) = (
+            dir.path().join(format!("{pass}.pcapng")),
+            dir.path().join(format!("{pass}.json")),
+        );
+        let mut args = vec![
+            "capture",
+            "-i",
+            &p.if_b,
+            "-q",
+            "--source",
+            "xdp",
+            "-s",
+            "80",
+            "-w",
+            o.to_str().unwrap(),
+            "--summary-json",
+            j.to_str().unwrap(),
+            "--control",
+            "none",
+        ];
+        if pass {
+            args.push("--pass");
+        }
+        let mut g = start_xdp(&p, &args);
+        let before = no_ports(&p);
+        p.send(
+            &[
+                "--count",
+                "1000",
+                "--size",
+                "300",
+                "--rate",
+                "20000",
+                "--dst-mac",
+                &mac,
+            ],
+            dir.path(),
+            1000,
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        let err = stop_ok(&mut g);
+        assert_detached(&p, "after SIGINT");
+        let reached = no_ports(&p) - before;
+        let sum = Summary::read(&j);
+        sum.assert_adds_up();
+        assert_eq!((sum.received, sum.recorded), (1000, 1000), "{}", sum.text);
+        assert_eq!(reached, if pass { 1000 } else { 0 }, "pass {pass}: {err}");
+        let rows = tshark_fields(&o, &["frame.len", "frame.cap_len", "ip.dst"]);
+        assert_eq!(rows.len(), 1000);
+        assert!(
+            rows.iter().all(|r| r[..] == ["300", "80", "198.18.0.2"]),
+            "{:?}",
+            rows[0]
+        );
+        if pass {
+            assert!(err.contains("frames passed on to the stack"), "{err}");
+            assert_eq!(
+                json_u64(&sum.text, "source.xdp_copied"),
+                1000,
+                "{}",
+                sum.text
+            );
+        }
+    }
 }

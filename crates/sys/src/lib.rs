@@ -7,8 +7,9 @@
 //! - [`ethtool`]: NIC offload features, ring sizes, channels and driver (`SIOCETHTOOL`).
 //! - [`outfile`]: output files that never follow a link or replace what is not a regular file.
 //! - [`privilege`]: becoming an unprivileged user, with no capability, once a run is set up.
-//! - [`xdp`], [`xsk`]: AF_XDP capture: the XDP program (eBPF written here), its maps and
-//!   link, and the socket with its UMEM and rings.
+//! - [`xdp`], [`xsk`], [`ringbuf`]: XDP capture: the XDP programs (eBPF written here), their
+//!   maps and link, the AF_XDP socket with its UMEM and rings, and the BPF ring buffer that
+//!   carries copies of frames left to the stack.
 //! - [`iface`], [`mmap`], [`clock`], [`cpu`], [`netns`]: small lookups and helpers.
 //!
 //! Unsafe code is denied at the root and allowed only in the modules that call the kernel; each
@@ -31,6 +32,7 @@ mod packet;
 pub mod peer;
 pub mod privilege;
 pub mod ring;
+pub mod ringbuf;
 mod syscall;
 mod tpacket;
 pub mod tx;

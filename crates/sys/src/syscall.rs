@@ -187,11 +187,12 @@ pub(crate) unsafe fn bpf<T>(cmd: libc::c_int, attr: &mut T, call: &'static str) 
     }
 }
 
-/// `mmap(NULL, len, PROT_READ|PROT_WRITE, MAP_SHARED|MAP_POPULATE, fd, offset)` of one of an
-/// AF_XDP socket's rings. Under the fake, zeroed anonymous memory of the same length.
+/// `mmap(NULL, len, prot, MAP_SHARED|MAP_POPULATE, fd, offset)` of one of an AF_XDP socket's
+/// rings or a BPF ring buffer. Under the fake, zeroed anonymous memory of the same length.
 pub(crate) fn mmap_at(
     fd: BorrowedFd<'_>,
     len: usize,
+    prot: libc::c_int,
     offset: u64,
     call: &'static str,
 ) -> io::Result<NonNull<u8>> {
@@ -202,7 +203,7 @@ pub(crate) fn mmap_at(
         libc::mmap(
             ptr::null_mut(),
             len,
-            libc::PROT_READ | libc::PROT_WRITE,
+            prot,
             libc::MAP_SHARED | libc::MAP_POPULATE,
             fd.as_raw_fd(),
             offset as libc::off_t,

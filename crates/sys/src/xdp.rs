@@ -33,10 +33,13 @@ mod op {
     pub const LDX_DW: u8 = 0x79;
     pub const STX_W: u8 = 0x63;
     pub const STX_DW: u8 = 0x7b;
+    pub const ST_W: u8 = 0x62;
     pub const LD_IMM64: u8 = 0x18;
+    pub const JA: u8 = 0x05;
     pub const JEQ_K: u8 = 0x15;
     pub const JNE_K: u8 = 0x55;
     pub const JLT_K: u8 = 0xa5;
+    pub const JLE_K: u8 = 0xb5;
     pub const JGT_X: u8 = 0x2d;
     pub const CALL: u8 = 0x85;
     pub const EXIT: u8 = 0x95;
@@ -47,6 +50,10 @@ mod op {
     pub const FN_KTIME_GET_NS: i32 = 5;
     pub const FN_REDIRECT_MAP: i32 = 51;
     pub const FN_XDP_ADJUST_META: i32 = 54;
+    pub const FN_RINGBUF_RESERVE: i32 = 131;
+    pub const FN_RINGBUF_SUBMIT: i32 = 132;
+    pub const FN_XDP_GET_BUFF_LEN: i32 = 188;
+    pub const FN_XDP_LOAD_BYTES: i32 = 189;
 
     /// `struct xdp_md` field offsets.
     pub const MD_DATA: i16 = 0;
@@ -154,17 +161,83 @@ impl Asm {
 pub struct QueueCounters {
     /// Frames the program ran on.
     pub seen: u64,
-    /// Frames handed to the queue's socket (`bpf_redirect_map` said `XDP_REDIRECT`).
+    /// Frames handed over: to the queue's socket (`bpf_redirect_map` said `XDP_REDIRECT`), or
+    /// copied to the ring buffer.
     pub redirected: u64,
     /// Frames with no socket to go to: passed to the stack.
     pub no_socket: u64,
+    /// Frames not copied because the ring buffer was full.
+    pub ring_full: u64,
 }
 
 /// Byte offsets of the counters in an entry.
 const SEEN: i16 = 0;
 const REDIRECTED: i16 = 8;
 const NO_SOCKET: i16 = 16;
-const COUNTERS_SIZE: u32 = 24;
+const RING_FULL: i16 = 24;
+const COUNTERS_SIZE: u32 = 32;
+
+/// Bytes before a copied frame's bytes in a ring buffer record: the arrival time
+/// (`bpf_ktime_get_ns()`, u64), the frame's length and the bytes copied (u32 each).
+pub const COPY_HEADER: usize = 16;
+
+/// The size of a ring buffer record for frames cut to `snaplen`.
+pub fn copy_record(snaplen: u32) -> u32 {
+    COPY_HEADER as u32 + snaplen.next_multiple_of(8)
+}
+
+/// The program that lets every frame go on to the stack and copies its first `snaplen` bytes,
+/// behind a [`COPY_HEADER`], to the ring buffer `ring`, counting into entry 0 of `counters`.
+pub fn copy_program(counters: &Map, ring: &Map, snaplen: u32) -> Vec<Insn> {
+    let mut a = Asm::default();
+    let (pass, full, submit, cut) = (a.label(), a.label(), a.label(), a.label());
+    let snap = snaplen.next_multiple_of(8) as i32;
+    a.mov_x(R6, R1);
+    a.emit(op::ST_W, R10, 0, -4, 0);
+    a.mov_x(R2, R10);
+    a.add_k(R2, -4);
+    a.ld_map(R1, counters);
+    a.call(op::FN_MAP_LOOKUP_ELEM);
+    a.jump(op::JEQ_K, R0, 0, 0, pass);
+    a.mov_x(R8, R0);
+    a.count(R8, SEEN);
+    // r9 = the frame's length, r7 = the bytes to copy.
+    a.mov_x(R1, R6);
+    a.call(op::FN_XDP_GET_BUFF_LEN);
+    a.mov_x(R9, R0);
+    a.mov_x(R7, R0);
+    a.jump(op::JLE_K, R7, 0, snaplen as i32, cut);
+    a.mov_k(R7, snaplen as i32);
+    a.bind(cut);
+    a.ld_map(R1, ring);
+    a.mov_k(R2, COPY_HEADER as i32 + snap);
+    a.mov_k(R3, 0);
+    a.call(op::FN_RINGBUF_RESERVE);
+    a.jump(op::JEQ_K, R0, 0, 0, full);
+    a.emit(op::STX_W, R0, R9, 8, 0);
+    a.emit(op::STX_W, R0, R7, 12, 0);
+    a.mov_x(R9, R0);
+    a.call(op::FN_KTIME_GET_NS);
+    a.emit(op::STX_DW, R9, R0, 0, 0);
+    a.jump(op::JLT_K, R7, 0, 1, submit);
+    a.mov_x(R1, R6);
+    a.mov_k(R2, 0);
+    a.mov_x(R3, R9);
+    a.add_k(R3, COPY_HEADER as i32);
+    a.mov_x(R4, R7);
+    a.call(op::FN_XDP_LOAD_BYTES);
+    a.bind(submit);
+    a.mov_x(R1, R9);
+    a.mov_k(R2, 0);
+    a.call(op::FN_RINGBUF_SUBMIT);
+    a.count(R8, REDIRECTED);
+    a.jump(op::JA, 0, 0, 0, pass);
+    a.bind(full);
+    a.count(R8, RING_FULL);
+    a.bind(pass);
+    a.exit_with(XDP_PASS);
+    a.finish()
+}
 
 /// The capture program for an interface with `queues` receive queues, counting into
 /// `counters` ([`Map::queue_counters`], `queues + 1` entries) and redirecting into `sockets`
@@ -234,6 +307,7 @@ const BPF_LINK_DETACH: i32 = 34;
 
 const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+const BPF_MAP_TYPE_RINGBUF: u32 = 27;
 const BPF_PROG_TYPE_XDP: u32 = 6;
 const BPF_XDP: u32 = 37;
 const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
@@ -333,7 +407,11 @@ impl Map {
         const CALL: &str = "bpf(BPF_MAP_CREATE)";
         let mut attr = MapCreateAttr {
             map_type,
-            key_size: 4,
+            key_size: if map_type == BPF_MAP_TYPE_RINGBUF {
+                0
+            } else {
+                4
+            },
             value_size,
             max_entries: entries,
             map_name: name16(name),
@@ -366,6 +444,17 @@ impl Map {
     #[doc(alias = "BPF_MAP_TYPE_XSKMAP")]
     pub fn xsk_map(ifname: &str, queues: u32) -> Result<Map, SysError> {
         Map::create(ifname, BPF_MAP_TYPE_XSKMAP, "tapflow_xsks", 4, queues)
+    }
+
+    /// A ring buffer of `bytes` (a power-of-two number of pages) shared by every CPU.
+    #[doc(alias = "BPF_MAP_TYPE_RINGBUF")]
+    pub fn ring_buffer(ifname: &str, bytes: u32) -> Result<Map, SysError> {
+        Map::create(ifname, BPF_MAP_TYPE_RINGBUF, "tapflow_copies", 0, bytes)
+    }
+
+    /// The map's descriptor.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 
     /// Puts the AF_XDP socket `xsk` in slot `queue`.
@@ -417,6 +506,7 @@ impl Map {
             c.seen += cpu[SEEN as usize / 8];
             c.redirected += cpu[REDIRECTED as usize / 8];
             c.no_socket += cpu[NO_SOCKET as usize / 8];
+            c.ring_full += cpu[RING_FULL as usize / 8];
         }
         Ok(c)
     }

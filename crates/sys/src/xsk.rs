@@ -427,7 +427,7 @@ fn map_ring(
 ) -> Result<RingMap, SysError> {
     const CALL: &str = "mmap(AF_XDP ring)";
     let len = off.desc as usize + entries as usize * desc_size;
-    let ptr = syscall::mmap_at(fd, len, pgoff, CALL)
+    let ptr = syscall::mmap_at(fd, len, libc::PROT_READ | libc::PROT_WRITE, pgoff, CALL)
         .map_err(|e| SysError::call_with(CALL, ifname, format!("{len} bytes at {pgoff:#x}"), e))?;
     // SAFETY: the fresh mapping of `len` bytes just returned; only this Mapping unmaps it.
     let map = unsafe { Mapping::from_raw(ptr, len) };

@@ -1,11 +1,13 @@
-//! A live interface through AF_XDP: an XDP program hands each receive queue's frames to an
+//! A live interface through XDP: an XDP program hands each receive queue's frames to an
 //! AF_XDP socket before the stack makes a socket buffer; one socket, one UMEM and one worker
 //! per queue.
 //!
 //! The program runs in the driver (native mode) where the driver has XDP, else after the
 //! stack made a socket buffer (generic mode); sockets are bound zero-copy where the driver
-//! has it, else in copy mode. The frames are taken from the stack: this source is for a tap
-//! or SPAN port, not for a host's own traffic.
+//! has it, else in copy mode. The frames are taken from the stack: this is for a tap or SPAN
+//! port. For a host's own interface (`pass`), a frame cannot both go to a socket and on to
+//! the stack, so the program lets every frame go on and copies its first snaplen bytes into
+//! a BPF ring buffer shared by all CPUs, read by one worker; a full ring is counted there.
 //!
 //! Accounting, per queue: the program counts the frames it ran on (`received`) and those it
 //! had no socket for; the kernel counts, per socket, frames dropped for want of a free frame
@@ -19,9 +21,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tapflow_sys::ethtool::Ethtool;
-use tapflow_sys::iface::{self, Promiscuous};
+use tapflow_sys::iface::{self, LinkCounters, Promiscuous};
+use tapflow_sys::ringbuf::RingBuf;
 use tapflow_sys::xdp::{self, Map, Program, QueueCounters, XdpLink};
-use tapflow_sys::xsk::{BindMode, XskSocket, XskStatistics, XskStatsHandle};
+use tapflow_sys::xsk::{BindMode, FRAME_SIZE, XskSocket, XskStatistics, XskStatsHandle};
 use tapflow_wire::record::{Direction, TsSource};
 use tapflow_wire::rules::Rule;
 use tapflow_wire::{Flags, LinkType};
@@ -43,13 +46,21 @@ pub struct XdpInput {
     pub frames: u32,
     /// Put the interface in promiscuous mode while capturing.
     pub promiscuous: bool,
+    /// Let the frames go on to the stack, and take copies of their first bytes.
+    pub pass: bool,
 }
 
 /// UMEM frames per queue unless told: 16 MiB of 4 KiB frames.
 pub const DEFAULT_FRAMES: u32 = 4096;
 
 /// Frames delivered per block at most.
-const BATCH: u32 = 256;
+const BATCH: u32 = 2048;
+
+/// How long the reader sleeps after a small block (fewer frames than [`BATCH`] and than a
+/// quarter of what its memory holds), before it looks again: the most it adds to a frame's
+/// way to the sinks, and what bounds its wake-ups (no timer closes a block here, unlike a
+/// `TPACKET_V3` ring's retire timeout). At a rate that fills blocks it never sleeps.
+const NAP: Duration = Duration::from_millis(1);
 
 /// Opens the interface's queues: one socket per queue in an `XSKMAP`, then the program,
 /// attached last so that no frame meets it before its socket is there.
@@ -66,58 +77,53 @@ pub fn open(
         rules::compile_expr(expr, LinkType::Ethernet, snaplen, stop)?;
     }
     let ifindex = iface::index(ifname)?;
-    let queues = rx_queues(ifname);
-    let rules = LiveRules::new(rules, queues as usize, snaplen, None)?;
-    let counters = Map::queue_counters(ifname, queues)?;
-    let sockets_map = Map::xsk_map(ifname, queues)?;
-    let capture = Program::load(
-        ifname,
-        "tapflow_xdp",
-        &xdp::capture_program(&counters, &sockets_map, queues),
-    )?;
-    let pass = Program::load(ifname, "tapflow_pass", &xdp::pass_program())?;
     let promiscuous = match input.promiscuous {
         true => Some(iface::promiscuous(ifname, ifindex)?),
         false => None,
     };
-    let sockets = (0..queues)
-        .map(|q| {
-            let s = XskSocket::open(ifname, ifindex, q, input.frames, true)?;
-            sockets_map.set_socket(q, s.fd())?;
-            Ok(s)
-        })
-        .collect::<Result<Vec<_>, EngineError>>()?;
-    let link = XdpLink::attach_best(&capture, ifname, ifindex)?;
-    let zero_copy = sockets.iter().all(|s| s.mode() == BindMode::ZeroCopy);
-    let mode = format!(
-        "XDP {} mode, {}, {} queue{}, {} frames per queue, frames taken from the stack",
-        link.mode().name(),
-        if zero_copy { "zero-copy" } else { "copy" },
-        queues,
-        if queues == 1 { "" } else { "s" },
-        input.frames,
-    );
+    let pass = Program::load(ifname, "tapflow_pass", &xdp::pass_program())?;
+    let (handovers, program, counters, link, metrics) = if input.pass {
+        open_copies(input, ifindex, snaplen)?
+    } else {
+        open_sockets(input, ifindex)?
+    };
+    let workers = handovers.len();
+    let rules = LiveRules::new(rules, workers, snaplen, None)?;
+    let mode = match &handovers[0] {
+        Handover::Socket(xsk) => format!(
+            "XDP {} mode, {}, {} queue{}, {} frames per queue, frames taken from the stack",
+            link.mode().name(),
+            match xsk.mode() {
+                BindMode::ZeroCopy => "zero-copy",
+                BindMode::Copy => "copy",
+            },
+            workers,
+            if workers == 1 { "" } else { "s" },
+            input.frames,
+        ),
+        Handover::Copies(_) => format!(
+            "XDP {} mode, copies of {snaplen} bytes into a {} MiB BPF ring buffer, frames \
+             passed on to the stack",
+            link.mode().name(),
+            ring_bytes(input.frames) >> 20,
+        ),
+    };
     let intake = Arc::new(Intake {
         link,
         pass,
-        _capture: capture,
+        _program: program,
         _promiscuous: promiscuous,
         closed: AtomicBool::new(false),
     });
-    let counters = Arc::new(counters);
-    let handles = sockets
-        .iter()
-        .map(XskSocket::stats_handle)
-        .collect::<Result<Vec<_>, _>>()?;
-    let metrics = xdp_metrics(Arc::clone(&counters), handles, queues);
     let max_frame = iface::mtu(ifname).ok().map(|m| m + 18);
-    let sources = sockets
+    let sources = handovers
         .into_iter()
-        .map(|xsk| XdpSource {
-            counts_beyond: xsk.queue() == 0,
-            queue: xsk.queue(),
-            queues,
-            xsk,
+        .enumerate()
+        .map(|(q, handover)| XdpSource {
+            counts_beyond: q == 0,
+            queue: q as u32,
+            queues: workers as u32,
+            handover,
             counters: Arc::clone(&counters),
             intake: Arc::clone(&intake),
             interfaces: [InterfaceInfo {
@@ -130,8 +136,17 @@ pub fn open(
             snaplen: snaplen as usize,
             stats: SourceStats::default(),
             unplaced_drops: 0,
+            placed: 0,
             clock_offset: clock_offset(),
             stop: Some(Arc::clone(stop)),
+            nap: false,
+            small: small_block(input, snaplen),
+            link: LinkCounters::open(ifname),
+            link_base: (None, None),
+        })
+        .map(|mut s: XdpSource| {
+            s.link_base = s.link.read();
+            s
         })
         .collect();
     Ok(Opened {
@@ -148,6 +163,83 @@ pub fn open(
         progress: None,
         metrics: Some(metrics),
     })
+}
+
+/// What opening one kind of handover gives: one handover per worker, the program, its
+/// counters, its link and the counters for `/metrics`.
+type OpenedHandovers = (Vec<Handover>, Program, Arc<Map>, XdpLink, SourceMetrics);
+
+/// One socket per receive queue in an `XSKMAP`, then the program, attached last so that no
+/// frame meets it before its socket is there.
+fn open_sockets(input: &XdpInput, ifindex: u32) -> Result<OpenedHandovers, EngineError> {
+    let ifname = input.ifname.as_str();
+    let queues = rx_queues(ifname);
+    let counters = Map::queue_counters(ifname, queues)?;
+    let sockets_map = Map::xsk_map(ifname, queues)?;
+    let program = Program::load(
+        ifname,
+        "tapflow_xdp",
+        &xdp::capture_program(&counters, &sockets_map, queues),
+    )?;
+    let sockets = (0..queues)
+        .map(|q| {
+            let s = XskSocket::open(ifname, ifindex, q, input.frames, true)?;
+            sockets_map.set_socket(q, s.fd())?;
+            Ok(s)
+        })
+        .collect::<Result<Vec<_>, EngineError>>()?;
+    let link = XdpLink::attach_best(&program, ifname, ifindex)?;
+    let counters = Arc::new(counters);
+    let handles = sockets
+        .iter()
+        .map(XskSocket::stats_handle)
+        .collect::<Result<Vec<_>, _>>()?;
+    let metrics = socket_metrics(Arc::clone(&counters), handles, queues);
+    let handovers = sockets.into_iter().map(Handover::Socket).collect();
+    Ok((handovers, program, counters, link, metrics))
+}
+
+/// The ring buffer's size: as much memory as the UMEM of `frames` frames would take.
+fn ring_bytes(frames: u32) -> u32 {
+    frames.saturating_mul(FRAME_SIZE)
+}
+
+/// Frames in a small block (see [`NAP`]): fewer than a block holds, and than a quarter of the
+/// frames (or ring buffer records) a worker's memory holds.
+fn small_block(input: &XdpInput, snaplen: u32) -> usize {
+    let held = match input.pass {
+        false => input.frames,
+        true => ring_bytes(input.frames) / (xdp::copy_record(snaplen) + 8),
+    };
+    BATCH.min(held / 4) as usize
+}
+
+/// A ring buffer for copies, and the program that fills it.
+fn open_copies(
+    input: &XdpInput,
+    ifindex: u32,
+    snaplen: u32,
+) -> Result<OpenedHandovers, EngineError> {
+    let ifname = input.ifname.as_str();
+    let counters = Map::queue_counters(ifname, 1)?;
+    let bytes = ring_bytes(input.frames);
+    let ring = Map::ring_buffer(ifname, bytes)?;
+    let program = Program::load(
+        ifname,
+        "tapflow_copy",
+        &xdp::copy_program(&counters, &ring, snaplen),
+    )?;
+    let reader = RingBuf::open(&ring, ifname, bytes as usize)?;
+    let link = XdpLink::attach_best(&program, ifname, ifindex)?;
+    let counters = Arc::new(counters);
+    let metrics = copy_metrics(Arc::clone(&counters));
+    Ok((
+        vec![Handover::Copies(reader)],
+        program,
+        counters,
+        link,
+        metrics,
+    ))
 }
 
 /// The interface's receive queues (`ETHTOOL_GCHANNELS`), 1 if it does not say: the workers
@@ -177,7 +269,7 @@ struct Intake {
     link: XdpLink,
     /// Swapped in to close the intake.
     pass: Program,
-    _capture: Program,
+    _program: Program,
     _promiscuous: Option<Promiscuous>,
     closed: AtomicBool,
 }
@@ -193,8 +285,37 @@ impl Intake {
     }
 }
 
+/// The copy program's counters on `/metrics` and in the summary.
+fn copy_metrics(counters: Arc<Map>) -> SourceMetrics {
+    SourceMetrics::new(move || {
+        let c = counters.read_counters(0).unwrap_or_default();
+        let one = |name, help, v: u64| SourceCounter {
+            name,
+            help,
+            samples: vec![(String::new(), v as f64)],
+        };
+        vec![
+            one(
+                "tapflow_xdp_seen_total",
+                "Frames the XDP program ran on.",
+                c.seen,
+            ),
+            one(
+                "tapflow_xdp_copied_total",
+                "Frames the XDP program copied into the ring buffer.",
+                c.redirected,
+            ),
+            one(
+                "tapflow_xdp_ring_full_total",
+                "Frames not copied because the ring buffer was full.",
+                c.ring_full,
+            ),
+        ]
+    })
+}
+
 /// The program's and the sockets' counters on `/metrics` and in the summary.
-fn xdp_metrics(counters: Arc<Map>, sockets: Vec<XskStatsHandle>, queues: u32) -> SourceMetrics {
+fn socket_metrics(counters: Arc<Map>, sockets: Vec<XskStatsHandle>, queues: u32) -> SourceMetrics {
     SourceMetrics::new(move || {
         let per_queue: Vec<(String, QueueCounters, XskStatistics)> = sockets
             .iter()
@@ -257,10 +378,19 @@ fn xdp_metrics(counters: Arc<Map>, sockets: Vec<XskStatsHandle>, queues: u32) ->
     })
 }
 
-/// One receive queue's socket and its counters.
+/// How frames reach a worker.
+#[derive(Debug)]
+enum Handover {
+    /// Redirected to the AF_XDP socket of a receive queue.
+    Socket(XskSocket),
+    /// Copied into the ring buffer, the frames going on to the stack.
+    Copies(RingBuf),
+}
+
+/// One receive queue's socket (or the ring buffer of copies) and its counters.
 #[derive(Debug)]
 pub struct XdpSource {
-    xsk: XskSocket,
+    handover: Handover,
     queue: u32,
     queues: u32,
     /// Whether this source also counts frames from queues beyond the last (the first does).
@@ -272,10 +402,58 @@ pub struct XdpSource {
     stats: SourceStats,
     /// Drops counted but not yet placed before a packet.
     unplaced_drops: u64,
+    /// Drops counted so far that have been placed (or are about to be).
+    placed: u64,
     /// See [`clock_offset`]; refreshed with the counters.
     clock_offset: u64,
     /// Ends a wait early once raised, until the intake is closed.
     stop: Option<Arc<Stop>>,
+    /// Whether the last block was small (see [`NAP`]).
+    nap: bool,
+    /// Blocks of fewer frames than this are small.
+    small: usize,
+    /// The interface's own counters, and their values when the capture started.
+    link: LinkCounters,
+    link_base: (Option<u64>, Option<u64>),
+}
+
+impl XdpSource {
+    /// Frames the program ran on for this worker, and the frames lost so far: for a socket,
+    /// those it had no socket for and those the kernel dropped (`rx_dropped`,
+    /// `rx_ring_full`); for copies, those that found the ring buffer full.
+    fn counts(&mut self) -> Result<(u64, u64), EngineError> {
+        let mut c = self.counters.read_counters(self.queue)?;
+        if self.counts_beyond {
+            let beyond = self.counters.read_counters(self.queues)?;
+            c.seen += beyond.seen;
+            c.no_socket += beyond.no_socket;
+        }
+        let dropped = match &self.handover {
+            Handover::Socket(xsk) => {
+                let x = xsk.statistics()?;
+                x.rx_dropped + x.rx_ring_full + c.no_socket
+            }
+            Handover::Copies(_) => c.ring_full,
+        };
+        Ok((c.seen, dropped))
+    }
+
+    /// Whether frames wait to be read.
+    fn waiting(&mut self) -> bool {
+        match &mut self.handover {
+            Handover::Socket(xsk) => xsk.ready(),
+            Handover::Copies(ring) => ring.ready(),
+        }
+    }
+
+    /// Places the losses counted up to `total` before the next frame delivered. Called only
+    /// with nothing waiting to be read: every frame read so far came before those losses
+    /// (the kernel drops when the memory the waiting frames fill runs out), every frame read
+    /// from now on after them.
+    fn place(&mut self, total: u64) {
+        self.unplaced_drops += total.saturating_sub(self.placed);
+        self.placed = self.placed.max(total);
+    }
 }
 
 impl PacketSource for XdpSource {
@@ -289,55 +467,87 @@ impl PacketSource for XdpSource {
         _max_packets: usize,
         mut f: F,
     ) -> Result<Progress, EngineError> {
+        if std::mem::take(&mut self.nap) {
+            std::thread::sleep(NAP);
+        }
         let wake = self.stop.as_deref().map(Stop::wake_fd);
-        if !self.xsk.wait(timeout_ms, wake)? {
-            return Ok(Progress::Idle);
-        }
-        let batch = self.xsk.receive(BATCH);
-        if batch.is_empty() {
-            return Ok(Progress::Idle);
-        }
-        self.stats.blocks += 1;
         let flags = Flags::default()
             .with_ts_source(TsSource::Kernel)
             .with_direction(Direction::Inbound);
-        // Frames the program could not stamp take the time they are read.
-        let mut now = None;
+        let (offset, snaplen) = (self.clock_offset, self.snaplen);
         let mut drops = std::mem::take(&mut self.unplaced_drops);
-        for i in 0..batch.len() {
-            let fr = batch.frame(i);
-            let ts_ns = match fr.meta {
-                0 => *now.get_or_insert_with(tapflow_sys::clock::realtime_ns),
-                t => t.wrapping_add(self.clock_offset),
-            };
-            f(&Packet {
-                data: &fr.data[..fr.data.len().min(self.snaplen)],
-                ts_ns,
-                len: fr.data.len() as u32,
-                flags,
-                interface: 0,
-                stripped_vlan: None,
-                drops_before: std::mem::take(&mut drops),
-            });
-        }
-        drop(batch);
+        let delivered = match &mut self.handover {
+            Handover::Socket(xsk) => {
+                if !xsk.wait(timeout_ms, wake)? {
+                    0
+                } else {
+                    let batch = xsk.receive(BATCH);
+                    // Frames the program could not stamp take the time they are read.
+                    let mut now = None;
+                    for i in 0..batch.len() {
+                        let fr = batch.frame(i);
+                        let ts_ns = match fr.meta {
+                            0 => *now.get_or_insert_with(tapflow_sys::clock::realtime_ns),
+                            t => t.wrapping_add(offset),
+                        };
+                        f(&Packet {
+                            data: &fr.data[..fr.data.len().min(snaplen)],
+                            ts_ns,
+                            len: fr.data.len() as u32,
+                            flags,
+                            interface: 0,
+                            stripped_vlan: None,
+                            drops_before: std::mem::take(&mut drops),
+                        });
+                    }
+                    batch.len() as usize
+                }
+            }
+            Handover::Copies(ring) => {
+                if !ring.wait(timeout_ms, wake)? {
+                    0
+                } else {
+                    ring.read(BATCH as usize, |rec| {
+                        let Some(c) = Copy::parse(rec) else { return };
+                        f(&Packet {
+                            data: &c.data[..c.data.len().min(snaplen)],
+                            ts_ns: c.ts.wrapping_add(offset),
+                            len: c.len,
+                            flags,
+                            interface: 0,
+                            stripped_vlan: None,
+                            drops_before: std::mem::take(&mut drops),
+                        });
+                    })
+                }
+            }
+        };
         self.unplaced_drops += drops;
+        if delivered == 0 {
+            return Ok(Progress::Idle);
+        }
+        self.nap = delivered < self.small;
+        if !self.nap && !self.waiting() {
+            // The reader was behind: losses, if any, happened after what it just read.
+            let (_, dropped) = self.counts()?;
+            self.place(dropped);
+        }
+        self.stats.blocks += 1;
         Ok(Progress::Block)
     }
 
     fn stats(&mut self) -> Result<SourceStats, EngineError> {
-        let mut c = self.counters.read_counters(self.queue)?;
-        if self.counts_beyond {
-            let beyond = self.counters.read_counters(self.queues)?;
-            c.seen += beyond.seen;
-            c.no_socket += beyond.no_socket;
+        let (seen, dropped) = self.counts()?;
+        if !self.waiting() {
+            self.place(dropped);
         }
-        let x = self.xsk.statistics()?;
-        let dropped = x.rx_dropped + x.rx_ring_full + c.no_socket;
-        self.unplaced_drops += dropped.saturating_sub(self.stats.dropped);
-        self.stats.received = c.seen;
+        self.stats.received = seen;
         self.stats.dropped = dropped;
         self.clock_offset = clock_offset();
+        let (rx, drop) = self.link.read();
+        let since = |now: Option<u64>, base: Option<u64>| now.map(|n| n - base.unwrap_or(0).min(n));
+        self.stats.if_received = since(rx, self.link_base.0);
+        self.stats.if_dropped = since(drop, self.link_base.1);
         Ok(self.stats)
     }
 
@@ -345,5 +555,28 @@ impl PacketSource for XdpSource {
         self.intake.close()?;
         self.stop = None;
         Ok(())
+    }
+}
+
+/// A ring buffer record: a frame's first bytes behind [`xdp::COPY_HEADER`].
+struct Copy<'a> {
+    ts: u64,
+    len: u32,
+    data: &'a [u8],
+}
+
+impl<'a> Copy<'a> {
+    /// The record's fields; `None` if it is shorter than its header.
+    #[inline]
+    fn parse(rec: &'a [u8]) -> Option<Copy<'a>> {
+        let ts = u64::from_ne_bytes(rec.get(0..8)?.try_into().ok()?);
+        let len = u32::from_ne_bytes(rec.get(8..12)?.try_into().ok()?);
+        let caplen = u32::from_ne_bytes(rec.get(12..16)?.try_into().ok()?) as usize;
+        let data = rec.get(xdp::COPY_HEADER..)?;
+        Some(Copy {
+            ts,
+            len,
+            data: &data[..caplen.min(data.len())],
+        })
     }
 }
