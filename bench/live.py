@@ -21,7 +21,8 @@ nothing else). Its CPU is the yardstick for what any capture tool's CPU per pack
 the machine; the table then also shows floor/tcpdump and tapflow/floor.
 
 Tool "tapflow-xdp" (not in the default list) is tapflow with --source xdp: an XDP program hands
-the frames to AF_XDP sockets before the stack. On veth the receive side's work (XDP program,
+the frames to AF_XDP sockets before the stack; "tapflow-xdp-pass" adds --pass (copies of the
+kept bytes through a BPF ring buffer, the frames going on to the stack). On veth the receive side's work (XDP program,
 copy into the UMEM; or the stack and the copy into the ring) runs in the sender's softirq, not
 in the capture process, so every row also has the path CPU per Mpkt: generator + capture
 process CPU (rusage; softirq time is charged to the task it interrupts when, as on Debian's
@@ -60,9 +61,10 @@ import plot  # noqa: E402
 SIZES = [64, 128, 256, 384, 512, 768, 1024, 1518]
 TOOLS = ["tapflow", "tcpdump", "netsniff-ng", "floor"]
 XDP = "tapflow-xdp"  # tapflow --source xdp, on request
+XDP_PASS = "tapflow-xdp-pass"  # tapflow --source xdp --pass, on request
 BASE = "tapflow-base"  # the --baseline binary
 # Ours: built here, not looked up on PATH, and writing pcapng.
-OWN_TOOLS = ("tapflow", BASE, "floor", XDP)
+OWN_TOOLS = ("tapflow", BASE, "floor", XDP, XDP_PASS)
 SRC_MAC = "02:00:00:00:00:01"
 # A unicast MAC that is not the capture end's own: frames arrive as PACKET_OTHERHOST, as on a
 # mirror port, and the IP stack in namespace B drops them right away.
@@ -134,12 +136,12 @@ class Gen:
 # capture tools
 
 def capture_argv(tool: str, args, pair: bl.Pair, out: Path, js: Path) -> list[str]:
-    if tool in ("tapflow", BASE, XDP):
+    if tool in ("tapflow", BASE, XDP, XDP_PASS):
         binary = args.baseline_bin if tool == BASE else args.tapflow_bin
         cmd = [str(binary), "capture", "-i", pair.vb, "-s", str(args.snaplen),
                "-w", str(out), "-q", "--summary-json", str(js)]
-        if tool == XDP:
-            cmd += ["--source", "xdp"]
+        if tool in (XDP, XDP_PASS):
+            cmd += ["--source", "xdp"] + (["--pass"] if tool == XDP_PASS else [])
     elif tool == "tcpdump":
         # -Z root: Debian's tcpdump drops to user "tcpdump" before creating the -w file.
         # Ring size: libpcap's default (-B not given, 2 MiB).
@@ -190,7 +192,7 @@ def one_capture(tool: str, frame: int, gen: Gen, args, pair: bl.Pair, work: Path
     for stale in (out, js):
         stale.unlink(missing_ok=True)
     p, t0 = bl.start(capture_argv(tool, args, pair, out, js), work, tag)
-    if tool == XDP:
+    if tool in (XDP, XDP_PASS):
         bl.wait_xdp_attached(p, pair, work, tag, f"{tool} on {pair.vb}")
     else:
         bl.wait_listening(p, pair.ifindex_b, work, tag, f"{tool} on {pair.vb}")
@@ -236,7 +238,7 @@ def one_capture(tool: str, frame: int, gen: Gen, args, pair: bl.Pair, work: Path
     }
     if f.rc not in (0, 130, -2):
         print(f"warning: {tool} exited {f.rc}: {f.stderr.strip()[-300:]}", file=sys.stderr)
-    if tool in ("tapflow", BASE, XDP) and st.get("tool_recorded") is not None and st["tool_recorded"] != in_file:
+    if tool in ("tapflow", BASE, XDP, XDP_PASS) and st.get("tool_recorded") is not None and st["tool_recorded"] != in_file:
         print(f"warning: {tool} summary says recorded={st['tool_recorded']} but its files hold "
               f"{in_file} packets", file=sys.stderr)
     if not args.keep:
@@ -256,10 +258,12 @@ def markdown(rows: list[dict], gens: list[dict], tools: list[str]) -> str:
     for t in tools:
         head += [f"{t} ratio %", f"{t} CPU s/Mpkt"]
     pairs = [(a, b) for a, b in (("tapflow", "tcpdump"), ("floor", "tcpdump"), ("tapflow", "floor"),
-                                 ("tapflow", BASE), (XDP, "tapflow"), (XDP, "floor"))
+                                 ("tapflow", BASE), (XDP, "tapflow"), (XDP, "floor"),
+                                 (XDP_PASS, "tapflow"))
              if a in tools and b in tools]
     head += [f"{a}/{b} CPU" for a, b in pairs]
-    sys_pairs = [(a, b) for a, b in ((XDP, "tapflow"), (XDP, "floor")) if a in tools and b in tools]
+    sys_pairs = [(a, b) for a, b in ((XDP, "tapflow"), (XDP, "floor"), (XDP_PASS, "tapflow"))
+                 if a in tools and b in tools]
     head += [f"{a}/{b} path CPU" for a, b in sys_pairs]
     head.append("gen pps")
     lines.append("| " + " | ".join(head) + " |")
@@ -349,8 +353,8 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",") if s]
     tools = [t for t in args.tools.split(",") if t]
     for t in tools:
-        if t not in TOOLS + [XDP]:
-            bl.die(f"unknown tool {t!r} (choose from {', '.join(TOOLS + [XDP])})", 2)
+        if t not in TOOLS + [XDP, XDP_PASS]:
+            bl.die(f"unknown tool {t!r} (choose from {', '.join(TOOLS + [XDP, XDP_PASS])})", 2)
     if args.baseline_bin:
         args.baseline_bin = Path(args.baseline_bin).resolve()
         if not args.baseline_bin.exists():

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Capture CPU per packet, AF_XDP against AF_PACKET, in the same run on the same veth traffic:
-# tapflow --source xdp ("tapflow-xdp"), tapflow's default AF_PACKET source ("tapflow") and
+# tapflow --source xdp ("tapflow-xdp"; with --pass, "tapflow-xdp-pass"), tapflow's default
+# AF_PACKET source ("tapflow") and
 # bench/floor.c (the least an AF_PACKET capture to pcapng costs), each in turn behind the same
 # `tapflow gen` burst. bench/live.py does the work (namespaces, pinning, rusage, /proc/stat);
 # this picks the tools and sizes. Root only; needs a release build.
@@ -13,5 +14,5 @@
 # included, where AF_XDP's copy into the UMEM is done).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec python3 bench/live.py --tools tapflow,tapflow-xdp,floor --no-gen-baseline \
+exec python3 bench/live.py --tools tapflow,tapflow-xdp,tapflow-xdp-pass,floor --no-gen-baseline \
     --sizes 64,512,1518 --repeat 3 --packets 1000000 --img "${TMPDIR:-/tmp}/tapflow-bench-xdp" "$@"

@@ -247,8 +247,8 @@ pub struct CaptureArgs {
     #[arg(long, value_enum, default_value_t = SourceArg::Packet)]
     pub source: SourceArg,
     /// UMEM frames of 4 KiB per receive queue with `--source xdp` (a power of two): the most
-    /// frames that wait for the reader.
-    #[arg(long, value_name = "N", default_value_t = 4096)]
+    /// frames that wait for the reader (default 64 MiB per queue).
+    #[arg(long, value_name = "N", default_value_t = 16384)]
     pub xdp_frames: u32,
     /// With `--source xdp`: let every frame go on to the stack and take a copy of its first
     /// snaplen bytes through a BPF ring buffer (one worker), for a host's own interface.

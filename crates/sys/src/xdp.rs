@@ -734,6 +734,36 @@ mod tests {
         assert_eq!(size_of::<MapCreateAttr>(), 44);
     }
 
+    fn fake_map() -> Map {
+        Map {
+            fd: std::fs::File::open("/dev/null").unwrap().into(),
+            value_size: COUNTERS_SIZE,
+            entries: 2,
+            ifname: "x".into(),
+        }
+    }
+
+    #[test]
+    fn the_programs_end_in_exits_and_jump_inside() {
+        let (m, r) = (fake_map(), fake_map());
+        for p in [
+            capture_program(&m, &r, 4),
+            copy_program(&m, &r, 64),
+            pass_program(),
+        ] {
+            assert_eq!(p.last().unwrap().code, op::EXIT);
+            for (i, insn) in p.iter().enumerate() {
+                if insn.code & 0x07 == 0x05 && insn.code != op::CALL && insn.code != op::EXIT {
+                    let to = i as i64 + 1 + i64::from(insn.off);
+                    assert!(to > i as i64 && to < p.len() as i64, "jump at {i} to {to}");
+                }
+            }
+        }
+        // 43 and 48 instructions: a few dozen, as docs/design.md says.
+        assert!(capture_program(&m, &r, 4).len() < 50);
+        assert!(copy_program(&m, &r, 64).len() < 50);
+    }
+
     #[test]
     fn possible_cpus_reads_the_range() {
         assert!(possible_cpus() >= 1);

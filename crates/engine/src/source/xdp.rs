@@ -50,11 +50,12 @@ pub struct XdpInput {
     pub pass: bool,
 }
 
-/// UMEM frames per queue unless told: 16 MiB of 4 KiB frames.
-pub const DEFAULT_FRAMES: u32 = 4096;
-
 /// Frames delivered per block at most.
 const BATCH: u32 = 2048;
+
+/// How many frames ahead of the one delivered the reader asks for the next frame's first
+/// line: each frame is in a page of its own, far from the last.
+const AHEAD: u32 = 4;
 
 /// How long the reader sleeps after a small block (fewer frames than [`BATCH`] and than a
 /// quarter of what its memory holds), before it looks again: the most it adds to a frame's
@@ -82,7 +83,7 @@ pub fn open(
         false => None,
     };
     let pass = Program::load(ifname, "tapflow_pass", &xdp::pass_program())?;
-    let (handovers, program, counters, link, metrics) = if input.pass {
+    let (handovers, counters, link, metrics) = if input.pass {
         open_copies(input, ifindex, snaplen)?
     } else {
         open_sockets(input, ifindex)?
@@ -111,7 +112,6 @@ pub fn open(
     let intake = Arc::new(Intake {
         link,
         pass,
-        _program: program,
         _promiscuous: promiscuous,
         closed: AtomicBool::new(false),
     });
@@ -165,9 +165,9 @@ pub fn open(
     })
 }
 
-/// What opening one kind of handover gives: one handover per worker, the program, its
-/// counters, its link and the counters for `/metrics`.
-type OpenedHandovers = (Vec<Handover>, Program, Arc<Map>, XdpLink, SourceMetrics);
+/// What opening one kind of handover gives: one handover per worker, the program's counters,
+/// its link (which holds the program) and the counters for `/metrics`.
+type OpenedHandovers = (Vec<Handover>, Arc<Map>, XdpLink, SourceMetrics);
 
 /// One socket per receive queue in an `XSKMAP`, then the program, attached last so that no
 /// frame meets it before its socket is there.
@@ -196,7 +196,7 @@ fn open_sockets(input: &XdpInput, ifindex: u32) -> Result<OpenedHandovers, Engin
         .collect::<Result<Vec<_>, _>>()?;
     let metrics = socket_metrics(Arc::clone(&counters), handles, queues);
     let handovers = sockets.into_iter().map(Handover::Socket).collect();
-    Ok((handovers, program, counters, link, metrics))
+    Ok((handovers, counters, link, metrics))
 }
 
 /// The ring buffer's size: as much memory as the UMEM of `frames` frames would take.
@@ -233,13 +233,7 @@ fn open_copies(
     let link = XdpLink::attach_best(&program, ifname, ifindex)?;
     let counters = Arc::new(counters);
     let metrics = copy_metrics(Arc::clone(&counters));
-    Ok((
-        vec![Handover::Copies(reader)],
-        program,
-        counters,
-        link,
-        metrics,
-    ))
+    Ok((vec![Handover::Copies(reader)], counters, link, metrics))
 }
 
 /// The interface's receive queues (`ETHTOOL_GCHANNELS`), 1 if it does not say: the workers
@@ -269,7 +263,6 @@ struct Intake {
     link: XdpLink,
     /// Swapped in to close the intake.
     pass: Program,
-    _program: Program,
     _promiscuous: Option<Promiscuous>,
     closed: AtomicBool,
 }
@@ -485,6 +478,10 @@ impl PacketSource for XdpSource {
                     // Frames the program could not stamp take the time they are read.
                     let mut now = None;
                     for i in 0..batch.len() {
+                        if i + AHEAD < batch.len() {
+                            let next = batch.frame(i + AHEAD).data;
+                            tapflow_sys::cpu::prefetch_line(next.as_ptr());
+                        }
                         let fr = batch.frame(i);
                         let ts_ns = match fr.meta {
                             0 => *now.get_or_insert_with(tapflow_sys::clock::realtime_ns),
