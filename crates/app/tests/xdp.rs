@@ -510,3 +510,52 @@ fn pass_leaves_the_frames_to_the_stack() {
         }
     }
 }
+
+/// One worker per receive queue: on a two-queue veth, two sockets and two files whose records
+/// together are every frame sent, counted per queue.
+#[test]
+fn each_receive_queue_has_its_worker() {
+    let p = VethPair::new("xdq");
+    for (ns, ifname) in [(&p.ns_a, &p.if_a), (&p.ns_b, &p.if_b)] {
+        run_ok(&mut VethPair::in_ns(
+            ns,
+            Path::new("ethtool"),
+            &["-L", ifname, "rx", "2", "tx", "2"],
+        ));
+    }
+    p.wait_link_up();
+    let dir = tempfile::tempdir().unwrap();
+    let (o, j) = (dir.path().join("q.pcapng"), dir.path().join("q.json"));
+    let mut g = start_xdp(
+        &p,
+        &[
+            "capture",
+            "-i",
+            &p.if_b,
+            "-q",
+            "--source",
+            "xdp",
+            "-w",
+            &s(&o),
+            "--summary-json",
+            &s(&j),
+            "--control",
+            "none",
+        ],
+    );
+    p.send(&GEN, dir.path(), 4000);
+    std::thread::sleep(Duration::from_millis(500));
+    let err = stop_ok(&mut g);
+    assert!(
+        err.contains("2 workers") && err.contains("2 queues"),
+        "{err}"
+    );
+    let sum = Summary::read(&j);
+    sum.assert_adds_up();
+    assert_eq!(sum.recorded, 4000, "{}", sum.text);
+    let files: Vec<_> = ["q-w0.pcapng", "q-w1.pcapng"]
+        .map(|f| dir.path().join(f))
+        .into();
+    let in_files: usize = files.iter().map(|f| read_capture(f).packets.len()).sum();
+    assert_eq!(in_files, 4000);
+}
