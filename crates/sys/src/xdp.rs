@@ -6,7 +6,8 @@
 //! The capture program, per frame: counts it for its receive queue in a per-CPU array
 //! ([`QueueCounters`]), stamps `bpf_ktime_get_ns()` into 8 bytes of metadata before the frame,
 //! and redirects it to the queue's socket in the `XSKMAP`; without a socket the frame goes on
-//! to the stack (`XDP_PASS`) and is counted as such.
+//! to the stack (`XDP_PASS`) and is counted as such. The copy program lets every frame go on
+//! and copies its first bytes, behind their length and arrival time, into a BPF ring buffer.
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
