@@ -78,4 +78,9 @@ fn the_program_loads_attaches_once_and_detaches_on_drop() {
     assert!(counters.read_counters(1).is_ok() && counters.read_counters(2).is_err());
     drop(link);
     assert!(!show().contains("prog/xdp"), "still attached: {}", show());
+    // The fallback for drivers without XDP.
+    let link = XdpLink::attach(&capture, &a, ifindex, XdpMode::Generic).unwrap();
+    assert!(show().contains("xdpgeneric"), "{}", show());
+    drop(link);
+    assert!(!show().contains("xdpgeneric"), "still attached: {}", show());
 }
