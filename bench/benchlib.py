@@ -186,6 +186,25 @@ def wait_listening(p: subprocess.Popen, ifindex: int, work: Path, tag: str, what
                 f"{what} did not start listening", timeout)
 
 
+def wait_xdp_attached(p: subprocess.Popen, pair: "Pair", work: Path, tag: str, what: str,
+                      timeout: float = 15) -> None:
+    """Waits until an XDP program is attached to the capture end (tapflow --source xdp
+    attaches it last, once its sockets are ready); dies like wait_listening."""
+    def attached() -> bool:
+        r = subprocess.run(["ip", "-n", pair.b, "link", "show", "dev", pair.vb],
+                           capture_output=True, text=True)
+        return "prog/xdp" in r.stdout
+    _wait_until(attached, p, work, tag, f"{what} did not attach its XDP program", timeout)
+
+
+def system_busy_s() -> float:
+    """Seconds all CPUs spent not idle (user, nice, system, irq, softirq, steal from
+    /proc/stat's `cpu` line; idle and iowait left out)."""
+    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    busy = f[0] + f[1] + f[2] + f[5] + f[6] + (f[7] if len(f) > 7 else 0)
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
 def wait_udp_bound(p: subprocess.Popen, port: int, work: Path, tag: str, what: str,
                    timeout: float = 10) -> None:
     """Waits until process p (started by start() with tag, maybe through `ip netns exec`) has

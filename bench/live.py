@@ -20,6 +20,16 @@ and this disk (TPACKET_V3 ring walked with prefetch, EPBs into a buffer written 
 nothing else). Its CPU is the yardstick for what any capture tool's CPU per packet can reach on
 the machine; the table then also shows floor/tcpdump and tapflow/floor.
 
+Tool "tapflow-xdp" (not in the default list) is tapflow with --source xdp: an XDP program hands
+the frames to AF_XDP sockets before the stack; "tapflow-xdp-pass" adds --pass (copies of the
+kept bytes through a BPF ring buffer, the frames going on to the stack). On veth the receive side's work (XDP program,
+copy into the UMEM; or the stack and the copy into the ring) runs in the sender's softirq, not
+in the capture process, so every row also has the path CPU per Mpkt: generator + capture
+process CPU (rusage; softirq time is charged to the task it interrupts when, as on Debian's
+kernels, IRQ time accounting is off), and the system-wide CPU (all cores' busy time from
+/proc/stat over the same span, which on a shared machine counts other work too). The table
+gives tapflow-xdp/tapflow and tapflow-xdp/floor of the capture and of the path CPU.
+
 --baseline PATH adds a second tapflow binary, "tapflow-base", as one more tool (capture and
 generator): it runs beside "tapflow" in the same rounds, the two taking turns at going first, and
 the tables show tapflow/tapflow-base, for a regression check.
@@ -50,9 +60,11 @@ import plot  # noqa: E402
 
 SIZES = [64, 128, 256, 384, 512, 768, 1024, 1518]
 TOOLS = ["tapflow", "tcpdump", "netsniff-ng", "floor"]
+XDP = "tapflow-xdp"  # tapflow --source xdp, on request
+XDP_PASS = "tapflow-xdp-pass"  # tapflow --source xdp --pass, on request
 BASE = "tapflow-base"  # the --baseline binary
 # Ours: built here, not looked up on PATH, and writing pcapng.
-OWN_TOOLS = ("tapflow", BASE, "floor")
+OWN_TOOLS = ("tapflow", BASE, "floor", XDP, XDP_PASS)
 SRC_MAC = "02:00:00:00:00:01"
 # A unicast MAC that is not the capture end's own: frames arrive as PACKET_OTHERHOST, as on a
 # mirror port, and the IP stack in namespace B drops them right away.
@@ -124,10 +136,12 @@ class Gen:
 # capture tools
 
 def capture_argv(tool: str, args, pair: bl.Pair, out: Path, js: Path) -> list[str]:
-    if tool in ("tapflow", BASE):
+    if tool in ("tapflow", BASE, XDP, XDP_PASS):
         binary = args.baseline_bin if tool == BASE else args.tapflow_bin
         cmd = [str(binary), "capture", "-i", pair.vb, "-s", str(args.snaplen),
                "-w", str(out), "-q", "--summary-json", str(js)]
+        if tool in (XDP, XDP_PASS):
+            cmd += ["--source", "xdp"] + (["--pass"] if tool == XDP_PASS else [])
     elif tool == "tcpdump":
         # -Z root: Debian's tcpdump drops to user "tcpdump" before creating the -w file.
         # Ring size: libpcap's default (-B not given, 2 MiB).
@@ -178,14 +192,19 @@ def one_capture(tool: str, frame: int, gen: Gen, args, pair: bl.Pair, work: Path
     for stale in (out, js):
         stale.unlink(missing_ok=True)
     p, t0 = bl.start(capture_argv(tool, args, pair, out, js), work, tag)
-    bl.wait_listening(p, pair.ifindex_b, work, tag, f"{tool} on {pair.vb}")
+    if tool in (XDP, XDP_PASS):
+        bl.wait_xdp_attached(p, pair, work, tag, f"{tool} on {pair.vb}")
+    else:
+        bl.wait_listening(p, pair.ifindex_b, work, tag, f"{tool} on {pair.vb}")
     time.sleep(args.settle)
     # CPU spent setting up (netsniff-ng spends seconds of system time building its ring) is not
     # capture work: sample it here and subtract it from the total that wait4 reports at exit.
     cpu_ready = bl.proc_cpu(p.pid)
     rx0, drop0 = pair.rx_stats()
+    busy0 = bl.system_busy_s()
     g = gen.run(frame, args.packets, f"gen-{tag}")
     time.sleep(args.drain)
+    busy1 = bl.system_busy_s()
     rx1, drop1 = pair.rx_stats()
     os.kill(p.pid, signal.SIGINT)
     f = bl.wait_rusage(p, t0, timeout=60)
@@ -210,13 +229,16 @@ def one_capture(tool: str, frame: int, gen: Gen, args, pair: bl.Pair, work: Path
         "cpu_s": round(f.cpu - cpu_ready, 4), "cpu_total_s": round(f.cpu, 4),
         "cpu_startup_s": round(cpu_ready, 4), "utime_s": round(f.utime, 4), "stime_s": round(f.stime, 4),
         "cpu_s_per_mpkt": round((f.cpu - cpu_ready) / (in_file / 1e6), 4) if in_file else float("nan"),
+        "system_cpu_s_per_mpkt": round((busy1 - busy0) / (in_file / 1e6), 4) if in_file else float("nan"),
+        "path_cpu_s_per_mpkt": (round((g["gen_cpu"] + f.cpu - cpu_ready) / (in_file / 1e6), 4)
+                                if in_file else float("nan")),
         "exit": f.rc, "tool_received": st.get("tool_received"), "tool_recorded": st.get("tool_recorded"),
         "tool_dropped": st.get("tool_dropped"), "snaplen_in_file": caplens,
         "file_bytes": sum(x.stat().st_size for x in files if x.exists()),
     }
     if f.rc not in (0, 130, -2):
         print(f"warning: {tool} exited {f.rc}: {f.stderr.strip()[-300:]}", file=sys.stderr)
-    if tool in ("tapflow", BASE) and st.get("tool_recorded") is not None and st["tool_recorded"] != in_file:
+    if tool in ("tapflow", BASE, XDP, XDP_PASS) and st.get("tool_recorded") is not None and st["tool_recorded"] != in_file:
         print(f"warning: {tool} summary says recorded={st['tool_recorded']} but its files hold "
               f"{in_file} packets", file=sys.stderr)
     if not args.keep:
@@ -236,24 +258,33 @@ def markdown(rows: list[dict], gens: list[dict], tools: list[str]) -> str:
     for t in tools:
         head += [f"{t} ratio %", f"{t} CPU s/Mpkt"]
     pairs = [(a, b) for a, b in (("tapflow", "tcpdump"), ("floor", "tcpdump"), ("tapflow", "floor"),
-                                 ("tapflow", BASE)) if a in tools and b in tools]
+                                 ("tapflow", BASE), (XDP, "tapflow"), (XDP, "floor"),
+                                 (XDP_PASS, "tapflow"))
+             if a in tools and b in tools]
     head += [f"{a}/{b} CPU" for a, b in pairs]
+    sys_pairs = [(a, b) for a, b in ((XDP, "tapflow"), (XDP, "floor"), (XDP_PASS, "tapflow"))
+                 if a in tools and b in tools]
+    head += [f"{a}/{b} path CPU" for a, b in sys_pairs]
     head.append("gen pps")
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---:|" * len(head))
     for frame in sorted({r["frame"] for r in rows}):
         cells = [str(frame)]
-        cpu = {}
+        cpu, sys_cpu = {}, {}
         pps = []
         for t in tools:
             rs = by.get((frame, t), [])
             ratio = bl.median([r["ratio"] for r in rs]) * 100 if rs else float("nan")
             c = bl.median([r["cpu_s_per_mpkt"] for r in rs]) if rs else float("nan")
             cpu[t] = c
+            sys_cpu[t] = bl.median([r["path_cpu_s_per_mpkt"] for r in rs]) if rs else float("nan")
             pps += [r["gen_pps"] for r in rs]
             cells += [f"{ratio:.2f}", f"{c:.3f}"]
         for a, b in pairs:
             x, y = cpu[a], cpu[b]
+            cells.append(f"{x / y:.2f}" if y and y == y and x == x else "n/a")
+        for a, b in sys_pairs:
+            x, y = sys_cpu[a], sys_cpu[b]
             cells.append(f"{x / y:.2f}" if y and y == y and x == x else "n/a")
         cells.append(f"{bl.median(pps):,.0f}")
         lines.append("| " + " | ".join(cells) + " |")
@@ -322,8 +353,8 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",") if s]
     tools = [t for t in args.tools.split(",") if t]
     for t in tools:
-        if t not in TOOLS:
-            bl.die(f"unknown tool {t!r} (choose from {', '.join(TOOLS)})", 2)
+        if t not in TOOLS + [XDP, XDP_PASS]:
+            bl.die(f"unknown tool {t!r} (choose from {', '.join(TOOLS + [XDP, XDP_PASS])})", 2)
     if args.baseline_bin:
         args.baseline_bin = Path(args.baseline_bin).resolve()
         if not args.baseline_bin.exists():
@@ -385,6 +416,7 @@ def main() -> None:
                 print(f"  {frame:5d} B  {tool:12s} sent {row['sent']:>9} at {row['gen_pps']:>9,} pps  "
                       f"file {row['in_file']:>9}  ratio {row['ratio'] * 100:7.3f}%  "
                       f"cpu {row['cpu_s']:.3f}s = {row['cpu_s_per_mpkt']:.3f} s/Mpkt  "
+                      f"path {row['path_cpu_s_per_mpkt']:.3f} system {row['system_cpu_s_per_mpkt']:.3f} s/Mpkt  "
                       f"(tool: recv {row['tool_received']} drop {row['tool_dropped']}; "
                       f"link drop {row['link_dropped']})", file=sys.stderr)
 

@@ -17,13 +17,15 @@ use tapflow_engine::sink::flow::export::{
 use tapflow_engine::sink::flow::meter::FlowConfig;
 use tapflow_engine::sink::flow::table::{Class, DEFAULT_IDLE_SECS, TableConfig};
 use tapflow_engine::sink::forward::{self, Balance, ForwardConfig};
+use tapflow_engine::source::SourceCounter;
 use tapflow_engine::source::ring::RingInput;
+use tapflow_engine::source::xdp::{self, XdpInput};
 use tapflow_engine::stop::Stop;
 use tapflow_engine::tools::plan;
 use tapflow_wire::capfile::MAXIMUM_SNAPLEN;
 use tapflow_wire::rules::{Rule, parse_rules};
 
-use crate::cli::{BalanceArg, CaptureArgs, FlowArgs, FormatArg};
+use crate::cli::{BalanceArg, CaptureArgs, FlowArgs, FormatArg, SourceArg};
 use crate::privileges::{Outputs, RunAs, creatable};
 use crate::report::{
     CaptureJson, StatusLine, finish, flow_lines, flow_loss, forward_line, rules_line, summary_line,
@@ -57,6 +59,7 @@ pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Fa
             std::fs::metadata(p).ok().map(|m| m.len()),
         ),
         Input::Datagrams(d) => (format!("receiving on {}", d.listen), None),
+        Input::Xdp(x) => (format!("capturing on {}", x.ifname), None),
     };
     let paced = match &cfg.flows {
         Some(f) if matches!(cfg.input, Input::File(_)) => paced_export_lines(&f.export),
@@ -87,6 +90,15 @@ pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Fa
                 } else {
                     "kernel"
                 },
+            );
+        } else if let Some(mode) = &r.mode {
+            eprintln!(
+                "tapflow: listening on {}, link-type {}, snaplen {}, {} worker{}, {mode}",
+                r.input,
+                r.linktype,
+                r.snaplen,
+                r.workers,
+                if r.workers == 1 { "" } else { "s" },
             );
         } else if !quiet {
             eprintln!("tapflow: reading {}, link-type {}", r.input, r.linktype);
@@ -124,6 +136,9 @@ pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Fa
         if let Some(l) = &summary.rules {
             eprintln!("{}", rules_line(l));
         }
+        if let Some(line) = source_line(&summary.source) {
+            eprintln!("{line}");
+        }
     }
     let code = finish(
         a.summary_json.as_deref(),
@@ -160,6 +175,9 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
     if a.rotate_size.is_some_and(|n| n < 4096) {
         return Err(bad("--rotate-size must be at least 4K".into()));
     }
+    if a.pass && a.source != SourceArg::Xdp {
+        return Err(bad("--pass applies to --source xdp".into()));
+    }
     let input = match (&a.interface, &a.read) {
         (Some(ifname), None) => {
             let speed = tapflow_sys::iface::speed_mbps(ifname).unwrap_or(10_000);
@@ -175,13 +193,21 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
             let fanout_group = a
                 .fanout_group
                 .unwrap_or((std::process::id() & 0xffff) as u16);
-            Input::Live(RingInput {
-                ifname: ifname.clone(),
-                threads: a.threads,
-                ring,
-                fanout_group,
-                promiscuous: !a.no_promiscuous,
-            })
+            match a.source {
+                SourceArg::Packet => Input::Live(RingInput {
+                    ifname: ifname.clone(),
+                    threads: a.threads,
+                    ring,
+                    fanout_group,
+                    promiscuous: !a.no_promiscuous,
+                }),
+                SourceArg::Xdp => xdp_input(a, ifname)?,
+            }
+        }
+        (None, Some(_)) if a.source == SourceArg::Xdp => {
+            return Err(bad(
+                "--source xdp captures on an interface (-i), not a file".into(),
+            ));
         }
         (None, Some(path)) => {
             if a.threads != 1 {
@@ -226,6 +252,46 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
         },
         drop_privileges: None,
     })
+}
+
+/// The AF_XDP input: one worker per receive queue, so no `--threads`.
+fn xdp_input(a: &CaptureArgs, ifname: &str) -> Result<Input, Failure> {
+    if a.threads != 1 {
+        return Err(Failure::Usage(
+            "--source xdp runs one worker per receive queue: drop --threads".into(),
+        ));
+    }
+    if !a.xdp_frames.is_power_of_two() || !(64..=1 << 20).contains(&a.xdp_frames) {
+        return Err(Failure::Usage(format!(
+            "--xdp-frames {} is not a power of two from 64 to 1048576",
+            a.xdp_frames
+        )));
+    }
+    Ok(Input::Xdp(XdpInput {
+        ifname: ifname.to_string(),
+        frames: a.xdp_frames,
+        promiscuous: !a.no_promiscuous,
+        pass: a.pass,
+    }))
+}
+
+/// The source's own counters at the end, summed over their labels, on one line.
+fn source_line(counters: &[SourceCounter]) -> Option<String> {
+    if counters.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = counters
+        .iter()
+        .map(|c| {
+            let name = c
+                .name
+                .trim_start_matches("tapflow_")
+                .trim_end_matches("_total");
+            let v: f64 = c.samples.iter().map(|(_, v)| v).sum();
+            format!("{name} {v}")
+        })
+        .collect();
+    Some(format!("tapflow: source: {}", parts.join(", ")))
 }
 
 /// Reads a rule file; errors name the file and line.
@@ -418,7 +484,11 @@ pub(crate) fn first_part(base: &std::path::Path, cfg: &CaptureConfig) -> PathBuf
         .file
         .as_ref()
         .is_some_and(|f| f.rotate_bytes.is_some() || f.rotate_every.is_some());
-    let multi = matches!(&cfg.input, Input::Live(r) if r.threads > 1);
+    let multi = match &cfg.input {
+        Input::Live(r) => r.threads > 1,
+        Input::Xdp(x) => !x.pass && xdp::rx_queues(&x.ifname) > 1,
+        _ => false,
+    };
     part_path(&output_path(
         base,
         multi.then_some(0),

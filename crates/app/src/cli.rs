@@ -250,9 +250,31 @@ pub struct CaptureArgs {
     /// This probe's id in the datagrams (the collector names its interface after it).
     #[arg(long, default_value_t = 0, requires = "forward")]
     pub probe_id: u32,
+    /// Where live packets come from: `packet`, an AF_PACKET TPACKET_V3 ring; `xdp`, AF_XDP
+    /// sockets fed by an XDP program before the stack, one worker per receive queue, taking
+    /// the frames from the stack (for a tap or SPAN port: docs/xdp.md).
+    #[arg(long, value_enum, default_value_t = SourceArg::Packet)]
+    pub source: SourceArg,
+    /// UMEM frames of 4 KiB per receive queue with `--source xdp` (a power of two): the most
+    /// frames that wait for the reader (default 64 MiB per queue).
+    #[arg(long, value_name = "N", default_value_t = 16384)]
+    pub xdp_frames: u32,
+    /// With `--source xdp`: let every frame go on to the stack and take a copy of its first
+    /// snaplen bytes through a BPF ring buffer (one worker), for a host's own interface.
+    #[arg(long)]
+    pub pass: bool,
     /// Flow metering and export.
     #[command(flatten)]
     pub flows: FlowArgs,
+}
+
+/// Where live packets come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SourceArg {
+    /// AF_PACKET TPACKET_V3 ring.
+    Packet,
+    /// AF_XDP through an XDP program.
+    Xdp,
 }
 
 /// Flow metering options, shared by `capture` (where any output turns metering on) and `flows`.

@@ -257,6 +257,10 @@ pub struct CaptureJson<'a> {
     flows: Option<&'a FlowSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     rules: Option<&'a [RuleStat]>,
+    /// The source's own counters (`/metrics` names without `tapflow_` and `_total`), summed
+    /// over their labels.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    source: std::collections::BTreeMap<&'a str, u64>,
 }
 
 impl<'a> CaptureJson<'a> {
@@ -270,6 +274,17 @@ impl<'a> CaptureJson<'a> {
             forward: s.sinks.forward.as_ref(),
             flows: s.flows.as_ref(),
             rules: s.rules.as_ref().map(|l| l.rules.as_slice()),
+            source: s
+                .source
+                .iter()
+                .map(|c| {
+                    let name = c
+                        .name
+                        .trim_start_matches("tapflow_")
+                        .trim_end_matches("_total");
+                    (name, c.samples.iter().map(|(_, v)| *v as u64).sum())
+                })
+                .collect(),
         }
     }
 }

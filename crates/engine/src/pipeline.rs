@@ -26,7 +26,8 @@ use crate::sink::forward::{ForwardConfig, ForwardSink};
 use crate::sink::registry::{Sink, SinkReports};
 use crate::source::datagrams::DatagramInput;
 use crate::source::ring::RingInput;
-use crate::source::{self, Opened, PacketSource};
+use crate::source::xdp::XdpInput;
+use crate::source::{self, Opened, PacketSource, SourceCounter};
 use crate::stop::Stop;
 use crate::traffic::SharedStats;
 use crate::worker::{Worker, WorkerConfig, WorkerReport};
@@ -42,6 +43,8 @@ pub enum Input {
     File(PathBuf),
     /// Batch datagrams from probes (`tapflow recv`).
     Datagrams(DatagramInput),
+    /// A live interface through AF_XDP.
+    Xdp(XdpInput),
 }
 
 /// Everything a capture needs.
@@ -112,6 +115,8 @@ pub struct Ready {
     pub workers: usize,
     /// Ring geometry of each worker, for live capture.
     pub ring: Option<RingGeometry>,
+    /// How a live source other than a ring runs, in words.
+    pub mode: Option<String>,
     /// Whether the NIC's clock stamps packets.
     pub hw_timestamps: bool,
     /// The rules and how the kernel filter follows them, if the capture has rules.
@@ -137,6 +142,8 @@ pub struct Summary {
     pub flows: Option<FlowSummary>,
     /// The rules at the end, with their counters, if the capture had active rules.
     pub rules: Option<RuleListing>,
+    /// What the source counted of itself at the end (its `/metrics` counters).
+    pub source: Vec<SourceCounter>,
 }
 
 /// Runs a capture until its input ends, `count` or `duration` is reached, or `stop` is raised.
@@ -187,6 +194,13 @@ pub fn run(
             Err(e) => (Summary::default(), Some(e.into())),
         },
         Input::Datagrams(d) => go!(source::datagrams::open(d)),
+        Input::Xdp(x) => go!(source::xdp::open(
+            x,
+            cfg.snaplen,
+            cfg.filter.as_deref(),
+            cfg.rules.clone(),
+            stop
+        )),
     }
 }
 
@@ -228,6 +242,7 @@ pub fn run_opened<S: PacketSource + Send>(
         input,
         linktype,
         ring,
+        mode,
         hw_timestamps,
         rules,
         filter_in_user_space,
@@ -257,6 +272,7 @@ pub fn run_opened<S: PacketSource + Send>(
     let workers = sources.len();
     let shared: Vec<(Arc<SharedTotals>, Arc<SharedStats>)> =
         (0..workers).map(|_| Default::default()).collect();
+    let source_metrics = metrics.clone();
     let probe =
         Arc::new(ProbeState::new(shared.clone(), rules.clone()).with_source_metrics(metrics));
     let servers = match start_servers(cfg, &probe) {
@@ -269,6 +285,7 @@ pub fn run_opened<S: PacketSource + Send>(
         snaplen: cfg.snaplen,
         workers,
         ring,
+        mode,
         hw_timestamps,
         rules: rules
             .as_ref()
@@ -338,6 +355,7 @@ pub fn run_opened<S: PacketSource + Send>(
     });
     drop(servers);
     summary.rules = rules.map(|r| r.list()).filter(|l| l.active);
+    summary.source = source_metrics.map(|m| m.read()).unwrap_or_default();
     summary.hw_timestamps = hw_timestamps;
     finish(summary, err, exporter, started)
 }

@@ -171,6 +171,22 @@ fn read_counter(file: &Option<std::fs::File>) -> Option<u64> {
     std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
 }
 
+/// An interface held in promiscuous mode while this lives: a packet socket that receives
+/// nothing, a member with `PACKET_MR_PROMISC` (the kernel drops the mode when the last member
+/// closes, also when the process is killed).
+#[derive(Debug)]
+pub struct Promiscuous {
+    _fd: std::os::fd::OwnedFd,
+}
+
+/// Puts `name` (index `ifindex`) in promiscuous mode for as long as the result lives.
+pub fn promiscuous(name: &str, ifindex: u32) -> Result<Promiscuous, SysError> {
+    use std::os::fd::AsFd;
+    let fd = crate::packet::open_socket(name)?;
+    crate::packet::add_promiscuous(fd.as_fd(), name, ifindex)?;
+    Ok(Promiscuous { _fd: fd })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

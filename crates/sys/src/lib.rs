@@ -7,6 +7,9 @@
 //! - [`ethtool`]: NIC offload features, ring sizes, channels and driver (`SIOCETHTOOL`).
 //! - [`outfile`]: output files that never follow a link or replace what is not a regular file.
 //! - [`privilege`]: becoming an unprivileged user, with no capability, once a run is set up.
+//! - [`xdp`], [`xsk`], [`ringbuf`]: XDP capture: the XDP programs (eBPF written here), their
+//!   maps and link, the AF_XDP socket with its UMEM and rings, and the BPF ring buffer that
+//!   carries copies of frames left to the stack.
 //! - [`iface`], [`mmap`], [`clock`], [`cpu`], [`netns`]: small lookups and helpers.
 //!
 //! Unsafe code is denied at the root and allowed only in the modules that call the kernel; each
@@ -29,9 +32,12 @@ mod packet;
 pub mod peer;
 pub mod privilege;
 pub mod ring;
+pub mod ringbuf;
 mod syscall;
 mod tpacket;
 pub mod tx;
 pub mod udp;
+pub mod xdp;
+pub mod xsk;
 
 pub use error::SysError;

@@ -81,6 +81,12 @@ unsafe impl Pod for libc::tpacket_stats_v3 {}
 unsafe impl Pod for libc::c_int {}
 // SAFETY: three integers (pid, uid, gid).
 unsafe impl Pod for libc::ucred {}
+// SAFETY: six `__u64`s.
+unsafe impl Pod for libc::xdp_statistics {}
+// SAFETY: sixteen `__u64`s (four `xdp_ring_offset`s).
+unsafe impl Pod for libc::xdp_mmap_offsets {}
+// SAFETY: one `__u32`.
+unsafe impl Pod for libc::xdp_options {}
 
 /// `getsockopt(fd, level, name, out, sizeof out)`. Under the fake, `out` is left unchanged.
 pub(crate) fn getsockopt<T: Pod>(
@@ -135,6 +141,78 @@ pub(crate) fn bind_ll(
         )
     })
     .map(drop)
+}
+
+/// `bind(fd, sockaddr_xdp)`.
+pub(crate) fn bind_xdp(
+    fd: BorrowedFd<'_>,
+    addr: &libc::sockaddr_xdp,
+    call: &'static str,
+) -> io::Result<()> {
+    intercept!(call, Ok(()));
+    // SAFETY: `addr` is a live sockaddr_xdp and the length passed is its size.
+    check(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            ptr::from_ref(addr).cast(),
+            size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+/// `bpf(cmd, attr, size_of::<T>())`: returns the kernel's non-negative answer (a new
+/// descriptor for the commands that make one, else 0).
+///
+/// # Safety
+/// `attr` must be the `union bpf_attr` member for `cmd`, `#[repr(C)]` with the kernel's
+/// layout, and every pointer in it must be valid for what the kernel reads or writes through
+/// it during the call.
+pub(crate) unsafe fn bpf<T>(cmd: libc::c_int, attr: &mut T, call: &'static str) -> io::Result<i32> {
+    intercept!(call, Ok(0));
+    // SAFETY: by the caller's contract `attr` and what it points to are valid for `cmd`;
+    // the size passed is `T`'s.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            ptr::from_mut(attr),
+            size_of::<T>() as libc::c_uint,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as i32)
+    }
+}
+
+/// `mmap(NULL, len, prot, MAP_SHARED|MAP_POPULATE, fd, offset)` of one of an AF_XDP socket's
+/// rings or a BPF ring buffer. Under the fake, zeroed anonymous memory of the same length.
+pub(crate) fn mmap_at(
+    fd: BorrowedFd<'_>,
+    len: usize,
+    prot: libc::c_int,
+    offset: u64,
+    call: &'static str,
+) -> io::Result<NonNull<u8>> {
+    intercept!(call, crate::mmap::anonymous(len));
+    // SAFETY: a fresh mapping chosen by the kernel (addr NULL) overlaps no Rust object; the
+    // result is checked against MAP_FAILED before use.
+    let p = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            len,
+            prot,
+            libc::MAP_SHARED | libc::MAP_POPULATE,
+            fd.as_raw_fd(),
+            offset as libc::off_t,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    NonNull::new(p.cast()).ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))
 }
 
 /// `mmap(NULL, len, PROT_READ|PROT_WRITE, flags, fd, 0)` of a packet socket's rings. Under the

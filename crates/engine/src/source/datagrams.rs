@@ -566,6 +566,7 @@ pub fn open(input: &DatagramInput) -> Result<Opened<DatagramSource>, EngineError
         input: local.to_string(),
         linktype: LinkType::Ethernet,
         ring: None,
+        mode: None,
         hw_timestamps: false,
         rules: None,
         filter_in_user_space: true,

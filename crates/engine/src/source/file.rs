@@ -32,6 +32,7 @@ pub fn open(
             .first()
             .map_or(tapflow_wire::LinkType::Ethernet, |i| i.linktype),
         ring: None,
+        mode: None,
         hw_timestamps: false,
         rules,
         filter_in_user_space: true,

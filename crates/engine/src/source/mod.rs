@@ -6,6 +6,7 @@
 pub mod datagrams;
 pub mod file;
 pub mod ring;
+pub mod xdp;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -164,6 +165,8 @@ pub struct Opened<S> {
     pub linktype: LinkType,
     /// Ring geometry of each worker, for a ring.
     pub ring: Option<RingGeometry>,
+    /// How a live source other than a ring runs, in words for the start line.
+    pub mode: Option<String>,
     /// Whether the NIC's clock stamps packets.
     pub hw_timestamps: bool,
     /// The rules: attached to the sources' kernel filters, or matched in user space. A live

@@ -84,6 +84,7 @@ pub fn open(
         input: input.ifname.clone(),
         linktype: LinkType::Ethernet,
         ring: Some(input.ring),
+        mode: None,
         hw_timestamps,
         rules: Some(rules),
         filter_in_user_space: false,
