@@ -241,43 +241,73 @@ pub const MAX_SEQUENCE_GAP: u32 = 1 << 22;
 /// Samplers (IE 48 → interval) and sFlow data sources one exporter may hold.
 pub const MAX_SAMPLERS: usize = 64;
 
-/// The sequence number an exporter and domain should send next.
+/// The sequence numbers of one exporter and domain (or sFlow data source).
+///
+/// Exporters read the RFCs differently: RFC 7011 numbers a message by the data records sent
+/// *before* it, options records included; softflowd and pmacctd number it by the flow records
+/// sent *up to and including* it. A message is in order if its number fits any of the four
+/// readings, and the reading that fitted last measures any gap.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Sequence {
-    next: Option<u32>,
-    /// Messages in a row that came from behind `next`.
+    /// The previous message: (number, units, units that are options records).
+    last: Option<(u32, u32, u32)>,
+    /// The reading that fitted last (index into [`Sequence::readings`]).
+    reading: u8,
+    /// Messages in a row that came from behind.
     behind: u8,
 }
 
 impl Sequence {
-    /// Takes a message numbered `seq` that carries `count` units (records or packets) and
-    /// returns the units lost before it. A message from behind is late (reordered) and counts
-    /// nothing; a second one in a row, or a jump of more than [`MAX_SEQUENCE_GAP`] either way,
-    /// means the exporter restarted: the count starts again from it.
-    pub(crate) fn observe(&mut self, seq: u32, count: u32) -> u64 {
-        let Some(next) = self.next else {
-            self.next = Some(seq.wrapping_add(count));
+    /// The numbers an in-order message of `count` units (`options` of them options records)
+    /// may carry after the previous one.
+    fn readings(last: (u32, u32, u32), count: u32, options: u32) -> [u32; 4] {
+        let (seq, n, o) = last;
+        [
+            seq.wrapping_add(n),
+            seq.wrapping_add(n - o),
+            seq.wrapping_add(count),
+            seq.wrapping_add(count - options),
+        ]
+    }
+
+    /// Takes a message numbered `seq` that carries `count` units (records or packets),
+    /// `options` of them options records, and returns the units lost before it. A message from
+    /// behind is late (reordered) and counts nothing; a second one in a row, or a jump of more
+    /// than [`MAX_SEQUENCE_GAP`] either way, means the exporter restarted: the count starts
+    /// again from it.
+    pub(crate) fn observe(&mut self, seq: u32, count: u32, options: u32) -> u64 {
+        let options = options.min(count);
+        let Some(last) = self.last else {
+            self.last = Some((seq, count, options));
             return 0;
         };
+        let readings = Sequence::readings(last, count, options);
+        if let Some(i) = readings.iter().position(|&r| r == seq) {
+            self.reading = i as u8;
+            self.last = Some((seq, count, options));
+            self.behind = 0;
+            return 0;
+        }
+        let next = readings[usize::from(self.reading)];
         let ahead = seq.wrapping_sub(next);
         let behind = next.wrapping_sub(seq);
         if ahead <= MAX_SEQUENCE_GAP {
-            self.next = Some(seq.wrapping_add(count));
+            self.last = Some((seq, count, options));
             self.behind = 0;
             u64::from(ahead)
         } else if behind <= MAX_SEQUENCE_GAP && self.behind == 0 {
             self.behind = 1;
             0
         } else {
-            self.next = Some(seq.wrapping_add(count));
+            self.last = Some((seq, count, options));
             self.behind = 0;
             0
         }
     }
 
-    /// Forgets the expected number: the next message starts the count again.
+    /// Forgets the previous message: the next one starts the count again.
     pub(crate) fn resync(&mut self) {
-        self.next = None;
+        self.last = None;
         self.behind = 0;
     }
 }
@@ -358,8 +388,8 @@ impl Exporter {
         self.sampling.max(1)
     }
 
-    /// Decodes the records of a data set of template `t` (`at`: the body's offset in the
-    /// message) and returns how many there were.
+    /// Decodes the records of data set `id` (`at`: the body's offset in the message) and
+    /// returns how many there were and whether they were options records.
     pub(crate) fn data_set(
         &mut self,
         id: u16,
@@ -367,10 +397,10 @@ impl Exporter {
         at: usize,
         clock: Clock,
         emit: &mut Emit<'_, '_>,
-    ) -> u32 {
+    ) -> (u32, bool) {
         let Some(t) = self.templates.get(id) else {
             emit.summary.template_missing += 1;
-            return 0;
+            return (0, false);
         };
         let mut clock = clock;
         let mut n = 0u32;
@@ -419,7 +449,7 @@ impl Exporter {
                 emit.flow(acc.finish(&clock, sampling), egress, sampling);
             }
         }
-        n
+        (n, t.options)
     }
 }
 
@@ -442,6 +472,7 @@ impl Decoder {
                 total: limits.max_templates,
                 held: 0,
                 max_fields: limits.max_fields,
+                scratch: Vec::new(),
             },
         }
     }
@@ -784,19 +815,42 @@ mod tests {
     #[test]
     fn sequence_counts_gaps_and_survives_reorder_and_restart() {
         let mut s = Sequence::default();
-        assert_eq!(s.observe(100, 10), 0, "the first message sets the count");
-        assert_eq!(s.observe(110, 10), 0);
-        assert_eq!(s.observe(125, 5), 5, "five lost");
-        assert_eq!(s.observe(120, 5), 0, "late: counts nothing");
-        assert_eq!(s.observe(130, 5), 0, "back in order");
-        assert_eq!(s.observe(3, 5), 0, "behind");
-        assert_eq!(s.observe(8, 5), 0, "behind twice: a restart");
-        assert_eq!(s.observe(15, 1), 2);
-        assert_eq!(s.observe(16 + MAX_SEQUENCE_GAP + 1, 1), 0, "a huge jump resets");
-        assert_eq!(s.observe(17 + MAX_SEQUENCE_GAP + 1, 1), 0);
+        assert_eq!(s.observe(100, 10, 0), 0, "the first message sets the count");
+        assert_eq!(s.observe(110, 10, 0), 0);
+        assert_eq!(s.observe(125, 5, 0), 5, "five lost");
+        assert_eq!(s.observe(120, 5, 0), 0, "late: counts nothing");
+        assert_eq!(s.observe(130, 5, 0), 0, "back in order");
+        assert_eq!(s.observe(3, 5, 0), 0, "behind");
+        assert_eq!(s.observe(8, 5, 0), 0, "behind twice: a restart");
+        assert_eq!(s.observe(15, 1, 0), 2);
+        assert_eq!(
+            s.observe(16 + MAX_SEQUENCE_GAP + 1, 1, 0),
+            0,
+            "a huge jump resets"
+        );
+        assert_eq!(s.observe(17 + MAX_SEQUENCE_GAP + 1, 1, 0), 0);
         let mut w = Sequence::default();
-        w.observe(u32::MAX - 1, 1);
-        assert_eq!(w.observe(1, 1), 2, "wraps modulo 2^32");
+        w.observe(u32::MAX - 1, 1, 0);
+        assert_eq!(w.observe(1, 1, 0), 2, "wraps modulo 2^32");
+    }
+
+    #[test]
+    fn sequence_readings_of_other_exporters() {
+        // softflowd: flow records up to and including the message, options records apart.
+        let mut s = Sequence::default();
+        assert_eq!(s.observe(19, 20, 1), 0);
+        assert_eq!(s.observe(41, 22, 0), 0);
+        assert_eq!(s.observe(63, 22, 0), 0);
+        assert_eq!(s.observe(90, 22, 0), 5, "a gap in that reading");
+        // RFC 7011 with options records counted, and an exporter that leaves them out.
+        let mut r = Sequence::default();
+        r.observe(0, 5, 2);
+        assert_eq!(r.observe(5, 4, 0), 0);
+        let mut o = Sequence::default();
+        o.observe(0, 5, 2);
+        assert_eq!(o.observe(3, 4, 0), 0);
+        assert_eq!(o.observe(7, 4, 0), 0);
+        assert_eq!(o.observe(14, 1, 0), 3);
     }
 
     #[test]
@@ -806,11 +860,23 @@ mod tests {
         assert!(msgs.len() >= 4);
         let mut d = Decoder::new(Limits::default());
         let dropped = msgs[2].clone();
-        let kept: Vec<Vec<u8>> = msgs.iter().enumerate().filter(|(i, _)| *i != 2).map(|(_, m)| m.clone()).collect();
+        let kept: Vec<Vec<u8>> = msgs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 2)
+            .map(|(_, m)| m.clone())
+            .collect();
         let (flows, _, sums) = run(&mut d, Protocol::Ipfix, &kept);
         let mut nd = Decoder::new(Limits::default());
         let (lost, _, _) = run(&mut nd, Protocol::Ipfix, &[msgs[0].clone(), dropped]);
-        let lost_records = lost.len() as u64 - run(&mut Decoder::new(Limits::default()), Protocol::Ipfix, &msgs[..1]).0.len() as u64;
+        let lost_records = lost.len() as u64
+            - run(
+                &mut Decoder::new(Limits::default()),
+                Protocol::Ipfix,
+                &msgs[..1],
+            )
+            .0
+            .len() as u64;
         let total: u64 = sums.iter().map(|s| s.unwrap().sequence_lost).sum();
         assert_eq!(total, lost_records);
         assert_eq!(flows.len() as u64 + lost_records, 40);
@@ -831,7 +897,10 @@ mod tests {
         let (flows, _, sums) = run(&mut d, Protocol::Ipfix, &[bare.clone(), m.clone(), bare]);
         let sums: Vec<MessageSummary> = sums.into_iter().map(Result::unwrap).collect();
         assert_eq!(sums[0].template_missing, 2);
-        assert_eq!((sums[0].records, sums[1].records, sums[2].records), (0, 2, 2));
+        assert_eq!(
+            (sums[0].records, sums[1].records, sums[2].records),
+            (0, 2, 2)
+        );
         assert_eq!(sums[1].templates, 2);
         assert_eq!(flows.len(), 4);
     }
@@ -930,7 +999,10 @@ mod tests {
         assert_eq!(r.fwd.first_ns, (init_ms + 5000) * MS);
         assert_eq!(r.fwd.last_ns, (init_ms + 6000) * MS);
         // No reverse packets: the reverse direction takes the record's times.
-        assert_eq!((r.rev.first_ns, r.rev.last_ns), (r.fwd.first_ns, r.fwd.last_ns));
+        assert_eq!(
+            (r.rev.first_ns, r.rev.last_ns),
+            (r.fwd.first_ns, r.fwd.last_ns)
+        );
     }
 
     #[test]
@@ -938,22 +1010,38 @@ mod tests {
         let t1 = template_record(256, &[(8, 4, 0), (12, 4, 0), (2, 4, 0)]);
         let d1 = vec![1, 1, 1, 1, 2, 2, 2, 2, 0, 0, 0, 9];
         let mut d = Decoder::new(Limits::default());
-        let (flows, _, _) = run(&mut d, Protocol::Ipfix, &[ipfix_msg(0, &[(2, t1.clone()), (256, d1.clone())])]);
+        let (flows, _, _) = run(
+            &mut d,
+            Protocol::Ipfix,
+            &[ipfix_msg(0, &[(2, t1.clone()), (256, d1.clone())])],
+        );
         assert_eq!(flows[0].flow.fwd.packets, 9);
         assert_eq!(d.templates(), 1);
         // Refresh with another layout: the same id now has the counter first.
         let t2 = template_record(256, &[(2, 4, 0), (8, 4, 0), (12, 4, 0)]);
-        let (flows, _, _) = run(&mut d, Protocol::Ipfix, &[ipfix_msg(1, &[(2, t2), (256, d1.clone())])]);
+        let (flows, _, _) = run(
+            &mut d,
+            Protocol::Ipfix,
+            &[ipfix_msg(1, &[(2, t2), (256, d1.clone())])],
+        );
         assert_eq!(flows[0].flow.fwd.packets, 0x01010101);
         assert_eq!(d.templates(), 1);
         // Withdraw 256; its data is then missing.
-        let (_, _, sums) = run(&mut d, Protocol::Ipfix, &[ipfix_msg(2, &[(2, vec![1, 0, 0, 0]), (256, d1.clone())])]);
+        let (_, _, sums) = run(
+            &mut d,
+            Protocol::Ipfix,
+            &[ipfix_msg(2, &[(2, vec![1, 0, 0, 0]), (256, d1.clone())])],
+        );
         assert_eq!(sums[0].unwrap().template_missing, 1);
         assert_eq!(d.templates(), 0);
         // Withdraw all: template id 2, field count 0.
         run(&mut d, Protocol::Ipfix, &[ipfix_msg(3, &[(2, t1.clone())])]);
         assert_eq!(d.templates(), 1);
-        run(&mut d, Protocol::Ipfix, &[ipfix_msg(4, &[(2, vec![0, 2, 0, 0])])]);
+        run(
+            &mut d,
+            Protocol::Ipfix,
+            &[ipfix_msg(4, &[(2, vec![0, 2, 0, 0])])],
+        );
         assert_eq!(d.templates(), 0);
         // Interface names: scope ingressInterface, interfaceName variable, interfaceDescription.
         let mut opts = 500u16.to_be_bytes().to_vec();
@@ -963,10 +1051,17 @@ mod tests {
         od.extend_from_slice(b"\x04eth0lan side");
         od.extend_from_slice(&be(&[8]));
         od.extend_from_slice(b"\x03wanuplink\0\0");
-        let (_, ifs, _) = run(&mut d, Protocol::Ipfix, &[ipfix_msg(5, &[(3, opts), (500, od)])]);
+        let (_, ifs, _) = run(
+            &mut d,
+            Protocol::Ipfix,
+            &[ipfix_msg(5, &[(3, opts), (500, od)])],
+        );
         assert_eq!(
             ifs,
-            [(7, "eth0".into(), "lan side".into()), (8, "wan".into(), "uplink".into())]
+            [
+                (7, "eth0".into(), "lan side".into()),
+                (8, "wan".into(), "uplink".into())
+            ]
         );
     }
 
@@ -978,40 +1073,83 @@ mod tests {
         opts.extend_from_slice(&[0, 2, 0, 1]);
         opts.extend_from_slice(&specs(&[(48, 1, 0), (50, 4, 0)]));
         let od = vec![5, 0, 0, 0, 100];
-        let t = template_record(601, &[(2, 4, 0), (1, 4, 0), (48, 1, 0), (305, 4, 0), (306, 4, 0)]);
+        let t = template_record(
+            601,
+            &[(2, 4, 0), (1, 4, 0), (48, 1, 0), (305, 4, 0), (306, 4, 0)],
+        );
         let mut data = be(&[2, 100]);
         data.extend_from_slice(&[5, 0, 0, 0, 0, 0, 0, 0, 0]);
         data.extend_from_slice(&be(&[2, 100]));
         data.extend_from_slice(&[0]);
         data.extend_from_slice(&be(&[1, 9]));
         let t2 = template_record(602, &[(2, 4, 0)]);
-        let m = ipfix_msg(0, &[(3, opts), (600, od), (2, t), (2, t2), (601, data), (602, be(&[3]))]);
+        let m = ipfix_msg(
+            0,
+            &[
+                (3, opts),
+                (600, od),
+                (2, t),
+                (2, t2),
+                (601, data),
+                (602, be(&[3])),
+            ],
+        );
         let mut d = Decoder::new(Limits::default());
         let (flows, _, _) = run(&mut d, Protocol::Ipfix, &[m]);
-        let got: Vec<(u64, u64, u32)> = flows.iter().map(|f| (f.flow.fwd.packets, f.flow.fwd.octets, f.sampling)).collect();
+        let got: Vec<(u64, u64, u32)> = flows
+            .iter()
+            .map(|f| (f.flow.fwd.packets, f.flow.fwd.octets, f.sampling))
+            .collect();
         assert_eq!(got, [(200, 10000, 100), (20, 1000, 10), (300, 0, 100)]);
     }
 
     #[test]
     fn limits_refuse_what_does_not_fit() {
-        let limits = Limits { max_templates_per_exporter: 2, max_exporters: 1, max_templates: 3, max_fields: 3 };
+        let limits = Limits {
+            max_templates_per_exporter: 2,
+            max_exporters: 1,
+            max_templates: 3,
+            max_fields: 3,
+        };
         let mut d = Decoder::new(limits);
-        let sets: Vec<(u16, Vec<u8>)> = (256..260).map(|id| (2, template_record(id, &[(2, 4, 0)]))).collect();
+        let sets: Vec<(u16, Vec<u8>)> = (256..260)
+            .map(|id| (2, template_record(id, &[(2, 4, 0)])))
+            .collect();
         let (_, _, sums) = run(&mut d, Protocol::Ipfix, &[ipfix_msg(0, &sets)]);
         let s = sums[0].unwrap();
         assert_eq!((s.templates, s.malformed), (2, 2));
         assert_eq!(s.refused.unwrap().reason(), "too_many_templates");
         let wide = template_record(300, &[(2, 4, 0); 4]);
         let (_, _, sums) = run(&mut d, Protocol::Ipfix, &[ipfix_msg(1, &[(2, wide)])]);
-        assert_eq!(sums[0].unwrap().refused.unwrap().reason(), "too_many_fields");
+        assert_eq!(
+            sums[0].unwrap().refused.unwrap().reason(),
+            "too_many_fields"
+        );
         // A second exporter is refused whole.
-        let e = d.decode(Protocol::Ipfix, [1; 16], &ipfix_msg(0, &[]), T0, &mut |_| {}).unwrap_err();
+        let e = d
+            .decode(
+                Protocol::Ipfix,
+                [1; 16],
+                &ipfix_msg(0, &[]),
+                T0,
+                &mut |_| {},
+            )
+            .unwrap_err();
         assert_eq!(e.reason(), "too_many_exporters");
         assert_eq!(e.to_string(), "exporter refused: 1 exporters already known");
         // Expiry forgets the exporter and its templates.
         d.expire(T0 + 10 * SEC, 5 * SEC);
         assert_eq!((d.exporters(), d.templates()), (0, 0));
-        assert!(d.decode(Protocol::Ipfix, [1; 16], &ipfix_msg(0, &[]), T0, &mut |_| {}).is_ok());
+        assert!(
+            d.decode(
+                Protocol::Ipfix,
+                [1; 16],
+                &ipfix_msg(0, &[]),
+                T0,
+                &mut |_| {}
+            )
+            .is_ok()
+        );
     }
 
     #[test]
@@ -1021,12 +1159,30 @@ mod tests {
         let mut m = ipfix_msg(0, &[(2, t), (256, be(&[1]))]);
         let n = m.len();
         m[n - 6] = 0xff; // the data set's length
-        let e = d.decode(Protocol::Ipfix, EXPORTER, &m, T0, &mut |_| panic!("emitted")).unwrap_err();
+        let e = d
+            .decode(Protocol::Ipfix, EXPORTER, &m, T0, &mut |_| {
+                panic!("emitted")
+            })
+            .unwrap_err();
         assert_eq!(e.reason(), "bad_set");
-        assert_eq!(d.templates(), 0, "the template before the bad set is not applied either");
-        let e = d.decode(Protocol::NetflowV5, EXPORTER, &[0, 9], T0, &mut |_| {}).unwrap_err();
+        assert_eq!(
+            d.templates(),
+            0,
+            "the template before the bad set is not applied either"
+        );
+        let e = d
+            .decode(Protocol::NetflowV5, EXPORTER, &[0, 9], T0, &mut |_| {})
+            .unwrap_err();
         assert_eq!(e.to_string(), "NetFlow v5 header truncated at offset 0");
-        let e = d.decode(Protocol::NetflowV9, EXPORTER, &[0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], T0, &mut |_| {}).unwrap_err();
+        let e = d
+            .decode(
+                Protocol::NetflowV9,
+                EXPORTER,
+                &[0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                T0,
+                &mut |_| {},
+            )
+            .unwrap_err();
         assert_eq!(e.to_string(), "version 10 where NetFlow v9 has 9");
     }
 
@@ -1034,7 +1190,19 @@ mod tests {
     fn ipfix_message_len_reads_the_header() {
         assert_eq!(ipfix_message_len(&[0, 10, 1]), None);
         assert_eq!(ipfix_message_len(&[0, 10, 1, 0]), Some(Ok(256)));
-        assert_eq!(ipfix_message_len(&[0, 9, 1, 0]).unwrap().unwrap_err().reason(), "bad_version");
-        assert_eq!(ipfix_message_len(&[0, 10, 0, 15]).unwrap().unwrap_err().reason(), "bad_length");
+        assert_eq!(
+            ipfix_message_len(&[0, 9, 1, 0])
+                .unwrap()
+                .unwrap_err()
+                .reason(),
+            "bad_version"
+        );
+        assert_eq!(
+            ipfix_message_len(&[0, 10, 0, 15])
+                .unwrap()
+                .unwrap_err()
+                .reason(),
+            "bad_length"
+        );
     }
 }
