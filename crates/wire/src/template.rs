@@ -271,12 +271,18 @@ impl Templates {
 /// a longer field gives its last 8 octets.
 #[inline]
 pub(crate) fn uint(b: &[u8]) -> u64 {
-    let b = &b[b.len().saturating_sub(8)..];
-    let mut v = 0u64;
-    for &x in b {
-        v = v << 8 | u64::from(x);
+    match *b {
+        [a] => u64::from(a),
+        [a, b] => u64::from(u16::from_be_bytes([a, b])),
+        [a, b, c, d] => u64::from(u32::from_be_bytes([a, b, c, d])),
+        _ => {
+            if let Ok(a) = <[u8; 8]>::try_from(b) {
+                return u64::from_be_bytes(a);
+            }
+            let b = &b[b.len().saturating_sub(8)..];
+            b.iter().fold(0, |v, &x| v << 8 | u64::from(x))
+        }
     }
-    v
 }
 
 /// A time as a field gave it, before the header's clock turns it into ns since 1970.
@@ -596,6 +602,8 @@ mod tests {
         assert_eq!(uint(&[]), 0);
         assert_eq!(uint(&[1, 2]), 0x0102);
         assert_eq!(uint(&[9, 0, 0, 0, 0, 0, 0, 0, 1]), 1);
+        assert_eq!(uint(&[1, 2, 3]), 0x010203);
+        assert_eq!(uint(&[0, 0, 0, 0, 0, 0, 1, 2]), 0x0102);
     }
 
     #[test]
