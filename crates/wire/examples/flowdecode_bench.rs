@@ -18,7 +18,7 @@ const T0: u64 = 1_800_000_000_000_000_000;
 fn record(i: u64, v6: bool) -> FlowRecord {
     let mut r = FlowRecord {
         ipv6: v6,
-        proto: if i % 3 == 0 { 17 } else { 6 },
+        proto: if i.is_multiple_of(3) { 17 } else { 6 },
         sport: 1024 + (i % 60000) as u16,
         dport: [443, 80, 53, 22][(i % 4) as usize],
         vlan: (i % 7) as u16,
@@ -44,7 +44,7 @@ fn record(i: u64, v6: bool) -> FlowRecord {
         first_ns: t,
         last_ns: t + 5_000_000,
     };
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         r.rev = Counters {
             packets: 1 + i % 30,
             octets: 60 + i % 30 * 1200,
