@@ -322,7 +322,9 @@ impl Clock {
                 Some(up) => self
                     .export_ns
                     .saturating_sub(u64::from(up.wrapping_sub(ms)) * 1_000_000),
-                None if init_ms > 0 => (init_ms + u64::from(ms)) * 1_000_000,
+                None if init_ms > 0 => init_ms
+                    .saturating_add(u64::from(ms))
+                    .saturating_mul(1_000_000),
                 None => self.export_ns,
             },
             Time::DeltaUs(us) => self.export_ns.saturating_sub(us.saturating_mul(1000)),
@@ -614,6 +616,14 @@ mod tests {
         v.extend_from_slice(&0x8000_0000u32.to_be_bytes());
         assert_eq!(ntp(&v), Time::Ns(1_700_000_000_500_000_000));
         assert_eq!(ntp(&v[..7]), Time::None);
+    }
+
+    #[test]
+    fn hostile_times_saturate() {
+        let c = Clock::default();
+        assert_eq!(c.resolve(Time::Uptime(5), u64::MAX), Some(u64::MAX));
+        assert_eq!(c.resolve(Time::DeltaUs(u64::MAX), 0), Some(0));
+        assert_eq!(ntp(&[0xff; 8]), Time::Ns(2_085_978_495_999_999_999));
     }
 
     #[test]
