@@ -69,8 +69,8 @@ def nfcapd(path, port):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         for i, m in enumerate(messages(path)):
             s.sendto(m, ("127.0.0.1", port))
-            if i % 256 == 255:
-                time.sleep(0.002)
+            if i % 32 == 31:
+                time.sleep(0.001)
         # Wait until nfcapd has taken everything: its CPU time stops growing.
         last = -1.0
         while True:
