@@ -20,11 +20,14 @@ pub mod tcp;
 pub mod udp;
 
 // Flows.
+pub mod flowdecode;
 pub mod flowexport;
 pub mod flowrecord;
 pub mod ipfix;
 pub mod netflow5;
 pub mod netflow9;
+pub mod sflow;
+pub mod template;
 
 // Capture files.
 pub mod capfile;

@@ -27,7 +27,8 @@
 //! the records sent before the packet. Times are sysUptime milliseconds from
 //! [`Config::start_ns`], wrapping at 2^32 like a router's.
 
-use crate::bytes::Put;
+use crate::bytes::{Put, read_u16, read_u32};
+use crate::flowdecode::{DecodeError, Emit, Exporter};
 use crate::flowexport::{saturate, unix_secs};
 use crate::flowrecord::{Counters, FlowRecord};
 use crate::netflow9::uptime_ms;
@@ -201,6 +202,107 @@ fn write_record(w: &mut Put<'_>, r: &FlowRecord, c: &Counters, reverse: bool, st
     w.u8(0); // src_mask
     w.u8(0); // dst_mask
     w.u16(0); // pad2
+}
+
+// Collection: decoding packets from any NetFlow v5 exporter (see `flowdecode`).
+
+/// The header of a packet being decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub count: usize,
+    pub sys_uptime_ms: u32,
+    pub export_ns: u64,
+    pub flow_sequence: u32,
+    pub engine_type: u8,
+    pub engine_id: u8,
+    /// The 14-bit sampling interval (the top two bits, the mode, dropped).
+    pub sampling: u16,
+}
+
+impl Header {
+    /// The header of `msg`, after checking the version and that its records are there.
+    pub(crate) fn parse(msg: &[u8]) -> Result<Header, DecodeError> {
+        let Some(h) = msg.first_chunk::<HEADER_LEN>() else {
+            return Err(DecodeError::Truncated {
+                what: "NetFlow v5 header",
+                at: 0,
+            });
+        };
+        let version = read_u16(h);
+        if version != VERSION {
+            return Err(DecodeError::BadVersion {
+                protocol: "NetFlow v5",
+                expected: VERSION,
+                found: u32::from(version),
+            });
+        }
+        let count = usize::from(read_u16(&h[2..]));
+        let room = (msg.len() - HEADER_LEN) / RECORD_LEN;
+        if count > room {
+            return Err(DecodeError::BadLength {
+                unit: "records",
+                declared: count,
+                actual: room,
+            });
+        }
+        Ok(Header {
+            count,
+            sys_uptime_ms: read_u32(&h[4..]),
+            export_ns: u64::from(read_u32(&h[8..])) * 1_000_000_000
+                + u64::from(read_u32(&h[12..]).min(999_999_999)),
+            flow_sequence: read_u32(&h[16..]),
+            engine_type: h[20],
+            engine_id: h[21],
+            sampling: read_u16(&h[22..]) & 0x3fff,
+        })
+    }
+
+    /// The domain: `engine_type << 8 | engine_id`.
+    pub(crate) fn domain(&self) -> u32 {
+        u32::from(self.engine_type) << 8 | u32::from(self.engine_id)
+    }
+}
+
+/// Decodes the records of `msg`, whose header `h` was checked, for exporter state `ex`.
+pub(crate) fn decode(h: &Header, msg: &[u8], ex: &mut Exporter, emit: &mut Emit<'_, '_>) {
+    let sampling = u32::from(h.sampling.max(1));
+    let at = |up: u32| {
+        h.export_ns
+            .saturating_sub(u64::from(h.sys_uptime_ms.wrapping_sub(up)) * 1_000_000)
+    };
+    let records = msg[HEADER_LEN..].chunks_exact(RECORD_LEN).take(h.count);
+    for rec in records {
+        let Some(rec) = rec.first_chunk::<RECORD_LEN>() else {
+            break;
+        };
+        let mut r = FlowRecord {
+            proto: rec[38],
+            sport: read_u16(&rec[32..]),
+            dport: read_u16(&rec[34..]),
+            interface: u32::from(read_u16(&rec[12..])),
+            ..FlowRecord::default()
+        };
+        r.src[..4].copy_from_slice(&rec[0..4]);
+        r.dst[..4].copy_from_slice(&rec[4..8]);
+        if r.is_icmp() {
+            // Type and code in the destination port; some exporters use the source port.
+            if r.dport == 0 {
+                r.dport = r.sport;
+            }
+            r.sport = 0;
+        }
+        let s = u64::from(sampling);
+        r.fwd = Counters {
+            packets: u64::from(read_u32(&rec[16..])) * s,
+            octets: u64::from(read_u32(&rec[20..])) * s,
+            tcp_flags: u16::from(rec[37]),
+            first_ns: at(read_u32(&rec[24..])),
+            last_ns: at(read_u32(&rec[28..])),
+        };
+        r.fwd.last_ns = r.fwd.last_ns.max(r.fwd.first_ns);
+        emit.flow(r, u32::from(read_u16(&rec[14..])), sampling);
+    }
+    emit.summary.sequence_lost = ex.sequence.observe(h.flow_sequence, h.count as u32, 0);
 }
 
 #[cfg(test)]
@@ -385,5 +487,54 @@ mod tests {
             prop_assert_eq!(seq as usize, want);
             prop_assert_eq!(enc.stats().unencodable as usize, kinds.iter().filter(|k| **k >= 2).count());
         }
+    }
+
+    /// A v5 packet as a router writes it: sampled 1 in 10 (mode 1), one ICMP echo record with
+    /// type and code in the destination port.
+    #[test]
+    fn decodes_a_sampled_router_packet() {
+        use crate::flowdecode::{Decoded, Decoder, Limits, Protocol};
+        let mut m = vec![0, 5, 0, 1];
+        m.extend_from_slice(&100_000u32.to_be_bytes()); // sys_uptime 100 s
+        m.extend_from_slice(&1_800_000_000u32.to_be_bytes());
+        m.extend_from_slice(&500_000_000u32.to_be_bytes());
+        m.extend_from_slice(&4242u32.to_be_bytes());
+        m.extend_from_slice(&[1, 2, 0x40, 10]);
+        m.extend_from_slice(&[192, 0, 2, 1, 198, 51, 100, 7, 0, 0, 0, 0, 0, 3, 0, 4]);
+        for v in [5u32, 420, 90_000, 99_000] {
+            m.extend_from_slice(&v.to_be_bytes());
+        }
+        m.extend_from_slice(&[0, 0, 8, 0, 0, 0, 1, 0, 0, 0, 0, 0, 24, 24, 0, 0]);
+        let mut d = Decoder::new(Limits::default());
+        let mut got = Vec::new();
+        let s = d
+            .decode(Protocol::NetflowV5, [0; 16], &m, 0, &mut |x| {
+                if let Decoded::Flow(f) = x {
+                    got.push(f);
+                }
+            })
+            .unwrap();
+        assert_eq!((s.records, s.domain), (1, 0x0102));
+        let f = got[0];
+        assert_eq!((f.sampling, f.egress, f.flow.interface), (10, 4, 3));
+        let r = f.flow;
+        assert_eq!(r.dst_addr().to_string(), "198.51.100.7");
+        assert_eq!((r.proto, r.sport, r.dport), (1, 0, 0x0800));
+        assert_eq!((r.fwd.packets, r.fwd.octets), (50, 4200));
+        let export = 1_800_000_000_500_000_000;
+        assert_eq!(r.fwd.first_ns, export - 10_000_000_000);
+        assert_eq!(r.fwd.last_ns, export - 1_000_000_000);
+        // The next packet should say 4243: 3 flows lost.
+        m[16..20].copy_from_slice(&4246u32.to_be_bytes());
+        let s = d
+            .decode(Protocol::NetflowV5, [0; 16], &m, 0, &mut |_| {})
+            .unwrap();
+        assert_eq!(s.sequence_lost, 3);
+        // A count the packet cannot hold.
+        m[3] = 2;
+        let e = d
+            .decode(Protocol::NetflowV5, [0; 16], &m, 0, &mut |_| {})
+            .unwrap_err();
+        assert_eq!(e.to_string(), "header says 2 records, the message has 1");
     }
 }
