@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod control;
+pub mod compress;
 pub mod counters;
 pub mod error;
 pub mod metrics;

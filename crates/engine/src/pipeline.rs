@@ -9,7 +9,6 @@ use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tapflow_sys::mmap::MappedFile;
 use tapflow_wire::LinkType;
 use tapflow_wire::rules::Rule;
 
@@ -182,7 +181,7 @@ pub fn run(
                 path.display()
             ))),
         ),
-        Input::File(path) => match MappedFile::open(path) {
+        Input::File(path) => match source::file::map(path) {
             Ok(map) => go!(source::file::open(&map, cfg.snaplen, cfg.rules.clone())),
             Err(e) => (Summary::default(), Some(e.into())),
         },

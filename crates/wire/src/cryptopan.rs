@@ -425,6 +425,22 @@ mod tests {
         }
     }
 
+    /// IPv6 with the same key, from the Go port (the construction above over 128 bits).
+    #[test]
+    fn ipv6_maps_as_the_go_port_does() {
+        let pan = CryptoPan::new(&REFERENCE_KEY);
+        for (raw, want) in [
+            ("::1", "78ff:f001:9fc0:20df:8380:b1f1:704:ed"),
+            ("::2", "78ff:f001:9fc0:20df:8380:b1f1:704:ef"),
+            ("::ffff", "78ff:f001:9fc0:20df:8380:b1f1:704:f838"),
+            ("2001:db8::1", "4401:2bc:603f:d91d:27f:ff8e:e6f1:dc1e"),
+            ("2001:db8::2", "4401:2bc:603f:d91d:27f:ff8e:e6f1:dc1c"),
+        ] {
+            let a: Ipv6Addr = raw.parse().unwrap();
+            assert_eq!(Ipv6Addr::from(pan.ipv6(a.octets())), want.parse::<Ipv6Addr>().unwrap());
+        }
+    }
+
     fn common_prefix(a: &[u8], b: &[u8]) -> u32 {
         let x = u128::from_be_bytes(pad16(a)) ^ u128::from_be_bytes(pad16(b));
         x.leading_zeros().min(a.len() as u32 * 8)
