@@ -225,6 +225,7 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
             None => None,
         },
         drop_privileges: None,
+        anonymize: None,
     })
 }
 
@@ -322,6 +323,7 @@ pub(crate) fn flow_config(a: &FlowArgs, flows_cmd: bool) -> Result<Option<FlowCo
             mtu: a.export_mtu,
             observation_domain: a.observation_domain,
             rate: a.export_rate,
+            anonymize: None,
         },
     }))
 }

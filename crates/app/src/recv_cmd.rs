@@ -144,6 +144,7 @@ fn config(a: &RecvArgs, ledger: &Arc<Mutex<Ledger>>) -> Result<CaptureConfig, Fa
             None => None,
         },
         drop_privileges: None,
+        anonymize: None,
     })
 }
 
