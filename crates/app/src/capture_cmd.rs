@@ -41,6 +41,9 @@ pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Fa
     let run_as = RunAs::choose(a.user.as_deref())?;
     let mut cfg = config(&a)?;
     cfg.flows = flow_config(&a.flows, flows)?;
+    if let Some(key) = &a.anonymize {
+        anonymize(&mut cfg, crate::anonymize_cmd::read_key(key)?);
+    }
     if let Some(base) = &a.write {
         check_writable(base, &cfg)?;
     }
@@ -227,6 +230,14 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
         drop_privileges: None,
         anonymize: None,
     })
+}
+
+/// Anonymises the records of every sink of `cfg`: the packets', and the flow meter's.
+pub(crate) fn anonymize(cfg: &mut CaptureConfig, pan: tapflow_wire::cryptopan::CryptoPan) {
+    if let Some(f) = &mut cfg.flows {
+        f.export.anonymize = Some(pan.clone());
+    }
+    cfg.anonymize = Some(pan);
 }
 
 /// Reads a rule file; errors name the file and line.

@@ -50,6 +50,9 @@ pub enum Command {
     /// adapted to TPACKET_V3 blocks (bounds on the block size, a recommended geometry, the
     /// loss in a stall or a burst).
     Plan(PlanArgs),
+    /// Anonymise the IP addresses of a capture file (Crypto-PAn, prefix-preserving, keyed),
+    /// fixing the checksums over them; pcap, pcapng, compressed or not.
+    Anonymize(AnonymizeArgs),
 }
 
 /// Which running capture to talk to.
@@ -241,6 +244,11 @@ pub struct CaptureArgs {
     /// This probe's id in the datagrams (the collector names its interface after it).
     #[arg(long, default_value_t = 0, requires = "forward")]
     pub probe_id: u32,
+    /// Anonymise the IPv4 and IPv6 addresses with Crypto-PAn (prefix-preserving, keyed) under
+    /// the key in this file (32 bytes, or 64 hex digits): in the recorded and forwarded headers,
+    /// with their checksums, and in flow records (docs/anonymize.md).
+    #[arg(long, value_name = "KEYFILE")]
+    pub anonymize: Option<PathBuf>,
     /// Flow metering and export.
     #[command(flatten)]
     pub flows: FlowArgs,
@@ -344,6 +352,11 @@ pub struct RecvArgs {
     /// Write the final accounting as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
+    /// Anonymise the IPv4 and IPv6 addresses with Crypto-PAn (prefix-preserving, keyed) under
+    /// the key in this file (32 bytes, or 64 hex digits): in the recorded and forwarded headers,
+    /// with their checksums, and in flow records (docs/anonymize.md).
+    #[arg(long, value_name = "KEYFILE")]
+    pub anonymize: Option<PathBuf>,
     /// Flow metering of the received records (any flow output turns it on).
     #[command(flatten)]
     pub flows: FlowArgs,
@@ -486,4 +499,28 @@ pub struct PlanArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `tapflow anonymize`.
+#[derive(Debug, Args)]
+pub struct AnonymizeArgs {
+    /// Capture file to read (pcap or pcapng, zstd- or gzip-compressed or not).
+    #[arg(short = 'r', long)]
+    pub read: PathBuf,
+    /// Output file (`.zst` or `.gz` compresses it; written as NAME.part, renamed when complete).
+    #[arg(short = 'w', long)]
+    pub write: PathBuf,
+    /// The Crypto-PAn key: a file of 32 bytes, or of 64 hex digits (`nfanon -K 0x...` takes
+    /// the same key).
+    #[arg(short = 'K', long, value_name = "KEYFILE")]
+    pub key: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = FormatArg::Pcapng)]
+    pub format: FormatArg,
+    /// Bytes of each packet to keep (default: all of them).
+    #[arg(short = 's', long, value_parser = parse_u32_size)]
+    pub snaplen: Option<u32>,
+    /// No progress output.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
 }

@@ -1,5 +1,6 @@
 //! `tapflow`: the command line. It parses, builds an engine, runs it, and reports.
 
+mod anonymize_cmd;
 mod capture_cmd;
 mod check_cmd;
 mod cli;
@@ -130,6 +131,7 @@ fn main() -> ExitCode {
         Command::Check(args) => return check_cmd::run(&args),
         Command::Doctor(args) => doctor_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(&args),
+        Command::Anonymize(args) => anonymize_cmd::run(&args, &stop),
     };
     match result {
         Ok(code) => code,

@@ -1,11 +1,13 @@
 //! Compressed capture files: zstd (`.zst`) and gzip (`.gz`), written and read.
 //!
-//! Writing: the file sink's chunks (2 MiB of pcapng or pcap, cut where a record ends) are each
-//! compressed, in the file's I/O thread, into one self-contained piece: a zstd frame (with its
-//! content size and checksum) or a gzip member. A file cut short (a full disk, a crash) thus
-//! holds whole pieces up to the cut and decompresses to whole records; zstd also gives the
-//! 128 KiB blocks of the piece the cut went through. Both formats allow pieces one after the
-//! other, and `zstd -d`, `gzip -d` and Wireshark read them as one stream.
+//! Writing: the file sink's chunks (2 MiB of pcapng or pcap, cut where a record ends) are
+//! compressed in the file's I/O thread. zstd: one frame for the file, flushed at the end of
+//! every chunk, so that each chunk ends a zstd block and decodes without what follows (one
+//! frame, not one per chunk: Wireshark 4.0, Debian 12's, stops reading at the end of a file's
+//! first zstd frame). gzip: one member per chunk (read as one stream by `gzip -d`, zlib and
+//! Wireshark). A file cut short (a full disk, a crash) decompresses up to its last whole zstd
+//! block (at most 128 KiB of records before the cut) or gzip member; a full disk's file is cut
+//! back to its last whole record and closed ([`Codec::pieces`], [`Codec::seal`]).
 //!
 //! Reading: a compressed input is known by its first bytes, not its name, and is decompressed
 //! (stopping at the first damage, keeping what came before) into an unnamed temporary file,
@@ -65,15 +67,13 @@ impl Codec {
         }
     }
 
-    /// An encoder turning each chunk into one piece of this format.
+    /// An encoder for a file of this format, chunk by chunk.
     pub fn encoder(self) -> io::Result<Box<dyn ChunkEncoder>> {
         Ok(match self {
-            Codec::Zstd => {
-                let mut c = zstd::bulk::Compressor::new(ZSTD_LEVEL)?;
-                c.include_checksum(true)?;
-                c.include_contentsize(true)?;
-                Box::new(ZstdFrames(c, Vec::new()))
-            }
+            Codec::Zstd => Box::new(ZstdStream(Some(zstd::stream::write::Encoder::new(
+                Vec::new(),
+                ZSTD_LEVEL,
+            )?))),
             Codec::Gzip => Box::new(GzipMembers),
         })
     }
@@ -109,51 +109,118 @@ impl Codec {
         }
     }
 
-    /// The whole pieces (zstd frames, gzip members) at the start of `input`: their
-    /// decompressed bytes, and where the last one ends in `input`. What follows them, if
-    /// anything, is damaged or cut short.
-    pub fn whole_pieces(self, input: &[u8]) -> (Vec<u8>, usize) {
-        let mut out = Vec::new();
-        let mut end = 0;
-        while end < input.len() {
-            let rest = &input[end..];
-            let len = match self {
-                Codec::Zstd => match zstd::zstd_safe::find_frame_compressed_size(rest) {
-                    Ok(n) if n <= rest.len() => n,
-                    _ => break,
-                },
-                Codec::Gzip => {
+    /// The pieces at the start of `input` that decode on their own (zstd blocks, gzip
+    /// members): all they decode to, and where each ends in `input` with how many decoded
+    /// bytes come before that. What follows the last is damaged or cut short.
+    pub fn pieces(self, input: &[u8]) -> Pieces {
+        let mut p = Pieces::default();
+        match self {
+            Codec::Zstd => {
+                let _ = zstd_blocks(input, &mut p);
+            }
+            Codec::Gzip => {
+                let mut end = 0;
+                while end < input.len() {
+                    let rest = &input[end..];
                     let mut d = flate2::bufread::GzDecoder::new(rest);
-                    let mut piece = Vec::new();
-                    if d.read_to_end(&mut piece).is_err() {
+                    let at = p.decoded.len();
+                    if d.read_to_end(&mut p.decoded).is_err() {
+                        p.decoded.truncate(at);
                         break;
                     }
-                    let left = d.into_inner().len();
-                    out.extend_from_slice(&piece);
-                    end += rest.len() - left;
-                    continue;
+                    end += rest.len() - d.into_inner().len();
+                    p.ends.push((end, p.decoded.len()));
                 }
-            };
-            if zstd::stream::copy_decode(&rest[..len], &mut out).is_err() {
-                break;
             }
-            end += len;
         }
-        (out, end)
+        p
+    }
+
+    /// What makes a stream cut after one of its [`pieces`](Codec::pieces) whole: for zstd an
+    /// empty last block (the frame has no checksum), for gzip nothing.
+    pub fn seal(self) -> &'static [u8] {
+        match self {
+            // Block header: last block, raw, 0 bytes.
+            Codec::Zstd => &[1, 0, 0],
+            Codec::Gzip => &[],
+        }
     }
 }
 
-/// Each chunk as one zstd frame, made in a buffer of its own (zstd writes a `Vec` from its
-/// start).
-struct ZstdFrames(zstd::bulk::Compressor<'static>, Vec<u8>);
+/// What [`Codec::pieces`] found.
+#[derive(Debug, Default)]
+pub struct Pieces {
+    /// The decoded bytes of all pieces.
+    pub decoded: Vec<u8>,
+    /// For each piece: where it ends in the input, and the decoded length up to there.
+    pub ends: Vec<(usize, usize)>,
+}
 
-impl ChunkEncoder for ZstdFrames {
+/// Walks the blocks of the zstd frame at the start of `input`, decoding each one whole.
+fn zstd_blocks(input: &[u8], p: &mut Pieces) -> Option<()> {
+    if Codec::sniff(input) != Some(Codec::Zstd) {
+        return None;
+    }
+    // RFC 8878 §3.1.1.1: the frame header's length from its descriptor.
+    let fhd = *input.get(4)?;
+    let single = (fhd >> 5) & 1;
+    let fcs = match fhd >> 6 {
+        0 => usize::from(single),
+        1 => 2,
+        2 => 4,
+        _ => 8,
+    };
+    let did = [0, 1, 2, 4][usize::from(fhd & 3)];
+    let mut at = 5 + usize::from(single == 0) + did + fcs;
+    let mut d = zstd::stream::raw::Decoder::new().ok()?;
+    let mut out = vec![0u8; 256 << 10];
+    loop {
+        let h = input.get(at..at + 3)?;
+        let h = u32::from(h[0]) | u32::from(h[1]) << 8 | u32::from(h[2]) << 16;
+        let size = (h >> 3) as usize;
+        let stored = match (h >> 1) & 3 {
+            0 | 2 => size,
+            1 => 1,
+            _ => return None,
+        };
+        let end = at + 3 + stored;
+        // The decoder gets the frame header with the first block.
+        let block = input.get(p.ends.last().map_or(0, |e| e.0)..end)?;
+        // The whole block is there: it decodes whole, in a few calls at most.
+        let mut fed = 0;
+        loop {
+            use zstd::stream::raw::Operation;
+            let s = d.run_on_buffers(&block[fed..], &mut out).ok()?;
+            fed += s.bytes_read;
+            p.decoded.extend_from_slice(&out[..s.bytes_written]);
+            if fed == block.len() && s.bytes_written < out.len() {
+                break;
+            }
+        }
+        at = end;
+        p.ends.push((at, p.decoded.len()));
+        if h & 1 == 1 {
+            return Some(());
+        }
+    }
+}
+
+/// The file as one zstd frame, flushed at the end of each chunk.
+struct ZstdStream(Option<zstd::stream::write::Encoder<'static, Vec<u8>>>);
+
+impl ChunkEncoder for ZstdStream {
     fn encode(&mut self, chunk: &[u8], out: &mut Vec<u8>) -> io::Result<()> {
-        let frame = &mut self.1;
-        frame.clear();
-        frame.reserve(zstd::zstd_safe::compress_bound(chunk.len()));
-        self.0.compress_to_buffer(chunk, frame)?;
-        out.extend_from_slice(frame);
+        let e = self.0.as_mut().ok_or_else(|| io::Error::other("zstd stream finished"))?;
+        e.write_all(chunk)?;
+        e.flush()?;
+        out.append(e.get_mut());
+        Ok(())
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
+        if let Some(e) = self.0.take() {
+            out.append(&mut e.finish()?);
+        }
         Ok(())
     }
 }
@@ -174,21 +241,24 @@ impl ChunkEncoder for GzipMembers {
 mod tests {
     use super::*;
 
-    fn pieces(codec: Codec, chunks: &[&[u8]]) -> Vec<u8> {
+    fn encode(codec: Codec, chunks: &[&[u8]]) -> (Vec<u8>, Vec<usize>) {
         let mut e = codec.encoder().unwrap();
         let mut out = Vec::new();
+        let mut ends = Vec::new();
         for c in chunks {
             e.encode(c, &mut out).unwrap();
+            ends.push(out.len());
         }
-        out
+        e.finish(&mut out).unwrap();
+        (out, ends)
     }
 
     #[test]
-    fn pieces_read_back_as_one_stream_and_a_cut_keeps_the_whole_ones() {
+    fn chunks_read_back_as_one_stream_and_a_cut_keeps_the_whole_pieces() {
         let a: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
         let b: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 253) as u8).collect();
         for codec in [Codec::Zstd, Codec::Gzip] {
-            let file = pieces(codec, &[&a, &b]);
+            let (file, ends) = encode(codec, &[&a, &b]);
             assert_eq!(Codec::sniff(&file), Some(codec));
             let mut out = Vec::new();
             let (n, err) = codec.decompress(&file, &mut out, u64::MAX).unwrap();
@@ -197,18 +267,24 @@ mod tests {
             assert_eq!(out[..a.len()], a[..]);
             assert_eq!(out[a.len()..], b[..]);
 
-            let first = pieces(codec, &[&a]).len();
-            let (whole, end) = codec.whole_pieces(&file);
-            assert_eq!((whole.len(), end), (a.len() + b.len(), file.len()));
-            // Cut inside the second piece: the first is whole, and the decoder gives at least
-            // all of it before it stops.
-            let cut = &file[..first + (file.len() - first) / 2];
-            let (whole, end) = codec.whole_pieces(cut);
-            assert_eq!((whole, end), (a.clone(), first), "{codec:?}");
+            let p = codec.pieces(&file);
+            assert_eq!(p.decoded.len(), a.len() + b.len(), "{codec:?}");
+            assert_eq!(p.ends.last().unwrap().0, file.len(), "{codec:?}");
+            // The end of the first chunk is the end of a piece.
+            assert!(p.ends.contains(&(ends[0], a.len())), "{codec:?}: {:?}", p.ends);
+            // Cut inside the second chunk: the first decodes whole, before the error.
+            let cut = &file[..ends[0] + (ends[1] - ends[0]) / 2];
             let mut out = Vec::new();
             let (n, err) = codec.decompress(cut, &mut out, u64::MAX).unwrap();
             assert!(err.is_some(), "{codec:?}");
             assert!(n as usize >= a.len() && out[..a.len()] == a[..], "{codec:?}");
+            // Cut back to the first chunk and sealed, it is a whole stream again.
+            let mut sealed = file[..ends[0]].to_vec();
+            sealed.extend_from_slice(codec.seal());
+            let mut out = Vec::new();
+            let (_, err) = codec.decompress(&sealed, &mut out, u64::MAX).unwrap();
+            assert!(err.is_none(), "{codec:?}: {err:?}");
+            assert_eq!(out, a, "{codec:?}");
             // A limit stops it.
             let (n, err) = codec.decompress(&file, &mut Vec::new(), 1000).unwrap();
             assert_eq!(n, 1000);

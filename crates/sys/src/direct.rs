@@ -5,8 +5,9 @@
 //! (tmpfs, some FUSE), the file is written through the cache.
 //!
 //! A file with a [`ChunkEncoder`] (compression) is written through the cache: the I/O thread
-//! encodes each chunk, cut where a record ends, as one self-contained piece (a zstd frame, a
-//! gzip member), whose length is no multiple of anything `O_DIRECT` asks for.
+//! encodes each chunk, cut where a record ends, into pieces that decode on their own once
+//! written (zstd blocks, a gzip member), whose length is no multiple of anything `O_DIRECT`
+//! asks for.
 #![allow(unsafe_code)]
 
 use std::fs::File;
@@ -84,6 +85,12 @@ impl AlignedBuf {
 pub trait ChunkEncoder: Send {
     /// Appends the encoded form of `chunk` to `out`.
     fn encode(&mut self, chunk: &[u8], out: &mut Vec<u8>) -> io::Result<()>;
+
+    /// Appends what ends the file after the last chunk (a stream's epilogue), if anything.
+    fn finish(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
+        let _ = out;
+        Ok(())
+    }
 }
 
 /// A file written sequentially, by direct I/O where the filesystem allows it.
@@ -203,6 +210,11 @@ impl DirectFile {
                         None => (&file).write_all(&buf.as_slice()[..n])?,
                     }
                     let _ = io_tx.send(buf);
+                }
+                if let Some(e) = &mut encoder {
+                    out.clear();
+                    e.finish(&mut out)?;
+                    (&file).write_all(&out)?;
                 }
                 Ok(file)
             })

@@ -577,11 +577,14 @@ impl FileSink {
             .sum();
         // A device or FIFO cannot be read back: nothing of it is counted as kept.
         let kept = match whole_records(part, Codec::for_path(path)).filter(|_| part != path) {
-            Some((kept, end)) => {
+            Some((kept, end, seal)) => {
                 let cut = std::fs::OpenOptions::new()
                     .write(true)
                     .open(part)
-                    .and_then(|f| f.set_len(end));
+                    .and_then(|f| {
+                        f.set_len(end)?;
+                        std::io::Write::write_all(&mut &f, seal)
+                    });
                 if cut.is_ok()
                     && outfile::check_replaceable(path).is_ok()
                     && std::fs::rename(part, path).is_ok()
@@ -597,26 +600,33 @@ impl FileSink {
 }
 
 /// The packets a capture file holds whole, and the byte offset where the last one ends (or
-/// the headers do, if none); `None` if it is not a capture file at all. A compressed file
-/// holds the records of its whole pieces (each ends with a record), and ends with the last.
-fn whole_records(path: &Path, codec: Option<Codec>) -> Option<(u64, u64)> {
+/// the headers do, if none); `None` if it is not a capture file at all. A compressed file is
+/// cut where a piece ends that ends a record ([`Codec::pieces`]), and closed with the
+/// format's seal, which is returned too.
+fn whole_records(path: &Path, codec: Option<Codec>) -> Option<(u64, u64, &'static [u8])> {
     let map = tapflow_sys::mmap::MappedFile::open(path).ok()?;
-    let pieces;
-    let (bytes, pieces_end) = match codec {
-        Some(c) => {
-            let end;
-            (pieces, end) = c.whole_pieces(map.bytes());
-            (&pieces[..], Some(end as u64))
-        }
-        None => (map.bytes(), None),
+    let Some(codec) = codec else {
+        let (kept, end) = records(map.bytes())?.last().copied()?;
+        return Some((kept, end as u64, &[]));
     };
+    let p = codec.pieces(map.bytes());
+    let ends = records(&p.decoded)?;
+    // The last piece that ends where a record (or the headers) does.
+    p.ends.iter().rev().find_map(|&(at, decoded)| {
+        let i = ends.binary_search_by_key(&decoded, |&(_, e)| e).ok()?;
+        Some((ends[i].0, at as u64, codec.seal()))
+    })
+}
+
+/// For the headers and then each whole record of a capture file: how many records, and where
+/// they end.
+fn records(bytes: &[u8]) -> Option<Vec<(u64, usize)>> {
     let mut r = tapflow_wire::capfile::Reader::new(bytes).ok()?;
-    let (mut kept, mut end) = (0, r.offset());
+    let mut ends = vec![(0, r.offset() as usize)];
     while let Some(Ok(_)) = r.next_packet() {
-        kept += 1;
-        end = r.offset();
+        ends.push((ends.len() as u64, r.offset() as usize));
     }
-    Some((kept, pieces_end.unwrap_or(end)))
+    Some(ends)
 }
 
 /// Writes a packet block that carries a comment, and returns its length. Out of line: once
