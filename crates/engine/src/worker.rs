@@ -171,6 +171,11 @@ impl<S: PacketSource> Worker<S> {
     /// and reports. Everything collected before an error is in the sinks' output.
     pub fn run(mut self) -> WorkerReport {
         let mut error = self.capture().err();
+        if error.is_some() {
+            // The source's counts up to the failure: a sink that fails mid-run (a full disk
+            // under a compressed file) stops the run between two polls.
+            let _ = self.poll_stats();
+        }
         if let Some(e) = self.out.failed.take() {
             error.get_or_insert(e);
         }

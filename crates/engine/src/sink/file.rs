@@ -583,7 +583,7 @@ impl FileSink {
                     .open(part)
                     .and_then(|f| {
                         f.set_len(end)?;
-                        std::io::Write::write_all(&mut &f, seal)
+                        std::os::unix::fs::FileExt::write_all_at(&f, seal, end)
                     });
                 if cut.is_ok()
                     && outfile::check_replaceable(path).is_ok()
