@@ -25,6 +25,9 @@ PKGS=(
     argus-client               # ra: reads argus records
     prometheus                 # promtool: checks our /metrics text
     nftables                   # nft: a collector that drops at its ingress (bench/forward.py)
+    zstd                       # test oracle for .zst outputs; benchmark anchor (editcap + zstd)
+    bc                         # arithmetic in scripts/bench-compress.sh
+    time                       # GNU time: CPU of benchmark commands (scripts/bench-compress.sh)
 )
 
 export DEBIAN_FRONTEND=noninteractive
@@ -100,4 +103,5 @@ printf '  %-12s %s\n' \
     softflowd "$(softflowd -h 2>&1 | grep -m1 -o 'version [0-9.]*[0-9]' || true)" \
     argus "$(argus -h 2>&1 | grep -m1 'Argus Version' || true)" \
     promtool "$(first_line promtool --version)" \
+    zstd "$(first_line zstd --version)" \
     python3 "$(first_line python3 --version)"

@@ -124,7 +124,10 @@ mod tests {
             let Err(Failure::Usage(m)) = read_key(&p) else {
                 panic!("{name} accepted");
             };
-            assert!(m.contains(name) && m.contains("32 bytes or 64 hex digits"), "{m}");
+            assert!(
+                m.contains(name) && m.contains("32 bytes or 64 hex digits"),
+                "{m}"
+            );
             assert!(!m.contains('\n'));
         }
         let Err(Failure::Usage(m)) = read_key(&dir.join("missing")) else {

@@ -51,7 +51,11 @@ fn checked(file: &Path) -> Vec<Vec<String>> {
         c.args(["-e", f]);
     }
     let o = run_limited(&mut c, Duration::from_secs(120));
-    assert!(o.status.success(), "tshark: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "tshark: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     String::from_utf8_lossy(&o.stdout)
         .lines()
         .map(|l| l.split('\t').map(str::to_string).collect())
@@ -128,10 +132,13 @@ fn anonymized_files_keep_each_checksum_right_or_wrong_as_it_was() {
 /// `nfdump -q -o fmt:...` rows of the IPv4 flows in `path`: addresses, ports, protocol.
 fn nfdump_v4(path: &Path) -> BTreeSet<String> {
     let o = run_limited(
-        Command::new("nfdump")
-            .arg("-R")
-            .arg(path)
-            .args(["-q", "-N", "-o", "fmt:%sa,%da,%sp,%dp,%pr,%pkt", "ipv4"]),
+        Command::new("nfdump").arg("-R").arg(path).args([
+            "-q",
+            "-N",
+            "-o",
+            "fmt:%sa,%da,%sp,%dp,%pr,%pkt",
+            "ipv4",
+        ]),
         Duration::from_secs(60),
     );
     String::from_utf8_lossy(&o.stdout)
@@ -145,10 +152,18 @@ fn nfdump_v4(path: &Path) -> BTreeSet<String> {
 fn nfpcapd(pcap: &Path, out: &Path) -> PathBuf {
     std::fs::create_dir_all(out).unwrap();
     let o = run_limited(
-        Command::new("nfpcapd").arg("-r").arg(pcap).arg("-w").arg(out),
+        Command::new("nfpcapd")
+            .arg("-r")
+            .arg(pcap)
+            .arg("-w")
+            .arg(out),
         Duration::from_secs(60),
     );
-    assert!(o.status.success(), "nfpcapd: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "nfpcapd: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     out.to_path_buf()
 }
 
@@ -170,15 +185,29 @@ fn ipv4_addresses_are_those_nfanon_gives_with_the_same_key() {
             .arg(nfanon_dir.join("nfcapd.anon")),
         Duration::from_secs(60),
     );
-    assert!(o.status.success(), "nfanon: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "nfanon: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let theirs = nfdump_v4(&nfanon_dir);
     assert_eq!(theirs.len(), 800, "IPv4 flows, both directions: {theirs:?}");
 
     // The same flows from the packets tapflow anonymised: equal, row by row.
     let anon = d.join("anon.pcap");
     run_ok(
-        tapflow(["anonymize", "-q", "--format", "pcap", "-r", &p(&input), "-w", &p(&anon), "-K"])
-            .arg(&key),
+        tapflow([
+            "anonymize",
+            "-q",
+            "--format",
+            "pcap",
+            "-r",
+            &p(&input),
+            "-w",
+            &p(&anon),
+            "-K",
+        ])
+        .arg(&key),
     );
     let ours = nfdump_v4(&nfpcapd(&anon, &d.join("ours")));
     assert_eq!(ours, theirs);
@@ -187,7 +216,16 @@ fn ipv4_addresses_are_those_nfanon_gives_with_the_same_key() {
     // tapflow's own flow records, anonymised before export: the same addresses.
     let csv = d.join("flows.csv");
     run_ok(
-        tapflow(["flows", "-q", "-r", &p(&input), "--csv", &p(&csv), "--anonymize"]).arg(&key),
+        tapflow([
+            "flows",
+            "-q",
+            "-r",
+            &p(&input),
+            "--csv",
+            &p(&csv),
+            "--anonymize",
+        ])
+        .arg(&key),
     );
     let text = std::fs::read_to_string(&csv).unwrap();
     let mut lines = text.lines();
@@ -216,12 +254,33 @@ fn a_bad_key_file_is_refused_at_start_in_one_line() {
     let input = built_trace(&d, "in.pcap", 2, 2, 1_000);
     let key = write_file(&d, "short.key", &[1; 31]);
     for args in [
-        vec!["anonymize", "-r", &p(&input), "-w", &p(&d.join("o.pcapng")), "-K", &p(&key)],
-        vec!["capture", "-r", &p(&input), "-w", &p(&d.join("o.pcapng")), "--anonymize", &p(&key)],
+        vec![
+            "anonymize",
+            "-r",
+            &p(&input),
+            "-w",
+            &p(&d.join("o.pcapng")),
+            "-K",
+            &p(&key),
+        ],
+        vec![
+            "capture",
+            "-r",
+            &p(&input),
+            "-w",
+            &p(&d.join("o.pcapng")),
+            "--anonymize",
+            &p(&key),
+        ],
         vec!["flows", "-r", &p(&input), "--anonymize", &p(&key)],
     ] {
         let o = run_limited(&mut tapflow(&args), Duration::from_secs(20));
-        assert_clean_error(&o, Some(2), &["short.key", "32 bytes or 64 hex digits"], &args.join(" "));
+        assert_clean_error(
+            &o,
+            Some(2),
+            &["short.key", "32 bytes or 64 hex digits"],
+            &args.join(" "),
+        );
         assert!(!d.join("o.pcapng").exists() && !d.join("o.pcapng.part").exists());
     }
     std::fs::remove_dir_all(&d).unwrap();

@@ -51,16 +51,27 @@ fn tshark_and_capinfos_read_compressed_outputs_as_the_plain_one() {
     for name in ["o.pcapng.zst", "o.pcapng.gz", "o.pcap.zst"] {
         let out = d.join(name);
         let pcap = name.starts_with("o.pcap.");
-        capture(&input, &out, &["-s", "64", "--format", if pcap { "pcap" } else { "pcapng" }]);
+        capture(
+            &input,
+            &out,
+            &["-s", "64", "--format", if pcap { "pcap" } else { "pcapng" }],
+        );
         assert_eq!(capinfos_count(&out), 50_000, "{name}");
         if !pcap {
             assert_eq!(tshark_fields(&out, &FIELDS), want, "{name}");
         }
-        let (z, u) = (std::fs::metadata(&out).unwrap().len(), std::fs::metadata(&plain).unwrap().len());
+        let (z, u) = (
+            std::fs::metadata(&out).unwrap().len(),
+            std::fs::metadata(&plain).unwrap().len(),
+        );
         assert!(z * 3 < u, "{name}: {z} bytes against {u} uncompressed");
     }
     // Rotated: the index goes before both extensions.
-    capture(&input, &d.join("r.pcapng.zst"), &["-s", "64", "--rotate-size", "2M"]);
+    capture(
+        &input,
+        &d.join("r.pcapng.zst"),
+        &["-s", "64", "--rotate-size", "2M"],
+    );
     let mut total = 0;
     for i in 0.. {
         let f = d.join(format!("r-{i:05}.pcapng.zst"));
@@ -88,7 +99,10 @@ fn compressed_inputs_are_known_by_their_magic_and_read_as_the_plain_one() {
         let anon = d.join(format!("{tool}-noext"));
         std::fs::copy(&packed, &anon).unwrap();
         for src in [&packed, &anon] {
-            let out = d.join(format!("back-{tool}-{}.pcap", src.file_name().unwrap().len()));
+            let out = d.join(format!(
+                "back-{tool}-{}.pcap",
+                src.file_name().unwrap().len()
+            ));
             let err = capture(src, &out, &["-s", "65535", "--format", "pcap"]);
             assert!(err.contains("5000 received, 5000 recorded"), "{err}");
             assert_eq!(tshark_fields(&out, &FIELDS), want, "{}", src.display());
@@ -112,7 +126,11 @@ fn a_zst_file_cut_short_reads_up_to_the_cut() {
     std::fs::write(&cut, &bytes[..bytes.len() * 3 / 5]).unwrap();
 
     // The zstd tool decodes up to the cut, and says the stream is cut.
-    let o = Command::new("zstd").args(["-d", "-c"]).arg(&cut).output().unwrap();
+    let o = Command::new("zstd")
+        .args(["-d", "-c"])
+        .arg(&cut)
+        .output()
+        .unwrap();
     assert!(!o.status.success());
     let decoded = d.join("decoded.pcapng");
     std::fs::write(&decoded, &o.stdout).unwrap();
@@ -131,9 +149,17 @@ fn a_zst_file_cut_short_reads_up_to_the_cut() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("cut.pcapng.zst: packet "), "{err}");
     let ours = tshark_fields(&back, &FIELDS);
-    for (who, got) in [("zstd -d", &theirs), ("tshark", &direct), ("tapflow", &ours)] {
+    for (who, got) in [
+        ("zstd -d", &theirs),
+        ("tshark", &direct),
+        ("tapflow", &ours),
+    ] {
         // At most one zstd block (128 KiB) of records before the cut is lost.
-        assert!(got.len() > 200_000 * 3 / 5 - 2000, "{who}: {} packets", got.len());
+        assert!(
+            got.len() > 200_000 * 3 / 5 - 2000,
+            "{who}: {} packets",
+            got.len()
+        );
         assert_eq!(got[..], all[..got.len()], "{who}");
     }
     std::fs::remove_dir_all(&d).unwrap();
@@ -180,18 +206,31 @@ fn a_full_disk_under_a_compressed_file_keeps_every_packet_accounted_for() {
         let line = err.lines().find(|l| l.contains(" received, ")).expect(&err);
         let n = |what: &str| -> u64 {
             let at = line.find(what).unwrap();
-            line[..at].trim_end().rsplit(' ').next().unwrap().parse().unwrap()
+            line[..at]
+                .trim_end()
+                .rsplit(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
         };
-        let (received, recorded, ours) =
-            (n(" received"), n(" recorded"), n(" dropped by tapflow"));
+        let (received, recorded, ours) = (n(" received"), n(" recorded"), n(" dropped by tapflow"));
         // The run stops at the failed write, between two blocks of the input.
         assert!(received <= 300_000, "{line}");
         assert_eq!(recorded + ours, received, "{line}");
         assert!(recorded > 1000 && ours > 1000, "{name}: {line}");
         // The file is whole: cut back to its last whole record, and closed.
         assert_eq!(capinfos_count(&out), recorded, "{name}: {line}");
-        let tool = if name.ends_with("zst") { "zstd" } else { "gzip" };
-        let t = Command::new(tool).args(["-t", "-q"]).arg(&out).status().unwrap();
+        let tool = if name.ends_with("zst") {
+            "zstd"
+        } else {
+            "gzip"
+        };
+        let t = Command::new(tool)
+            .args(["-t", "-q"])
+            .arg(&out)
+            .status()
+            .unwrap();
         assert!(t.success(), "{tool} -t {name}");
         drop(disk);
     }

@@ -210,7 +210,10 @@ struct ZstdStream(Option<zstd::stream::write::Encoder<'static, Vec<u8>>>);
 
 impl ChunkEncoder for ZstdStream {
     fn encode(&mut self, chunk: &[u8], out: &mut Vec<u8>) -> io::Result<()> {
-        let e = self.0.as_mut().ok_or_else(|| io::Error::other("zstd stream finished"))?;
+        let e = self
+            .0
+            .as_mut()
+            .ok_or_else(|| io::Error::other("zstd stream finished"))?;
         e.write_all(chunk)?;
         e.flush()?;
         out.append(e.get_mut());
@@ -271,13 +274,20 @@ mod tests {
             assert_eq!(p.decoded.len(), a.len() + b.len(), "{codec:?}");
             assert_eq!(p.ends.last().unwrap().0, file.len(), "{codec:?}");
             // The end of the first chunk is the end of a piece.
-            assert!(p.ends.contains(&(ends[0], a.len())), "{codec:?}: {:?}", p.ends);
+            assert!(
+                p.ends.contains(&(ends[0], a.len())),
+                "{codec:?}: {:?}",
+                p.ends
+            );
             // Cut inside the second chunk: the first decodes whole, before the error.
             let cut = &file[..ends[0] + (ends[1] - ends[0]) / 2];
             let mut out = Vec::new();
             let (n, err) = codec.decompress(cut, &mut out, u64::MAX).unwrap();
             assert!(err.is_some(), "{codec:?}");
-            assert!(n as usize >= a.len() && out[..a.len()] == a[..], "{codec:?}");
+            assert!(
+                n as usize >= a.len() && out[..a.len()] == a[..],
+                "{codec:?}"
+            );
             // Cut back to the first chunk and sealed, it is a whole stream again.
             let mut sealed = file[..ends[0]].to_vec();
             sealed.extend_from_slice(codec.seal());
@@ -294,7 +304,10 @@ mod tests {
 
     #[test]
     fn formats_come_from_names_and_magic() {
-        assert_eq!(Codec::for_path(Path::new("t.pcapng.zst")), Some(Codec::Zstd));
+        assert_eq!(
+            Codec::for_path(Path::new("t.pcapng.zst")),
+            Some(Codec::Zstd)
+        );
         assert_eq!(Codec::for_path(Path::new("t.pcap.gz")), Some(Codec::Gzip));
         assert_eq!(Codec::for_path(Path::new("t.pcapng")), None);
         assert_eq!(Codec::sniff(&[0x0a, 0x0d, 0x0d, 0x0a]), None);

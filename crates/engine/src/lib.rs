@@ -6,8 +6,8 @@
 //! happens in one place, the kernel ring, where it is counted exactly.
 #![forbid(unsafe_code)]
 
-pub mod control;
 pub mod compress;
+pub mod control;
 pub mod counters;
 pub mod error;
 pub mod metrics;

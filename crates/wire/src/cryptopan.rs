@@ -437,7 +437,10 @@ mod tests {
             ("2001:db8::2", "4401:2bc:603f:d91d:27f:ff8e:e6f1:dc1c"),
         ] {
             let a: Ipv6Addr = raw.parse().unwrap();
-            assert_eq!(Ipv6Addr::from(pan.ipv6(a.octets())), want.parse::<Ipv6Addr>().unwrap());
+            assert_eq!(
+                Ipv6Addr::from(pan.ipv6(a.octets())),
+                want.parse::<Ipv6Addr>().unwrap()
+            );
         }
     }
 

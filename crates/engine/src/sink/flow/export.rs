@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tapflow_sys::udp::UdpSocket;
 use tapflow_sys::{SysError, outfile};
-use tapflow_wire::flowexport::ConfigError;
 use tapflow_wire::cryptopan::{Anonymizer, CryptoPan};
+use tapflow_wire::flowexport::ConfigError;
 use tapflow_wire::flowrecord::FlowRecord;
 
 use crate::EngineError;
