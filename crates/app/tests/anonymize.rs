@@ -285,3 +285,52 @@ fn a_bad_key_file_is_refused_at_start_in_one_line() {
     }
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn recv_anonymizes_forwarded_headers_as_the_file_command_does() {
+    require_root();
+    let ns = Netns::new("anrecv");
+    let d = dir("recv");
+    let input = built_trace(&d, "in.pcap", 200, 5, 1_000_000);
+    let key = write_file(&d, "key", &KEY);
+    let (out, json) = (d.join("r.pcapng.zst"), d.join("r.json"));
+    let mut recv = VethPair::spawn(&mut ns.tapflow(&[
+        "recv",
+        "-q",
+        "--listen",
+        "127.0.0.1:6100",
+        "-w",
+        &p(&out),
+        "--summary-json",
+        &p(&json),
+        "--anonymize",
+        &p(&key),
+    ]));
+    wait_udp_bound(&mut recv, 6100);
+    run_ok(&mut ns.tapflow(&[
+        "capture",
+        "-q",
+        "-r",
+        &p(&input),
+        "-s",
+        "128",
+        "--forward",
+        "127.0.0.1:6100",
+    ]));
+    std::thread::sleep(Duration::from_millis(300));
+    recv.signal(libc::SIGINT);
+    let (st, err) = recv.wait_output(Duration::from_secs(20));
+    assert!(st.success(), "recv: {err}");
+    assert_eq!(json_u64(&std::fs::read_to_string(&json).unwrap(), "records"), 1000);
+    let direct = d.join("direct.pcapng");
+    run_ok(
+        tapflow(["anonymize", "-q", "-s", "128", "-r", &p(&input), "-w", &p(&direct), "-K"])
+            .arg(&key),
+    );
+    let (got, want) = (checked(&out), checked(&direct));
+    assert_eq!(got.len(), 1000);
+    assert_eq!(got, want);
+    let plain = checked(&input);
+    assert!(got.iter().zip(&plain).all(|(a, b)| a[..4] != b[..4]));
+    std::fs::remove_dir_all(&d).unwrap();
+}
