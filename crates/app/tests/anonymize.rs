@@ -321,11 +321,24 @@ fn recv_anonymizes_forwarded_headers_as_the_file_command_does() {
     recv.signal(libc::SIGINT);
     let (st, err) = recv.wait_output(Duration::from_secs(20));
     assert!(st.success(), "recv: {err}");
-    assert_eq!(json_u64(&std::fs::read_to_string(&json).unwrap(), "records"), 1000);
+    assert_eq!(
+        json_u64(&std::fs::read_to_string(&json).unwrap(), "records"),
+        1000
+    );
     let direct = d.join("direct.pcapng");
     run_ok(
-        tapflow(["anonymize", "-q", "-s", "128", "-r", &p(&input), "-w", &p(&direct), "-K"])
-            .arg(&key),
+        tapflow([
+            "anonymize",
+            "-q",
+            "-s",
+            "128",
+            "-r",
+            &p(&input),
+            "-w",
+            &p(&direct),
+            "-K",
+        ])
+        .arg(&key),
     );
     let (got, want) = (checked(&out), checked(&direct));
     assert_eq!(got.len(), 1000);

@@ -189,7 +189,7 @@ pub fn run(
         ),
         Input::File(path) => match source::file::map(path) {
             Ok(map) => go!(source::file::open(&map, cfg.snaplen, cfg.rules.clone())),
-            Err(e) => (Summary::default(), Some(e.into())),
+            Err(e) => (Summary::default(), Some(e)),
         },
         Input::Datagrams(d) => go!(source::datagrams::open(d)),
     }

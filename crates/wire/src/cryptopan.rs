@@ -105,8 +105,8 @@ const V6_SLOTS: usize = 1 << 10;
 pub struct Anonymizer {
     pan: CryptoPan,
     /// (address, mapped address) per slot; an address is in at most one slot.
-    v4: Box<[Option<([u8; 4], [u8; 4])>]>,
-    v6: Box<[Option<([u8; 16], [u8; 16])>]>,
+    v4: Box<[Slot<4>]>,
+    v6: Box<[Slot<16>]>,
 }
 
 impl std::fmt::Debug for Anonymizer {
@@ -114,6 +114,9 @@ impl std::fmt::Debug for Anonymizer {
         f.write_str("Anonymizer")
     }
 }
+
+/// A cache slot: an address of `N` bytes and its image, if filled.
+type Slot<const N: usize> = Option<([u8; N], [u8; N])>;
 
 /// A slot index from an address: the Fibonacci hash of its last 8 bytes.
 #[inline]
