@@ -32,6 +32,9 @@ PKGS=(
     chromium-driver            # chromedriver: WebDriver for those tests
     openssl                    # a self-signed certificate for the console's TLS test
     curl                       # reads the console over TLS in that test; fetches the charting library
+    zstd                       # test oracle for .zst outputs; benchmark anchor (editcap + zstd)
+    bc                         # arithmetic in scripts/bench-compress.sh
+    time                       # GNU time: CPU of benchmark commands (scripts/bench-compress.sh)
 )
 
 export DEBIAN_FRONTEND=noninteractive
@@ -121,3 +124,5 @@ printf '  %-12s %s\n' \
     python3 "$(first_line python3 --version)" \
     chdb "$("$PYENV/bin/python3" -c 'import chdb; print(chdb.__version__)' 2>/dev/null || true)" \
     duckdb "$("$PYENV/bin/python3" -c 'import duckdb; print(duckdb.__version__)' 2>/dev/null || true)"
+    zstd "$(first_line zstd --version)" \
+    python3 "$(first_line python3 --version)"

@@ -71,10 +71,18 @@ fuzz_target!(|data: &[u8]| {
         let prog = rule_bpf::compile(&rules, 96, budget);
         let passed = cbpf::run(&prog.program, frame, frame.len() as u32) != 0;
         if linear.is_some() && (complete || whole) {
-            assert!(passed, "the filter ({:?}) refuses a frame a rule matches", prog.precision);
+            assert!(
+                passed,
+                "the filter ({:?}) refuses a frame a rule matches",
+                prog.precision
+            );
         }
         if prog.precision == Precision::Exact && complete {
-            assert_eq!(passed, linear.is_some(), "the exact filter disagrees with the rules");
+            assert_eq!(
+                passed,
+                linear.is_some(),
+                "the exact filter disagrees with the rules"
+            );
         }
     }
 });

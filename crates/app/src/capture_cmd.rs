@@ -43,6 +43,9 @@ pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Fa
     let run_as = RunAs::choose(a.user.as_deref())?;
     let mut cfg = config(&a)?;
     cfg.flows = flow_config(&a.flows, flows)?;
+    if let Some(key) = &a.anonymize {
+        anonymize(&mut cfg, crate::anonymize_cmd::read_key(key)?);
+    }
     if let Some(base) = &a.write {
         check_writable(base, &cfg)?;
     }
@@ -251,6 +254,7 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
             None => None,
         },
         drop_privileges: None,
+        anonymize: None,
     })
 }
 
@@ -292,6 +296,14 @@ fn source_line(counters: &[SourceCounter]) -> Option<String> {
         })
         .collect();
     Some(format!("tapflow: source: {}", parts.join(", ")))
+}
+
+/// Anonymises the records of every sink of `cfg`: the packets', and the flow meter's.
+pub(crate) fn anonymize(cfg: &mut CaptureConfig, pan: tapflow_wire::cryptopan::CryptoPan) {
+    if let Some(f) = &mut cfg.flows {
+        f.export.anonymize = Some(pan.clone());
+    }
+    cfg.anonymize = Some(pan);
 }
 
 /// Reads a rule file; errors name the file and line.
@@ -388,6 +400,7 @@ pub(crate) fn flow_config(a: &FlowArgs, flows_cmd: bool) -> Result<Option<FlowCo
             mtu: a.export_mtu,
             observation_domain: a.observation_domain,
             rate: a.export_rate,
+            anonymize: None,
         },
     }))
 }

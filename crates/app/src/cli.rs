@@ -59,6 +59,9 @@ pub enum Command {
     /// Import flow records written by `tapflow flows` (--json, --csv, --export json:/csv:)
     /// into a store directory.
     Import(ImportArgs),
+    /// Anonymise the IP addresses of a capture file (Crypto-PAn, prefix-preserving, keyed),
+    /// fixing the checksums over them; pcap, pcapng, compressed or not.
+    Anonymize(AnonymizeArgs),
 }
 
 /// Which running capture to talk to.
@@ -263,6 +266,11 @@ pub struct CaptureArgs {
     /// snaplen bytes through a BPF ring buffer (one worker), for a host's own interface.
     #[arg(long)]
     pub pass: bool,
+    /// Anonymise the IPv4 and IPv6 addresses with Crypto-PAn (prefix-preserving, keyed) under
+    /// the key in this file (32 bytes, or 64 hex digits): in the recorded and forwarded headers,
+    /// with their checksums, and in flow records (docs/anonymize.md).
+    #[arg(long, value_name = "KEYFILE")]
+    pub anonymize: Option<PathBuf>,
     /// Flow metering and export.
     #[command(flatten)]
     pub flows: FlowArgs,
@@ -375,6 +383,11 @@ pub struct RecvArgs {
     /// Write the final accounting as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
+    /// Anonymise the IPv4 and IPv6 addresses with Crypto-PAn (prefix-preserving, keyed) under
+    /// the key in this file (32 bytes, or 64 hex digits): in the recorded and forwarded headers,
+    /// with their checksums, and in flow records (docs/anonymize.md).
+    #[arg(long, value_name = "KEYFILE")]
+    pub anonymize: Option<PathBuf>,
     /// Flow metering of the received records (any flow output turns it on).
     #[command(flatten)]
     pub flows: FlowArgs,
@@ -422,8 +435,9 @@ pub struct GenArgs {
     /// Destination port.
     #[arg(long, default_value_t = 9)]
     pub dst_port: u16,
-    /// Send the packets of this capture file instead, once (see --loop), as fast as possible
-    /// or at --rate; frames longer than the MTU + 14-byte Ethernet header are not sent.
+    /// Send the packets of this capture file instead (pcap or pcapng, zstd- or gzip-compressed
+    /// or not), once (see --loop), as fast as possible or at --rate; frames longer than the
+    /// MTU + 14-byte Ethernet header are not sent.
     #[arg(long)]
     pub replay: Option<PathBuf>,
     /// Send the --replay file N times over; 0 repeats it until --count, --duration or a signal.
@@ -653,4 +667,28 @@ pub struct ImportArgs {
     /// Files of JSON lines or CSV as `tapflow flows` writes them (`-` for stdin).
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
+}
+
+/// `tapflow anonymize`.
+#[derive(Debug, Args)]
+pub struct AnonymizeArgs {
+    /// Capture file to read (pcap or pcapng, zstd- or gzip-compressed or not).
+    #[arg(short = 'r', long)]
+    pub read: PathBuf,
+    /// Output file (`.zst` or `.gz` compresses it; written as NAME.part, renamed when complete).
+    #[arg(short = 'w', long)]
+    pub write: PathBuf,
+    /// The Crypto-PAn key: a file of 32 bytes, or of 64 hex digits (`nfanon -K 0x...` takes
+    /// the same key).
+    #[arg(short = 'K', long, value_name = "KEYFILE")]
+    pub key: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = FormatArg::Pcapng)]
+    pub format: FormatArg,
+    /// Bytes of each packet to keep (default: all of them).
+    #[arg(short = 's', long, value_parser = parse_u32_size)]
+    pub snaplen: Option<u32>,
+    /// No progress output.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
 }

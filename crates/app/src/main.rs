@@ -1,5 +1,6 @@
 //! `tapflow`: the command line. It parses, builds an engine, runs it, and reports.
 
+mod anonymize_cmd;
 mod capture_cmd;
 mod check_cmd;
 mod cli;
@@ -137,6 +138,7 @@ fn main() -> ExitCode {
         Command::Console(args) => console_cmd::run(args, stop.flag()),
         Command::Query(args) => query_cmd::run(&args),
         Command::Import(args) => import_cmd::run(&args),
+        Command::Anonymize(args) => anonymize_cmd::run(&args, &stop),
     };
     match result {
         Ok(code) => code,

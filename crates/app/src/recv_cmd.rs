@@ -31,6 +31,9 @@ pub fn run(a: RecvArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
     let run_as = RunAs::choose(a.user.as_deref())?;
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let mut cfg = config(&a, &ledger)?;
+    if let Some(key) = &a.anonymize {
+        crate::capture_cmd::anonymize(&mut cfg, crate::anonymize_cmd::read_key(key)?);
+    }
     cfg.drop_privileges = run_as.hook(Outputs {
         first_file: Some((first_part(&a.write, &cfg), a.write.clone())),
         summary: a.summary_json.clone(),
@@ -144,6 +147,7 @@ fn config(a: &RecvArgs, ledger: &Arc<Mutex<Ledger>>) -> Result<CaptureConfig, Fa
             None => None,
         },
         drop_privileges: None,
+        anonymize: None,
     })
 }
 

@@ -54,7 +54,9 @@ impl StatusLine {
     /// one second for the status line, never when quiet.
     pub fn tick(&mut self, t: &Tick) -> Option<Duration> {
         const EVERY: Duration = Duration::from_secs(1);
-        if let (Some(bar), Some((done, _))) = (&self.bar, t.progress) {
+        if let (Some(bar), Some((done, total))) = (&self.bar, t.progress) {
+            // The input's own length: a compressed file is read decompressed.
+            bar.set_length(total);
             bar.set_position(done);
             bar.set_message(format!("{} packets", t.totals.recorded));
             return Some(Duration::from_millis(100));

@@ -12,9 +12,15 @@ pub fn output_path(base: &Path, worker: Option<usize>, rotation: Option<u64>) ->
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let (stem, ext) = match file.rfind('.') {
-        Some(i) if i > 0 => (&file[..i], &file[i..]),
-        _ => (file.as_str(), ""),
+    // A compressed file's extension is two: `out.pcapng.zst` becomes `out-00003.pcapng.zst`.
+    let dot = |s: &str| s.rfind('.').filter(|&i| i > 0);
+    let at = dot(&file).map(|i| match &file[i..] {
+        ".zst" | ".zstd" | ".gz" => dot(&file[..i]).unwrap_or(i),
+        _ => i,
+    });
+    let (stem, ext) = match at {
+        Some(i) => (&file[..i], &file[i..]),
+        None => (file.as_str(), ""),
     };
     let mut name = stem.to_string();
     if let Some(w) = worker {
@@ -53,6 +59,14 @@ mod tests {
         assert_eq!(
             output_path(b, Some(0), Some(12)),
             Path::new("/tmp/x/out-w0-00012.pcapng")
+        );
+        assert_eq!(
+            output_path(Path::new("/x/t.pcapng.zst"), Some(1), Some(2)),
+            Path::new("/x/t-w1-00002.pcapng.zst")
+        );
+        assert_eq!(
+            output_path(Path::new("t.gz"), None, Some(2)),
+            Path::new("t-00002.gz")
         );
         assert_eq!(
             output_path(Path::new("trace"), Some(2), None),

@@ -9,8 +9,8 @@ use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tapflow_sys::mmap::MappedFile;
 use tapflow_wire::LinkType;
+use tapflow_wire::cryptopan::{Anonymizer, CryptoPan};
 use tapflow_wire::rules::Rule;
 
 use crate::EngineError;
@@ -78,6 +78,11 @@ pub struct CaptureConfig {
     /// or any other thread started, so that every thread of the run inherits what it does: the
     /// privilege drop (`-Z`). An error ends the run before the first packet is taken.
     pub drop_privileges: Option<Hook>,
+    /// Anonymise the addresses in the records the file and forwarding sinks get (the flow
+    /// meter's records are anonymised by the exporter, [`ExportConfig::anonymize`]).
+    ///
+    /// [`ExportConfig::anonymize`]: crate::sink::flow::export::ExportConfig::anonymize
+    pub anonymize: Option<CryptoPan>,
 }
 
 /// A call the caller makes the run do at a given moment (see
@@ -189,9 +194,9 @@ pub fn run(
                 path.display()
             ))),
         ),
-        Input::File(path) => match MappedFile::open(path) {
+        Input::File(path) => match source::file::map(path) {
             Ok(map) => go!(source::file::open(&map, cfg.snaplen, cfg.rules.clone())),
-            Err(e) => (Summary::default(), Some(e.into())),
+            Err(e) => (Summary::default(), Some(e)),
         },
         Input::Datagrams(d) => go!(source::datagrams::open(d)),
         Input::Xdp(x) => go!(source::xdp::open(
@@ -336,6 +341,9 @@ pub fn run_opened<S: PacketSource + Send>(
             }
             if let (true, Some(expr)) = (filter_in_user_space, &cfg.filter) {
                 worker = worker.with_filter(expr);
+            }
+            if let Some(pan) = &cfg.anonymize {
+                worker = worker.with_anonymizer(Anonymizer::new(pan.clone()));
             }
             let w = thread::Builder::new()
                 .name(format!("tapflow-w{k}"))
@@ -518,6 +526,7 @@ mod tests {
             control: None,
             metrics: None,
             drop_privileges: None,
+            anonymize: None,
         }
     }
 
@@ -583,6 +592,7 @@ mod tests {
                 mtu: None,
                 observation_domain: 1,
                 rate: ExportRate::Unpaced,
+                anonymize: None,
             },
         });
         cfg.control = Some(dir.join("ctl.sock"));

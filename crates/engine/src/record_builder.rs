@@ -1,5 +1,6 @@
 //! Turns a [`Packet`] into a header record: the control field plus the first `caplen` bytes.
 
+use tapflow_wire::cryptopan::Anonymizer;
 use tapflow_wire::record::{self, ControlField, Flags};
 use tapflow_wire::{LinkType, checksum, link};
 
@@ -99,6 +100,45 @@ impl RecordBuilder {
             ControlField::new(p.ts_ns, flags, caplen as u16, cksum, len),
             data,
         )
+    }
+}
+
+/// A worker's Crypto-PAn stage: a record's copy with its addresses anonymised
+/// ([`Anonymizer::frame`]), in a buffer made once.
+#[derive(Debug)]
+pub struct AnonymizedRecords {
+    anonymizer: Anonymizer,
+    buf: Vec<u8>,
+}
+
+impl AnonymizedRecords {
+    /// A stage for records of at most `snaplen` bytes.
+    pub fn new(anonymizer: Anonymizer, snaplen: u32) -> AnonymizedRecords {
+        AnonymizedRecords {
+            anonymizer,
+            buf: Vec::with_capacity((snaplen as usize).min(record::MAX_CAPLEN)),
+        }
+    }
+
+    /// The record `ctl`, `data` (of a `linktype` interface) with anonymised addresses; its
+    /// whole-IP sum, if it has one, is the anonymised packet's. No allocation.
+    #[inline]
+    pub fn apply(
+        &mut self,
+        linktype: LinkType,
+        ctl: &ControlField,
+        data: &[u8],
+    ) -> (ControlField, &[u8]) {
+        self.buf.clear();
+        self.buf.extend_from_slice(data);
+        let mut ctl = *ctl;
+        if self.anonymizer.frame(linktype, &mut self.buf)
+            && ctl.flags.contains(Flags::CKSUM_WHOLE)
+            && let Some(s) = whole_ip_sum(linktype, &self.buf, true)
+        {
+            ctl.cksum = s;
+        }
+        (ctl, &self.buf)
     }
 }
 

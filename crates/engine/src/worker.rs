@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::EngineError;
 use crate::counters::{SharedTotals, Totals};
-use crate::record_builder::RecordBuilder;
+use crate::record_builder::{AnonymizedRecords, RecordBuilder};
 use crate::rules::{self, RuleReader};
 use crate::sink::record_sink::SinkLive;
 use crate::sink::registry::{Sink, SinkReport};
@@ -16,6 +16,7 @@ use crate::stop::Stop;
 use crate::traffic::{SharedStats, Traffic};
 use tapflow_wire::LinkType;
 use tapflow_wire::cbpf::{self, Insn};
+use tapflow_wire::cryptopan::Anonymizer;
 use tapflow_wire::record::ControlField;
 
 /// How often the worker polls its source's counters (the kernel's are 32-bit and clear on read),
@@ -63,6 +64,8 @@ struct Output {
     if_stats: Option<(u64, u64)>,
     /// Room to put a stripped VLAN tag back into a packet's bytes.
     scratch: Vec<u8>,
+    /// The records' addresses are anonymised for every sink but the flow meter.
+    anon: Option<AnonymizedRecords>,
     /// The first sink failure; later packets are counted as dropped by tapflow.
     failed: Option<EngineError>,
     /// The plain lane is open for this block (see [`Output::open_plain_lane`]).
@@ -117,6 +120,7 @@ impl<S: PacketSource> Worker<S> {
                 stop,
                 if_stats: None,
                 scratch: Vec::with_capacity(snaplen as usize + 4),
+                anon: None,
                 failed: None,
                 plain: false,
             },
@@ -136,6 +140,12 @@ impl<S: PacketSource> Worker<S> {
     /// interface's link type; a packet it refuses is counted as filtered.
     pub fn with_filter(mut self, expr: &str) -> Worker<S> {
         self.out.filter = Some(expr.to_string());
+        self
+    }
+
+    /// Anonymises the addresses in the records (Crypto-PAn) before the sinks get them.
+    pub fn with_anonymizer(mut self, a: Anonymizer) -> Worker<S> {
+        self.out.anon = Some(AnonymizedRecords::new(a, self.cfg.snaplen));
         self
     }
 
@@ -161,6 +171,11 @@ impl<S: PacketSource> Worker<S> {
     /// and reports. Everything collected before an error is in the sinks' output.
     pub fn run(mut self) -> WorkerReport {
         let mut error = self.capture().err();
+        if error.is_some() {
+            // The source's counts up to the failure: a sink that fails mid-run (a full disk
+            // under a compressed file) stops the run between two polls.
+            let _ = self.poll_stats();
+        }
         if let Some(e) = self.out.failed.take() {
             error.get_or_insert(e);
         }
@@ -325,13 +340,14 @@ impl Output {
     }
 
     /// Whether the next block may take the plain lane: one sink (a file or a flow meter; not
-    /// forwarding, which wants the whole-IP sum), and no filter, active rule or `-c` limit to
-    /// apply, and no sink failed. The lane closes for the rest of the block if the rules
+    /// forwarding, which wants the whole-IP sum), and no filter, active rule, `-c` limit or
+    /// anonymisation to apply, and no sink failed. The lane closes for the rest of the block if the rules
     /// change or the sink fails.
     fn open_plain_lane(&mut self) -> bool {
         self.plain = self.filter.is_none()
             && self.rules.as_mut().is_none_or(RuleReader::admits_all)
             && self.limit.is_none()
+            && self.anon.is_none()
             && self.failed.is_none()
             && matches!(&self.sinks[..], [s] if !s.wants_ip_sum());
         self.plain
@@ -429,8 +445,13 @@ impl Output {
         }
         let (ctl, data) = builder.build(p, &mut self.scratch);
         let drops = std::mem::take(&mut self.pending_drops);
+        let anon = self.anon.as_mut().map(|a| a.apply(linktype, &ctl, data));
         for s in &mut self.sinks {
-            if let Err(e) = s.record(p.interface, drops, &ctl, data) {
+            let (c, d) = match &anon {
+                Some((c, d)) if !s.takes_original_addresses() => (c, *d),
+                _ => (&ctl, data),
+            };
+            if let Err(e) = s.record(p.interface, drops, c, d) {
                 return self.sink_failed(e);
             }
         }

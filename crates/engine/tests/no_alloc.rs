@@ -1,6 +1,6 @@
 //! The packet path allocates nothing: a capture of 200,000 packets makes no more allocations
-//! than one of 20,000, beyond the bounded pool of batch buffers; also with rules, flow metering
-//! and header forwarding to two collectors all at once.
+//! than one of 20,000, beyond the bounded pool of batch buffers; also with rules, flow metering,
+//! header forwarding to two collectors and Crypto-PAn anonymisation all at once.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
@@ -16,6 +16,7 @@ use tapflow_engine::sink::forward::{Balance, ForwardConfig, payload_for_mtu};
 use tapflow_engine::stop::Stop;
 use tapflow_wire::LinkType;
 use tapflow_wire::build::{self, FrameSpec, L4};
+use tapflow_wire::cryptopan::CryptoPan;
 use tapflow_wire::rules::Rule;
 
 struct Counting;
@@ -119,6 +120,7 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
                 mtu: Some(1500),
                 observation_domain: 1,
                 rate: ExportRate::Unpaced,
+                anonymize: flows.then(|| CryptoPan::new(&[7; 32])),
             },
         }),
         rules: flows.then(|| {
@@ -129,6 +131,7 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
         control: None,
         metrics: None,
         drop_privileges: None,
+        anonymize: flows.then(|| CryptoPan::new(&[7; 32])),
     };
     let stop = Arc::new(Stop::new().unwrap());
     let before = ALLOCS.load(Ordering::Relaxed);

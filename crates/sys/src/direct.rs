@@ -3,6 +3,11 @@
 //! I/O thread so that the device works while the next chunk is filled; the tail of the file is
 //! written through the cache at the end. Where the filesystem refuses `O_DIRECT`
 //! (tmpfs, some FUSE), the file is written through the cache.
+//!
+//! A file with a [`ChunkEncoder`] (compression) is written through the cache: the I/O thread
+//! encodes each chunk, cut where a record ends, into pieces that decode on their own once
+//! written (zstd blocks, a gzip member), whose length is no multiple of anything `O_DIRECT`
+//! asks for.
 #![allow(unsafe_code)]
 
 use std::fs::File;
@@ -75,6 +80,19 @@ impl AlignedBuf {
     }
 }
 
+/// Turns a chunk of the file into what is written to the device (a compressed frame), in the
+/// I/O thread. Each chunk ends where a record ends.
+pub trait ChunkEncoder: Send {
+    /// Appends the encoded form of `chunk` to `out`.
+    fn encode(&mut self, chunk: &[u8], out: &mut Vec<u8>) -> io::Result<()>;
+
+    /// Appends what ends the file after the last chunk (a stream's epilogue), if anything.
+    fn finish(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
+        let _ = out;
+        Ok(())
+    }
+}
+
 /// A file written sequentially, by direct I/O where the filesystem allows it.
 ///
 /// Three chunk buffers take turns: while an I/O thread writes one to the device, the caller
@@ -94,6 +112,8 @@ pub struct DirectFile {
     direct: bool,
     /// A regular file (synced at the end), not a device or FIFO.
     regular: bool,
+    /// Chunks go whole to a [`ChunkEncoder`] in the I/O thread, not aligned to the device.
+    encoded: bool,
 }
 
 impl std::fmt::Debug for DirectFile {
@@ -110,15 +130,7 @@ impl DirectFile {
     /// [`outfile::create_new`]), writing to the device in chunks of `chunk` bytes.
     pub fn create(path: &Path, chunk: usize) -> Result<DirectFile, SysError> {
         // The buffers first: a file is not left behind for want of memory.
-        let buffer = || {
-            AlignedBuf::new(chunk).map_err(|error| SysError::File {
-                call: "map a buffer for",
-                path: path.to_path_buf(),
-                detail: format!("{chunk} bytes"),
-                error,
-            })
-        };
-        let bufs = [buffer()?, buffer()?, buffer()?];
+        let bufs = buffers(path, chunk)?;
         // A filesystem without O_DIRECT refuses it at open (EINVAL), after creating the file.
         let (file, direct) = match outfile::create_new(path, libc::O_DIRECT) {
             Ok(f) => (f, true),
@@ -129,22 +141,43 @@ impl DirectFile {
             }
             Err(error) => return Err(open_error(path, error)),
         };
-        DirectFile::start(file, path, bufs, direct, true)
+        DirectFile::start(file, path, bufs, direct, true, None)
+    }
+
+    /// Creates `path` as [`DirectFile::create`] does, for a file whose chunks `encoder` turns
+    /// into what is written (through the cache).
+    pub fn create_encoded(
+        path: &Path,
+        chunk: usize,
+        encoder: Box<dyn ChunkEncoder>,
+    ) -> Result<DirectFile, SysError> {
+        let bufs = buffers(path, chunk)?;
+        let file = outfile::create_new(path, 0).map_err(|error| open_error(path, error))?;
+        DirectFile::start(file, path, bufs, false, true, Some(encoder))
+    }
+
+    /// Writes an open device or FIFO as [`DirectFile::stream`] does, its chunks encoded.
+    pub fn stream_encoded(
+        path: &Path,
+        chunk: usize,
+        encoder: Box<dyn ChunkEncoder>,
+    ) -> Result<DirectFile, SysError> {
+        let bufs = buffers(path, chunk)?;
+        DirectFile::start(
+            outfile::open_stream(path)?,
+            path,
+            bufs,
+            false,
+            false,
+            Some(encoder),
+        )
     }
 
     /// Writes an open device or FIFO (`/dev/null`, a named pipe: [`outfile::Target::Stream`])
     /// the same way, through the cache and without a final sync.
     pub fn stream(path: &Path, chunk: usize) -> Result<DirectFile, SysError> {
-        let buffer = || {
-            AlignedBuf::new(chunk).map_err(|error| SysError::File {
-                call: "map a buffer for",
-                path: path.to_path_buf(),
-                detail: format!("{chunk} bytes"),
-                error,
-            })
-        };
-        let bufs = [buffer()?, buffer()?, buffer()?];
-        DirectFile::start(outfile::open_stream(path)?, path, bufs, false, false)
+        let bufs = buffers(path, chunk)?;
+        DirectFile::start(outfile::open_stream(path)?, path, bufs, false, false, None)
     }
 
     /// Starts the I/O thread over `file`.
@@ -154,7 +187,9 @@ impl DirectFile {
         [buf, spare0, spare1]: [AlignedBuf; 3],
         direct: bool,
         regular: bool,
+        mut encoder: Option<Box<dyn ChunkEncoder>>,
     ) -> Result<DirectFile, SysError> {
+        let encoded = encoder.is_some();
         let spares = [spare0, spare1];
         let (to_io, io_rx) = mpsc::sync_channel::<(AlignedBuf, usize)>(2);
         let (io_tx, from_io) = mpsc::sync_channel::<AlignedBuf>(3);
@@ -164,9 +199,27 @@ impl DirectFile {
         let io = thread::Builder::new()
             .name("tapflow-io".into())
             .spawn(move || {
+                let mut out = Vec::new();
+                let mut written = 0u64;
                 for (buf, n) in io_rx {
-                    (&file).write_all(&buf.as_slice()[..n])?;
+                    match &mut encoder {
+                        Some(e) => {
+                            out.clear();
+                            e.encode(&buf.as_slice()[..n], &mut out)?;
+                            (&file).write_all(&out)?;
+                            if regular {
+                                start_writeback(&file, written, out.len());
+                            }
+                            written += out.len() as u64;
+                        }
+                        None => (&file).write_all(&buf.as_slice()[..n])?,
+                    }
                     let _ = io_tx.send(buf);
+                }
+                if let Some(e) = &mut encoder {
+                    out.clear();
+                    e.finish(&mut out)?;
+                    (&file).write_all(&out)?;
                 }
                 Ok(file)
             })
@@ -185,6 +238,7 @@ impl DirectFile {
             io: Some(io),
             direct,
             regular,
+            encoded,
         })
     }
 
@@ -245,7 +299,7 @@ impl DirectFile {
     #[cold]
     #[inline(never)]
     fn hand_over(&mut self) -> io::Result<()> {
-        let aligned = self.len / ALIGN * ALIGN;
+        let aligned = self.handed_len();
         if aligned == 0 {
             return Ok(());
         }
@@ -266,6 +320,16 @@ impl DirectFile {
         }
     }
 
+    /// How much of the buffer goes to the I/O thread: its aligned part, or all of it when
+    /// encoded (a chunk then ends where the caller's last record does).
+    fn handed_len(&self) -> usize {
+        if self.encoded {
+            self.len
+        } else {
+            self.len / ALIGN * ALIGN
+        }
+    }
+
     /// The I/O thread's error, once it has stopped.
     fn io_failure(&mut self) -> io::Error {
         self.to_io = None;
@@ -278,7 +342,7 @@ impl DirectFile {
     /// Writes what is buffered (its aligned part directly, the rest through the cache), syncs
     /// the data to disk and closes the file.
     pub fn finish(mut self) -> io::Result<()> {
-        let aligned = self.len / ALIGN * ALIGN;
+        let aligned = self.handed_len();
         let rest = self.len - aligned;
         if aligned > 0 {
             self.hand_over()?;
@@ -300,6 +364,31 @@ impl DirectFile {
         }
         Ok(())
     }
+}
+
+/// Starts writing `len` bytes at `offset` of `file` from the page cache to the device, without
+/// waiting (`sync_file_range(SYNC_FILE_RANGE_WRITE)`): a file written through the cache then
+/// goes to the device as it is written, as a direct one does, and the final sync has little
+/// left to wait for. A hint: failure changes nothing and is ignored.
+fn start_writeback(file: &File, offset: u64, len: usize) {
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return;
+    };
+    // SAFETY: a hint on a valid fd borrowed from `file`; no memory is passed.
+    unsafe { libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE) };
+}
+
+/// The three chunk buffers of a file at `path`.
+fn buffers(path: &Path, chunk: usize) -> Result<[AlignedBuf; 3], SysError> {
+    let buffer = || {
+        AlignedBuf::new(chunk).map_err(|error| SysError::File {
+            call: "map a buffer for",
+            path: path.to_path_buf(),
+            detail: format!("{chunk} bytes"),
+            error,
+        })
+    };
+    Ok([buffer()?, buffer()?, buffer()?])
 }
 
 /// Turns `O_DIRECT` off for the unaligned tail (`fcntl(F_SETFL)`).

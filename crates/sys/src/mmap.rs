@@ -100,13 +100,23 @@ unsafe impl Sync for MappedFile {}
 impl MappedFile {
     /// Maps the whole file. An empty file gives an empty slice.
     pub fn open(path: &Path) -> Result<MappedFile, SysError> {
+        let file = File::open(path).map_err(|error| SysError::File {
+            call: "open",
+            path: path.to_owned(),
+            detail: String::new(),
+            error,
+        })?;
+        MappedFile::from_file(&file, path)
+    }
+
+    /// Maps the whole of an open file (a decompressed copy, say), known by `path` in errors.
+    pub fn from_file(file: &File, path: &Path) -> Result<MappedFile, SysError> {
         let file_err = |call, error| SysError::File {
             call,
             path: path.to_owned(),
             detail: String::new(),
             error,
         };
-        let file = File::open(path).map_err(|e| file_err("open", e))?;
         let len = file.metadata().map_err(|e| file_err("stat", e))?.len();
         let len = usize::try_from(len).map_err(|_| SysError::File {
             call: "mmap",

@@ -100,6 +100,17 @@ pub fn create_new(path: &Path, extra_flags: i32) -> io::Result<File> {
     Ok(f)
 }
 
+/// An unnamed file in `dir` (`O_TMPFILE`), readable and writable by this process only, gone
+/// when closed: nothing is left behind, whatever happens to the process.
+pub fn unnamed(dir: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+        .open(dir)
+}
+
 /// Opens a [`Target::Stream`] for writing, in place (a FIFO waits for its reader).
 pub fn open_stream(path: &Path) -> Result<File, SysError> {
     let f = OpenOptions::new()

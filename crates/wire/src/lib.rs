@@ -11,6 +11,7 @@ pub mod record;
 // Packet views (one file per protocol).
 pub mod build;
 pub mod checksum;
+pub mod cryptopan;
 pub mod ethernet;
 pub mod icmp;
 pub mod ipv4;

@@ -5,6 +5,10 @@
 //! with an `opt_comment` saying what happened, and a comment on the first packet after it,
 //! which is what tshark shows ("Packet comments", `frame.comment`). Classic pcap has no place
 //! for either.
+//!
+//! A path ending in `.zst` or `.gz` is compressed ([`Codec`]) in the file's I/O thread, one
+//! zstd frame or gzip member per 2 MiB chunk of records, through the page cache; `O_DIRECT` is
+//! for uncompressed files. Rotation by size counts the bytes before compression.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -17,6 +21,7 @@ use tapflow_wire::record::ControlField;
 use tapflow_wire::{pcap, pcapng};
 
 use crate::EngineError;
+use crate::compress::Codec;
 use crate::counters::Totals;
 use crate::naming::{output_path, part_path};
 use crate::sink::record_sink::{Outcome, RecordSink};
@@ -359,6 +364,10 @@ impl FileSink {
         // A device or FIFO (`-w /dev/null`, a named pipe) is written in place; a file is
         // written as NAME.part and renamed. What is neither is refused before anything is
         // written.
+        let encoder = match Codec::for_path(base) {
+            Some(c) => Some(c.encoder().map_err(|e| write_err(&path, e))?),
+            None => None,
+        };
         let (part, created) = match outfile::target(&path)? {
             outfile::Target::Stream if rotating => {
                 return Err(EngineError::Unsupported(format!(
@@ -366,11 +375,20 @@ impl FileSink {
                     path.display()
                 )));
             }
-            outfile::Target::Stream => (path.clone(), DirectFile::stream(&path, CHUNK)),
+            outfile::Target::Stream => (
+                path.clone(),
+                match encoder {
+                    Some(e) => DirectFile::stream_encoded(&path, CHUNK, e),
+                    None => DirectFile::stream(&path, CHUNK),
+                },
+            ),
             _ => {
                 let part = part_path(&path);
                 outfile::check_replaceable(&path)?;
-                let f = DirectFile::create(&part, CHUNK);
+                let f = match encoder {
+                    Some(e) => DirectFile::create_encoded(&part, CHUNK, e),
+                    None => DirectFile::create(&part, CHUNK),
+                };
                 (part, f)
             }
         };
@@ -558,12 +576,15 @@ impl FileSink {
             .map(|i| self.delivered[i] - self.base.delivered.get(i).copied().unwrap_or(0))
             .sum();
         // A device or FIFO cannot be read back: nothing of it is counted as kept.
-        let kept = match whole_records(part).filter(|_| part != path) {
-            Some((kept, end)) => {
+        let kept = match whole_records(part, Codec::for_path(path)).filter(|_| part != path) {
+            Some((kept, end, seal)) => {
                 let cut = std::fs::OpenOptions::new()
                     .write(true)
                     .open(part)
-                    .and_then(|f| f.set_len(end));
+                    .and_then(|f| {
+                        f.set_len(end)?;
+                        std::os::unix::fs::FileExt::write_all_at(&f, seal, end)
+                    });
                 if cut.is_ok()
                     && outfile::check_replaceable(path).is_ok()
                     && std::fs::rename(part, path).is_ok()
@@ -579,16 +600,33 @@ impl FileSink {
 }
 
 /// The packets a capture file holds whole, and the byte offset where the last one ends (or
-/// the headers do, if none); `None` if it is not a capture file at all.
-fn whole_records(path: &Path) -> Option<(u64, u64)> {
+/// the headers do, if none); `None` if it is not a capture file at all. A compressed file is
+/// cut where a piece ends that ends a record ([`Codec::pieces`]), and closed with the
+/// format's seal, which is returned too.
+fn whole_records(path: &Path, codec: Option<Codec>) -> Option<(u64, u64, &'static [u8])> {
     let map = tapflow_sys::mmap::MappedFile::open(path).ok()?;
-    let mut r = tapflow_wire::capfile::Reader::new(map.bytes()).ok()?;
-    let (mut kept, mut end) = (0, r.offset());
+    let Some(codec) = codec else {
+        let (kept, end) = records(map.bytes())?.last().copied()?;
+        return Some((kept, end as u64, &[]));
+    };
+    let p = codec.pieces(map.bytes());
+    let ends = records(&p.decoded)?;
+    // The last piece that ends where a record (or the headers) does.
+    p.ends.iter().rev().find_map(|&(at, decoded)| {
+        let i = ends.binary_search_by_key(&decoded, |&(_, e)| e).ok()?;
+        Some((ends[i].0, at as u64, codec.seal()))
+    })
+}
+
+/// For the headers and then each whole record of a capture file: how many records, and where
+/// they end.
+fn records(bytes: &[u8]) -> Option<Vec<(u64, usize)>> {
+    let mut r = tapflow_wire::capfile::Reader::new(bytes).ok()?;
+    let mut ends = vec![(0, r.offset() as usize)];
     while let Some(Ok(_)) = r.next_packet() {
-        kept += 1;
-        end = r.offset();
+        ends.push((ends.len() as u64, r.offset() as usize));
     }
-    Some((kept, end))
+    Some(ends)
 }
 
 /// Writes a packet block that carries a comment, and returns its length. Out of line: once

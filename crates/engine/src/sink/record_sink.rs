@@ -22,6 +22,13 @@ pub trait RecordSink: Send + std::fmt::Debug {
         false
     }
 
+    /// Whether this sink takes records with the addresses as captured when the capture
+    /// anonymises them: the flow meter does, and anonymises its flow records instead, once per
+    /// record rather than per packet.
+    fn takes_original_addresses(&self) -> bool {
+        false
+    }
+
     /// A new interface; its index is the number of interfaces announced before it.
     fn add_interface(&mut self, info: &InterfaceInfo) -> Result<(), EngineError>;
 

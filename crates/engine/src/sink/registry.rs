@@ -62,6 +62,14 @@ macro_rules! registry {
                 }
             }
 
+            /// See [`RecordSink::takes_original_addresses`].
+            #[inline(always)]
+            pub fn takes_original_addresses(&self) -> bool {
+                match self {
+                    $(Sink::$kind(s) => s.takes_original_addresses(),)+
+                }
+            }
+
             /// See [`RecordSink::add_interface`].
             pub fn add_interface(&mut self, info: &InterfaceInfo) -> Result<(), EngineError> {
                 match self {

@@ -1,5 +1,7 @@
 //! A capture file as a packet source: pcap (µs or ns, either byte order) or pcapng.
 
+use std::io::Write;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -9,9 +11,34 @@ use tapflow_wire::capfile::{FileError, FilePacket, Reader};
 use tapflow_wire::record::Direction;
 
 use crate::EngineError;
+use crate::compress::Codec;
 use crate::rules::LiveRules;
 use crate::source::{InterfaceInfo, Opened, Packet, PacketSource, Progress, SourceStats};
 use tapflow_wire::rules::Rule;
+
+/// Maps the capture file at `path`. A compressed one (zstd or gzip, known by its first bytes)
+/// is decompressed first into an unnamed file in the temporary directory (`$TMPDIR`, else
+/// `/tmp`), which is mapped instead; it goes when the mapping does. Decompression stops at the
+/// first damage or where a file cut short ends: what came before is read.
+pub fn map(path: &Path) -> Result<MappedFile, EngineError> {
+    let map = MappedFile::open(path)?;
+    let Some(codec) = Codec::sniff(map.bytes()) else {
+        return Ok(map);
+    };
+    let tmp = std::env::temp_dir();
+    let write_err = |source| EngineError::Write {
+        path: tmp.clone(),
+        source,
+    };
+    let file = tapflow_sys::outfile::unnamed(&tmp).map_err(write_err)?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, &file);
+    codec
+        .decompress(map.bytes(), &mut out, u64::MAX)
+        .and_then(|_| out.flush())
+        .map_err(write_err)?;
+    drop(out);
+    Ok(MappedFile::from_file(&file, path)?)
+}
 
 /// Opens a mapped capture file as the input of one worker. A file has no kernel filter: its
 /// rules, if any, and a `-f` expression run in user space.

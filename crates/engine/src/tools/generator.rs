@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tapflow_sys::iface;
-use tapflow_sys::mmap::MappedFile;
 use tapflow_sys::tx::{BATCH_FRAMES, TxBatch};
 use tapflow_wire::build::{self, FrameSpec, Layout};
 use tapflow_wire::capfile::Reader;
@@ -270,7 +269,8 @@ pub fn run(
             send(cfg, &mut src, stop, tick)?
         }
         Traffic::Replay { path, loops } => {
-            let map = MappedFile::open(path)?;
+            // Compressed or not, as `-r` reads it.
+            let map = crate::source::file::map(path)?;
             let file_error = |source| EngineError::File {
                 path: path.clone(),
                 source,

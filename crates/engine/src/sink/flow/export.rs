@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tapflow_sys::udp::UdpSocket;
 use tapflow_sys::{SysError, outfile};
+use tapflow_wire::cryptopan::{Anonymizer, CryptoPan};
 use tapflow_wire::flowexport::ConfigError;
 use tapflow_wire::flowrecord::FlowRecord;
 
@@ -293,6 +294,8 @@ pub struct ExportConfig {
     pub observation_domain: u32,
     /// How fast messages leave for each UDP collector.
     pub rate: ExportRate,
+    /// Anonymise the addresses of every record (Crypto-PAn) before any output gets it.
+    pub anonymize: Option<CryptoPan>,
 }
 
 /// Bytes of messages a second to a UDP collector by default (`--export-rate auto`): what a
@@ -472,7 +475,10 @@ impl Exporter {
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let thread = thread::Builder::new()
             .name("tapflow-export".into())
-            .spawn(move || run(rx, outputs, clock))
+            .spawn({
+                let anon = cfg.anonymize.clone().map(Anonymizer::new);
+                move || run(rx, outputs, clock, anon)
+            })
             .map_err(ExportError::Thread)?;
         Ok(Exporter { tx, thread })
     }
@@ -496,7 +502,12 @@ impl Exporter {
     }
 }
 
-fn run(rx: Receiver<Batch>, mut outputs: Vec<Output>, clock: MeterClock) -> ExportReport {
+fn run(
+    rx: Receiver<Batch>,
+    mut outputs: Vec<Output>,
+    clock: MeterClock,
+    mut anon: Option<Anonymizer>,
+) -> ExportReport {
     let mut report = ExportReport::default();
     let mut now = 0u64;
     let wall = || tapflow_sys::clock::realtime_ns();
@@ -508,6 +519,9 @@ fn run(rx: Receiver<Batch>, mut outputs: Vec<Output>, clock: MeterClock) -> Expo
                     MeterClock::Wall => wall(),
                 };
                 report.records += b.records.len() as u64;
+                if let Some(a) = &mut anon {
+                    b.records.iter_mut().for_each(|r| a.flow_record(r));
+                }
                 for o in &mut outputs {
                     o.export(&b.records, now, b.epoch_ns);
                 }
@@ -1019,6 +1033,7 @@ mod tests {
             mtu: Some(9000),
             observation_domain: 0,
             rate: ExportRate::Unpaced,
+            anonymize: None,
         };
         let addr = rx.local_addr().unwrap();
         let (mut c, _) = Collector::open("test", Transport::Udp, addr, &cfg).unwrap();
@@ -1050,6 +1065,7 @@ mod tests {
 
         let paced = ExportConfig {
             rate: ExportRate::PerSecond(NonZeroU32::new(1_000_000).unwrap()),
+            anonymize: None,
             ..cfg
         };
         let (mut c, _) = Collector::open("test", Transport::Udp, addr, &paced).unwrap();
@@ -1121,6 +1137,7 @@ mod tests {
                 mtu: Some(1500),
                 observation_domain: 0,
                 rate,
+                anonymize: None,
             };
             let (mut c, _) = Collector::open("test", Transport::Udp, addr, &cfg).unwrap();
             // Loopback answers at once; elsewhere the ICMP errors may come later, or not at all.
@@ -1244,6 +1261,7 @@ mod tests {
             mtu: Some(200),
             observation_domain: 1,
             rate: ExportRate::Unpaced,
+            anonymize: None,
         };
         let e = Exporter::start(&cfg, MeterClock::Packets).unwrap_err();
         assert!(matches!(

@@ -302,6 +302,10 @@ impl Batcher {
 impl RecordSink for FlowMeter {
     type Report = MeterStats;
 
+    fn takes_original_addresses(&self) -> bool {
+        true
+    }
+
     fn add_interface(&mut self, info: &InterfaceInfo) -> Result<(), EngineError> {
         self.linktypes.push(info.linktype);
         Ok(())
