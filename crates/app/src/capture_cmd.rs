@@ -1,6 +1,6 @@
 //! `tapflow capture`: checks the request, runs the engine, prints the accounting.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::ToSocketAddrs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -28,7 +28,6 @@ use crate::privileges::{Outputs, RunAs, creatable};
 use crate::report::{
     CaptureJson, StatusLine, finish, flow_lines, flow_loss, forward_line, rules_line, summary_line,
 };
-use crate::size;
 use crate::{Failure, in_range};
 
 /// Ring memory the defaults aim to hold, per worker.
@@ -166,7 +165,7 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
             let mut ring = RingGeometry::for_line_rate(speed, a.snaplen, HOLD, a.retire_ms);
             if let Some(bs) = a.block_size {
                 // The ring keeps its total size unless the block count is given too.
-                ring = ring.with_block_size(size::block_size(bs).map_err(bad)?);
+                ring = ring.with_block_size(crate::plan_cmd::block_size(bs).map_err(bad)?);
             }
             if let Some(n) = a.block_count {
                 in_range("--block-count", n, 1, plan::MAX_BLOCK_COUNT)?;
@@ -220,10 +219,7 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
             (None, Some(ifname)) => Some(control::default_path(ifname)),
             (None, None) => None,
         },
-        metrics: match &a.metrics {
-            Some(m) => Some(metrics_addr(m)?),
-            None => None,
-        },
+        metrics: a.metrics,
         drop_privileges: None,
     })
 }
@@ -233,18 +229,6 @@ pub(crate) fn read_rules(path: &std::path::Path) -> Result<Vec<Rule>, Failure> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", path.display())))?;
     parse_rules(&text).map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))
-}
-
-/// `--metrics PORT` listens on loopback; `ADDR:PORT` where told.
-pub fn metrics_addr(s: &str) -> Result<SocketAddr, Failure> {
-    if let Ok(port) = s.parse::<u16>() {
-        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
-    }
-    s.parse().map_err(|_| {
-        Failure::Usage(format!(
-            "--metrics '{s}' is not PORT or ADDR:PORT (e.g. 9100 or [::1]:9100)"
-        ))
-    })
 }
 
 /// The flow meter's settings and outputs, if metering is on.
@@ -273,8 +257,7 @@ pub(crate) fn flow_config(a: &FlowArgs, flows_cmd: bool) -> Result<Option<FlowCo
                 }
             },
         };
-        let secs: u64 = secs
-            .parse()
+        let secs: u64 = crate::units::secs_u64(secs)
             .ok()
             .filter(|&n| n > 0 && n <= SECS_MAX)
             .ok_or_else(|| {
@@ -393,7 +376,7 @@ fn forward_config(a: &CaptureArgs) -> Result<Option<ForwardConfig>, Failure> {
             BalanceArg::Rr => Balance::RoundRobin,
         },
         payload_max,
-        flush_after: Duration::from_millis(a.flush_ms),
+        flush_after: Duration::from_millis(a.flush_ms.into()),
         probe: a.probe_id,
         session: forward::session_id(),
         stream: 0,

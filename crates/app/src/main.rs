@@ -10,8 +10,8 @@ mod privileges;
 mod recv_cmd;
 mod report;
 mod rules_cmd;
-mod size;
 mod stats_cmd;
+mod units;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -89,6 +89,26 @@ fn one_line(text: &str) -> String {
     para.join(" ").trim_start_matches("error: ").to_string()
 }
 
+/// The help that fits a usage error: the subcommand's (`tapflow capture --help`), or the
+/// top level's when no subcommand was named.
+fn help_hint(args: impl Iterator<Item = String>) -> String {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let mut path = vec!["tapflow".to_string()];
+    let mut at = &cmd;
+    for arg in args {
+        match at.find_subcommand(&arg) {
+            Some(sub) => {
+                path.push(sub.get_name().to_string());
+                at = sub;
+            }
+            None if arg.starts_with('-') => {}
+            None => break,
+        }
+    }
+    format!("{} --help", path.join(" "))
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -109,7 +129,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(check_cmd::UNKNOWN);
             }
             eprintln!("tapflow: error: {}", one_line(&e.render().to_string()));
-            eprintln!("tapflow: try 'tapflow --help'");
+            eprintln!("tapflow: try '{}'", help_hint(std::env::args().skip(1)));
             return ExitCode::from(2);
         }
     };
@@ -157,6 +177,15 @@ fn stop_on_signals() -> std::io::Result<Stop> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn usage_errors_point_at_the_subcommands_help() {
+        let hint = |args: &[&str]| help_hint(args.iter().map(|s| s.to_string()));
+        assert_eq!(hint(&["capture", "-i"]), "tapflow capture --help");
+        assert_eq!(hint(&["rules", "add"]), "tapflow rules add --help");
+        assert_eq!(hint(&["--bogus"]), "tapflow --help");
+        assert_eq!(hint(&["nosuch", "capture"]), "tapflow --help");
+    }
 
     #[test]
     fn clap_errors_become_one_line() {

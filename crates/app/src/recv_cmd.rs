@@ -139,10 +139,7 @@ fn config(a: &RecvArgs, ledger: &Arc<Mutex<Ledger>>) -> Result<CaptureConfig, Fa
         flows: crate::capture_cmd::flow_config(&a.flows, false)?,
         rules: None,
         control: None,
-        metrics: match &a.metrics {
-            Some(m) => Some(crate::capture_cmd::metrics_addr(m)?),
-            None => None,
-        },
+        metrics: a.metrics,
         drop_privileges: None,
     })
 }

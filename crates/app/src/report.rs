@@ -77,7 +77,7 @@ impl StatusLine {
         let line = format!(
             "{}: {} pps, {:.1} Mbit/s, {} recorded, {} dropped ({:.2}%)",
             self.label,
-            human(pps),
+            crate::units::format_count(pps),
             mbps,
             t.totals.recorded,
             drops,
@@ -99,16 +99,6 @@ impl StatusLine {
         } else if self.tty && self.last.is_some() {
             let _ = write!(std::io::stderr(), "\r\x1b[K");
         }
-    }
-}
-
-fn human(x: f64) -> String {
-    if x >= 1e6 {
-        format!("{:.2}M", x / 1e6)
-    } else if x >= 1e3 {
-        format!("{:.1}k", x / 1e3)
-    } else {
-        format!("{x:.0}")
     }
 }
 
