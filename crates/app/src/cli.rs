@@ -151,21 +151,30 @@ pub enum ProtoArg {
 
 /// `tapflow capture`.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("input").required(true).args(["interface", "read"])))]
+#[command(group(
+    clap::ArgGroup::new("input").required(true).args(["interface", "read", "list_interfaces"])
+))]
 pub struct CaptureArgs {
     /// Interface to capture on.
     #[arg(short = 'i', long)]
     pub interface: Option<String>,
-    /// Capture file to read instead (pcap or pcapng).
+    /// Capture file to read instead (pcap or pcapng; `-`: standard input, read to its end).
     #[arg(short = 'r', long)]
     pub read: Option<PathBuf>,
-    /// Output file (written as NAME.part, renamed when complete).
+    /// Print the interfaces that can be captured on, with their state, and exit (as tcpdump
+    /// -D).
+    #[arg(short = 'D', long)]
+    pub list_interfaces: bool,
+    /// Output file (written as NAME.part, renamed when complete; `-`: standard output, as a
+    /// stream for `tshark -r -`). With strftime conversions (`-w t-%Y%m%d-%H%M%S.pcap`) each
+    /// file is named by the local time it opens. Without -w, --forward or a flow output,
+    /// `capture` prints one line per packet.
     #[arg(short = 'w', long)]
     pub write: Option<PathBuf>,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = FormatArg::Pcapng)]
-    pub format: FormatArg,
-    /// Bytes of each packet to keep.
+    /// Output format (default: from -w's name, `.pcap` classic pcap, pcapng otherwise).
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
+    /// Bytes of each packet to keep (`0`: the whole packet, up to 256K).
     #[arg(short = 's', long, default_value = "128", value_parser = units::size_u32)]
     pub snaplen: u32,
     /// Do not put the interface in promiscuous mode (as tcpdump -p): only traffic to and from
@@ -219,15 +228,31 @@ pub struct CaptureArgs {
     /// Start a new file after this many bytes (`100M`, `1G`).
     #[arg(long, value_name = "SIZE", value_parser = units::size)]
     pub rotate_size: Option<u64>,
-    /// Start a new file after this long (`3600`, `15m`, `1h`; seconds).
-    #[arg(long, value_name = "DURATION", value_parser = units::secs)]
+    /// Start a new file after this many millions of bytes, as tcpdump -C (`100`; or a size
+    /// with its unit, `100M`).
+    #[arg(short = 'C', value_name = "MB", value_parser = units::size_mb, conflicts_with = "rotate_size")]
+    pub file_size: Option<u64>,
+    /// Start a new file after this long (`3600`, `15m`, `1h`; seconds; tcpdump's -G).
+    #[arg(short = 'G', long, value_name = "DURATION", value_parser = units::secs)]
     pub rotate_seconds: Option<f64>,
+    /// Keep at most this many files per worker, removing the oldest: a ring of files (as
+    /// tcpdump -W; needs rotation).
+    #[arg(short = 'W', long, value_name = "COUNT", value_parser = units::count_usize)]
+    pub file_count: Option<usize>,
     /// No live status line.
     #[arg(short = 'q', long)]
     pub quiet: bool,
     /// Write the final accounting as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
+    /// The capture filter as trailing words, as tcpdump takes it (`tapflow capture -i eth0
+    /// tcp port 443`): the same as -f.
+    #[arg(
+        value_name = "EXPRESSION",
+        trailing_var_arg = true,
+        conflicts_with = "filter"
+    )]
+    pub expression: Vec<String>,
     /// Forward header records in UDP datagrams to these collectors (`tapflow recv`).
     #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]", value_delimiter = ',')]
     pub forward: Vec<String>,

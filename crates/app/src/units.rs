@@ -4,7 +4,7 @@
 //! | kind | parser | accepts | example |
 //! |---|---|---|---|
 //! | count, rate | [`count`], [`count_u32`], [`count_usize`], [`rate`] | `k`, `M`, `G` = 10^3, 10^6, 10^9 (either case) | `-c 1k`, `--rate 1.488M` |
-//! | size in bytes | [`size`], [`size_u32`], [`size_usize`] | `K`, `M`, `G` = 2^10, 2^20, 2^30, also `KiB`, `MiB`, `GiB`, `KB`... | `--rotate-size 1G`, `-s 64K` |
+//! | size in bytes | [`size`], [`size_u32`], [`size_usize`], [`size_mb`] (bare = 10^6, tcpdump `-C`) | `K`, `M`, `G` = 2^10, 2^20, 2^30, also `KiB`, `MiB`, `GiB`, `KB`... | `--rotate-size 1G`, `-s 64K` |
 //! | duration | [`secs`], [`secs_u64`], [`millis`], [`millis_u32`], [`nanos`] | `ms`, `s`, `m`, `h`, `d`; a bare number is in the flag's own unit (seconds for `--duration`, ms for `--retire-ms`) | `--rotate-seconds 1m`, `--retire-ms 0.5s` |
 //! | listen address | [`listen_loopback`], [`listen_any`] | `PORT`, `:PORT`, `HOST:PORT`, `[V6]:PORT` (a bare port listens on 127.0.0.1 or 0.0.0.0) | `--metrics 9100` |
 //!
@@ -103,6 +103,17 @@ pub fn size(s: &str) -> Result<u64, String> {
         return Err(format!("'{s}' is too large"));
     }
     Ok(n as u64)
+}
+
+/// A size where a bare number counts millions of bytes, as tcpdump `-C` takes it (`100` is
+/// 100,000,000 bytes; `100M` is 100 MiB).
+pub fn size_mb(s: &str) -> Result<u64, String> {
+    match count(s) {
+        Ok(n) if s.trim().bytes().all(|b| b.is_ascii_digit()) => n
+            .checked_mul(1_000_000)
+            .ok_or_else(|| format!("'{s}' is too large")),
+        _ => size(s),
+    }
 }
 
 /// A size that fits in 32 bits.
@@ -275,6 +286,8 @@ mod tests {
         assert!(size("0.3").is_err() && size("").is_err() && size("1Q").is_err());
         assert!(size("99999999999G").is_err());
         assert!(size_u32("4G").is_err());
+        assert_eq!(size_mb("100"), Ok(100_000_000));
+        assert_eq!(size_mb("100M"), Ok(100 << 20));
         assert_eq!(format_size(256 << 10), "256K");
         assert_eq!(format_size(11_776 << 10), "11.5M");
         assert_eq!(size(&format_size(4 << 20)), Ok(4 << 20));

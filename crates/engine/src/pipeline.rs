@@ -24,6 +24,7 @@ use crate::sink::flow::export::{Exporter, MeterClock};
 use crate::sink::flow::meter::{FlowConfig, FlowSummary};
 use crate::sink::forward::{ForwardConfig, ForwardSink};
 use crate::sink::registry::{Sink, SinkReports};
+use crate::sink::text::TextSink;
 use crate::source::datagrams::DatagramInput;
 use crate::source::ring::RingInput;
 use crate::source::{self, Opened, PacketSource};
@@ -60,6 +61,8 @@ pub struct CaptureConfig {
     pub count: Option<u64>,
     /// Stop after this long.
     pub duration: Option<Duration>,
+    /// Print a line per packet on standard output (`capture` without any output).
+    pub print: bool,
     /// Header forwarding (`--forward`), if any; the stream is filled in per worker.
     pub forward: Option<ForwardConfig>,
     /// Flow metering and export (`--export`, `tapflow flows`), if any.
@@ -379,6 +382,9 @@ fn sinks_for(
             sink
         }));
     }
+    if cfg.print {
+        sinks.push(Sink::Text(TextSink::new()));
+    }
     if let Some(fwd) = &cfg.forward {
         let mut fc = fwd.clone();
         fc.stream = worker.unwrap_or(0) as u16;
@@ -494,6 +500,7 @@ mod tests {
             file: None,
             count: None,
             duration,
+            print: false,
             forward: None,
             flows: None,
             rules: None,
@@ -549,6 +556,7 @@ mod tests {
             rotate_bytes: None,
             rotate_every: None,
             isb_every: Duration::from_secs(1),
+            keep: None,
         });
         cfg.flows = Some(FlowConfig {
             table: TableConfig {
