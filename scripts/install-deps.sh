@@ -25,6 +25,9 @@ PKGS=(
     argus-client               # ra: reads argus records
     prometheus                 # promtool: checks our /metrics text
     nftables                   # nft: a collector that drops at its ingress (bench/forward.py)
+    systemd                    # systemd-analyze verify: checks the units scripts/install.sh installs
+    man-db                     # man: finds the generated man pages (install test)
+    dpkg-dev                   # dpkg-deb and dpkg-architecture for scripts/package-deb.sh
 )
 
 export DEBIAN_FRONTEND=noninteractive

@@ -22,6 +22,10 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// Read options from this TOML file, whose keys are the subcommand's long flags
+    /// (`rotate-seconds = "1h"`); a flag given here wins over its key.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 /// The subcommands.
@@ -50,6 +54,34 @@ pub enum Command {
     /// adapted to TPACKET_V3 blocks (bounds on the block size, a recommended geometry, the
     /// loss in a stall or a burst).
     Plan(PlanArgs),
+    /// Writes the man pages and shell completions made from these definitions (for
+    /// installers: scripts/install.sh runs it).
+    #[command(hide = true)]
+    Generate(GenerateArgs),
+}
+
+/// `tapflow generate`.
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// What to write.
+    #[command(subcommand)]
+    pub what: GenerateWhat,
+}
+
+/// What `tapflow generate` writes.
+#[derive(Debug, Subcommand)]
+pub enum GenerateWhat {
+    /// One man page per command (tapflow.1, tapflow-capture.1, ...) into DIR.
+    Man {
+        /// The directory to write the pages in.
+        dir: PathBuf,
+    },
+    /// The completion script for a shell, on stdout.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Which running capture to talk to.
@@ -230,7 +262,7 @@ pub struct CaptureArgs {
     pub rotate_size: Option<u64>,
     /// Start a new file after this many millions of bytes, as tcpdump -C (`100`; or a size
     /// with its unit, `100M`).
-    #[arg(short = 'C', value_name = "MB", value_parser = units::size_mb, conflicts_with = "rotate_size")]
+    #[arg(short = 'C', long, value_name = "MB", value_parser = units::size_mb, conflicts_with = "rotate_size")]
     pub file_size: Option<u64>,
     /// Start a new file after this long (`3600`, `15m`, `1h`; seconds; tcpdump's -G).
     #[arg(short = 'G', long, value_name = "DURATION", value_parser = units::secs)]

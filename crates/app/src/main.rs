@@ -3,8 +3,10 @@
 mod capture_cmd;
 mod check_cmd;
 mod cli;
+mod config;
 mod doctor_cmd;
 mod gen_cmd;
+mod generate_cmd;
 mod plan_cmd;
 mod privileges;
 mod recv_cmd;
@@ -110,7 +112,15 @@ fn help_hint(args: impl Iterator<Item = String>) -> String {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let args = match config::expand(std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(msg) => {
+            eprintln!("tapflow: error: {msg}");
+            eprintln!("tapflow: try '{}'", help_hint(std::env::args().skip(1)));
+            return ExitCode::from(2);
+        }
+    };
+    let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;
@@ -150,6 +160,7 @@ fn main() -> ExitCode {
         Command::Check(args) => return check_cmd::run(&args),
         Command::Doctor(args) => doctor_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(&args),
+        Command::Generate(args) => generate_cmd::run(args),
     };
     match result {
         Ok(code) => code,
