@@ -112,7 +112,7 @@ fn the_package_installs_verifies_and_purges() {
     let (_, st) = dpkg(&["-s", "tapflow"]);
     assert!(st.contains("Status: install ok installed"), "{st}");
     // It runs, and says its version.
-    let (ok, v) = out(&mut Command::new(root.join("usr/bin/tapflow")).arg("--version"));
+    let (ok, v) = out(Command::new(root.join("usr/bin/tapflow")).arg("--version"));
     assert!(
         ok && v.trim() == format!("tapflow {}", env!("CARGO_PKG_VERSION")),
         "{v}"
