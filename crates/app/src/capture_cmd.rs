@@ -74,6 +74,10 @@ pub fn run(mut a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode
         ),
         Input::Datagrams(d) => (format!("receiving on {}", d.listen), None),
     };
+    let ring = match &cfg.input {
+        Input::Live(r) => Some((r.ifname.clone(), r.threads, r.ring)),
+        _ => None,
+    };
     let paced = match &cfg.flows {
         Some(f) if matches!(cfg.input, Input::File(_)) => paced_export_lines(&f.export),
         _ => Vec::new(),
@@ -149,6 +153,16 @@ pub fn run(mut a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode
         {
             eprintln!("{line}");
         }
+        for line in loss_advice(&summary.totals, summary.seconds, ring.as_ref()) {
+            eprintln!("{line}");
+        }
+    }
+    let lost = summary.totals.dropped_kernel + summary.totals.dropped_ours;
+    if a.strict && lost > 0 && err.is_none() {
+        return Err(Failure::Runtime(format!(
+            "--strict: {lost} packets lost ({:.2}% collected)",
+            summary.totals.collected_percent()
+        )));
     }
     let code = finish(
         a.summary_json.as_deref(),
@@ -522,6 +536,39 @@ fn stdin_input(a: &mut CaptureArgs) -> Result<Option<std::fs::File>, Failure> {
 /// `O_TMPFILE` (`__O_TMPFILE | O_DIRECTORY`, include/uapi/asm-generic/fcntl.h): an unnamed
 /// file in a directory, gone when closed.
 const O_TMPFILE: i32 = 0o20_000_000 | 0o200_000;
+
+/// What to change after a run that lost packets: the ring (`tapflow plan` sizes one for the
+/// rate seen) where the kernel dropped, the output where tapflow did.
+fn loss_advice(
+    t: &tapflow_engine::counters::Totals,
+    seconds: f64,
+    ring: Option<&(String, usize, RingGeometry)>,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    if t.dropped_kernel > 0 {
+        let rate = crate::units::format_count(t.received as f64 / seconds.max(1e-3));
+        lines.push(match ring {
+            Some((ifname, threads, g)) => format!(
+                "tapflow: advice: the ring ({} blocks of {} per worker) overflowed: `tapflow plan \
+                 --rate {rate} --threads {threads}` sizes one for {ifname} that holds (then \
+                 --block-size/--block-count), or add workers (--threads) or keep fewer bytes (-s)",
+                g.block_count,
+                crate::units::format_size(g.block_size.into()),
+            ),
+            None => "tapflow: advice: the kernel dropped packets: a bigger ring \
+                     (--block-count) or more workers (--threads)"
+                .to_string(),
+        });
+    }
+    if t.dropped_ours > 0 {
+        lines.push(
+            "tapflow: advice: the outputs did not keep up with the capture: a faster disk, \
+             fewer bytes a packet (-s), more workers (--threads) or fewer outputs"
+                .to_string(),
+        );
+    }
+    lines
+}
 
 /// The exit line naming the files written when they are not just the one `-w` named
 /// (workers, rotation, time patterns): the first and last few and how many.

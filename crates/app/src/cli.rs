@@ -274,6 +274,9 @@ pub struct CaptureArgs {
     /// No live status line.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    /// A run that lost packets (dropped by the kernel or by tapflow) exits with code 1.
+    #[arg(long)]
+    pub strict: bool,
     /// Write the final accounting as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,

@@ -58,10 +58,11 @@ pub fn run(a: RecvArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
             l.rcvbuf / 1024
         );
     };
+    let mut live = crate::report::LiveLine::new();
     let mut tick = |t: &pipeline::Tick| {
         if !quiet && !t.elapsed.is_zero() {
             let l = read();
-            eprintln!(
+            live.show(&format!(
                 "tapflow recv: {:.0} s, {} probes, {} records, {} lost in transit, {} lost on probes, \
                  {} bad datagrams, {} refused",
                 t.elapsed.as_secs_f64(),
@@ -71,11 +72,12 @@ pub fn run(a: RecvArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
                 t.totals.dropped_kernel,
                 l.bad_total(),
                 l.refused,
-            );
+            ));
         }
         (!quiet).then_some(Duration::from_secs(1))
     };
     let (summary, err) = pipeline::run(&cfg, stop, &mut ready, &mut tick);
+    live.clear();
     let summary = ReceiverSummary {
         ledger: read(),
         files: summary.sinks.file.map(|f| f.files).unwrap_or_default(),
