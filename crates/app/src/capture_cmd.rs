@@ -1,5 +1,6 @@
 //! `tapflow capture`: checks the request, runs the engine, prints the accounting.
 
+use std::io::IsTerminal;
 use std::net::ToSocketAddrs;
 use std::os::fd::AsFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
@@ -82,8 +83,14 @@ pub fn run(mut a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode
         Some(f) if matches!(cfg.input, Input::File(_)) => paced_export_lines(&f.export),
         _ => Vec::new(),
     };
-    // Packet lines on a terminal would tangle with a status line.
-    let mut status = StatusLine::new(&label, a.quiet || cfg.print, file_len);
+    // Packet lines, a flow table or records on a terminal would tangle with a status line.
+    let dash = |p: &Option<PathBuf>| p.as_deref().is_some_and(is_stdout);
+    let to_stdout = (flows && !a.flows.any_output())
+        || dash(&a.flows.json)
+        || dash(&a.flows.csv)
+        || dash(&a.write);
+    let tangled = cfg.print || (to_stdout && std::io::stdout().is_terminal());
+    let mut status = StatusLine::new(&label, a.quiet || tangled, file_len);
     let quiet = a.quiet;
     let mut announce = |r: &pipeline::Ready| {
         // Part of the start banner, which a quiet file run does not print.

@@ -186,3 +186,33 @@ fn a_lossy_run_gives_advice_and_fails_under_strict() {
         "{err}"
     );
 }
+
+#[test]
+fn a_flow_table_on_the_terminal_has_no_status_line_in_it() {
+    let p = VethPair::new("ft");
+    p.wait_link_up();
+    let mut gen_ = p.spawn_gen(&["--rate", "2k", "--flows", "8", "--duration", "3s"]);
+    let term = in_pty(
+        &p.ns_b,
+        200,
+        &format!(
+            "{} flows -i {} --duration 2.5s --idle-timeout 1s",
+            bin().display(),
+            p.if_b
+        ),
+        Duration::from_secs(30),
+    );
+    gen_.wait_limited(Duration::from_secs(30));
+    assert!(term.contains("Start (UTC)"), "{term:?}");
+    assert!(
+        rewritten(&term).is_empty(),
+        "a status line in the table: {term:?}"
+    );
+    let rows: Vec<&str> = term.lines().filter(|l| l.contains(" udp ")).collect();
+    assert!(rows.len() >= 8, "{term:?}");
+    // Rows in the order their flows started.
+    let starts: Vec<&str> = rows.iter().map(|r| &r[..23]).collect();
+    let mut sorted = starts.clone();
+    sorted.sort();
+    assert_eq!(starts, sorted);
+}
