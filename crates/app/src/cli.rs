@@ -493,6 +493,9 @@ pub struct DoctorArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Explain the checks that pass too (by default they take one line each).
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
     /// Workers the capture will run (checked against the NIC's receive queues).
     #[arg(long, default_value = "1", value_parser = units::count_usize)]
     pub threads: usize,
