@@ -87,7 +87,8 @@ pub enum GenerateWhat {
 /// Which running capture to talk to.
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
-    /// The capture on this interface (its control socket /run/tapflow/IFACE.sock).
+    /// The capture on this interface in this network namespace (its control socket
+    /// /run/tapflow/IFACE.NETNS.PID.sock).
     #[arg(short = 'i', long, conflicts_with = "control", global = true)]
     pub interface: Option<String>,
     /// The capture serving this control socket (default: the only one in /run/tapflow).
@@ -223,7 +224,7 @@ pub struct CaptureArgs {
     #[arg(long, value_name = "FILE")]
     pub rules: Option<PathBuf>,
     /// Control socket for `tapflow rules`, `stats` and `check` (live capture default:
-    /// /run/tapflow/IFACE.sock; `none`: no socket).
+    /// /run/tapflow/IFACE.NETNS.PID.sock, which they find with -i IFACE; `none`: no socket).
     #[arg(long, value_name = "PATH|none")]
     pub control: Option<String>,
     /// Serve Prometheus metrics on http://[ADDR:]PORT/metrics (address 127.0.0.1 unless

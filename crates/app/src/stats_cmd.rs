@@ -21,29 +21,29 @@ pub(crate) fn control_path(p: &ProbeArgs) -> Result<PathBuf, Failure> {
     if let Some(path) = &p.control {
         return Ok(path.clone());
     }
-    if let Some(ifname) = &p.interface {
-        return Ok(control::default_path(ifname));
-    }
-    let dir = control::default_path("x")
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    let found: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map(|d| {
-            d.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "sock"))
-                .collect()
-        })
-        .unwrap_or_default();
+    let iface = p.interface.as_deref();
+    let found = control::find(iface);
+    let on = iface.map_or(String::new(), |i| format!(" on {i}"));
     match found.as_slice() {
         [one] => Ok(one.clone()),
         [] => Err(Failure::Runtime(format!(
-            "no running capture found in {} (give -i IFACE or --control PATH)",
-            dir.display()
+            "no running capture{on} in this network namespace has a control socket in {} \
+             (give --control PATH for one elsewhere)",
+            control::DIR
         ))),
         _ => Err(Failure::Usage(format!(
-            "{} captures are running: give -i IFACE or --control PATH",
-            found.len()
+            "{} captures{on} are running: give --control PATH, one of {}{}",
+            found.len(),
+            found
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            if iface.is_none() {
+                " (or -i IFACE)"
+            } else {
+                ""
+            }
         ))),
     }
 }
