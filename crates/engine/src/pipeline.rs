@@ -260,8 +260,11 @@ pub fn run_opened<S: PacketSource + Send>(
     let workers = sources.len();
     let shared: Vec<(Arc<SharedTotals>, Arc<SharedStats>)> =
         (0..workers).map(|_| Default::default()).collect();
-    let probe =
-        Arc::new(ProbeState::new(shared.clone(), rules.clone()).with_source_metrics(metrics));
+    let probe = Arc::new(
+        ProbeState::new(shared.clone(), rules.clone())
+            .with_source_metrics(metrics)
+            .with_interface(&input),
+    );
     let servers = match start_servers(cfg, &probe) {
         Ok(s) => s,
         Err(e) => return finish(Summary::default(), Some(e), exporter, started),
