@@ -38,9 +38,10 @@ pub fn expand(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
     // Which subcommand, and which flags the command line gives (a lenient parse: what the
     // file supplies may be missing).
     let mut cmd = Cli::command().ignore_errors(true);
-    let matches = cmd
-        .try_get_matches_from_mut(&args)
-        .map_err(|e| e.to_string())?;
+    // What even a lenient parse refuses (--help, --version) is the real parse's to answer.
+    let Ok(matches) = cmd.try_get_matches_from_mut(&args) else {
+        return Ok(args);
+    };
     let mut sub = &cmd;
     let mut m = &matches;
     let mut at = 1;

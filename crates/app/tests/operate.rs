@@ -656,7 +656,7 @@ fn a_link_flap_is_a_gap_in_the_capture_not_its_end() {
         "promtool check metrics: {said}\n{text}"
     );
     for k in 0..2 {
-        let series = |name: &str| format!("{name}{{worker=\"{k}\"}}");
+        let series = |name: &str| format!("{name}{{interface=\"{}\",worker=\"{k}\"}}", p.if_b);
         assert_eq!(sample(&text, &series("tapflow_link_gaps_total")), 1.0);
         assert!(sample(&text, &series("tapflow_link_down_seconds_total")) > 0.0);
     }
