@@ -112,9 +112,9 @@ def main() -> None:
     sets = rule_files(work, trace, sizes)
     pin = ["taskset", "-c", str(args.cpu)]
     summary = work / "sum.json"
-    cmds: dict[str, list[str]] = {"tapflow none": [str(tapflow), "capture", "-r", str(trace), "-q"]}
+    cmds: dict[str, list[str]] = {"tapflow none": [str(tapflow), "capture", "-r", str(trace), "-q", "-w", "/dev/null"]}
     for n in sizes:
-        cmds[f"tapflow {n}"] = [str(tapflow), "capture", "-r", str(trace), "-q", "--rules", str(sets[n][0])]
+        cmds[f"tapflow {n}"] = [str(tapflow), "capture", "-r", str(trace), "-q", "-w", "/dev/null", "--rules", str(sets[n][0])]
         if 0 < n <= args.tcpdump_max:
             cmds[f"tcpdump {n}"] = ["tcpdump", "-r", str(trace), "-w", "/dev/null", sets[n][1]]
 

@@ -35,6 +35,9 @@ PKGS=(
     zstd                       # test oracle for .zst outputs; benchmark anchor (editcap + zstd)
     bc                         # arithmetic in scripts/bench-compress.sh
     time                       # GNU time: CPU of benchmark commands (scripts/bench-compress.sh)
+    systemd                    # systemd-analyze verify: checks the units scripts/install.sh installs
+    man-db                     # man: finds the generated man pages (install test)
+    dpkg-dev                   # dpkg-deb and dpkg-architecture for scripts/package-deb.sh
 )
 
 export DEBIAN_FRONTEND=noninteractive

@@ -68,6 +68,7 @@ pub fn run(a: &AnonymizeArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
             rotate_bytes: None,
             rotate_every: None,
             isb_every: Duration::from_secs(3600),
+            keep: None,
         }),
         count: None,
         duration: None,
@@ -78,6 +79,7 @@ pub fn run(a: &AnonymizeArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
         metrics: None,
         drop_privileges: None,
         anonymize: Some(pan),
+        print: false,
     };
     let len = std::fs::metadata(&a.read).ok().map(|m| m.len());
     let mut status = StatusLine::new(&format!("reading {}", a.read.display()), a.quiet, len);

@@ -1,13 +1,16 @@
 //! `tapflow capture`: checks the request, runs the engine, prints the accounting.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::io::IsTerminal;
+use std::net::ToSocketAddrs;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tapflow_engine::control;
-use tapflow_engine::naming::{output_path, part_path};
+use tapflow_engine::naming::{is_stdout, is_timed, output_path, part_path, timed_path};
 use tapflow_engine::pipeline::{self, CaptureConfig, Input, RingGeometry};
 use tapflow_engine::sink::file::{Format, WriterConfig};
 use tapflow_engine::sink::flow::encoder::Transport;
@@ -30,7 +33,6 @@ use crate::privileges::{Outputs, RunAs, creatable};
 use crate::report::{
     CaptureJson, StatusLine, finish, flow_lines, flow_loss, forward_line, rules_line, summary_line,
 };
-use crate::size;
 use crate::{Failure, in_range};
 
 /// Ring memory the defaults aim to hold, per worker.
@@ -39,19 +41,34 @@ const NS: u64 = 1_000_000_000;
 
 /// Runs `tapflow capture`, or `tapflow flows` when `flows` is set (metering always on, a
 /// table on stdout unless another flow output is given).
-pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Failure> {
+pub fn run(mut a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Failure> {
+    if a.list_interfaces {
+        return list_interfaces();
+    }
     let run_as = RunAs::choose(a.user.as_deref())?;
+    let _stdin = stdin_input(&mut a)?;
     let mut cfg = config(&a)?;
     cfg.flows = flow_config(&a.flows, flows)?;
     if let Some(key) = &a.anonymize {
         anonymize(&mut cfg, crate::anonymize_cmd::read_key(key)?);
     }
-    if let Some(base) = &a.write {
+    // Without any output, a capture shows its packets, as tcpdump does (unless they would go
+    // to /dev/null: a probe run only for its statistics spends nothing on them).
+    cfg.print = !flows
+        && cfg.file.is_none()
+        && cfg.forward.is_none()
+        && cfg.flows.is_none()
+        && !stdout_is_null();
+    let file = a.write.as_ref().filter(|b| !is_stdout(b));
+    if a.write.as_deref().is_some_and(is_stdout) {
+        check_stdout_free(&a.flows, flows, a.threads)?;
+    }
+    if let Some(base) = file {
         check_writable(base, &cfg)?;
     }
     run_as.prepare_control(cfg.control.as_deref())?;
     cfg.drop_privileges = run_as.hook(Outputs {
-        first_file: a.write.as_ref().map(|b| (first_part(b, &cfg), b.clone())),
+        first_file: file.map(|b| (first_part(b, &cfg), b.clone())),
         summary: a.summary_json.clone(),
     });
     let note = run_as.note();
@@ -64,11 +81,22 @@ pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Fa
         Input::Datagrams(d) => (format!("receiving on {}", d.listen), None),
         Input::Xdp(x) => (format!("capturing on {}", x.ifname), None),
     };
+    let ring = match &cfg.input {
+        Input::Live(r) => Some((r.ifname.clone(), r.threads, r.ring)),
+        _ => None,
+    };
     let paced = match &cfg.flows {
         Some(f) if matches!(cfg.input, Input::File(_)) => paced_export_lines(&f.export),
         _ => Vec::new(),
     };
-    let mut status = StatusLine::new(&label, a.quiet, file_len);
+    // Packet lines, a flow table or records on a terminal would tangle with a status line.
+    let dash = |p: &Option<PathBuf>| p.as_deref().is_some_and(is_stdout);
+    let to_stdout = (flows && !a.flows.any_output())
+        || dash(&a.flows.json)
+        || dash(&a.flows.csv)
+        || dash(&a.write);
+    let tangled = cfg.print || (to_stdout && std::io::stdout().is_terminal());
+    let mut status = StatusLine::new(&label, a.quiet || tangled, file_len);
     let quiet = a.quiet;
     let mut announce = |r: &pipeline::Ready| {
         // Part of the start banner, which a quiet file run does not print.
@@ -142,6 +170,24 @@ pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Fa
         if let Some(line) = source_line(&summary.source) {
             eprintln!("{line}");
         }
+        if let Some(line) = summary
+            .sinks
+            .file
+            .as_ref()
+            .and_then(|f| files_line(&f.files, &a))
+        {
+            eprintln!("{line}");
+        }
+        for line in loss_advice(&summary.totals, summary.seconds, ring.as_ref()) {
+            eprintln!("{line}");
+        }
+    }
+    let lost = summary.totals.dropped_kernel + summary.totals.dropped_ours;
+    if a.strict && lost > 0 && err.is_none() {
+        return Err(Failure::Runtime(format!(
+            "--strict: {lost} packets lost ({:.2}% collected)",
+            summary.totals.collected_percent()
+        )));
     }
     let code = finish(
         a.summary_json.as_deref(),
@@ -156,7 +202,13 @@ pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Fa
 
 fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
     let bad = |m: String| Failure::Usage(m);
-    in_range("snaplen", a.snaplen, 1, MAXIMUM_SNAPLEN)?;
+    // -s 0: the whole packet, as tcpdump.
+    let snaplen = if a.snaplen == 0 {
+        MAXIMUM_SNAPLEN
+    } else {
+        a.snaplen
+    };
+    in_range("snaplen", snaplen, 1, MAXIMUM_SNAPLEN)?;
     in_range("--threads", a.threads, 1, plan::MAX_THREADS)?;
     in_range("--retire-ms", a.retire_ms, 1, 1000)?;
     if a.count == Some(0) {
@@ -175,8 +227,8 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
     };
     let duration = secs(a.duration, "--duration")?;
     let rotate_every = secs(a.rotate_seconds, "--rotate-seconds")?;
-    if a.rotate_size.is_some_and(|n| n < 4096) {
-        return Err(bad("--rotate-size must be at least 4K".into()));
+    if a.rotate_size.or(a.file_size).is_some_and(|n| n < 4096) {
+        return Err(bad("--rotate-size (-C) must be at least 4K".into()));
     }
     if a.pass && a.source != SourceArg::Xdp {
         return Err(bad("--pass applies to --source xdp".into()));
@@ -184,10 +236,10 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
     let input = match (&a.interface, &a.read) {
         (Some(ifname), None) => {
             let speed = tapflow_sys::iface::speed_mbps(ifname).unwrap_or(10_000);
-            let mut ring = RingGeometry::for_line_rate(speed, a.snaplen, HOLD, a.retire_ms);
+            let mut ring = RingGeometry::for_line_rate(speed, snaplen, HOLD, a.retire_ms);
             if let Some(bs) = a.block_size {
                 // The ring keeps its total size unless the block count is given too.
-                ring = ring.with_block_size(size::block_size(bs).map_err(bad)?);
+                ring = ring.with_block_size(crate::plan_cmd::block_size(bs).map_err(bad)?);
             }
             if let Some(n) = a.block_count {
                 in_range("--block-count", n, 1, plan::MAX_BLOCK_COUNT)?;
@@ -220,23 +272,44 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
         }
         _ => return Err(bad("give exactly one of -i IFACE or -r FILE".into())),
     };
+    let rotate_bytes = a.rotate_size.or(a.file_size);
+    if a.file_count.is_some() && rotate_bytes.is_none() && rotate_every.is_none() {
+        return Err(bad(
+            "-W keeps a number of rotated files: give -C, -G, --rotate-size or --rotate-seconds too"
+                .into(),
+        ));
+    }
+    if a.file_count == Some(0) {
+        return Err(bad("-W 0 would keep no file: give at least 1".into()));
+    }
+    if let Some(w) = a.write.as_deref().filter(|w| is_timed(w)) {
+        timed_path(w, std::time::SystemTime::now()).map_err(|e| bad(format!("-w {e}")))?;
+    }
+    let filter = match (&a.filter, a.expression.is_empty()) {
+        (Some(f), _) => Some(f.clone()),
+        (None, false) => Some(a.expression.join(" ")),
+        (None, true) => None,
+    };
     Ok(CaptureConfig {
         input,
-        snaplen: a.snaplen,
-        filter: a.filter.clone(),
+        snaplen,
+        filter,
         file: a.write.clone().map(|path| WriterConfig {
-            path,
             format: match a.format {
-                FormatArg::Pcapng => Format::Pcapng,
-                FormatArg::Pcap => Format::Pcap,
+                Some(FormatArg::Pcapng) => Format::Pcapng,
+                Some(FormatArg::Pcap) => Format::Pcap,
+                None => format_of(&path),
             },
+            path,
             worker: None,
-            rotate_bytes: a.rotate_size,
+            rotate_bytes,
             rotate_every,
             isb_every: Duration::from_secs(1),
+            keep: a.file_count,
         }),
         count: a.count,
         duration,
+        print: false,
         forward: forward_config(a)?,
         flows: None,
         rules: match &a.rules {
@@ -249,10 +322,7 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
             (None, Some(ifname)) => Some(control::default_path(ifname)),
             (None, None) => None,
         },
-        metrics: match &a.metrics {
-            Some(m) => Some(metrics_addr(m)?),
-            None => None,
-        },
+        metrics: a.metrics,
         drop_privileges: None,
         anonymize: None,
     })
@@ -313,18 +383,6 @@ pub(crate) fn read_rules(path: &std::path::Path) -> Result<Vec<Rule>, Failure> {
     parse_rules(&text).map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))
 }
 
-/// `--metrics PORT` listens on loopback; `ADDR:PORT` where told.
-pub fn metrics_addr(s: &str) -> Result<SocketAddr, Failure> {
-    if let Ok(port) = s.parse::<u16>() {
-        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
-    }
-    s.parse().map_err(|_| {
-        Failure::Usage(format!(
-            "--metrics '{s}' is not PORT or ADDR:PORT (e.g. 9100 or [::1]:9100)"
-        ))
-    })
-}
-
 /// The flow meter's settings and outputs, if metering is on.
 pub(crate) fn flow_config(a: &FlowArgs, flows_cmd: bool) -> Result<Option<FlowConfig>, Failure> {
     if !flows_cmd && !a.any_output() {
@@ -351,8 +409,7 @@ pub(crate) fn flow_config(a: &FlowArgs, flows_cmd: bool) -> Result<Option<FlowCo
                 }
             },
         };
-        let secs: u64 = secs
-            .parse()
+        let secs: u64 = crate::units::secs_u64(secs)
             .ok()
             .filter(|&n| n > 0 && n <= SECS_MAX)
             .ok_or_else(|| {
@@ -457,11 +514,15 @@ fn forward_config(a: &CaptureArgs) -> Result<Option<ForwardConfig>, Failure> {
         None => forward::route_mtu(first).map_err(Failure::from_engine)?,
     };
     let payload_max = forward::payload_for_mtu(mtu, &first);
-    if !forward::snaplen_fits(a.snaplen, payload_max) {
+    let snaplen = if a.snaplen == 0 {
+        MAXIMUM_SNAPLEN
+    } else {
+        a.snaplen
+    };
+    if !forward::snaplen_fits(snaplen, payload_max) {
         return Err(bad(format!(
-            "a datagram of {payload_max} bytes (MTU {mtu}) cannot carry a record of snaplen {}: \
-             lower -s or raise --mtu",
-            a.snaplen
+            "a datagram of {payload_max} bytes (MTU {mtu}) cannot carry a record of snaplen \
+             {snaplen}: lower -s or raise --mtu"
         )));
     }
     in_range("--flush-ms", a.flush_ms, 1, 60_000)?;
@@ -472,7 +533,7 @@ fn forward_config(a: &CaptureArgs) -> Result<Option<ForwardConfig>, Failure> {
             BalanceArg::Rr => Balance::RoundRobin,
         },
         payload_max,
-        flush_after: Duration::from_millis(a.flush_ms),
+        flush_after: Duration::from_millis(a.flush_ms.into()),
         probe: a.probe_id,
         session: forward::session_id(),
         stream: 0,
@@ -491,8 +552,185 @@ fn check_writable(base: &std::path::Path, cfg: &CaptureConfig) -> Result<(), Fai
     }
 }
 
+/// The format `-w NAME` writes without `--format`: classic pcap for `.pcap` (and `.cap`,
+/// `.dmp`), pcapng otherwise.
+fn format_of(path: &Path) -> Format {
+    let ext = path
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase());
+    match ext.as_deref() {
+        Some("pcap" | "cap" | "dmp") => Format::Pcap,
+        _ => Format::Pcapng,
+    }
+}
+
+/// `-w -` writes standard output: no other output may, and one worker writes it.
+fn check_stdout_free(f: &FlowArgs, flows_cmd: bool, threads: usize) -> Result<(), Failure> {
+    let dash = |p: &Option<PathBuf>| p.as_deref().is_some_and(is_stdout);
+    if dash(&f.json) || dash(&f.csv) || (flows_cmd && !f.any_output()) {
+        return Err(Failure::Usage(
+            "-w - writes packets to standard output, where a flow table, --json - or --csv - \
+             would go too: write one of them to a file"
+                .into(),
+        ));
+    }
+    if threads > 1 {
+        return Err(Failure::Usage(
+            "-w - is one stream: it takes one worker (--threads 1)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `-r -`: standard input, as a file the source can map. A regular file (`< trace.pcap`) is
+/// mapped where it is; a pipe is read to its end into an unnamed temporary file first. The
+/// returned file keeps that open for the run.
+fn stdin_input(a: &mut CaptureArgs) -> Result<Option<std::fs::File>, Failure> {
+    use std::os::fd::AsRawFd;
+    if !a.read.as_deref().is_some_and(is_stdout) {
+        return Ok(None);
+    }
+    let fail = |e: std::io::Error| Failure::Runtime(format!("cannot read standard input: {e}"));
+    let stdin = std::io::stdin();
+    let meta = std::fs::File::from(stdin.as_fd().try_clone_to_owned().map_err(fail)?)
+        .metadata()
+        .map_err(fail)?;
+    if meta.is_file() {
+        a.read = Some(PathBuf::from("/proc/self/fd/0"));
+        return Ok(None);
+    }
+    let dir = std::env::temp_dir();
+    let mut spool = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(O_TMPFILE)
+        .open(&dir)
+        .map_err(|e| {
+            Failure::Runtime(format!(
+                "cannot hold standard input in {}: {e}",
+                dir.display()
+            ))
+        })?;
+    std::io::copy(&mut stdin.lock(), &mut spool).map_err(fail)?;
+    a.read = Some(PathBuf::from(format!(
+        "/proc/self/fd/{}",
+        spool.as_raw_fd()
+    )));
+    Ok(Some(spool))
+}
+
+/// `O_TMPFILE` (`__O_TMPFILE | O_DIRECTORY`, include/uapi/asm-generic/fcntl.h): an unnamed
+/// file in a directory, gone when closed.
+const O_TMPFILE: i32 = 0o20_000_000 | 0o200_000;
+
+/// What to change after a run that lost packets: the ring (`tapflow plan` sizes one for the
+/// rate seen) where the kernel dropped, the output where tapflow did.
+fn loss_advice(
+    t: &tapflow_engine::counters::Totals,
+    seconds: f64,
+    ring: Option<&(String, usize, RingGeometry)>,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    if t.dropped_kernel > 0 {
+        let rate = crate::units::format_count(t.received as f64 / seconds.max(1e-3));
+        lines.push(match ring {
+            Some((ifname, threads, g)) => format!(
+                "tapflow: advice: the ring ({} blocks of {} per worker) overflowed: `tapflow plan \
+                 --rate {rate} --threads {threads}` sizes one for {ifname} that holds (then \
+                 --block-size/--block-count), or add workers (--threads) or keep fewer bytes (-s)",
+                g.block_count,
+                crate::units::format_size(g.block_size.into()),
+            ),
+            None => "tapflow: advice: the kernel dropped packets: a bigger ring \
+                     (--block-count) or more workers (--threads)"
+                .to_string(),
+        });
+    }
+    if t.dropped_ours > 0 {
+        lines.push(
+            "tapflow: advice: the outputs did not keep up with the capture: a faster disk, \
+             fewer bytes a packet (-s), more workers (--threads) or fewer outputs"
+                .to_string(),
+        );
+    }
+    lines
+}
+
+/// The exit line naming the files written when they are not just the one `-w` named
+/// (workers, rotation, time patterns): the first and last few and how many.
+fn files_line(files: &[PathBuf], a: &CaptureArgs) -> Option<String> {
+    const SHOWN: usize = 6;
+    if files.is_empty() || (files.len() == 1 && a.write.as_deref() == Some(files[0].as_path())) {
+        return None;
+    }
+    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    let list = if names.len() <= SHOWN {
+        names.join(", ")
+    } else {
+        format!(
+            "{}, ... {}",
+            names[..SHOWN / 2].join(", "),
+            names[names.len() - SHOWN / 2..].join(", ")
+        )
+    };
+    Some(format!(
+        "tapflow: wrote {} file{}: {list}",
+        files.len(),
+        if files.len() == 1 { "" } else { "s" }
+    ))
+}
+
+/// Whether standard output is `/dev/null`.
+fn stdout_is_null() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let out = std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(|fd| std::fs::File::from(fd).metadata());
+    match (out, std::fs::metadata("/dev/null")) {
+        (Ok(o), Ok(n)) => o.file_type().is_char_device() && o.rdev() == n.rdev(),
+        _ => false,
+    }
+}
+
+/// `-D`: every interface of this network namespace with its index and state.
+fn list_interfaces() -> Result<ExitCode, Failure> {
+    use tapflow_sys::iface;
+    let names = iface::names().map_err(|e| Failure::Runtime(e.to_string()))?;
+    let mut rows: Vec<(u32, String)> = names
+        .into_iter()
+        .filter_map(|n| iface::index(&n).ok().map(|i| (i, n)))
+        .collect();
+    rows.sort();
+    let mut out = String::new();
+    for (i, name) in &rows {
+        let mut state = Vec::new();
+        if let Ok(f) = iface::flags(name) {
+            state.push(if f.up { "Up" } else { "Down" });
+            if f.running {
+                state.push("Running");
+            }
+            if f.promisc {
+                state.push("Promiscuous");
+            }
+        }
+        if name == "lo" {
+            state.push("Loopback");
+        }
+        let speed = iface::speed_mbps(name).map_or(String::new(), |s| format!(" {s} Mbit/s"));
+        out.push_str(&format!("{i}.{name} [{}]{speed}\n", state.join(", ")));
+    }
+    print!("{out}");
+    Ok(ExitCode::SUCCESS)
+}
+
 /// The `.part` file a run with output `base` creates first.
 pub(crate) fn first_part(base: &std::path::Path, cfg: &CaptureConfig) -> PathBuf {
+    if is_timed(base) {
+        let named = timed_path(base, std::time::SystemTime::now()).unwrap_or(base.to_path_buf());
+        let multi = matches!(&cfg.input, Input::Live(r) if r.threads > 1);
+        return part_path(&output_path(&named, multi.then_some(0), None));
+    }
     let rotating = cfg
         .file
         .as_ref()

@@ -5,14 +5,14 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tapflow_engine::sink::flow::export::ExportRate;
 
-use crate::size::{parse_rate, parse_size};
+use crate::units;
 
-fn parse_u32_size(s: &str) -> Result<u32, String> {
-    u32::try_from(parse_size(s)?).map_err(|_| format!("'{s}' is too large"))
-}
-
-fn parse_usize_size(s: &str) -> Result<usize, String> {
-    usize::try_from(parse_size(s)?).map_err(|_| format!("'{s}' is too large"))
+/// `--export-rate`: `auto`, `max`, or a count of messages a second (`2k`).
+fn export_rate(s: &str) -> Result<ExportRate, String> {
+    match units::count(s) {
+        Ok(n) => n.to_string().parse(),
+        Err(_) => s.parse(),
+    }
 }
 
 /// tapflow: line-rate passive network monitor.
@@ -22,6 +22,10 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// Read options from this TOML file, whose keys are the subcommand's long flags
+    /// (`rotate-seconds = "1h"`); a flag given here wins over its key.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 /// The subcommands.
@@ -62,12 +66,41 @@ pub enum Command {
     /// Anonymise the IP addresses of a capture file (Crypto-PAn, prefix-preserving, keyed),
     /// fixing the checksums over them; pcap, pcapng, compressed or not.
     Anonymize(AnonymizeArgs),
+    /// Writes the man pages and shell completions made from these definitions (for
+    /// installers: scripts/install.sh runs it).
+    #[command(hide = true)]
+    Generate(GenerateArgs),
+}
+
+/// `tapflow generate`.
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// What to write.
+    #[command(subcommand)]
+    pub what: GenerateWhat,
+}
+
+/// What `tapflow generate` writes.
+#[derive(Debug, Subcommand)]
+pub enum GenerateWhat {
+    /// One man page per command (tapflow.1, tapflow-capture.1, ...) into DIR.
+    Man {
+        /// The directory to write the pages in.
+        dir: PathBuf,
+    },
+    /// The completion script for a shell, on stdout.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Which running capture to talk to.
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
-    /// The capture on this interface (its control socket /run/tapflow/IFACE.sock).
+    /// The capture on this interface in this network namespace (its control socket
+    /// /run/tapflow/IFACE.NETNS.PID.sock).
     #[arg(short = 'i', long, conflicts_with = "control", global = true)]
     pub interface: Option<String>,
     /// The capture serving this control socket (default: the only one in /run/tapflow).
@@ -116,8 +149,9 @@ pub struct StatsArgs {
     /// The capture.
     #[command(flatten)]
     pub probe: ProbeArgs,
-    /// Print again every this many seconds, with rates, until interrupted.
-    #[arg(long, value_name = "SECONDS")]
+    /// Print again at this interval (`1`, `500ms`, `1m`; seconds), with rates, until
+    /// interrupted.
+    #[arg(long, value_name = "DURATION", value_parser = units::secs)]
     pub watch: Option<f64>,
     /// One JSON object (total and per worker) instead of the table.
     #[arg(long)]
@@ -137,8 +171,8 @@ pub struct CheckArgs {
     /// Critical thresholds DROP,RATE, as for -w.
     #[arg(short = 'c', long, value_name = "DROP,RATE")]
     pub critical: Option<String>,
-    /// Seconds between the two readings the rates come from.
-    #[arg(long, default_value_t = 1.0)]
+    /// Time between the two readings the rates come from (`1`, `500ms`; seconds).
+    #[arg(long, default_value = "1", value_name = "DURATION", value_parser = units::secs)]
     pub interval: f64,
 }
 
@@ -162,22 +196,31 @@ pub enum ProtoArg {
 
 /// `tapflow capture`.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("input").required(true).args(["interface", "read"])))]
+#[command(group(
+    clap::ArgGroup::new("input").required(true).args(["interface", "read", "list_interfaces"])
+))]
 pub struct CaptureArgs {
     /// Interface to capture on.
     #[arg(short = 'i', long)]
     pub interface: Option<String>,
-    /// Capture file to read instead (pcap or pcapng).
+    /// Capture file to read instead (pcap or pcapng; `-`: standard input, read to its end).
     #[arg(short = 'r', long)]
     pub read: Option<PathBuf>,
-    /// Output file (written as NAME.part, renamed when complete).
+    /// Print the interfaces that can be captured on, with their state, and exit (as tcpdump
+    /// -D).
+    #[arg(short = 'D', long)]
+    pub list_interfaces: bool,
+    /// Output file (written as NAME.part, renamed when complete; `-`: standard output, as a
+    /// stream for `tshark -r -`). With strftime conversions (`-w t-%Y%m%d-%H%M%S.pcap`) each
+    /// file is named by the local time it opens. Without -w, --forward or a flow output,
+    /// `capture` prints one line per packet.
     #[arg(short = 'w', long)]
     pub write: Option<PathBuf>,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = FormatArg::Pcapng)]
-    pub format: FormatArg,
-    /// Bytes of each packet to keep.
-    #[arg(short = 's', long, default_value = "128", value_parser = parse_u32_size)]
+    /// Output format (default: from -w's name, `.pcap` classic pcap, pcapng otherwise).
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
+    /// Bytes of each packet to keep (`0`: the whole packet, up to 256K).
+    #[arg(short = 's', long, default_value = "128", value_parser = units::size_u32)]
     pub snaplen: u32,
     /// Do not put the interface in promiscuous mode (as tcpdump -p): only traffic to and from
     /// this host is seen.
@@ -187,56 +230,77 @@ pub struct CaptureArgs {
     /// on an interface, in user space on a file (`-r`).
     #[arg(short = 'f', long)]
     pub filter: Option<String>,
-    /// Rule file: only packets a rule matches are kept (5-tuples with masks, docs/rules.md);
-    /// changed while capturing with `tapflow rules`.
+    /// Rule file: only packets a rule matches are kept; one rule a line, `NAME [proto P]
+    /// [src PREFIX] [dst PREFIX] [sport RANGE] [dport RANGE] [both]`, `#` comments; changed
+    /// while capturing with `tapflow rules`.
     #[arg(long, value_name = "FILE")]
     pub rules: Option<PathBuf>,
     /// Control socket for `tapflow rules`, `stats` and `check` (live capture default:
-    /// /run/tapflow/IFACE.sock; `none`: no socket).
+    /// /run/tapflow/IFACE.NETNS.PID.sock, which they find with -i IFACE; `none`: no socket).
     #[arg(long, value_name = "PATH|none")]
     pub control: Option<String>,
     /// Serve Prometheus metrics on http://[ADDR:]PORT/metrics (address 127.0.0.1 unless
     /// given).
-    #[arg(long, value_name = "[ADDR:]PORT")]
-    pub metrics: Option<String>,
+    #[arg(long, value_name = "[ADDR:]PORT", value_parser = units::listen_loopback)]
+    pub metrics: Option<std::net::SocketAddr>,
     /// Once the inputs are open, and before any output is, become this user, with no
     /// capability left (as tcpdump -Z; default: the `tapflow` user if it exists; `root` keeps
     /// root).
     #[arg(short = 'Z', long = "relinquish-privileges", value_name = "USER")]
     pub user: Option<String>,
     /// Workers in one PACKET_FANOUT group (symmetric hash), each with its own ring and file.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value = "1", value_parser = units::count_usize)]
     pub threads: usize,
     /// PACKET_FANOUT group id (default: derived from the process id).
     #[arg(long)]
     pub fanout_group: Option<u16>,
-    /// Stop after this many packets are recorded.
-    #[arg(short = 'c', long)]
+    /// Stop after this many packets are recorded (`1000`, `10k`, `1M`).
+    #[arg(short = 'c', long, value_name = "COUNT", value_parser = units::count)]
     pub count: Option<u64>,
-    /// Stop after this many seconds.
-    #[arg(long)]
+    /// Stop after this long (`30`, `90s`, `5m`, `1h`; seconds).
+    #[arg(long, value_name = "DURATION", value_parser = units::secs)]
     pub duration: Option<f64>,
-    /// Ring block size (tp_block_size): a power-of-two multiple of the page size.
-    #[arg(long, value_parser = parse_size)]
+    /// Ring block size (tp_block_size): a power-of-two multiple of the page size (`1M`).
+    #[arg(long, value_name = "SIZE", value_parser = units::size)]
     pub block_size: Option<u64>,
     /// Ring blocks per worker (tp_block_nr); default holds 50 ms of line-rate traffic.
-    #[arg(long)]
+    #[arg(long, value_name = "COUNT", value_parser = units::count_u32)]
     pub block_count: Option<u32>,
-    /// Block retire timeout in ms (tp_retire_blk_tov): the latency bound on quiet links.
-    #[arg(long, default_value_t = 10)]
+    /// Block retire timeout (tp_retire_blk_tov; `10`, `0.5s`; milliseconds): the latency
+    /// bound on quiet links.
+    #[arg(long, default_value = "10", value_name = "DURATION", value_parser = units::millis_u32)]
     pub retire_ms: u32,
-    /// Start a new file after this many bytes.
-    #[arg(long, value_parser = parse_size)]
+    /// Start a new file after this many bytes (`100M`, `1G`).
+    #[arg(long, value_name = "SIZE", value_parser = units::size)]
     pub rotate_size: Option<u64>,
-    /// Start a new file after this many seconds.
-    #[arg(long)]
+    /// Start a new file after this many millions of bytes, as tcpdump -C (`100`; or a size
+    /// with its unit, `100M`).
+    #[arg(short = 'C', long, value_name = "MB", value_parser = units::size_mb, conflicts_with = "rotate_size")]
+    pub file_size: Option<u64>,
+    /// Start a new file after this long (`3600`, `15m`, `1h`; seconds; tcpdump's -G).
+    #[arg(short = 'G', long, value_name = "DURATION", value_parser = units::secs)]
     pub rotate_seconds: Option<f64>,
+    /// Keep at most this many files per worker, removing the oldest: a ring of files (as
+    /// tcpdump -W; needs rotation).
+    #[arg(short = 'W', long, value_name = "COUNT", value_parser = units::count_usize)]
+    pub file_count: Option<usize>,
     /// No live status line.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    /// A run that lost packets (dropped by the kernel or by tapflow) exits with code 1.
+    #[arg(long)]
+    pub strict: bool,
     /// Write the final accounting as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
+    /// The capture filter as trailing words, as tcpdump takes it (`tapflow capture -i eth0
+    /// tcp port 443`): the same as -f.
+    #[arg(
+        value_name = "EXPRESSION",
+        trailing_var_arg = true,
+        conflicts_with = "filter"
+    )]
+    pub expression: Vec<String>,
     /// Forward header records in UDP datagrams to these collectors (`tapflow recv`).
     #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]", value_delimiter = ',')]
     pub forward: Vec<String>,
@@ -245,11 +309,13 @@ pub struct CaptureArgs {
     pub balance: BalanceArg,
     /// Size of the IP packets carrying the datagrams (default: the route's MTU to the first
     /// collector; 1500, 4124, 9000, up to 65535 on loopback).
-    #[arg(long, requires = "forward")]
+    #[arg(long, value_name = "SIZE", value_parser = units::size_u32, requires = "forward")]
     pub mtu: Option<u32>,
-    /// A datagram leaves at the latest this many ms after its first record.
-    #[arg(long, default_value_t = 10, requires = "forward")]
-    pub flush_ms: u64,
+    /// A datagram leaves at the latest this long after its first record (`10`, `0.1s`;
+    /// milliseconds).
+    #[arg(long, default_value = "10", value_name = "DURATION", value_parser = units::millis_u32,
+          requires = "forward")]
+    pub flush_ms: u32,
     /// This probe's id in the datagrams (the collector names its interface after it).
     #[arg(long, default_value_t = 0, requires = "forward")]
     pub probe_id: u32,
@@ -298,23 +364,25 @@ pub struct FlowArgs {
     /// Write flow records as CSV to this file ('-' for stdout).
     #[arg(long, value_name = "PATH|-")]
     pub csv: Option<PathBuf>,
-    /// A flow record never spans more than this many seconds; the flow continues in a new one.
-    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    /// A flow record never spans more than this long (`300`, `5m`; seconds); the flow
+    /// continues in a new one.
+    #[arg(long, value_name = "DURATION", default_value = "300", value_parser = units::secs_u64)]
     pub active_timeout: u64,
-    /// End a flow after this many seconds without a packet; repeat with PROTO= for one
-    /// protocol class (tcp, udp, icmp, other, closed = TCP after FIN both ways or RST).
+    /// End a flow after this long without a packet (`60`, `2m`; seconds); repeat with PROTO=
+    /// for one protocol class (tcp, udp, icmp, other, closed = TCP after FIN both ways or RST).
     /// Defaults: tcp=300 udp=60 icmp=60 other=60 closed=5.
-    #[arg(long, value_name = "[PROTO=]SECS", value_delimiter = ',')]
+    #[arg(long, value_name = "[PROTO=]DURATION", value_delimiter = ',')]
     pub idle_timeout: Vec<String>,
-    /// Most flows held at once, over all workers; the oldest is ended (reason 5) for a new one.
-    #[arg(long, default_value = "2000000", value_parser = parse_usize_size)]
+    /// Most flows held at once, over all workers (`2M`); the oldest is ended (reason 5) for a
+    /// new one.
+    #[arg(long, default_value = "2M", value_name = "COUNT", value_parser = units::count_usize)]
     pub max_flows: usize,
     /// IPFIX observation domain (NetFlow v9 source id).
     #[arg(long, default_value_t = 1)]
     pub observation_domain: u32,
     /// Largest IP packet sent to a UDP collector (IPFIX/NetFlow messages are sized to fit;
     /// default: the MTU of the route to each collector, at most 9000).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "SIZE", value_parser = units::size_u32)]
     pub export_mtu: Option<u32>,
     /// Pace of the messages to each UDP collector. 'auto' (the default): 1.5 MB/s, i.e. 166
     /// messages of 9000 bytes a second or 1000 of 1500 bytes, which a default nfcapd on the
@@ -323,7 +391,7 @@ pub struct FlowArgs {
     /// most of a burst. Paced, an offline run of a big trace takes time: the records of 100k
     /// flows (935 messages of 9000 bytes) take about 6 s. Where loss matters, export over TCP
     /// (ipfix+tcp://), which is never paced.
-    #[arg(long, value_name = "auto|MSGS|max", default_value_t)]
+    #[arg(long, value_name = "auto|MSGS|max", default_value = "auto", value_parser = export_rate)]
     pub export_rate: ExportRate,
 }
 
@@ -346,8 +414,8 @@ pub enum BalanceArg {
 /// `tapflow recv`.
 #[derive(Debug, Args)]
 pub struct RecvArgs {
-    /// Address and UDP port to receive datagrams on.
-    #[arg(short = 'l', long, value_name = "ADDR:PORT")]
+    /// UDP port to receive datagrams on, on every address (`5000`) or one (`ADDR:PORT`).
+    #[arg(short = 'l', long, value_name = "[ADDR:]PORT", value_parser = units::listen_any)]
     pub listen: std::net::SocketAddr,
     /// Output file (pcapng; written as NAME.part, renamed when complete).
     #[arg(short = 'w', long)]
@@ -355,27 +423,27 @@ pub struct RecvArgs {
     /// Accept datagrams only from these networks (CIDR, e.g. 10.0.0.0/8,192.0.2.7).
     #[arg(long, value_name = "CIDR[,CIDR...]", value_delimiter = ',')]
     pub allow: Vec<String>,
-    /// Start a new file after this many bytes.
-    #[arg(long, value_parser = parse_size)]
+    /// Start a new file after this many bytes (`100M`, `1G`).
+    #[arg(long, value_name = "SIZE", value_parser = units::size)]
     pub rotate_size: Option<u64>,
-    /// Start a new file after this many seconds.
-    #[arg(long)]
+    /// Start a new file after this long (`3600`, `15m`, `1h`; seconds).
+    #[arg(long, value_name = "DURATION", value_parser = units::secs)]
     pub rotate_seconds: Option<f64>,
     /// Socket receive buffer (SO_RCVBUF).
-    #[arg(long, default_value = "64M", value_parser = parse_usize_size)]
+    #[arg(long, default_value = "64M", value_name = "SIZE", value_parser = units::size_usize)]
     pub rcvbuf: usize,
     /// Serve Prometheus metrics (totals, bad datagrams by sender and reason, each probe
     /// interface's records and losses) on http://[ADDR:]PORT/metrics (address 127.0.0.1 unless
     /// given).
-    #[arg(long, value_name = "[ADDR:]PORT")]
-    pub metrics: Option<String>,
+    #[arg(long, value_name = "[ADDR:]PORT", value_parser = units::listen_loopback)]
+    pub metrics: Option<std::net::SocketAddr>,
     /// Once the inputs are open, and before any output is, become this user, with no
     /// capability left (as tcpdump -Z; default: the `tapflow` user if it exists; `root` keeps
     /// root).
     #[arg(short = 'Z', long = "relinquish-privileges", value_name = "USER")]
     pub user: Option<String>,
-    /// Stop after this many seconds.
-    #[arg(long)]
+    /// Stop after this long (`30`, `90s`, `5m`, `1h`; seconds).
+    #[arg(long, value_name = "DURATION", value_parser = units::secs)]
     pub duration: Option<f64>,
     /// No live status line.
     #[arg(short = 'q', long)]
@@ -400,19 +468,19 @@ pub struct GenArgs {
     #[arg(short = 'i', long)]
     pub interface: String,
     /// Ethernet frame length without FCS (60 to 9000, and at most the MTU + 14).
-    #[arg(long, default_value = "60", value_parser = parse_usize_size)]
+    #[arg(long, default_value = "60", value_name = "SIZE", value_parser = units::size_usize)]
     pub size: usize,
-    /// Frames to send.
-    #[arg(short = 'c', long)]
+    /// Frames to send (`1000`, `10k`, `1M`).
+    #[arg(short = 'c', long, value_name = "COUNT", value_parser = units::count)]
     pub count: Option<u64>,
-    /// Seconds to send for.
-    #[arg(long)]
+    /// Send for this long (`30`, `90s`, `5m`; seconds).
+    #[arg(long, value_name = "DURATION", value_parser = units::secs)]
     pub duration: Option<f64>,
-    /// Frames per second (default: as fast as possible).
-    #[arg(long)]
+    /// Frames per second (`10k`, `1.488M`; default: as fast as possible).
+    #[arg(long, value_name = "RATE", value_parser = units::count)]
     pub rate: Option<u64>,
     /// Distinct flows (source ports).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value = "1", value_name = "COUNT", value_parser = units::count_u32)]
     pub flows: u32,
     /// Transport protocol.
     #[arg(long, value_enum, default_value_t = ProtoArg::Udp)]
@@ -445,7 +513,8 @@ pub struct GenArgs {
         short = 'l',
         long = "loop",
         value_name = "N",
-        default_value_t = 1,
+        default_value = "1",
+        value_parser = units::count,
         requires = "replay"
     )]
     pub loops: u64,
@@ -470,11 +539,14 @@ pub struct DoctorArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Explain the checks that pass too (by default they take one line each).
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
     /// Workers the capture will run (checked against the NIC's receive queues).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value = "1", value_parser = units::count_usize)]
     pub threads: usize,
     /// Bytes of each packet the capture will keep (checked against the MTU).
-    #[arg(short = 's', long, default_value = "128", value_parser = parse_u32_size)]
+    #[arg(short = 's', long, default_value = "128", value_parser = units::size_u32)]
     pub snaplen: u32,
 }
 
@@ -483,47 +555,48 @@ pub struct DoctorArgs {
 pub struct PlanArgs {
     /// Packets per second on the link (`200k`, `1.488M`); by default the line rate of
     /// --frame-size frames at --speed or at the speed of -i.
-    #[arg(long, value_parser = parse_rate, value_name = "PPS")]
+    #[arg(long, value_parser = units::rate, value_name = "PPS")]
     pub rate: Option<f64>,
-    /// Link speed in Mbit/s, for the line rate.
-    #[arg(long, value_name = "MBITS", conflicts_with = "rate")]
+    /// Link speed in Mbit/s (`10k` for 10 Gbit/s), for the line rate.
+    #[arg(long, value_name = "MBITS", value_parser = units::count_u32, conflicts_with = "rate")]
     pub speed: Option<u32>,
     /// The interface whose link speed sets the line rate.
     #[arg(short = 'i', long, conflicts_with_all = ["rate", "speed"])]
     pub interface: Option<String>,
     /// Frame size on the wire in bytes, FCS included (64 is the worst case).
-    #[arg(long, default_value_t = 64, value_name = "BYTES")]
+    #[arg(long, default_value = "64", value_name = "SIZE", value_parser = units::size_u32)]
     pub frame_size: u32,
     /// Bytes kept of each packet, as for capture.
-    #[arg(short = 's', long, default_value = "128", value_parser = parse_u32_size)]
+    #[arg(short = 's', long, default_value = "128", value_parser = units::size_u32)]
     pub snaplen: u32,
     /// Fanout members sharing the rate.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value = "1", value_parser = units::count_usize)]
     pub threads: usize,
-    /// Block retire timeout in ms, as for capture.
-    #[arg(long, default_value_t = 10)]
+    /// Block retire timeout (milliseconds), as for capture.
+    #[arg(long, default_value = "10", value_name = "DURATION", value_parser = units::millis_u32)]
     pub retire_ms: u32,
-    /// The consumer's cost per packet in ns (default: measured by bench/plan.py for capture
-    /// writing pcapng).
-    #[arg(long, value_name = "NS")]
+    /// The consumer's cost per packet (`85`, `0.1us`; nanoseconds; default: measured by
+    /// bench/plan.py for capture writing pcapng).
+    #[arg(long, value_name = "DURATION", value_parser = units::nanos)]
     pub cost_ns: Option<f64>,
-    /// The consumer's cost per block in ns (default: measured by bench/plan.py).
-    #[arg(long, value_name = "NS")]
+    /// The consumer's cost per block (nanoseconds; default: measured by bench/plan.py).
+    #[arg(long, value_name = "DURATION", value_parser = units::nanos)]
     pub block_cost_ns: Option<f64>,
-    /// The stall of the consumer the recommended ring rides out without loss, in ms.
-    #[arg(long, default_value_t = 50.0, value_name = "MS")]
+    /// The stall of the consumer the recommended ring rides out without loss (`50`, `0.1s`;
+    /// milliseconds).
+    #[arg(long, default_value = "50", value_name = "DURATION", value_parser = units::millis)]
     pub hold_ms: f64,
     /// Ring memory per member at most (`64M`, `1G`).
-    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    #[arg(long, value_parser = units::size, value_name = "SIZE")]
     pub memory: Option<u64>,
     /// Judge this block size instead of recommending one.
-    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    #[arg(long, value_parser = units::size, value_name = "SIZE")]
     pub block_size: Option<u64>,
     /// Judge this many blocks instead of recommending a count.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "COUNT", value_parser = units::count_u32)]
     pub block_count: Option<u32>,
-    /// Predict the loss when the consumer stops for this many ms.
-    #[arg(long, value_name = "MS")]
+    /// Predict the loss when the consumer stops for this long (`20`, `0.1s`; milliseconds).
+    #[arg(long, value_name = "DURATION", value_parser = units::millis)]
     pub stall_ms: Option<f64>,
     /// Predict the loss in a burst of RATE packets/s lasting MS milliseconds (`3M:50`).
     #[arg(long, value_name = "RATE:MS")]
@@ -544,7 +617,7 @@ pub struct ConsoleArgs {
     #[arg(long, value_name = "DIR", required_unless_present = "hash_password")]
     pub store: Option<PathBuf>,
     /// Where to listen. A non-loopback address needs --http-auth.
-    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8080")]
+    #[arg(long, value_name = "[HOST:]PORT", default_value = "127.0.0.1:8080", value_parser = units::listen_loopback)]
     pub http: std::net::SocketAddr,
     /// Credentials: `user:hash` lines, argon2 (`tapflow console --hash-password`) or bcrypt
     /// (`htpasswd -nB user`) hashes; every request then needs HTTP Basic authentication.
@@ -638,7 +711,7 @@ pub struct StoreArgs {
     #[arg(long, value_parser = tapflow_store::retention::parse_age, value_name = "AGE")]
     pub retain: Option<std::time::Duration>,
     /// Keep the store under this size, deleting the oldest flow files first (`50G`).
-    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    #[arg(long, value_parser = units::size, value_name = "SIZE")]
     pub retain_size: Option<u64>,
     /// zstd level of the files (1 to 22).
     #[arg(long, default_value_t = 9, value_parser = clap::value_parser!(i32).range(1..=22), value_name = "N")]
@@ -686,7 +759,7 @@ pub struct AnonymizeArgs {
     #[arg(long, value_enum, default_value_t = FormatArg::Pcapng)]
     pub format: FormatArg,
     /// Bytes of each packet to keep (default: all of them).
-    #[arg(short = 's', long, value_parser = parse_u32_size)]
+    #[arg(short = 's', long, value_parser = units::size_u32)]
     pub snaplen: Option<u32>,
     /// No progress output.
     #[arg(short = 'q', long)]

@@ -40,7 +40,7 @@ pub fn run(a: DoctorArgs) -> Result<ExitCode, Failure> {
     let out = if a.json {
         json_line(&DoctorJson::new(&readings, &findings, &changes))?
     } else {
-        text(&readings, &findings, &changes, a.fix)
+        text(&readings, &findings, &changes, a.fix, a.verbose)
     };
     print!("{out}");
     Ok(if warnings(&findings) == 0 {
@@ -50,8 +50,15 @@ pub fn run(a: DoctorArgs) -> Result<ExitCode, Failure> {
     })
 }
 
-/// The human report: a header line, the changes made, the findings (warnings first), a total.
-fn text(r: &Readings, findings: &[Finding], changes: &[Change], fixed: bool) -> String {
+/// The human report: a header line, the changes made, the findings (problems first, each with
+/// its explanation and fix; a passing check on one line, explained with `verbose`), a total.
+fn text(
+    r: &Readings,
+    findings: &[Finding],
+    changes: &[Change],
+    fixed: bool,
+    verbose: bool,
+) -> String {
     let mut s = String::new();
     let mut head = format!("tapflow doctor: {}", r.ifname);
     if let Support::Supported(d) = &r.driver {
@@ -90,6 +97,9 @@ fn text(r: &Readings, findings: &[Finding], changes: &[Change], fixed: bool) -> 
     sorted.sort_by_key(|f| std::cmp::Reverse(f.severity));
     for f in sorted {
         let _ = writeln!(s, "{:<9}{}", f.severity.name(), f.what);
+        if f.severity == Severity::Ok && !verbose {
+            continue;
+        }
         if !f.why.is_empty() {
             wrap(&mut s, &f.why, 9);
         }

@@ -85,17 +85,22 @@ pub fn run(a: GenArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
         rate: a.rate,
     };
     let quiet = a.quiet;
-    let mut last = Duration::ZERO;
+    let mut last = (Duration::ZERO, 0);
+    let mut live = crate::report::LiveLine::new();
     let report = generator::run(&cfg, stop, &mut |sent, at| {
-        if !quiet && at - last >= Duration::from_secs(1) {
-            last = at;
-            eprintln!(
-                "tapflow gen: {sent} frames queued after {:.1} s",
-                at.as_secs_f64()
-            );
+        if !quiet && at - last.0 >= Duration::from_secs(1) {
+            let pps = (sent - last.1) as f64 / (at - last.0).as_secs_f64();
+            last = (at, sent);
+            live.show(&format!(
+                "tapflow gen: {} frames queued after {:.1} s, {} frames/s",
+                crate::units::format_count(sent as f64),
+                at.as_secs_f64(),
+                crate::units::format_count(pps)
+            ));
         }
-    })
-    .map_err(Failure::from_engine)?;
+    });
+    live.clear();
+    let report = report.map_err(Failure::from_engine)?;
     let pps = report.sent as f64 / report.seconds.max(1e-9);
     let mbps = report.bytes as f64 * 8.0 / report.seconds.max(1e-9) / 1e6;
     let reasons = failure_reasons(&report);

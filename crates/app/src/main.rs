@@ -4,9 +4,11 @@ mod anonymize_cmd;
 mod capture_cmd;
 mod check_cmd;
 mod cli;
+mod config;
 mod console_cmd;
 mod doctor_cmd;
 mod gen_cmd;
+mod generate_cmd;
 mod import_cmd;
 mod plan_cmd;
 mod privileges;
@@ -14,9 +16,9 @@ mod query_cmd;
 mod recv_cmd;
 mod report;
 mod rules_cmd;
-mod size;
 mod stats_cmd;
 mod svg;
+mod units;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -94,8 +96,36 @@ fn one_line(text: &str) -> String {
     para.join(" ").trim_start_matches("error: ").to_string()
 }
 
+/// The help that fits a usage error: the subcommand's (`tapflow capture --help`), or the
+/// top level's when no subcommand was named.
+fn help_hint(args: impl Iterator<Item = String>) -> String {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let mut path = vec!["tapflow".to_string()];
+    let mut at = &cmd;
+    for arg in args {
+        match at.find_subcommand(&arg) {
+            Some(sub) => {
+                path.push(sub.get_name().to_string());
+                at = sub;
+            }
+            None if arg.starts_with('-') => {}
+            None => break,
+        }
+    }
+    format!("{} --help", path.join(" "))
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let args = match config::expand(std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(msg) => {
+            eprintln!("tapflow: error: {msg}");
+            eprintln!("tapflow: try '{}'", help_hint(std::env::args().skip(1)));
+            return ExitCode::from(2);
+        }
+    };
+    let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;
@@ -114,7 +144,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(check_cmd::UNKNOWN);
             }
             eprintln!("tapflow: error: {}", one_line(&e.render().to_string()));
-            eprintln!("tapflow: try 'tapflow --help'");
+            eprintln!("tapflow: try '{}'", help_hint(std::env::args().skip(1)));
             return ExitCode::from(2);
         }
     };
@@ -139,6 +169,7 @@ fn main() -> ExitCode {
         Command::Query(args) => query_cmd::run(&args),
         Command::Import(args) => import_cmd::run(&args),
         Command::Anonymize(args) => anonymize_cmd::run(&args, &stop),
+        Command::Generate(args) => generate_cmd::run(args),
     };
     match result {
         Ok(code) => code,
@@ -166,6 +197,15 @@ fn stop_on_signals() -> std::io::Result<Stop> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn usage_errors_point_at_the_subcommands_help() {
+        let hint = |args: &[&str]| help_hint(args.iter().map(|s| s.to_string()));
+        assert_eq!(hint(&["capture", "-i"]), "tapflow capture --help");
+        assert_eq!(hint(&["rules", "add"]), "tapflow rules add --help");
+        assert_eq!(hint(&["--bogus"]), "tapflow --help");
+        assert_eq!(hint(&["nosuch", "capture"]), "tapflow --help");
+    }
 
     #[test]
     fn clap_errors_become_one_line() {

@@ -11,8 +11,8 @@ use tapflow_wire::capfile::MAXIMUM_SNAPLEN;
 
 use crate::cli::PlanArgs;
 use crate::report::json_line;
-use crate::size::{self, format_size, parse_rate};
 use crate::svg;
+use crate::units::{self, format_size};
 use crate::{Failure, in_range};
 
 /// What the burst option asks: a rate and a length.
@@ -66,8 +66,11 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
                 .split_once(':')
                 .ok_or_else(|| bad(format!("--burst '{s}' is not RATE:MS (like 3M:50)")))?;
             Some(Burst {
-                rate: parse_rate(r).map_err(|e| bad(format!("--burst: {e}")))?,
-                length: ms_arg(l.parse().unwrap_or(f64::NAN), "--burst length")?,
+                rate: units::rate(r).map_err(|e| bad(format!("--burst: {e}")))?,
+                length: ms_arg(
+                    units::millis(l).map_err(|e| bad(format!("--burst: {e}")))?,
+                    "--burst length",
+                )?,
             })
         }
     };
@@ -96,11 +99,7 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode, Failure> {
     if let Some(n) = a.block_count {
         in_range("--block-count", n, 1, plan::MAX_BLOCK_COUNT)?;
     }
-    let block_size = a
-        .block_size
-        .map(size::block_size)
-        .transpose()
-        .map_err(bad)?;
+    let block_size = a.block_size.map(block_size).transpose().map_err(bad)?;
     let record = plan::ring_record_bytes(plan::kept_bytes(a.frame_size, a.snaplen));
     let work = Workload {
         rate: link_rate / a.threads as f64,
@@ -445,5 +444,27 @@ impl<'a> PlanJson<'a> {
                 loss,
             }),
         }
+    }
+}
+
+/// A ring block size (`--block-size`): a power of two from 4K to 1G.
+pub(crate) fn block_size(bytes: u64) -> Result<u32, String> {
+    match u32::try_from(bytes) {
+        Ok(b) if b.is_power_of_two() && (plan::PAGE..=plan::MAX_BLOCK_SIZE).contains(&b) => Ok(b),
+        _ => Err(format!(
+            "--block-size {bytes} must be a power of two from 4K to 1G"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_sizes_are_powers_of_two_from_a_page() {
+        assert_eq!(block_size(65536), Ok(65536));
+        assert!(block_size(3000).is_err() && block_size(2048).is_err());
+        assert!(block_size(2 << 30).is_err());
     }
 }

@@ -61,10 +61,11 @@ pub fn run(a: RecvArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
             l.rcvbuf / 1024
         );
     };
+    let mut live = crate::report::LiveLine::new();
     let mut tick = |t: &pipeline::Tick| {
         if !quiet && !t.elapsed.is_zero() {
             let l = read();
-            eprintln!(
+            live.show(&format!(
                 "tapflow recv: {:.0} s, {} probes, {} records, {} lost in transit, {} lost on probes, \
                  {} bad datagrams, {} refused",
                 t.elapsed.as_secs_f64(),
@@ -74,11 +75,12 @@ pub fn run(a: RecvArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
                 t.totals.dropped_kernel,
                 l.bad_total(),
                 l.refused,
-            );
+            ));
         }
         (!quiet).then_some(Duration::from_secs(1))
     };
     let (summary, err) = pipeline::run(&cfg, stop, &mut ready, &mut tick);
+    live.clear();
     let summary = ReceiverSummary {
         ledger: read(),
         files: summary.sinks.file.map(|f| f.files).unwrap_or_default(),
@@ -135,17 +137,16 @@ fn config(a: &RecvArgs, ledger: &Arc<Mutex<Ledger>>) -> Result<CaptureConfig, Fa
             rotate_bytes: a.rotate_size,
             rotate_every: secs(a.rotate_seconds, "--rotate-seconds")?,
             isb_every: Duration::from_secs(1),
+            keep: None,
         }),
         count: None,
         duration: secs(a.duration, "--duration")?,
+        print: false,
         forward: None,
         flows: crate::capture_cmd::flow_config(&a.flows, false)?,
         rules: None,
         control: None,
-        metrics: match &a.metrics {
-            Some(m) => Some(crate::capture_cmd::metrics_addr(m)?),
-            None => None,
-        },
+        metrics: a.metrics,
         drop_privileges: None,
         anonymize: None,
     })

@@ -14,12 +14,66 @@ use tapflow_engine::sink::forward::ForwardReport;
 
 use crate::Failure;
 
-/// Prints one status line a second on stderr (rewriting it in place on a terminal).
+/// The live line of a running command on stderr: on a terminal one line, cut to the
+/// terminal's width and rewritten in place; elsewhere (a log, the journal) one line each time.
+#[derive(Debug)]
+pub struct LiveLine {
+    tty: bool,
+    shown: bool,
+}
+
+impl LiveLine {
+    /// A live line on stderr.
+    pub fn new() -> LiveLine {
+        LiveLine {
+            tty: std::io::stderr().is_terminal(),
+            shown: false,
+        }
+    }
+
+    /// Shows `line`.
+    pub fn show(&mut self, line: &str) {
+        let mut err = std::io::stderr().lock();
+        if self.tty {
+            // One column spare: a line filling the last one wraps on some terminals.
+            let width = console::Term::stderr()
+                .size_checked()
+                .map_or(80, |(_, cols)| usize::from(cols))
+                .saturating_sub(1)
+                .max(20);
+            let cut: String = line.chars().take(width).collect();
+            let _ = write!(err, "\r\x1b[K{cut}");
+            self.shown = true;
+        } else {
+            let _ = writeln!(err, "{line}");
+        }
+        let _ = err.flush();
+    }
+
+    /// Clears the line from a terminal, before the lines that stay.
+    pub fn clear(&mut self) {
+        if self.tty && self.shown {
+            let _ = write!(std::io::stderr(), "\r\x1b[K");
+            self.shown = false;
+        }
+    }
+}
+
+/// A rate in bits a second the way people read it: `950 bit/s`, `12.3 Mbit/s`, `1.49 Gbit/s`.
+pub fn bits(per_second: f64) -> String {
+    let n = crate::units::format_count(per_second);
+    match n.chars().last() {
+        Some(c @ ('k' | 'M' | 'G')) => format!("{} {c}bit/s", &n[..n.len() - 1]),
+        _ => format!("{n} bit/s"),
+    }
+}
+
+/// Prints one status line a second on stderr (see [`LiveLine`]).
 #[derive(Debug)]
 pub struct StatusLine {
     label: String,
     quiet: bool,
-    tty: bool,
+    line: LiveLine,
     last: Option<(Duration, Totals)>,
     bar: Option<indicatif::ProgressBar>,
 }
@@ -44,7 +98,7 @@ impl StatusLine {
         StatusLine {
             label: label.to_string(),
             quiet,
-            tty,
+            line: LiveLine::new(),
             last: None,
             bar,
         }
@@ -73,44 +127,29 @@ impl StatusLine {
         let secs = dt.as_secs_f64();
         let seen = |x: &Totals| x.recorded + x.dropped_kernel + x.dropped_ours;
         let pps = (seen(&t.totals) - seen(&prev).min(seen(&t.totals))) as f64 / secs;
-        let mbps = (t.totals.bytes.saturating_sub(prev.bytes)) as f64 * 8.0 / secs / 1e6;
+        let bps = (t.totals.bytes.saturating_sub(prev.bytes)) as f64 * 8.0 / secs;
         let drops = t.totals.dropped_kernel + t.totals.dropped_ours;
         let total = seen(&t.totals).max(1);
         let line = format!(
-            "{}: {} pps, {:.1} Mbit/s, {} recorded, {} dropped ({:.2}%)",
+            "{}: {} pkt/s, {}, {} recorded, {} dropped ({:.2}%)",
             self.label,
-            human(pps),
-            mbps,
-            t.totals.recorded,
-            drops,
+            crate::units::format_count(pps),
+            bits(bps),
+            crate::units::format_count(t.totals.recorded as f64),
+            crate::units::format_count(drops as f64),
             drops as f64 * 100.0 / total as f64
         );
-        let mut err = std::io::stderr().lock();
-        if self.tty {
-            let _ = write!(err, "\r\x1b[K{line}");
-        } else {
-            let _ = writeln!(err, "{line}");
-        }
+        self.line.show(&line);
         Some(EVERY)
     }
 
     /// Clears the status line or progress bar before the summary.
-    pub fn finish(&self) {
+    pub fn finish(&mut self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
-        } else if self.tty && self.last.is_some() {
-            let _ = write!(std::io::stderr(), "\r\x1b[K");
+        } else {
+            self.line.clear();
         }
-    }
-}
-
-fn human(x: f64) -> String {
-    if x >= 1e6 {
-        format!("{:.2}M", x / 1e6)
-    } else if x >= 1e3 {
-        format!("{:.1}k", x / 1e3)
-    } else {
-        format!("{x:.0}")
     }
 }
 

@@ -1,6 +1,7 @@
 //! `tapflow stats`: a running capture's statistics, read from its control socket (the counters
 //! `/metrics` serves), as a table per worker and in total, or as JSON.
 
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -20,29 +21,29 @@ pub(crate) fn control_path(p: &ProbeArgs) -> Result<PathBuf, Failure> {
     if let Some(path) = &p.control {
         return Ok(path.clone());
     }
-    if let Some(ifname) = &p.interface {
-        return Ok(control::default_path(ifname));
-    }
-    let dir = control::default_path("x")
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    let found: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map(|d| {
-            d.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "sock"))
-                .collect()
-        })
-        .unwrap_or_default();
+    let iface = p.interface.as_deref();
+    let found = control::find(iface);
+    let on = iface.map_or(String::new(), |i| format!(" on {i}"));
     match found.as_slice() {
         [one] => Ok(one.clone()),
         [] => Err(Failure::Runtime(format!(
-            "no running capture found in {} (give -i IFACE or --control PATH)",
-            dir.display()
+            "no running capture{on} in this network namespace has a control socket in {} \
+             (give --control PATH for one elsewhere)",
+            control::DIR
         ))),
         _ => Err(Failure::Usage(format!(
-            "{} captures are running: give -i IFACE or --control PATH",
-            found.len()
+            "{} captures{on} are running: give --control PATH, one of {}{}",
+            found.len(),
+            found
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            if iface.is_none() {
+                " (or -i IFACE)"
+            } else {
+                ""
+            }
         ))),
     }
 }
@@ -112,8 +113,8 @@ const ROWS: &[(&str, Value, Kind)] = &[
         Kind::Gauge,
     ),
     (
-        "mean rate (byte/s)",
-        |w| w.traffic.mean_rate_bytes_per_second(),
+        "mean rate (bit/s)",
+        |w| w.traffic.mean_rate_bytes_per_second() * 8.0,
         Kind::Gauge,
     ),
     (
@@ -213,6 +214,11 @@ pub fn run(a: StatsArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
         }
     };
     let mut before: Option<(Stats, Instant)> = None;
+    // On a terminal, --watch redraws one table in place; elsewhere the tables follow each other.
+    let redraw = every.is_some() && !a.json && std::io::stdout().is_terminal();
+    if redraw {
+        print!("\x1b[2J");
+    }
     loop {
         let now = read(&path)?;
         let at = Instant::now();
@@ -222,7 +228,14 @@ pub fn run(a: StatsArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
             let prev = before
                 .as_ref()
                 .map(|(r, t)| (r, at.duration_since(*t).as_secs_f64()));
-            print!("{}", table(&now, prev));
+            let text = table(&now, prev);
+            if redraw {
+                // Like top: home, the table, the rest of the screen cleared.
+                print!("\x1b[H{}\x1b[J", text.replace('\n', "\x1b[K\n"));
+            } else {
+                print!("{text}");
+            }
+            let _ = std::io::stdout().flush();
         }
         let Some(every) = every else {
             return Ok(ExitCode::SUCCESS);
@@ -235,7 +248,9 @@ pub fn run(a: StatsArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        println!();
+        if !redraw {
+            println!();
+        }
     }
 }
 

@@ -100,7 +100,7 @@ fn nonsense_sizes_are_named() {
     let f = p(&small_file(tmp.path()));
     expect_error(
         None,
-        &["capture", "-r", &f, "-q", "-s", "0"],
+        &["capture", "-r", &f, "-q", "-s", "300K"],
         Some(2),
         &["snaplen"],
     );

@@ -257,3 +257,43 @@ fn unknown_interface_is_a_one_line_usage_error() {
     );
     assert_clean_error(&o, Some(2), &["--threads 0"], "doctor --threads 0");
 }
+
+#[test]
+fn problems_come_first_and_passing_checks_take_one_line_unless_verbose() {
+    let p = VethPair::new("dv");
+    let short = stdout(&doctor(&p, &[]));
+    let long = stdout(&doctor(&p, &["-v"]));
+    let lines: Vec<&str> = short.lines().collect();
+    let severity = |l: &str| l.split_whitespace().next().unwrap_or("").to_string();
+    let rank = |s: &str| match s {
+        "warning" => 0,
+        "advice" => 1,
+        "ok" => 2,
+        _ => 3,
+    };
+    let findings: Vec<usize> = lines
+        .iter()
+        .filter(|l| !l.starts_with(' ') && !l.starts_with("tapflow doctor"))
+        .map(|l| rank(&severity(l)))
+        .collect();
+    assert!(
+        findings.contains(&2) && findings.iter().any(|&r| r < 2),
+        "{short}"
+    );
+    assert!(
+        findings.windows(2).all(|w| w[0] <= w[1]),
+        "problems first: {short}"
+    );
+    // An ok line is followed by the next finding, not an explanation; with -v it is explained.
+    for (i, l) in lines.iter().enumerate() {
+        if severity(l) == "ok" {
+            assert!(!lines[i + 1].starts_with(' '), "{short}");
+        }
+    }
+    let long_lines: Vec<&str> = long.lines().collect();
+    let explained = long_lines
+        .windows(2)
+        .any(|w| severity(w[0]) == "ok" && w[1].starts_with("         "));
+    assert!(explained, "-v explains the passing checks: {long}");
+    assert!(long.lines().count() > short.lines().count());
+}

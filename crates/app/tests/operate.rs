@@ -269,6 +269,7 @@ fn sample(text: &str, series: &str) -> f64 {
 #[test]
 fn statistics_reach_prometheus_and_tapflow_stats() {
     let p = VethPair::new("met");
+    let ifb = &p.if_b;
     let dir = tempfile::tempdir().unwrap();
     run_ok(Command::new("ip").args(["-n", &p.ns_b, "link", "set", "lo", "up"]));
     let rules = dir.path().join("r.rules");
@@ -291,19 +292,37 @@ fn statistics_reach_prometheus_and_tapflow_stats() {
     assert!(said.trim().is_empty(), "promtool lint: {said}");
     let sum_of = |name: &str| -> f64 {
         (0..2)
-            .map(|k| sample(&text, &format!("{name}{{worker=\"{k}\"}}")))
+            .map(|k| {
+                sample(
+                    &text,
+                    &format!("{name}{{interface=\"{ifb}\",worker=\"{k}\"}}"),
+                )
+            })
             .sum()
     };
     assert_eq!(sum_of("tapflow_received_total"), 5000.0);
     assert_eq!(sum_of("tapflow_traffic_packets_total"), 5000.0);
     assert_eq!(sum_of("tapflow_traffic_tcp_total"), 3000.0);
     assert_eq!(
-        sample(&text, "tapflow_rule_packets_total{rule=\"all\"}"),
+        sample(
+            &text,
+            &format!("tapflow_rule_packets_total{{interface=\"{ifb}\",rule=\"all\"}}")
+        ),
         5000.0
     );
     // Both fanout members saw traffic: the per-worker split is real.
-    assert!(sample(&text, "tapflow_received_total{worker=\"0\"}") > 0.0);
-    assert!(sample(&text, "tapflow_received_total{worker=\"1\"}") > 0.0);
+    assert!(
+        sample(
+            &text,
+            &format!("tapflow_received_total{{interface=\"{ifb}\",worker=\"0\"}}")
+        ) > 0.0
+    );
+    assert!(
+        sample(
+            &text,
+            &format!("tapflow_received_total{{interface=\"{ifb}\",worker=\"1\"}}")
+        ) > 0.0
+    );
     // tapflow stats reads the same counters over the control socket.
     let table = probe.ask_ok(&["stats"]);
     let row = |label: &str| -> Vec<String> {
@@ -329,7 +348,10 @@ fn statistics_reach_prometheus_and_tapflow_stats() {
         for key in ["received", "dropped_kernel", "dropped_ours"] {
             assert_eq!(
                 w(key),
-                sample(&text, &format!("tapflow_{key}_total{{worker=\"{k}\"}}")),
+                sample(
+                    &text,
+                    &format!("tapflow_{key}_total{{interface=\"{ifb}\",worker=\"{k}\"}}")
+                ),
                 "{key}: {json}\n{text}"
             );
         }
@@ -337,11 +359,26 @@ fn statistics_reach_prometheus_and_tapflow_stats() {
             w("traffic.tcp_syn"),
             sample(
                 &text,
-                &format!("tapflow_traffic_tcp_syn_total{{worker=\"{k}\"}}")
+                &format!("tapflow_traffic_tcp_syn_total{{interface=\"{ifb}\",worker=\"{k}\"}}")
             ),
             "{json}\n{text}"
         );
     }
+    // Rules replaced: the removed rule's counters stay at their last values, the new one starts.
+    let other = dir.path().join("o.rules");
+    std::fs::write(&other, "other proto icmp\n").unwrap();
+    probe.ask_ok(&["rules", "load", &s(&other)]);
+    let text = fetch_metrics(&p.ns_b, 9464);
+    let (ok, said) = promtool_check(&text);
+    assert!(ok && said.trim().is_empty(), "promtool: {said}\n{text}");
+    let rule = |name: &str| {
+        sample(
+            &text,
+            &format!("tapflow_rule_packets_total{{interface=\"{ifb}\",rule=\"{name}\"}}"),
+        )
+    };
+    assert_eq!(rule("all"), 5000.0, "{text}");
+    assert_eq!(rule("other"), 0.0, "{text}");
     let (sum, _) = probe.stop();
     assert_eq!(sum.received, 5000);
 }
@@ -619,7 +656,7 @@ fn a_link_flap_is_a_gap_in_the_capture_not_its_end() {
         "promtool check metrics: {said}\n{text}"
     );
     for k in 0..2 {
-        let series = |name: &str| format!("{name}{{worker=\"{k}\"}}");
+        let series = |name: &str| format!("{name}{{interface=\"{}\",worker=\"{k}\"}}", p.if_b);
         assert_eq!(sample(&text, &series("tapflow_link_gaps_total")), 1.0);
         assert!(sample(&text, &series("tapflow_link_down_seconds_total")) > 0.0);
     }

@@ -59,7 +59,7 @@ fn the_recommendation_holds_the_stall_and_keeps_up() {
 fn bad_plan_options_give_one_line_errors() {
     for (args, key) in [
         (vec!["plan"], "--rate"),
-        (vec!["plan", "--rate", "fast"], "packet rate"),
+        (vec!["plan", "--rate", "fast"], "not a rate"),
         (vec!["plan", "--rate", "1M", "--burst", "3M"], "RATE:MS"),
         (
             vec!["plan", "--rate", "1M", "--block-size", "5000"],

@@ -36,9 +36,57 @@ use crate::probe::{ProbeState, Stats};
 use crate::rules::RuleListing;
 use crate::server::{Connection, Limits, Server};
 
-/// Where a capture on `iface` serves its control socket unless told otherwise.
+/// The directory of the default control sockets.
+pub const DIR: &str = "/run/tapflow";
+
+/// This process's network namespace: the inode of `/proc/self/ns/net` (0 if unknown).
+pub fn netns() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/net").map_or(0, |m| m.ino())
+}
+
+/// Where a capture on `iface` serves its control socket unless told otherwise:
+/// `/run/tapflow/IFACE.NETNS.PID.sock`, one per network namespace (an `eth0` in another
+/// namespace is another interface) and per run (a second look at the same interface is
+/// another capture).
 pub fn default_path(iface: &str) -> PathBuf {
-    PathBuf::from(format!("/run/tapflow/{iface}.sock"))
+    PathBuf::from(format!(
+        "{DIR}/{iface}.{}.{}.sock",
+        netns(),
+        std::process::id()
+    ))
+}
+
+/// The control sockets of the running captures on `iface` (on any interface when `None`) in
+/// this process's network namespace, found in [`DIR`]: those a capture answers on.
+pub fn find(iface: Option<&str>) -> Vec<PathBuf> {
+    let ns = netns().to_string();
+    let Ok(dir) = std::fs::read_dir(DIR) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = dir
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+                return false;
+            };
+            let Some(stem) = name.strip_suffix(".sock") else {
+                return false;
+            };
+            // IFACE.NETNS.PID, the interface's name possibly with dots of its own (eth0.100).
+            let mut parts = stem.rsplitn(3, '.');
+            let (Some(pid), Some(n), Some(ifname)) = (parts.next(), parts.next(), parts.next())
+            else {
+                return false;
+            };
+            pid.parse::<u32>().is_ok()
+                && n == ns
+                && iface.is_none_or(|i| i == ifname)
+                && UnixStream::connect(p).is_ok()
+        })
+        .collect();
+    found.sort();
+    found
 }
 
 /// A serving control socket; stops and removes the socket file when dropped.
@@ -64,7 +112,9 @@ impl ControlServer {
         if path.exists() {
             if UnixStream::connect(path).is_ok() {
                 return Err(err(
-                    "another tapflow capture is serving this control socket".into(),
+                    "another tapflow capture is serving this control socket: give this one \
+                     another with --control PATH (or --control none)"
+                        .into(),
                 ));
             }
             std::fs::remove_file(path)

@@ -1,8 +1,11 @@
 //! The probe's statistics as Prometheus text (exposition format 0.0.4), served on `/metrics`;
 //! the control socket's `stats` answers the same counters as JSON ([`crate::probe::Stats`]).
 //!
-//! Every traffic series carries `worker` (a fanout member), so a dashboard sums them; rule
-//! counters carry `rule`; the endpoint's own counters carry `server`.
+//! Every traffic series carries `interface` (what is captured: the interface's name, or the
+//! file or address read) and `worker` (a fanout member), so a dashboard sums them and tells
+//! probes apart; rule counters carry `interface` and `rule`, and a rule removed or replaced
+//! keeps its series at its last values (a counter never vanishes); the endpoint's own counters
+//! carry `server`.
 //!
 //! The endpoint is the least of HTTP/1.x a scraper needs: `GET` (or `HEAD`) `/metrics`, 404 for
 //! any other path, 405 for any other method, 431 for a request head over 8 KiB, one request per
@@ -218,6 +221,11 @@ const PER_WORKER: &[(&str, &str, &str, Pick)] = &[
 /// The Prometheus text of the probe's statistics now.
 pub fn render(p: &ProbeState) -> String {
     let stats = p.stats();
+    // `interface="eth0",` before the other labels, when the capture has a name.
+    let iface = match p.interface() {
+        "" => String::new(),
+        name => format!("interface=\"{}\",", escape(name)),
+    };
     let mut families: Vec<Family> = PER_WORKER
         .iter()
         .map(|&(name, kind, help, pick)| Family {
@@ -228,7 +236,7 @@ pub fn render(p: &ProbeState) -> String {
                 .workers
                 .iter()
                 .enumerate()
-                .map(|(k, w)| (format!("worker=\"{k}\""), pick(w)))
+                .map(|(k, w)| (format!("{iface}worker=\"{k}\""), pick(w)))
                 .collect(),
         })
         .collect();
@@ -239,26 +247,24 @@ pub fn render(p: &ProbeState) -> String {
         samples: vec![(String::new(), stats.start_time_seconds)],
     });
     if let Some(rules) = p.rules() {
-        let listing = rules.list();
-        let label = |name: &str| format!("rule=\"{}\"", escape(name));
+        let counts = rules.counts_ever();
+        let label = |name: &str| format!("{iface}rule=\"{}\"", escape(name));
         families.push(Family {
             name: "tapflow_rule_packets_total",
             kind: "counter",
-            help: "Packets the rule matched first.",
-            samples: listing
-                .rules
+            help: "Packets the rule matched first (a removed rule's as it went).",
+            samples: counts
                 .iter()
-                .map(|r| (label(&r.rule.name), r.packets as f64))
+                .map(|(name, p, _)| (label(name), *p as f64))
                 .collect(),
         });
         families.push(Family {
             name: "tapflow_rule_bytes_total",
             kind: "counter",
             help: "Original bytes of the packets the rule matched first.",
-            samples: listing
-                .rules
+            samples: counts
                 .iter()
-                .map(|r| (label(&r.rule.name), r.bytes as f64))
+                .map(|(name, _, b)| (label(name), *b as f64))
                 .collect(),
         });
     }

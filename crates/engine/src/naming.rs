@@ -1,7 +1,35 @@
 //! Output file names: `-w out.pcapng` with workers (`out-w1.pcapng`) and rotation
-//! (`out-00003.pcapng`, `out-w1-00003.pcapng`). Files are written as `NAME.part` first.
+//! (`out-00003.pcapng`, `out-w1-00003.pcapng`), or, when the name has strftime conversions
+//! (`-w trace-%Y%m%d-%H%M%S.pcapng`), the local time each file is opened, as tcpdump `-G`
+//! names them. `-w -` is standard output. Files are written as `NAME.part` first.
 
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// The name `-w -` gives standard output.
+pub const STDOUT: &str = "-";
+
+/// Whether `base` is standard output.
+pub fn is_stdout(base: &Path) -> bool {
+    base.as_os_str() == STDOUT
+}
+
+/// Whether `base` names files by their opening time (it has a `%` conversion).
+pub fn is_timed(base: &Path) -> bool {
+    base.to_string_lossy().contains('%')
+}
+
+/// `base` with its strftime conversions filled in for `at` (local time); an error names a
+/// conversion that is not one.
+pub fn timed_path(base: &Path, at: SystemTime) -> Result<PathBuf, String> {
+    use std::fmt::Write;
+    let text = base.to_string_lossy();
+    let local: chrono::DateTime<chrono::Local> = at.into();
+    let mut name = String::new();
+    write!(name, "{}", local.format(&text))
+        .map_err(|_| format!("{text}: not a strftime pattern (like trace-%Y%m%d-%H%M%S.pcapng)"))?;
+    Ok(PathBuf::from(name))
+}
 
 /// The name of one output file.
 pub fn output_path(base: &Path, worker: Option<usize>, rotation: Option<u64>) -> PathBuf {
@@ -73,5 +101,20 @@ mod tests {
             Path::new("trace-w2")
         );
         assert_eq!(part_path(b), Path::new("/tmp/x/out.pcapng.part"));
+    }
+
+    #[test]
+    fn timed_names_take_the_local_time() {
+        let at = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        let p = Path::new("/tmp/t-%Y-%%.pcap");
+        assert!(is_timed(p) && !is_timed(Path::new("/tmp/t.pcap")));
+        let name = timed_path(p, at).unwrap();
+        assert!(
+            name == Path::new("/tmp/t-2023-%.pcap"),
+            "{}",
+            name.display()
+        );
+        assert!(timed_path(Path::new("t-%Q"), at).is_err());
+        assert!(is_stdout(Path::new("-")) && !is_stdout(Path::new("./-")));
     }
 }

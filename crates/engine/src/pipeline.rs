@@ -24,6 +24,7 @@ use crate::sink::flow::export::{Exporter, MeterClock};
 use crate::sink::flow::meter::{FlowConfig, FlowSummary};
 use crate::sink::forward::{ForwardConfig, ForwardSink};
 use crate::sink::registry::{Sink, SinkReports};
+use crate::sink::text::TextSink;
 use crate::source::datagrams::DatagramInput;
 use crate::source::ring::RingInput;
 use crate::source::xdp::XdpInput;
@@ -63,6 +64,8 @@ pub struct CaptureConfig {
     pub count: Option<u64>,
     /// Stop after this long.
     pub duration: Option<Duration>,
+    /// Print a line per packet on standard output (`capture` without any output).
+    pub print: bool,
     /// Header forwarding (`--forward`), if any; the stream is filled in per worker.
     pub forward: Option<ForwardConfig>,
     /// Flow metering and export (`--export`, `tapflow flows`), if any.
@@ -278,8 +281,11 @@ pub fn run_opened<S: PacketSource + Send>(
     let shared: Vec<(Arc<SharedTotals>, Arc<SharedStats>)> =
         (0..workers).map(|_| Default::default()).collect();
     let source_metrics = metrics.clone();
-    let probe =
-        Arc::new(ProbeState::new(shared.clone(), rules.clone()).with_source_metrics(metrics));
+    let probe = Arc::new(
+        ProbeState::new(shared.clone(), rules.clone())
+            .with_source_metrics(metrics)
+            .with_interface(&input),
+    );
     let servers = match start_servers(cfg, &probe) {
         Ok(s) => s,
         Err(e) => return finish(Summary::default(), Some(e), exporter, started),
@@ -405,6 +411,9 @@ fn sinks_for(
             sink
         }));
     }
+    if cfg.print {
+        sinks.push(Sink::Text(TextSink::new()));
+    }
     if let Some(fwd) = &cfg.forward {
         let mut fc = fwd.clone();
         fc.stream = worker.unwrap_or(0) as u16;
@@ -520,6 +529,7 @@ mod tests {
             file: None,
             count: None,
             duration,
+            print: false,
             forward: None,
             flows: None,
             rules: None,
@@ -576,6 +586,7 @@ mod tests {
             rotate_bytes: None,
             rotate_every: None,
             isb_every: Duration::from_secs(1),
+            keep: None,
         });
         cfg.flows = Some(FlowConfig {
             table: TableConfig {

@@ -65,6 +65,8 @@ pub struct ProbeState {
     rules: Option<Arc<LiveRules>>,
     started: SystemTime,
     source: Option<SourceMetrics>,
+    /// What is captured: the interface's name, or the file or address read.
+    interface: String,
 }
 
 impl ProbeState {
@@ -78,7 +80,19 @@ impl ProbeState {
             rules,
             started: SystemTime::now(),
             source: None,
+            interface: String::new(),
         }
+    }
+
+    /// Names what is captured (the interface, or the file or address read).
+    pub fn with_interface(mut self, name: &str) -> ProbeState {
+        self.interface = name.to_string();
+        self
+    }
+
+    /// What is captured: the interface's name, or the file or address read.
+    pub fn interface(&self) -> &str {
+        &self.interface
     }
 
     /// Serves what the source counts of itself too.

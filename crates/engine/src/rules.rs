@@ -405,6 +405,35 @@ impl LiveRules {
         }
     }
 
+    /// The counters of every rule this capture has had, by name, in name order: the current
+    /// rules' as [`LiveRules::list`] has them, and a removed rule's as they stood when it went.
+    /// A counter must never go away (Prometheus would read its absence as a reset).
+    pub fn counts_ever(&self) -> Vec<(String, u64, u64)> {
+        let listing = self.list();
+        let mut all: std::collections::BTreeMap<String, (u64, u64)> = listing
+            .rules
+            .iter()
+            .map(|r| (r.rule.name.clone(), (r.packets, r.bytes)))
+            .collect();
+        let current: Vec<String> = all.keys().cloned().collect();
+        let gone = |name: &String| current.binary_search(name).is_err();
+        let history = lock(&self.history);
+        for (name, &(p, b)) in history.carried.iter().filter(|(n, _)| gone(n)) {
+            let c = all.entry(name.clone()).or_default();
+            (c.0, c.1) = (c.0 + p, c.1 + b);
+        }
+        for t in &history.retired {
+            for (i, r) in t.matcher.rules().iter().enumerate() {
+                if gone(&r.name) {
+                    let (p, b) = t.count(i);
+                    let c = all.entry(r.name.clone()).or_default();
+                    (c.0, c.1) = (c.0 + p, c.1 + b);
+                }
+            }
+        }
+        all.into_iter().map(|(n, (p, b))| (n, p, b)).collect()
+    }
+
     /// The view worker `worker` matches packets with.
     pub fn reader(self: &Arc<Self>, worker: usize) -> RuleReader {
         RuleReader {

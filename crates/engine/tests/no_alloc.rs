@@ -94,9 +94,11 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
             rotate_bytes: None,
             rotate_every: None,
             isb_every: Duration::from_secs(3600),
+            keep: None,
         }),
         count: None,
         duration: None,
+        print: false,
         forward: flows.then(|| ForwardConfig {
             payload_max: payload_for_mtu(65535, &destinations[0]),
             destinations: destinations.clone(),

@@ -12,7 +12,7 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::mpsc;
@@ -180,6 +180,23 @@ impl DirectFile {
         DirectFile::start(outfile::open_stream(path)?, path, bufs, false, false, None)
     }
 
+    /// Writes this process's standard output (`-w -`) the same way as [`DirectFile::stream`],
+    /// whatever it is: a pipe, a terminal, a file the shell opened.
+    pub fn stdout(chunk: usize) -> Result<DirectFile, SysError> {
+        let path = Path::new("-");
+        let bufs = buffers(path, chunk)?;
+        let fd = std::io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|error| SysError::File {
+                call: "dup",
+                path: path.to_path_buf(),
+                detail: "standard output".into(),
+                error,
+            })?;
+        DirectFile::start(File::from(fd), path, bufs, false, false, None)
+    }
+
     /// Starts the I/O thread over `file`.
     fn start(
         file: File,
@@ -327,6 +344,27 @@ impl DirectFile {
             self.len
         } else {
             self.len / ALIGN * ALIGN
+        }
+    }
+
+    /// Hands everything appended so far to the I/O thread, for a stream whose reader should
+    /// not wait for a whole chunk (`-w -` into tshark). Does nothing for a direct-I/O file,
+    /// which is written in aligned chunks.
+    pub fn flush(&mut self) -> io::Result<()> {
+        if self.direct || self.len == 0 {
+            return Ok(());
+        }
+        let Ok(next) = self.from_io.recv() else {
+            return Err(self.io_failure());
+        };
+        let full = std::mem::replace(&mut self.buf, next);
+        let n = std::mem::take(&mut self.len);
+        if let Some(ahead) = &mut self.ahead {
+            *ahead = ReadAhead::from(0);
+        }
+        match self.to_io.as_ref().map(|tx| tx.send((full, n))) {
+            Some(Ok(())) => Ok(()),
+            _ => Err(self.io_failure()),
         }
     }
 

@@ -109,6 +109,20 @@ pub fn link_state(name: &str, ifindex: u32) -> Result<LinkState, SysError> {
     }
 }
 
+/// The names of this network namespace's interfaces (`/proc/net/dev`, which is the calling
+/// thread's namespace's), in its order.
+pub fn names() -> Result<Vec<String>, SysError> {
+    const PATH: &str = "/proc/net/dev";
+    let text = std::fs::read_to_string(PATH).map_err(|e| SysError::call("read", PATH, e))?;
+    // Two header lines, then `  NAME: counters...`.
+    Ok(text
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_once(':').map(|(name, _)| name.trim().to_string()))
+        .filter(|n| !n.is_empty())
+        .collect())
+}
+
 /// The link speed in Mbit/s from `/sys/class/net/NAME/speed`; `None` when unknown (virtual
 /// devices, link down, or an interface outside the namespace sysfs was mounted in).
 pub fn speed_mbps(name: &str) -> Option<u32> {

@@ -83,6 +83,31 @@ impl IpProtocol {
         }
     }
 
+    /// The protocol's keyword in the IANA registry (and `/etc/protocols`), lower case: `tcp`,
+    /// `udp`, `ipv6-icmp`; `None` for a number this type does not name.
+    pub const fn keyword(self) -> Option<&'static str> {
+        Some(match self {
+            IpProtocol::HopByHop => "hopopt",
+            IpProtocol::Icmp => "icmp",
+            IpProtocol::Igmp => "igmp",
+            IpProtocol::IpIp => "ipv4",
+            IpProtocol::Tcp => "tcp",
+            IpProtocol::Udp => "udp",
+            IpProtocol::Ipv6 => "ipv6",
+            IpProtocol::Ipv6Route => "ipv6-route",
+            IpProtocol::Ipv6Frag => "ipv6-frag",
+            IpProtocol::Gre => "gre",
+            IpProtocol::Esp => "esp",
+            IpProtocol::Ah => "ah",
+            IpProtocol::Icmpv6 => "ipv6-icmp",
+            IpProtocol::Ipv6NoNxt => "ipv6-nonxt",
+            IpProtocol::Ipv6Opts => "ipv6-opts",
+            IpProtocol::Sctp => "sctp",
+            IpProtocol::Mobility => "mobility-header",
+            IpProtocol::Unknown(_) => return None,
+        })
+    }
+
     /// The number.
     #[inline]
     pub const fn to_u8(self) -> u8 {

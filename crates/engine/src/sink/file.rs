@@ -23,7 +23,7 @@ use tapflow_wire::{pcap, pcapng};
 use crate::EngineError;
 use crate::compress::Codec;
 use crate::counters::Totals;
-use crate::naming::{output_path, part_path};
+use crate::naming::{is_stdout, is_timed, output_path, part_path, timed_path};
 use crate::sink::record_sink::{Outcome, RecordSink};
 use crate::source::{InterfaceInfo, LinkDown, LinkEvent};
 
@@ -51,6 +51,9 @@ pub struct WriterConfig {
     pub rotate_every: Option<Duration>,
     /// How often to write an interface statistics block.
     pub isb_every: Duration,
+    /// Keep at most this many finished files of this writer, removing the oldest (a ring of
+    /// files, tcpdump `-W`).
+    pub keep: Option<usize>,
 }
 
 /// The file writes to the device in chunks of this size (direct I/O, past the page cache): one
@@ -116,6 +119,8 @@ pub struct FileSink {
     gap: Option<(u32, LinkDown)>,
     /// The comment the next packet carries: the end of a gap just before it.
     note: Option<String>,
+    /// The finished files still kept, oldest first, when `cfg.keep` bounds them.
+    kept: std::collections::VecDeque<PathBuf>,
 }
 
 impl std::fmt::Debug for FileSink {
@@ -148,6 +153,7 @@ impl FileSink {
             write_ahead: false,
             gap: None,
             note: None,
+            kept: std::collections::VecDeque::new(),
         }
     }
 
@@ -233,7 +239,11 @@ impl RecordSink for FileSink {
     ) -> Result<(), EngineError> {
         self.last_totals = *totals;
         self.last_if_stats = if_stats.or(self.last_if_stats);
-        if let Some(f) = &self.file {
+        if let Some(f) = &mut self.file {
+            // A stream's reader (tshark on the other end of a pipe) sees each block as it ends.
+            if f.part == f.path {
+                f.file.flush().map_err(|e| write_err(&f.path, e))?;
+            }
             let old = self
                 .cfg
                 .rotate_every
@@ -360,29 +370,45 @@ impl FileSink {
     fn open_file(&mut self) -> Result<(), EngineError> {
         let base = &self.cfg.path;
         let rotating = self.cfg.rotate_bytes.is_some() || self.cfg.rotate_every.is_some();
-        let path = output_path(base, self.cfg.worker, rotating.then_some(self.rotation));
-        // A device or FIFO (`-w /dev/null`, a named pipe) is written in place; a file is
-        // written as NAME.part and renamed. What is neither is refused before anything is
-        // written.
+        let path = if is_timed(base) {
+            let named = timed_path(base, SystemTime::now()).map_err(EngineError::Config)?;
+            output_path(&named, self.cfg.worker, None)
+        } else {
+            output_path(base, self.cfg.worker, rotating.then_some(self.rotation))
+        };
         let encoder = match Codec::for_path(base) {
             Some(c) => Some(c.encoder().map_err(|e| write_err(&path, e))?),
             None => None,
         };
-        let (part, created) = match outfile::target(&path)? {
-            outfile::Target::Stream if rotating => {
+        // Standard output, a device or FIFO (`-w -`, `-w /dev/null`, a named pipe) is written
+        // in place; a file is written as NAME.part and renamed. What is neither is refused
+        // before anything is written.
+        let target = if is_stdout(base) {
+            if rotating || self.cfg.worker.is_some() {
+                return Err(EngineError::Unsupported(
+                    "-w - is one stream: it cannot be rotated or shared by workers".into(),
+                ));
+            }
+            None
+        } else {
+            Some(outfile::target(&path)?)
+        };
+        let (part, created) = match target {
+            None => (path.clone(), DirectFile::stdout(CHUNK)),
+            Some(outfile::Target::Stream) if rotating => {
                 return Err(EngineError::Unsupported(format!(
                     "{}: a device or FIFO cannot be rotated",
                     path.display()
                 )));
             }
-            outfile::Target::Stream => (
+            Some(outfile::Target::Stream) => (
                 path.clone(),
                 match encoder {
                     Some(e) => DirectFile::stream_encoded(&path, CHUNK, e),
                     None => DirectFile::stream(&path, CHUNK),
                 },
             ),
-            _ => {
+            Some(_) => {
                 let part = part_path(&path);
                 outfile::check_replaceable(&path)?;
                 let f = match encoder {
@@ -562,7 +588,28 @@ impl FileSink {
         // there keeps it, and the packets stay in the `.part` file.
         outfile::check_replaceable(&f.path)?;
         std::fs::rename(&f.part, &f.path).map_err(|e| write_err(&f.path, e))?;
+        self.keep_within(&f.path)?;
         self.report.files.push(f.path);
+        Ok(())
+    }
+
+    /// With a file count (`-W`), removes the oldest finished files past it, `done` being the
+    /// newest. A name given again (a time pattern with one file a minute, say) is one file.
+    fn keep_within(&mut self, done: &Path) -> Result<(), EngineError> {
+        let Some(keep) = self.cfg.keep else {
+            return Ok(());
+        };
+        self.kept.retain(|p| p != done);
+        self.kept.push_back(done.to_path_buf());
+        while self.kept.len() > keep.max(1) {
+            let old = self.kept.pop_front().expect("longer than 1");
+            match std::fs::remove_file(&old) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(write_err(&old, e)),
+            }
+            self.report.files.retain(|p| *p != old);
+        }
         Ok(())
     }
 
@@ -682,6 +729,7 @@ mod tests {
             rotate_bytes,
             rotate_every: None,
             isb_every: Duration::from_secs(3600),
+            keep: None,
         })
     }
 

@@ -10,3 +10,4 @@ pub mod flow;
 pub mod forward;
 pub mod record_sink;
 pub mod registry;
+pub mod text;

@@ -16,6 +16,7 @@ use crate::sink::file::FileSink;
 use crate::sink::flow::meter::FlowMeter;
 use crate::sink::forward::ForwardSink;
 use crate::sink::record_sink::{Outcome, RecordSink, SinkLive};
+use crate::sink::text::TextSink;
 use crate::source::{InterfaceInfo, LinkEvent};
 
 macro_rules! registry {
@@ -156,4 +157,6 @@ registry! {
     Forward(ForwardSink) => forward,
     /// A flow meter.
     Flows(FlowMeter) => flows,
+    /// A line per packet on standard output.
+    Text(TextSink) => text,
 }

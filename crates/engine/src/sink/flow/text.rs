@@ -3,15 +3,20 @@
 //! JSON keys:
 //!
 //! `proto,src,sport,dst,dport,vlan,interface,first_ns,last_ns,packets,octets,tcp_flags,
-//! rev_first_ns,rev_last_ns,rev_packets,rev_octets,rev_tcp_flags,end_reason`
+//! rev_first_ns,rev_last_ns,rev_packets,rev_octets,rev_tcp_flags,end_reason,proto_name,first,
+//! last,rev_first,rev_last`
 //!
-//! `src` is the initiator; times are ns since 1970 (0 for a direction without packets); for
-//! ICMP `sport` is 0 and `dport` is `type << 8 | code`; `end_reason` is one of idle, active,
-//! end, forced, evicted.
+//! `src` is the initiator; `*_ns` times are ns since 1970 (0 for a direction without packets),
+//! and `first`, `last`, `rev_first`, `rev_last` the same in ISO 8601, UTC, to the ns
+//! (`2023-11-14T22:13:20.123456789Z`; empty for a direction without packets); `proto_name` is
+//! the IANA keyword beside the number (`tcp`, `udp`, `ipv6-icmp`; the number for one without);
+//! for ICMP `sport` is 0 and `dport` is `type << 8 | code`; `end_reason` is one of idle,
+//! active, end, forced, evicted.
 
 use std::io::Write as _;
 
 use tapflow_wire::flowrecord::FlowRecord;
+use tapflow_wire::ipv4::IpProtocol;
 
 /// Writes the column names once, as the CSV header and as the list of JSON keys.
 macro_rules! columns {
@@ -49,6 +54,11 @@ columns!(
     "rev_octets",
     "rev_tcp_flags",
     "end_reason",
+    "proto_name",
+    "first",
+    "last",
+    "rev_first",
+    "rev_last",
 );
 
 /// The values of `r`, in column order.
@@ -72,6 +82,14 @@ pub(crate) fn values(r: &FlowRecord) -> [Value<'_>; COLUMN_COUNT] {
         Value::Num(r.rev.octets),
         Value::Num(r.rev.tcp_flags.into()),
         Value::Text(r.end_reason.name()),
+        match IpProtocol::from_u8(r.proto).keyword() {
+            Some(k) => Value::Text(k),
+            None => Value::Num(r.proto.into()),
+        },
+        Value::Time(r.fwd.first_ns),
+        Value::Time(r.fwd.last_ns),
+        Value::Time(r.rev.first_ns),
+        Value::Time(r.rev.last_ns),
     ]
 }
 
@@ -83,6 +101,8 @@ pub(crate) enum Value<'a> {
     /// An address: IPv6, and the 16 bytes (IPv4 in the first 4).
     Addr(bool, &'a [u8; 16]),
     Text(&'a str),
+    /// A time in ns since 1970, written in ISO 8601 (nothing for 0).
+    Time(u64),
 }
 
 impl Value<'_> {
@@ -101,8 +121,47 @@ impl Value<'_> {
                 let _ = write!(out, "{}", std::net::Ipv6Addr::from(*a));
             }
             Value::Text(t) => out.extend_from_slice(t.as_bytes()),
+            Value::Time(0) => {}
+            Value::Time(ns) => push_iso8601(out, ns),
         }
     }
+}
+
+/// Appends `ns` (since 1970) as `YYYY-MM-DDThh:mm:ss.nnnnnnnnnZ`, by hand like the numbers.
+pub(crate) fn push_iso8601(out: &mut Vec<u8>, ns: u64) {
+    let secs = ns / 1_000_000_000;
+    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+    let sod = secs % 86_400;
+    let mut put = |n: u64, width: usize, after: u8| {
+        let mut digits = [b'0'; 9];
+        let mut v = n;
+        for slot in digits[..width].iter_mut().rev() {
+            *slot = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+        out.extend_from_slice(&digits[..width]);
+        out.push(after);
+    };
+    put(y.max(0) as u64, 4, b'-');
+    put(m.into(), 2, b'-');
+    put(d.into(), 2, b'T');
+    put(sod / 3600, 2, b':');
+    put(sod / 60 % 60, 2, b':');
+    put(sod % 60, 2, b'.');
+    put(ns % 1_000_000_000, 9, b'Z');
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
+pub(crate) fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// Appends `n` in decimal, two digits per division.
@@ -165,6 +224,23 @@ pub(crate) mod tests {
             String::from_utf8(head).unwrap(),
             String::from_utf8(line).unwrap(),
         )
+    }
+
+    #[test]
+    fn iso8601_agrees_with_chrono() {
+        for ns in [
+            1u64,
+            1_700_000_000_123_456_789,
+            951_782_400_000_000_007, // 2000-02-29
+            4_102_444_799_999_999_999,
+        ] {
+            let mut s = Vec::new();
+            push_iso8601(&mut s, ns);
+            let want = chrono::DateTime::from_timestamp_nanos(ns as i64)
+                .format("%Y-%m-%dT%H:%M:%S%.9fZ")
+                .to_string();
+            assert_eq!(String::from_utf8(s).unwrap(), want);
+        }
     }
 
     #[test]

@@ -79,7 +79,16 @@ mod tests {
         let (header, j) = written(&mut *build(&cfg).unwrap(), &record());
         assert_eq!(header, "");
         assert!(j.starts_with(r#"{"proto":6,"src":"192.0.2.1","sport":40000,"#));
-        assert!(j.ends_with("\"rev_tcp_flags\":18,\"end_reason\":\"end\"}\n"));
+        assert!(
+            j.ends_with(
+                "\"rev_tcp_flags\":18,\"end_reason\":\"end\",\"proto_name\":\"tcp\",\
+                 \"first\":\"2023-11-14T22:13:20.123456789Z\",\
+                 \"last\":\"2023-11-14T22:13:21.123456789Z\",\
+                 \"rev_first\":\"2023-11-14T22:13:20.200000000Z\",\
+                 \"rev_last\":\"2023-11-14T22:13:20.200000000Z\"}\n"
+            ),
+            "{j}"
+        );
         for key in CSV_HEADER.split(',') {
             assert!(j.contains(&format!("\"{key}\":")), "{key} missing in {j}");
         }
