@@ -135,7 +135,11 @@ impl Sink for TopSink {
                 Value::Num(k as u32)
             }
         };
-        let groups = self.groups.into_iter().map(|(k, c)| (unpack(k), c)).collect();
+        let groups = self
+            .groups
+            .into_iter()
+            .map(|(k, c)| (unpack(k), c))
+            .collect();
         let rows = rank(groups, self.order_by, self.n)
             .into_iter()
             .map(|(v, counters)| Row {
