@@ -161,7 +161,9 @@ pub fn write_file(
     metadata: Vec<KeyValue>,
 ) -> Result<u64, StoreError> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    create_dirs(dir)?;
+    if !dir.is_dir() {
+        create_dirs(dir)?;
+    }
     let part = part_name(path);
     let file = create_new(&part).map_err(|source| StoreError::Io {
         what: "create",

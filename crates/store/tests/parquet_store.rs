@@ -268,6 +268,9 @@ fn small_files_of_a_closed_hour_merge_into_one() {
 
     // A crash after the merged file's rename left a source behind: the next open removes it.
     std::fs::write(&before[3], saved).unwrap();
+    // Readers leave it out already: the merged file names it.
+    assert_eq!(tapflow_store::partition::files(p).unwrap(), after);
+    assert_eq!(tapflow_store::partition::all_files(p).unwrap().len(), 2);
     drop(ParquetStore::open(dir.path(), quiet()).unwrap());
     assert_eq!(tapflow_store::partition::files(p).unwrap(), after);
     assert_eq!(all_flows(dir.path()).len(), 20_000);
@@ -575,5 +578,30 @@ fn the_flush_interval_makes_flows_visible_without_a_flush() {
     let r = store.report();
     assert_eq!((r.received, r.stored, r.pending), (10, 10, 0));
     assert_eq!(all_flows(dir.path()).len(), 10);
+    store.close().unwrap();
+}
+
+#[test]
+fn a_partition_being_written_keeps_few_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64;
+    // The current hour is not closed: only the file count makes it merge.
+    let opts = ParquetOptions {
+        maintenance_interval: Duration::ZERO,
+        ..quiet()
+    };
+    let mut store = Box::new(ParquetStore::open(dir.path(), opts).unwrap());
+    for k in 0..80 {
+        store.insert(&flows(300 + k, 100, now - 1, 1, 20)).unwrap();
+        store.flush().unwrap();
+    }
+    for p in partitions(dir.path(), Table::Flows).unwrap() {
+        let n = tapflow_store::partition::all_files(&p.path).unwrap().len();
+        assert!(n < 32, "{n} files in {}", p.path.display());
+    }
+    assert_eq!(all_flows(dir.path()).len(), 8000);
     store.close().unwrap();
 }
