@@ -41,11 +41,13 @@ fn query(a: &QueryArgs) -> Result<Query, QueryError> {
         .stat
         .as_deref()
         .map(|s| -> Result<(Key, Metric), QueryError> {
-            let (key, order) = s.split_once('/').unwrap_or((s, "bytes"));
-            // `-s srcip4/24` is a masked key without an order.
-            match order.parse::<Metric>() {
-                Ok(m) => Ok((key.parse()?, m)),
-                Err(_) => Ok((s.parse()?, Metric::Bytes)),
+            match s.rsplit_once('/') {
+                // `-s srcip4/24` is a masked key without an order.
+                Some((_, len)) if len.bytes().all(|b| b.is_ascii_digit()) => {
+                    Ok((s.parse()?, Metric::Bytes))
+                }
+                Some((key, order)) => Ok((key.parse()?, order.parse()?)),
+                None => Ok((s.parse()?, Metric::Bytes)),
             }
         })
         .transpose()?;

@@ -268,3 +268,33 @@ fn top_n_and_totals_equal_nfdumps_on_real_traces() {
         agrees_with_nfdump(&corpus.join(name));
     }
 }
+
+/// Bad words, windows, keys and orders: one line naming them, exit code 2, before any file is
+/// read; a store that is not there: exit code 1.
+#[test]
+fn bad_queries_say_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().to_str().unwrap();
+    for (args, says) in [
+        (vec!["-s", "srcip/bytez"], "unknown order 'bytez'"),
+        (vec!["-s", "srcipp"], "unknown key 'srcipp'"),
+        (vec!["-t", "yesterday"], "time window 'yesterday'"),
+        (vec!["-a", "ip,proto"], "-a takes directional keys"),
+        (vec!["--every", "5"], "duration '5'"),
+        (vec!["-c", "1", "src", "net", "10.0.0.1/8"], "host bits"),
+        (vec!["dst", "prot", "80"], "'prot'"),
+    ] {
+        let mut c = tapflow(["query", "-R", store]);
+        c.args(&args);
+        let o = run_limited(&mut c, Duration::from_secs(60));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let o = run_limited(
+        &mut tapflow(["query", "-R", "/nonexistent/store", "-I"]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.status.code(), Some(1));
+}

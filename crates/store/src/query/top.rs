@@ -42,6 +42,7 @@ pub fn key_values(key: Key, f: &OneWay, mut out: impl FnMut(Value)) {
 /// The stored columns a key reads (both directions', since a reverse flow swaps them).
 pub fn key_columns(key: Key) -> &'static [&'static str] {
     match key {
+        Key::SrcAddr(None) | Key::DstAddr(None) | Key::Addr(None) => &["src_addr", "dst_addr"],
         Key::SrcAddr(_) | Key::DstAddr(_) | Key::Addr(_) => &["src_addr", "dst_addr", "ip_version"],
         Key::SrcPort | Key::DstPort | Key::Port => &["src_port", "dst_port"],
         Key::Protocol => &["protocol"],
@@ -68,13 +69,23 @@ pub fn rank<K: Ord>(mut v: Vec<(K, Counters)>, order_by: Metric, n: usize) -> Ve
     v
 }
 
+/// A key value as one integer, for the hash table of a single key: an address's 16 bytes, or
+/// the number (every value of one key is of the same kind).
+#[inline]
+fn packed(v: Value) -> u128 {
+    match v {
+        Value::Addr(a) => u128::from_be_bytes(a),
+        Value::Num(n) => n.into(),
+    }
+}
+
 /// `-s KEY/ORDER -n N`.
 #[derive(Debug)]
 pub struct TopSink {
     key: Key,
     order_by: Metric,
     n: usize,
-    groups: HashMap<Value, Counters>,
+    groups: HashMap<u128, Counters>,
     total: Counters,
 }
 
@@ -99,7 +110,7 @@ impl Sink for TopSink {
         let groups = &mut self.groups;
         key_values(self.key, f, |v| {
             groups
-                .entry(v)
+                .entry(packed(v))
                 .or_insert(Counters::EMPTY)
                 .add(f.flows, f.packets, f.bytes, f.start_us, f.end_us)
         });
@@ -113,7 +124,23 @@ impl Sink for TopSink {
     }
 
     fn finish(self) -> QueryResult {
-        let rows = rank(self.groups.into_iter().collect(), self.order_by, self.n)
+        let address = matches!(
+            self.key,
+            Key::SrcAddr(_) | Key::DstAddr(_) | Key::Addr(_) | Key::Exporter
+        );
+        let unpack = |k: u128| {
+            if address {
+                Value::Addr(k.to_be_bytes())
+            } else {
+                Value::Num(k as u32)
+            }
+        };
+        let groups = self
+            .groups
+            .into_iter()
+            .map(|(k, c)| (unpack(k), c))
+            .collect();
+        let rows = rank(groups, self.order_by, self.n)
             .into_iter()
             .map(|(v, counters)| Row {
                 time_us: None,
