@@ -20,6 +20,7 @@ pub mod tcp;
 pub mod udp;
 
 // Flows.
+pub mod flowdecode;
 pub mod flowexport;
 pub mod flowrecord;
 pub mod ipfix;
