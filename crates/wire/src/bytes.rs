@@ -83,6 +83,12 @@ pub fn get_u16(b: &[u8], at: usize) -> Option<u16> {
     b.get(at..)?.first_chunk().map(|a| u16::from_be_bytes(*a))
 }
 
+/// The big-endian `u32` at `at`, or `None` if `b` ends before it does.
+#[inline(always)]
+pub fn get_u32(b: &[u8], at: usize) -> Option<u32> {
+    b.get(at..)?.first_chunk().map(|a| u32::from_be_bytes(*a))
+}
+
 /// The `u16` at the start of `b`, big-endian if `big_endian`, else little-endian.
 #[inline(always)]
 #[track_caller]

@@ -12,7 +12,10 @@
 //! new exporter arrives, and when it returns an error it has emitted nothing and changed no
 //! state other than the exporter's last-heard time.
 
+use std::collections::HashMap;
+
 use crate::flowrecord::FlowRecord;
+use crate::template::{Budget, Clock, Templates, read_record, text};
 
 /// The export protocol a listener speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -92,6 +95,8 @@ pub struct MessageSummary {
     pub malformed: u32,
     /// Why the first of the `malformed` things was refused.
     pub refused: Option<DecodeError>,
+    /// sFlow samples that carry no flow: counter samples, unknown formats, non-IP packets.
+    pub skipped: u32,
 }
 
 /// Why a message (or a part of it, see [`MessageSummary::refused`]) was refused.
@@ -229,21 +234,251 @@ impl Default for Limits {
     }
 }
 
+/// Largest forward jump of a sequence number counted as loss; a longer one (an exporter that
+/// restarted, or a hostile number) restarts the count instead of adding billions.
+pub const MAX_SEQUENCE_GAP: u32 = 1 << 22;
+
+/// Samplers (IE 48 → interval) and sFlow data sources one exporter may hold.
+pub const MAX_SAMPLERS: usize = 64;
+
+/// The sequence number an exporter and domain should send next.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Sequence {
+    next: Option<u32>,
+    /// Messages in a row that came from behind `next`.
+    behind: u8,
+}
+
+impl Sequence {
+    /// Takes a message numbered `seq` that carries `count` units (records or packets) and
+    /// returns the units lost before it. A message from behind is late (reordered) and counts
+    /// nothing; a second one in a row, or a jump of more than [`MAX_SEQUENCE_GAP`] either way,
+    /// means the exporter restarted: the count starts again from it.
+    pub(crate) fn observe(&mut self, seq: u32, count: u32) -> u64 {
+        let Some(next) = self.next else {
+            self.next = Some(seq.wrapping_add(count));
+            return 0;
+        };
+        let ahead = seq.wrapping_sub(next);
+        let behind = next.wrapping_sub(seq);
+        if ahead <= MAX_SEQUENCE_GAP {
+            self.next = Some(seq.wrapping_add(count));
+            self.behind = 0;
+            u64::from(ahead)
+        } else if behind <= MAX_SEQUENCE_GAP && self.behind == 0 {
+            self.behind = 1;
+            0
+        } else {
+            self.next = Some(seq.wrapping_add(count));
+            self.behind = 0;
+            0
+        }
+    }
+
+    /// Forgets the expected number: the next message starts the count again.
+    pub(crate) fn resync(&mut self) {
+        self.next = None;
+        self.behind = 0;
+    }
+}
+
+/// What the decoder keeps for one (exporter, protocol, domain).
+#[derive(Debug, Default)]
+pub(crate) struct Exporter {
+    last_ns: u64,
+    pub(crate) templates: Templates,
+    pub(crate) sequence: Sequence,
+    /// `systemInitTimeMilliseconds` from an options record, 0 if none came.
+    pub(crate) init_ms: u64,
+    /// The last sampling interval an options record gave, 0 if none.
+    sampling: u32,
+    /// Sampler id → interval, from options records.
+    samplers: Vec<(u64, u32)>,
+    /// sFlow: data source → sample sequence.
+    pub(crate) sources: HashMap<u32, Sequence>,
+}
+
+/// Key of an [`Exporter`].
+type ExporterKey = ([u8; 16], Protocol, u32);
+
+impl MessageSummary {
+    fn new(protocol: Protocol, domain: u32) -> MessageSummary {
+        MessageSummary {
+            protocol,
+            domain,
+            records: 0,
+            sequence_lost: 0,
+            template_missing: 0,
+            templates: 0,
+            malformed: 0,
+            refused: None,
+            skipped: 0,
+        }
+    }
+
+    /// Counts something refused inside an otherwise good message.
+    pub(crate) fn refuse(&mut self, e: DecodeError) {
+        self.malformed = self.malformed.saturating_add(1);
+        self.refused.get_or_insert(e);
+    }
+}
+
+/// Where the records of one message go.
+pub(crate) struct Emit<'o, 'f> {
+    pub(crate) out: &'o mut dyn FnMut(Decoded<'_>),
+    pub(crate) summary: &'f mut MessageSummary,
+}
+
+impl Emit<'_, '_> {
+    /// Emits a flow.
+    #[inline]
+    pub(crate) fn flow(&mut self, flow: FlowRecord, egress: u32, sampling: u32) {
+        self.summary.records += 1;
+        (self.out)(Decoded::Flow(DecodedFlow {
+            flow,
+            egress,
+            domain: self.summary.domain,
+            sampling,
+        }));
+    }
+}
+
+impl Exporter {
+    /// The interval to scale a record by: its own, its sampler's, the exporter's, or 1.
+    #[inline]
+    pub(crate) fn sampling(&self, own: u32, sampler: Option<u64>) -> u32 {
+        if own > 0 {
+            return own;
+        }
+        if let Some(id) = sampler
+            && let Some(&(_, n)) = self.samplers.iter().find(|s| s.0 == id)
+        {
+            return n;
+        }
+        self.sampling.max(1)
+    }
+
+    /// Decodes the records of a data set of template `t` (`at`: the body's offset in the
+    /// message) and returns how many there were.
+    pub(crate) fn data_set(
+        &mut self,
+        id: u16,
+        body: &[u8],
+        at: usize,
+        clock: Clock,
+        emit: &mut Emit<'_, '_>,
+    ) -> u32 {
+        let Some(t) = self.templates.get(id) else {
+            emit.summary.template_missing += 1;
+            return 0;
+        };
+        let mut clock = clock;
+        let mut n = 0u32;
+        let mut p = 0;
+        while body.len() - p >= t.min_len {
+            if body.len() - p < 4 && body[p..].iter().all(|&b| b == 0) {
+                break; // padding to a 4-octet boundary
+            }
+            let Some((acc, len)) = read_record(t, &body[p..]) else {
+                emit.summary
+                    .refuse(DecodeError::BadRecord { id, at: at + p });
+                break;
+            };
+            p += len;
+            n += 1;
+            if t.options {
+                let (init_ms, s) = acc.options();
+                if init_ms > 0 {
+                    self.init_ms = init_ms;
+                    clock.init_ms = init_ms;
+                }
+                if s.interval > 0 {
+                    self.sampling = s.interval;
+                    if let Some(id) = s.sampler {
+                        let full = self.samplers.len() >= MAX_SAMPLERS;
+                        match self.samplers.iter_mut().find(|x| x.0 == id) {
+                            Some(x) => x.1 = s.interval,
+                            None if !full => self.samplers.push((id, s.interval)),
+                            None => {}
+                        }
+                    }
+                }
+                if let (Some(index), true) =
+                    (acc.if_index, acc.if_name.is_some() || acc.if_desc.is_some())
+                {
+                    (emit.out)(Decoded::Interface {
+                        domain: emit.summary.domain,
+                        index,
+                        name: text(acc.if_name),
+                        description: text(acc.if_desc),
+                    });
+                }
+            } else {
+                let sampling = self.sampling(acc.interval(), acc.sampler);
+                let egress = acc.egress;
+                emit.flow(acc.finish(&clock, sampling), egress, sampling);
+            }
+        }
+        n
+    }
+}
+
 /// The collector's decoding state for all exporters.
 #[derive(Debug)]
 pub struct Decoder {
     limits: Limits,
+    exporters: HashMap<ExporterKey, Exporter>,
+    budget: Budget,
 }
 
 impl Decoder {
     /// A decoder that knows no exporter yet.
     pub fn new(limits: Limits) -> Decoder {
-        Decoder { limits }
+        Decoder {
+            limits,
+            exporters: HashMap::new(),
+            budget: Budget {
+                per_exporter: limits.max_templates_per_exporter,
+                total: limits.max_templates,
+                held: 0,
+                max_fields: limits.max_fields,
+            },
+        }
     }
 
     /// The limits.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// (Exporter, protocol, domain) states held.
+    pub fn exporters(&self) -> usize {
+        self.exporters.len()
+    }
+
+    /// Templates held, all exporters together.
+    pub fn templates(&self) -> usize {
+        self.budget.held
+    }
+
+    /// The state of `key`, created if new and the limit allows.
+    fn exporter(
+        &mut self,
+        key: ExporterKey,
+        now_ns: u64,
+    ) -> Result<(&mut Exporter, &mut Budget), DecodeError> {
+        let n = self.exporters.len();
+        let ex = match self.exporters.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(_) if n >= self.limits.max_exporters => {
+                return Err(DecodeError::TooManyExporters {
+                    limit: self.limits.max_exporters,
+                });
+            }
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(Exporter::default()),
+        };
+        ex.last_ns = now_ns;
+        Ok((ex, &mut self.budget))
     }
 
     /// Decodes one message (a datagram, or one IPFIX message cut from a TCP stream) from
@@ -257,16 +492,65 @@ impl Decoder {
         now_ns: u64,
         out: &mut dyn FnMut(Decoded<'_>),
     ) -> Result<MessageSummary, DecodeError> {
-        let _ = (protocol, exporter, now_ns, out);
-        Err(DecodeError::Truncated {
-            what: "message",
-            at: msg.len(),
-        })
+        match protocol {
+            Protocol::Ipfix => {
+                let h = crate::ipfix::Header::parse(msg)?;
+                let (ex, budget) = self.exporter((exporter, protocol, h.domain), now_ns)?;
+                let mut summary = MessageSummary::new(protocol, h.domain);
+                let mut emit = Emit {
+                    out,
+                    summary: &mut summary,
+                };
+                crate::ipfix::decode(&h, &msg[..h.len], ex, budget, &mut emit);
+                Ok(summary)
+            }
+            Protocol::NetflowV9 => {
+                let h = crate::netflow9::Header::parse(msg)?;
+                let (ex, budget) = self.exporter((exporter, protocol, h.source_id), now_ns)?;
+                let mut summary = MessageSummary::new(protocol, h.source_id);
+                let mut emit = Emit {
+                    out,
+                    summary: &mut summary,
+                };
+                crate::netflow9::decode(&h, msg, ex, budget, &mut emit);
+                Ok(summary)
+            }
+            Protocol::NetflowV5 => {
+                let h = crate::netflow5::Header::parse(msg)?;
+                let domain = h.domain();
+                let (ex, _) = self.exporter((exporter, protocol, domain), now_ns)?;
+                let mut summary = MessageSummary::new(protocol, domain);
+                let mut emit = Emit {
+                    out,
+                    summary: &mut summary,
+                };
+                crate::netflow5::decode(&h, msg, ex, &mut emit);
+                Ok(summary)
+            }
+            Protocol::Sflow5 => {
+                let h = crate::sflow::Header::parse(msg)?;
+                let (ex, _) = self.exporter((exporter, protocol, h.sub_agent_id), now_ns)?;
+                let mut summary = MessageSummary::new(protocol, h.sub_agent_id);
+                let mut emit = Emit {
+                    out,
+                    summary: &mut summary,
+                };
+                crate::sflow::decode(&h, msg, ex, now_ns, &mut emit);
+                Ok(summary)
+            }
+        }
     }
 
     /// Forgets exporters (templates, sequence state) not heard from for `idle_ns`.
     pub fn expire(&mut self, now_ns: u64, idle_ns: u64) {
-        let _ = (now_ns, idle_ns);
+        let budget = &mut self.budget;
+        self.exporters.retain(|_, ex| {
+            let keep = now_ns.saturating_sub(ex.last_ns) < idle_ns;
+            if !keep {
+                ex.templates.clear(budget);
+            }
+            keep
+        });
     }
 }
 

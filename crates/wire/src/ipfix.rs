@@ -39,8 +39,11 @@
 //! written last, wins there.
 
 use crate::bytes::Put;
+use crate::bytes::{get_u16, get_u32, read_u16, read_u32};
+use crate::flowdecode::{DecodeError, Emit, Exporter, MessageSummary};
 use crate::flowexport::{MessageFormat, MessageHeader, TemplateEncoder, saturate, unix_secs};
 use crate::flowrecord::FlowRecord;
+use crate::template::{Budget, Clock, Template, ipfix_field};
 
 pub use crate::flowexport::{
     ConfigError, DEFAULT_REFRESH_MESSAGES, DEFAULT_REFRESH_SECS, Refresh, SET_HEADER_LEN, Stats,
@@ -440,6 +443,200 @@ fn fill_record<const N: usize>(rec: &mut [u8; N], r: &FlowRecord, src: &[u8], ds
     w.u8(r.end_reason.to_u8());
     w.u8(BIFLOW_INITIATOR);
     debug_assert_eq!(w.pos(), N);
+}
+
+// Collection: decoding messages from any IPFIX exporter (see `flowdecode`).
+
+/// Set id of an Options Template Set.
+pub const OPTIONS_TEMPLATE_SET_ID: u16 = 3;
+
+/// Smallest Data Set id: a template id.
+pub const MIN_DATA_SET_ID: u16 = 256;
+
+/// The header of a message being decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Header {
+    /// The message length.
+    pub len: usize,
+    pub export_secs: u32,
+    pub sequence: u32,
+    pub domain: u32,
+}
+
+impl Header {
+    /// The header of `msg`, after checking the version, the length and the set framing.
+    pub(crate) fn parse(msg: &[u8]) -> Result<Header, DecodeError> {
+        let Some(h) = msg.first_chunk::<HEADER_LEN>() else {
+            return Err(DecodeError::Truncated {
+                what: "IPFIX header",
+                at: 0,
+            });
+        };
+        let version = read_u16(h);
+        if version != VERSION {
+            return Err(DecodeError::BadVersion {
+                protocol: "IPFIX",
+                expected: VERSION,
+                found: u32::from(version),
+            });
+        }
+        let len = usize::from(read_u16(&h[2..]));
+        if len < HEADER_LEN || len > msg.len() {
+            return Err(DecodeError::BadLength {
+                unit: "octets",
+                declared: len,
+                actual: msg.len(),
+            });
+        }
+        check_sets(&msg[..len], HEADER_LEN, SET_HEADER_LEN)?;
+        Ok(Header {
+            len,
+            export_secs: read_u32(&h[4..]),
+            sequence: read_u32(&h[8..]),
+            domain: read_u32(&h[12..]),
+        })
+    }
+}
+
+/// Checks that the sets from `at` on each have a length of at least `min` and end inside
+/// `msg`; trailing bytes too short for a set header count as a bad set too.
+pub(crate) fn check_sets(msg: &[u8], mut at: usize, min: usize) -> Result<(), DecodeError> {
+    while at < msg.len() {
+        let id = get_u16(msg, at).unwrap_or(0);
+        let len = get_u16(msg, at + 2).map_or(0, usize::from);
+        if len < min.max(SET_HEADER_LEN) || len > msg.len() - at {
+            return Err(DecodeError::BadSet { id, at, len });
+        }
+        at += len;
+    }
+    Ok(())
+}
+
+/// The sets of a checked message: (id, body, offset of the body).
+pub(crate) fn sets(msg: &[u8], from: usize) -> impl Iterator<Item = (u16, &[u8], usize)> {
+    let mut at = from;
+    std::iter::from_fn(move || {
+        let id = get_u16(msg, at)?;
+        let len = usize::from(get_u16(msg, at + 2)?);
+        let body = msg.get(at + SET_HEADER_LEN..at.checked_add(len)?)?;
+        let r = (id, body, at + SET_HEADER_LEN);
+        at += len.max(SET_HEADER_LEN);
+        Some(r)
+    })
+}
+
+/// Decodes the sets of `msg`, whose header `h` was checked, for exporter state `ex`.
+pub(crate) fn decode(
+    h: &Header,
+    msg: &[u8],
+    ex: &mut Exporter,
+    budget: &mut Budget,
+    emit: &mut Emit<'_, '_>,
+) {
+    let mut data_records = 0u32;
+    for (id, body, at) in sets(msg, HEADER_LEN) {
+        match id {
+            TEMPLATE_SET_ID | OPTIONS_TEMPLATE_SET_ID => templates(
+                id == OPTIONS_TEMPLATE_SET_ID,
+                body,
+                at,
+                ex,
+                budget,
+                emit.summary,
+            ),
+            MIN_DATA_SET_ID.. => {
+                let clock = Clock {
+                    export_ns: u64::from(h.export_secs) * 1_000_000_000,
+                    sys_uptime_ms: None,
+                    init_ms: ex.init_ms,
+                };
+                data_records = data_records.wrapping_add(ex.data_set(id, body, at, clock, emit));
+            }
+            // Reserved set ids (RFC 7011 §3.3.2): ignored.
+            _ => {}
+        }
+    }
+    if emit.summary.template_missing > 0 {
+        // Records of unknown templates were not counted: the next message restarts the count.
+        ex.sequence.resync();
+    } else {
+        emit.summary.sequence_lost = ex.sequence.observe(h.sequence, data_records);
+    }
+}
+
+/// Reads a Template Set or Options Template Set body: adds, replaces and withdraws templates.
+fn templates(
+    options: bool,
+    body: &[u8],
+    at: usize,
+    ex: &mut Exporter,
+    budget: &mut Budget,
+    summary: &mut MessageSummary,
+) {
+    let mut p = 0;
+    // A record needs at least its id and field count; anything shorter is padding.
+    while let (Some(id), Some(count)) = (get_u16(body, p), get_u16(body, p + 2)) {
+        let rec_at = at + p;
+        p += 4;
+        if count == 0 {
+            // Withdrawal (RFC 7011 §8.1): one template, or all of this set's kind.
+            if id == TEMPLATE_SET_ID || id == OPTIONS_TEMPLATE_SET_ID {
+                ex.templates.withdraw_all(options, budget);
+            } else {
+                ex.templates.withdraw(id, budget);
+            }
+            summary.templates += 1;
+            continue;
+        }
+        let bad = |why| DecodeError::BadTemplate {
+            id,
+            at: rec_at,
+            why,
+        };
+        if options {
+            // Scope fields are elements like the others: their count is only checked.
+            let Some(scope) = get_u16(body, p) else {
+                return summary.refuse(bad("truncated"));
+            };
+            p += 2;
+            if scope == 0 || scope > count {
+                return summary.refuse(bad("scope field count is 0 or over the field count"));
+            }
+        }
+        if id < MIN_DATA_SET_ID {
+            return summary.refuse(bad("template id below 256"));
+        }
+        if usize::from(count) > budget.max_fields {
+            return summary.refuse(DecodeError::TooManyFields {
+                id,
+                count: usize::from(count),
+                limit: budget.max_fields,
+            });
+        }
+        let mut fields = Vec::with_capacity(usize::from(count));
+        for _ in 0..count {
+            let (Some(raw), Some(len)) = (get_u16(body, p), get_u16(body, p + 2)) else {
+                return summary.refuse(bad("truncated"));
+            };
+            p += 4;
+            let pen = if raw & 0x8000 != 0 {
+                let Some(pen) = get_u32(body, p) else {
+                    return summary.refuse(bad("truncated"));
+                };
+                p += 4;
+                pen
+            } else {
+                0
+            };
+            fields.push(ipfix_field(raw & 0x7fff, len, pen));
+        }
+        match Template::new(fields.into(), options, id, rec_at)
+            .and_then(|t| ex.templates.insert(id, t, budget))
+        {
+            Ok(()) => summary.templates += 1,
+            Err(e) => summary.refuse(e),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -26,6 +26,8 @@ pub mod flowrecord;
 pub mod ipfix;
 pub mod netflow5;
 pub mod netflow9;
+pub mod sflow;
+pub mod template;
 
 // Capture files.
 pub mod capfile;

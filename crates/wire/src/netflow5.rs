@@ -27,7 +27,8 @@
 //! the records sent before the packet. Times are sysUptime milliseconds from
 //! [`Config::start_ns`], wrapping at 2^32 like a router's.
 
-use crate::bytes::Put;
+use crate::bytes::{Put, read_u16, read_u32};
+use crate::flowdecode::{DecodeError, Emit, Exporter};
 use crate::flowexport::{saturate, unix_secs};
 use crate::flowrecord::{Counters, FlowRecord};
 use crate::netflow9::uptime_ms;
@@ -201,6 +202,107 @@ fn write_record(w: &mut Put<'_>, r: &FlowRecord, c: &Counters, reverse: bool, st
     w.u8(0); // src_mask
     w.u8(0); // dst_mask
     w.u16(0); // pad2
+}
+
+// Collection: decoding packets from any NetFlow v5 exporter (see `flowdecode`).
+
+/// The header of a packet being decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub count: usize,
+    pub sys_uptime_ms: u32,
+    pub export_ns: u64,
+    pub flow_sequence: u32,
+    pub engine_type: u8,
+    pub engine_id: u8,
+    /// The 14-bit sampling interval (the top two bits, the mode, dropped).
+    pub sampling: u16,
+}
+
+impl Header {
+    /// The header of `msg`, after checking the version and that its records are there.
+    pub(crate) fn parse(msg: &[u8]) -> Result<Header, DecodeError> {
+        let Some(h) = msg.first_chunk::<HEADER_LEN>() else {
+            return Err(DecodeError::Truncated {
+                what: "NetFlow v5 header",
+                at: 0,
+            });
+        };
+        let version = read_u16(h);
+        if version != VERSION {
+            return Err(DecodeError::BadVersion {
+                protocol: "NetFlow v5",
+                expected: VERSION,
+                found: u32::from(version),
+            });
+        }
+        let count = usize::from(read_u16(&h[2..]));
+        let room = (msg.len() - HEADER_LEN) / RECORD_LEN;
+        if count > room {
+            return Err(DecodeError::BadLength {
+                unit: "records",
+                declared: count,
+                actual: room,
+            });
+        }
+        Ok(Header {
+            count,
+            sys_uptime_ms: read_u32(&h[4..]),
+            export_ns: u64::from(read_u32(&h[8..])) * 1_000_000_000
+                + u64::from(read_u32(&h[12..]).min(999_999_999)),
+            flow_sequence: read_u32(&h[16..]),
+            engine_type: h[20],
+            engine_id: h[21],
+            sampling: read_u16(&h[22..]) & 0x3fff,
+        })
+    }
+
+    /// The domain: `engine_type << 8 | engine_id`.
+    pub(crate) fn domain(&self) -> u32 {
+        u32::from(self.engine_type) << 8 | u32::from(self.engine_id)
+    }
+}
+
+/// Decodes the records of `msg`, whose header `h` was checked, for exporter state `ex`.
+pub(crate) fn decode(h: &Header, msg: &[u8], ex: &mut Exporter, emit: &mut Emit<'_, '_>) {
+    let sampling = u32::from(h.sampling.max(1));
+    let at = |up: u32| {
+        h.export_ns
+            .saturating_sub(u64::from(h.sys_uptime_ms.wrapping_sub(up)) * 1_000_000)
+    };
+    let records = msg[HEADER_LEN..].chunks_exact(RECORD_LEN).take(h.count);
+    for rec in records {
+        let Some(rec) = rec.first_chunk::<RECORD_LEN>() else {
+            break;
+        };
+        let mut r = FlowRecord {
+            proto: rec[38],
+            sport: read_u16(&rec[32..]),
+            dport: read_u16(&rec[34..]),
+            interface: u32::from(read_u16(&rec[12..])),
+            ..FlowRecord::default()
+        };
+        r.src[..4].copy_from_slice(&rec[0..4]);
+        r.dst[..4].copy_from_slice(&rec[4..8]);
+        if r.is_icmp() {
+            // Type and code in the destination port; some exporters use the source port.
+            if r.dport == 0 {
+                r.dport = r.sport;
+            }
+            r.sport = 0;
+        }
+        let s = u64::from(sampling);
+        r.fwd = Counters {
+            packets: u64::from(read_u32(&rec[16..])) * s,
+            octets: u64::from(read_u32(&rec[20..])) * s,
+            tcp_flags: u16::from(rec[37]),
+            first_ns: at(read_u32(&rec[24..])),
+            last_ns: at(read_u32(&rec[28..])),
+        };
+        r.fwd.last_ns = r.fwd.last_ns.max(r.fwd.first_ns);
+        emit.flow(r, u32::from(read_u16(&rec[14..])), sampling);
+    }
+    emit.summary.sequence_lost = ex.sequence.observe(h.flow_sequence, h.count as u32);
 }
 
 #[cfg(test)]

@@ -29,8 +29,12 @@
 //! record carries none.
 
 use crate::bytes::Put;
+use crate::bytes::{get_u16, read_u16, read_u32};
+use crate::flowdecode::{DecodeError, Emit, Exporter, MessageSummary};
 use crate::flowexport::{MessageFormat, MessageHeader, SET_HEADER_LEN, TemplateEncoder, unix_secs};
 use crate::flowrecord::FlowRecord;
+use crate::ipfix::{MIN_DATA_SET_ID, check_sets, sets};
+use crate::template::{Budget, Clock, Elem, Field, Template, VARLEN, elem};
 
 pub use crate::flowexport::{ConfigError, Refresh, Stats};
 
@@ -352,6 +356,213 @@ fn write_record(w: &mut Put<'_>, r: &FlowRecord, start_ns: u64) {
         w.pos() - start,
         if r.ipv6 { RECORD_LEN_V6 } else { RECORD_LEN_V4 }
     );
+}
+
+// Collection: decoding packets from any NetFlow v9 exporter (see `flowdecode`).
+
+/// FlowSet id of an Options Template FlowSet.
+pub const OPTIONS_TEMPLATE_FLOWSET_ID: u16 = 1;
+
+/// Option scope type `Interface` (RFC 3954 §6.1): the scope value is an interface index.
+const SCOPE_INTERFACE: u16 = 2;
+
+/// The header of a packet being decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub sys_uptime_ms: u32,
+    pub unix_secs: u32,
+    pub sequence: u32,
+    pub source_id: u32,
+}
+
+impl Header {
+    /// The header of `msg`, after checking the version and the FlowSet framing.
+    pub(crate) fn parse(msg: &[u8]) -> Result<Header, DecodeError> {
+        let Some(h) = msg.first_chunk::<HEADER_LEN>() else {
+            return Err(DecodeError::Truncated {
+                what: "NetFlow v9 header",
+                at: 0,
+            });
+        };
+        let version = read_u16(h);
+        if version != VERSION {
+            return Err(DecodeError::BadVersion {
+                protocol: "NetFlow v9",
+                expected: VERSION,
+                found: u32::from(version),
+            });
+        }
+        check_sets(msg, HEADER_LEN, FLOWSET_HEADER_LEN)?;
+        Ok(Header {
+            sys_uptime_ms: read_u32(&h[4..]),
+            unix_secs: read_u32(&h[8..]),
+            sequence: read_u32(&h[12..]),
+            source_id: read_u32(&h[16..]),
+        })
+    }
+}
+
+/// Decodes the FlowSets of `msg`, whose header `h` was checked, for exporter state `ex`.
+pub(crate) fn decode(
+    h: &Header,
+    msg: &[u8],
+    ex: &mut Exporter,
+    budget: &mut Budget,
+    emit: &mut Emit<'_, '_>,
+) {
+    let clock = Clock {
+        export_ns: u64::from(h.unix_secs) * 1_000_000_000,
+        sys_uptime_ms: Some(h.sys_uptime_ms),
+        init_ms: 0,
+    };
+    for (id, body, at) in sets(msg, HEADER_LEN) {
+        match id {
+            TEMPLATE_FLOWSET_ID => templates(body, at, ex, budget, emit.summary),
+            OPTIONS_TEMPLATE_FLOWSET_ID => options_templates(body, at, ex, budget, emit.summary),
+            MIN_DATA_SET_ID.. => {
+                ex.data_set(id, body, at, clock, emit);
+            }
+            _ => {}
+        }
+    }
+    // v9 numbers export packets, not records (RFC 3954 §5.1).
+    emit.summary.sequence_lost = ex.sequence.observe(h.sequence, 1);
+}
+
+/// Reads a Template FlowSet body.
+fn templates(
+    body: &[u8],
+    at: usize,
+    ex: &mut Exporter,
+    budget: &mut Budget,
+    summary: &mut MessageSummary,
+) {
+    let mut p = 0;
+    while let (Some(id), Some(count)) = (get_u16(body, p), get_u16(body, p + 2)) {
+        let rec_at = at + p;
+        p += 4;
+        if id == 0 && count == 0 {
+            break; // padding
+        }
+        let Some(specs) = body.get(p..p + 4 * usize::from(count)) else {
+            return summary.refuse(DecodeError::BadTemplate {
+                id,
+                at: rec_at,
+                why: "truncated",
+            });
+        };
+        p += specs.len();
+        let fields = specs.chunks_exact(4).map(|f| {
+            let (e, rev) = elem(read_u16(f), true);
+            Field {
+                elem: e,
+                rev,
+                len: read_u16(&f[2..]),
+            }
+        });
+        add(id, count, fields, false, rec_at, ex, budget, summary);
+    }
+}
+
+/// Reads an Options Template FlowSet body.
+fn options_templates(
+    body: &[u8],
+    at: usize,
+    ex: &mut Exporter,
+    budget: &mut Budget,
+    summary: &mut MessageSummary,
+) {
+    let mut p = 0;
+    while let (Some(id), Some(scope_len), Some(option_len)) =
+        (get_u16(body, p), get_u16(body, p + 2), get_u16(body, p + 4))
+    {
+        let rec_at = at + p;
+        p += 6;
+        if scope_len == 0 && option_len == 0 {
+            break; // padding
+        }
+        let (scope_len, option_len) = (usize::from(scope_len), usize::from(option_len));
+        let bad = |why| DecodeError::BadTemplate {
+            id,
+            at: rec_at,
+            why,
+        };
+        if scope_len % 4 != 0 || option_len % 4 != 0 {
+            return summary.refuse(bad("scope or option length not a multiple of 4"));
+        }
+        let Some(specs) = body.get(p..p + scope_len + option_len) else {
+            return summary.refuse(bad("truncated"));
+        };
+        p += specs.len();
+        let (scope, option) = specs.split_at(scope_len);
+        let scope = scope.chunks_exact(4).map(|f| Field {
+            elem: if read_u16(f) == SCOPE_INTERFACE {
+                Elem::InIf
+            } else {
+                Elem::Skip
+            },
+            rev: false,
+            len: read_u16(&f[2..]),
+        });
+        let option = option.chunks_exact(4).map(|f| {
+            let (e, rev) = elem(read_u16(f), true);
+            Field {
+                elem: e,
+                rev,
+                len: read_u16(&f[2..]),
+            }
+        });
+        let count = (specs.len() / 4).min(usize::from(u16::MAX)) as u16;
+        add(
+            id,
+            count,
+            scope.chain(option),
+            true,
+            rec_at,
+            ex,
+            budget,
+            summary,
+        );
+    }
+}
+
+/// Adds template `id` of `count` `fields`.
+#[allow(clippy::too_many_arguments)]
+fn add(
+    id: u16,
+    count: u16,
+    fields: impl Iterator<Item = Field>,
+    options: bool,
+    at: usize,
+    ex: &mut Exporter,
+    budget: &mut Budget,
+    summary: &mut MessageSummary,
+) {
+    if id < MIN_DATA_SET_ID {
+        return summary.refuse(DecodeError::BadTemplate {
+            id,
+            at,
+            why: "template id below 256",
+        });
+    }
+    if usize::from(count) > budget.max_fields {
+        return summary.refuse(DecodeError::TooManyFields {
+            id,
+            count: usize::from(count),
+            limit: budget.max_fields,
+        });
+    }
+    // v9 has no variable-length fields: a length of 65535 is just long.
+    let fields = fields
+        .map(|f| Field {
+            len: f.len.min(VARLEN - 1),
+            ..f
+        })
+        .collect();
+    match Template::new(fields, options, id, at).and_then(|t| ex.templates.insert(id, t, budget)) {
+        Ok(()) => summary.templates += 1,
+        Err(e) => summary.refuse(e),
+    }
 }
 
 #[cfg(test)]
