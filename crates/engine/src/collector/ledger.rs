@@ -52,6 +52,8 @@ pub struct ExporterCounts {
     pub templates: u64,
     /// Records, templates or samples inside good messages refused as malformed.
     pub malformed: u64,
+    /// sFlow samples that carry no flow (counter samples, non-IP packets, unknown formats).
+    pub skipped: u64,
     /// Messages refused whole.
     pub bad_messages: u64,
     /// Refused messages and parts, by reason.
@@ -69,6 +71,7 @@ impl ExporterCounts {
         self.template_missing += o.template_missing;
         self.templates += o.templates;
         self.malformed += o.malformed;
+        self.skipped += o.skipped;
         self.bad_messages += o.bad_messages;
         for (k, v) in &o.bad {
             *self.bad.entry(k).or_insert(0) += v;
@@ -117,6 +120,7 @@ impl Book {
         e.template_missing += u64::from(m.template_missing);
         e.templates += u64::from(m.templates);
         e.malformed += u64::from(m.malformed);
+        e.skipped += u64::from(m.skipped);
         if let Some(why) = m.refused {
             *e.bad.entry(why.reason()).or_insert(0) += u64::from(m.malformed);
         }
@@ -292,6 +296,7 @@ mod tests {
             templates: 1,
             malformed: 0,
             refused: None,
+            skipped: 0,
         }
     }
 
