@@ -5,8 +5,17 @@
 //! the [`FlowStore`] trait.
 #![forbid(unsafe_code)]
 
+pub mod batch;
+pub mod compaction;
+pub mod parquet_store;
+pub mod partition;
+pub mod reader;
+pub mod retention;
+pub mod rollup;
 pub mod schema;
+pub mod writer;
 
+pub use parquet_store::{ParquetOptions, ParquetStore};
 pub use schema::{ExporterStats, InterfaceName, StoredFlow};
 
 /// Why a store could not take or keep flows.
