@@ -505,6 +505,16 @@ pub struct CollectArgs {
         required = true
     )]
     pub listen: Vec<String>,
+    /// Keep the flows in a Parquet store in this directory (hourly zstd files, rollups,
+    /// interface names and exporter counters; docs/store.md).
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<PathBuf>,
+    /// Delete the store's partitions older than this (e.g. 30d, 12h).
+    #[arg(long, value_name = "AGE", requires = "store")]
+    pub retain: Option<String>,
+    /// Keep the store's files under this size (e.g. 50G): the oldest go first.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "store")]
+    pub retain_size: Option<u64>,
     /// Write the flows to a file: json:FILE, csv:FILE ('-' for stdout); repeatable.
     #[arg(short = 'w', long = "write", value_name = "FORMAT:FILE")]
     pub write: Vec<String>,
@@ -532,8 +542,9 @@ pub struct CollectArgs {
     /// templates, refused messages by reason) on http://[ADDR:]PORT/metrics.
     #[arg(long, value_name = "[ADDR:]PORT")]
     pub metrics: Option<String>,
-    /// Seconds between the stores' flushes (what a query sees).
-    #[arg(long, value_name = "SECS", default_value_t = 2.0)]
+    /// Seconds between the stores' flushes: a query sees a flow at most this long after it
+    /// arrived.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
     pub flush_seconds: f64,
     /// Seconds between the rows of exporter counters written to the stores.
     #[arg(long, value_name = "SECS", default_value_t = 60.0)]

@@ -17,6 +17,7 @@ use tapflow_engine::sink::flow::export::{ExportConfig, ExportTarget};
 use tapflow_engine::sink::flow::export_store::ExportStore;
 use tapflow_engine::source::datagrams::Cidr;
 use tapflow_engine::stop::Stop;
+use tapflow_store::{ParquetOptions, ParquetStore};
 use tapflow_wire::flowdecode::Limits;
 
 use crate::Failure;
@@ -130,6 +131,21 @@ fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
             )))
         }
     };
+    let flush = secs(a.flush_seconds, "--flush-seconds")?;
+    let mut stores = Vec::new();
+    if let Some(dir) = &a.store {
+        let opts = ParquetOptions {
+            flush_interval: flush,
+            retain: a.retain.as_deref().map(parse_age).transpose()?,
+            retain_size: a.retain_size,
+            ..ParquetOptions::default()
+        };
+        let store = ParquetStore::open(dir, opts).map_err(|e| bad(format!("--store {e}")))?;
+        stores.push(NamedStore {
+            name: format!("parquet:{}", dir.display()),
+            store: Box::new(store),
+        });
+    }
     let mut targets = Vec::new();
     for w in &a.write {
         let t = ExportTarget::parse_url(w).map_err(|e| bad(format!("-w {e}")))?;
@@ -139,34 +155,62 @@ fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
         let t = ExportTarget::parse_url(u).map_err(|e| bad(format!("--export {e}")))?;
         targets.push(t);
     }
-    if targets.is_empty() {
+    if !targets.is_empty() {
+        let name = targets
+            .iter()
+            .map(ExportTarget::name)
+            .collect::<Vec<_>>()
+            .join(",");
+        let export = ExportStore::start(&ExportConfig {
+            targets,
+            mtu: a.export_mtu,
+            observation_domain: 1,
+            rate: a.export_rate,
+        })
+        .map_err(Failure::from_engine)?;
+        stores.push(NamedStore {
+            name,
+            store: Box::new(export),
+        });
+    }
+    if stores.is_empty() {
         return Err(bad(
-            "nowhere to keep the flows: give -w FORMAT:FILE or --export URL".into(),
+            "nowhere to keep the flows: give --store DIR, -w FORMAT:FILE or --export URL".into(),
         ));
     }
-    let names: Vec<String> = targets.iter().map(ExportTarget::name).collect();
-    let export = ExportStore::start(&ExportConfig {
-        targets,
-        mtu: a.export_mtu,
-        observation_domain: 1,
-        rate: a.export_rate,
-    })
-    .map_err(Failure::from_engine)?;
     Ok(CollectConfig {
         listen,
         threads: a.threads,
         rcvbuf: a.rcvbuf,
         allow,
-        stores: vec![NamedStore {
-            name: names.join(","),
-            store: Box::new(export),
-        }],
-        flush: secs(a.flush_seconds, "--flush-seconds")?,
+        stores,
+        flush,
         stats_every: secs(a.stats_seconds, "--stats-seconds")?,
         duration: a.duration.map(|d| secs(d, "--duration")).transpose()?,
         idle: secs(a.exporter_timeout, "--exporter-timeout")?,
         limits: Limits::default(),
     })
+}
+
+/// `N` followed by `s`, `m`, `h` or `d` (`30d`, `12h`).
+fn parse_age(s: &str) -> Result<Duration, Failure> {
+    let unit = match s.chars().last() {
+        Some('s') => 1,
+        Some('m') => 60,
+        Some('h') => 3600,
+        Some('d') => 86_400,
+        _ => 0,
+    };
+    s[..s.len().saturating_sub(1)]
+        .parse::<u64>()
+        .ok()
+        .filter(|&n| unit > 0 && n > 0 && n <= 100 * 365 * 86_400 / unit)
+        .map(|n| Duration::from_secs(n * unit))
+        .ok_or_else(|| {
+            Failure::Usage(format!(
+                "--retain '{s}' is not an age such as 90m, 12h or 30d"
+            ))
+        })
 }
 
 /// Records that reached the collector and were not stored, said in one line; `None` when

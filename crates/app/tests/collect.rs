@@ -279,6 +279,78 @@ fn softflowd_ipfix_v9_v5_flows_equal_nfcapds() {
     }
 }
 
+/// Every flow row of the Parquet store in `dir`, and the number of files of `table`.
+fn store_flows(dir: &Path) -> Vec<tapflow_store::StoredFlow> {
+    use tapflow_store::partition::{Table, files, partitions};
+    let mut all = Vec::new();
+    for p in partitions(dir, Table::Flows).unwrap() {
+        for f in files(&p.path).unwrap() {
+            all.extend(tapflow_store::reader::read_flows(&f).unwrap());
+        }
+    }
+    all
+}
+
+fn store_files(dir: &Path, table: tapflow_store::partition::Table) -> usize {
+    use tapflow_store::partition::{files, partitions};
+    partitions(dir, table)
+        .unwrap()
+        .iter()
+        .map(|p| files(&p.path).unwrap().len())
+        .sum()
+}
+
+#[test]
+fn the_parquet_store_keeps_what_nfcapd_keeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = trace(dir.path());
+    let store = dir.path().join("store");
+    let ns = Netns::new("sto");
+    let nfcapd = Nfcapd::start(&ns, NFCAPD);
+    let col = Collector::start(
+        &ns,
+        "nfv9://127.0.0.1",
+        2055,
+        &["--store", store.to_str().unwrap(), "--stats-seconds", "1"],
+    );
+    for port in [NFCAPD, 2055] {
+        let to = format!("127.0.0.1:{port}");
+        run_in(
+            &ns,
+            "softflowd",
+            &["-r", pcap.to_str().unwrap(), "-n", &to, "-v", "9", "-d"],
+        );
+    }
+    let (stats, _) = nfcapd.stop(&ns);
+    let got = col.stop();
+    got.assert_nothing_lost("softflowd -v 9");
+    assert_eq!(
+        json_at(&got.json, "stores.0.name"),
+        format!("parquet:{}", store.display())
+    );
+    assert_eq!(got.n("stores.0.stored"), got.n("records"), "{}", got.err);
+    let rows = store_flows(&store);
+    let (packets, bytes) = rows.iter().fold((0, 0), |(p, b), f| {
+        (
+            p + f.flow.fwd.packets + f.flow.rev.packets,
+            b + f.flow.fwd.octets + f.flow.rev.octets,
+        )
+    });
+    assert_eq!(
+        (rows.len() as u64, packets, bytes),
+        (stats["Flows"], stats["Packets"], stats["Bytes"]),
+        "{}",
+        got.err
+    );
+    let loopback =
+        tapflow_store::schema::addr16(false, &[127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert!(
+        rows.iter()
+            .all(|f| f.exporter == loopback && f.sampling == 1)
+    );
+    assert!(store_files(&store, tapflow_store::partition::Table::ExporterStats) > 0);
+}
+
 #[test]
 fn nfreplay_of_nfcapd_files_equals_nfcapds() {
     let dir = tempfile::tempdir().unwrap();
