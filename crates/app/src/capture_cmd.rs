@@ -322,6 +322,7 @@ pub(crate) fn flow_config(a: &FlowArgs, flows_cmd: bool) -> Result<Option<FlowCo
             mtu: a.export_mtu,
             observation_domain: a.observation_domain,
             rate: a.export_rate,
+            store: a.store.clone(),
         },
     }))
 }

@@ -262,6 +262,10 @@ pub struct FlowArgs {
     /// Write flow records as CSV to this file ('-' for stdout).
     #[arg(long, value_name = "PATH|-")]
     pub csv: Option<PathBuf>,
+    /// Keep flow records in the Parquet store in this directory (as `tapflow collect --store`),
+    /// without a network hop.
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<PathBuf>,
     /// A flow record never spans more than this many seconds; the flow continues in a new one.
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     pub active_timeout: u64,
@@ -294,7 +298,7 @@ pub struct FlowArgs {
 impl FlowArgs {
     /// Whether any flow output was asked for.
     pub fn any_output(&self) -> bool {
-        !self.export.is_empty() || self.json.is_some() || self.csv.is_some()
+        !self.export.is_empty() || self.json.is_some() || self.csv.is_some() || self.store.is_some()
     }
 }
 

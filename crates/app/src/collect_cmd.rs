@@ -166,6 +166,7 @@ fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
             mtu: a.export_mtu,
             observation_domain: 1,
             rate: a.export_rate,
+            store: None,
         })
         .map_err(Failure::from_engine)?;
         stores.push(NamedStore {

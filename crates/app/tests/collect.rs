@@ -351,6 +351,69 @@ fn the_parquet_store_keeps_what_nfcapd_keeps() {
     assert!(store_files(&store, tapflow_store::partition::Table::ExporterStats) > 0);
 }
 
+/// `tapflow flows --store DIR`: the meter's records reach the store without a network hop,
+/// each one as the CSV output has it.
+#[test]
+fn flows_store_keeps_every_record_of_the_meter() {
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = trace(dir.path());
+    let store = dir.path().join("store");
+    let csv = dir.path().join("ref.csv");
+    let err = run_ok(
+        Command::new(bin())
+            .args(["flows", "-q", "-r"])
+            .arg(&pcap)
+            .arg("--csv")
+            .arg(&csv)
+            .arg("--store")
+            .arg(&store),
+    );
+    let key = |proto: u8, sport: u16, dport: u16, p: u64, b: u64, rp: u64, rb: u64| {
+        [
+            u64::from(proto),
+            u64::from(sport),
+            u64::from(dport),
+            p,
+            b,
+            rp,
+            rb,
+        ]
+    };
+    let mut want: Vec<_> = read_csv(&csv)
+        .iter()
+        .map(|r| {
+            key(
+                num(r, "proto") as u8,
+                num(r, "sport") as u16,
+                num(r, "dport") as u16,
+                num(r, "packets"),
+                num(r, "octets"),
+                num(r, "rev_packets"),
+                num(r, "rev_octets"),
+            )
+        })
+        .collect();
+    let mut got: Vec<_> = store_flows(&store)
+        .iter()
+        .map(|f| {
+            let r = &f.flow;
+            key(
+                r.proto,
+                r.sport,
+                r.dport,
+                r.fwd.packets,
+                r.fwd.octets,
+                r.rev.packets,
+                r.rev.octets,
+            )
+        })
+        .collect();
+    want.sort();
+    got.sort();
+    assert_eq!(got.len(), 2000, "{err}");
+    assert_eq!(got, want);
+}
+
 #[test]
 fn nfreplay_of_nfcapd_files_equals_nfcapds() {
     let dir = tempfile::tempdir().unwrap();

@@ -79,6 +79,7 @@ fn main() {
             mtu: Some(mtu),
             observation_domain: 1,
             rate: ExportRate::Unpaced,
+            store: None,
         },
         MeterClock::Packets,
     )

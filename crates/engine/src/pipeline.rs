@@ -565,6 +565,7 @@ mod tests {
                 mtu: None,
                 observation_domain: 1,
                 rate: ExportRate::Unpaced,
+                store: None,
             },
         });
         cfg.control = Some(dir.join("ctl.sock"));

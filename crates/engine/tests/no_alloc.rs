@@ -119,6 +119,7 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
                 mtu: Some(1500),
                 observation_domain: 1,
                 rate: ExportRate::Unpaced,
+                store: None,
             },
         }),
         rules: flows.then(|| {

@@ -17,6 +17,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use tapflow_store::{FlowStore, ParquetOptions, ParquetStore, StoreReport, StoredFlow};
 use tapflow_sys::udp::UdpSocket;
 use tapflow_sys::{SysError, outfile};
 use tapflow_wire::flowexport::ConfigError;
@@ -137,6 +138,9 @@ pub enum ExportError {
         /// What the encoder refused.
         source: ConfigError,
     },
+    /// The Parquet store could not be opened.
+    #[error("--store {0}")]
+    Store(tapflow_store::StoreError),
     /// The exporter thread could not be started.
     #[error("cannot start the flow exporter: {0}")]
     Thread(io::Error),
@@ -293,6 +297,8 @@ pub struct ExportConfig {
     pub observation_domain: u32,
     /// How fast messages leave for each UDP collector.
     pub rate: ExportRate,
+    /// A Parquet store directory the records also go into, without a network hop.
+    pub store: Option<PathBuf>,
 }
 
 /// Bytes of messages a second to a UDP collector by default (`--export-rate auto`): what a
@@ -469,10 +475,14 @@ impl Exporter {
         for t in &cfg.targets {
             outputs.push(open(t, cfg)?);
         }
+        let store = match &cfg.store {
+            Some(dir) => Some(StoreOutput::open(dir, cfg.observation_domain)?),
+            None => None,
+        };
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let thread = thread::Builder::new()
             .name("tapflow-export".into())
-            .spawn(move || run(rx, outputs, clock))
+            .spawn(move || run(rx, outputs, store, clock))
             .map_err(ExportError::Thread)?;
         Ok(Exporter { tx, thread })
     }
@@ -496,7 +506,12 @@ impl Exporter {
     }
 }
 
-fn run(rx: Receiver<Batch>, mut outputs: Vec<Output>, clock: MeterClock) -> ExportReport {
+fn run(
+    rx: Receiver<Batch>,
+    mut outputs: Vec<Output>,
+    mut store: Option<StoreOutput>,
+    clock: MeterClock,
+) -> ExportReport {
     let mut report = ExportReport::default();
     let mut now = 0u64;
     let wall = || tapflow_sys::clock::realtime_ns();
@@ -511,6 +526,9 @@ fn run(rx: Receiver<Batch>, mut outputs: Vec<Output>, clock: MeterClock) -> Expo
                 for o in &mut outputs {
                     o.export(&b.records, now, b.epoch_ns);
                 }
+                if let Some(s) = &mut store {
+                    s.insert(&b.records, tapflow_sys::clock::realtime_ns());
+                }
                 b.records.clear();
                 let _ = b.back.send(b.records);
             }
@@ -521,12 +539,99 @@ fn run(rx: Receiver<Batch>, mut outputs: Vec<Output>, clock: MeterClock) -> Expo
                 for o in &mut outputs {
                     o.tick(now);
                 }
+                if let Some(s) = &mut store {
+                    s.tick();
+                }
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
     }
     report.outputs = outputs.into_iter().map(Output::finish).collect();
+    report.outputs.extend(store.map(StoreOutput::finish));
     report
+}
+
+/// The Parquet store output: the meters' records as the store keeps them, written by the
+/// exporter thread.
+struct StoreOutput {
+    name: String,
+    store: Box<dyn FlowStore>,
+    /// Reused for each batch.
+    rows: Vec<StoredFlow>,
+    domain: u32,
+    /// Records not handed to the store because it had failed.
+    withheld: u64,
+    error: Option<String>,
+    last_flush: Instant,
+}
+
+impl StoreOutput {
+    fn open(dir: &Path, domain: u32) -> Result<StoreOutput, ExportError> {
+        let store =
+            ParquetStore::open(dir, ParquetOptions::default()).map_err(ExportError::Store)?;
+        Ok(StoreOutput {
+            name: format!("parquet:{}", dir.display()),
+            store: Box::new(store),
+            rows: Vec::with_capacity(BATCH),
+            domain,
+            withheld: 0,
+            error: None,
+            last_flush: Instant::now(),
+        })
+    }
+
+    /// Hands `records`, ended at `now_ns`, to the store: flows metered here have no exporter
+    /// address (`::`) and no sampling.
+    fn insert(&mut self, records: &[FlowRecord], now_ns: u64) {
+        if self.error.is_some() {
+            self.withheld += records.len() as u64;
+            return;
+        }
+        self.rows.clear();
+        self.rows.extend(records.iter().map(|r| StoredFlow {
+            flow: *r,
+            egress: 0,
+            exporter: [0; 16],
+            domain: self.domain,
+            sampling: 1,
+            received_ns: now_ns,
+        }));
+        if let Err(e) = self.store.insert(&self.rows) {
+            self.error = Some(e.to_string());
+        }
+    }
+
+    /// Makes what the store holds visible every few seconds.
+    fn tick(&mut self) {
+        if self.error.is_none()
+            && self.last_flush.elapsed() >= ParquetOptions::default().flush_interval
+        {
+            self.last_flush = Instant::now();
+            if let Err(e) = self.store.flush() {
+                self.error = Some(e.to_string());
+            }
+        }
+    }
+
+    fn finish(self) -> OutputReport {
+        let mut error = self.error;
+        let before = self.store.report();
+        let r = self.store.close().unwrap_or_else(|e| {
+            error.get_or_insert_with(|| e.to_string());
+            StoreReport {
+                dropped: before.received - before.stored.min(before.received),
+                pending: 0,
+                ..before
+            }
+        });
+        OutputReport {
+            name: self.name,
+            records: r.stored,
+            lost_records: r.dropped + r.pending + self.withheld,
+            error,
+            ..OutputReport::default()
+        }
+    }
 }
 
 /// One opened output: its encoder and where the encoded bytes go.
@@ -1019,6 +1124,7 @@ mod tests {
             mtu: Some(9000),
             observation_domain: 0,
             rate: ExportRate::Unpaced,
+            store: None,
         };
         let addr = rx.local_addr().unwrap();
         let (mut c, _) = Collector::open("test", Transport::Udp, addr, &cfg).unwrap();
@@ -1121,6 +1227,7 @@ mod tests {
                 mtu: Some(1500),
                 observation_domain: 0,
                 rate,
+                store: None,
             };
             let (mut c, _) = Collector::open("test", Transport::Udp, addr, &cfg).unwrap();
             // Loopback answers at once; elsewhere the ICMP errors may come later, or not at all.
@@ -1244,6 +1351,7 @@ mod tests {
             mtu: Some(200),
             observation_domain: 1,
             rate: ExportRate::Unpaced,
+            store: None,
         };
         let e = Exporter::start(&cfg, MeterClock::Packets).unwrap_err();
         assert!(matches!(
