@@ -43,7 +43,7 @@ use crate::bytes::{get_u16, get_u32, read_u16, read_u32};
 use crate::flowdecode::{DecodeError, Emit, Exporter, MessageSummary};
 use crate::flowexport::{MessageFormat, MessageHeader, TemplateEncoder, saturate, unix_secs};
 use crate::flowrecord::FlowRecord;
-use crate::template::{Budget, Clock, Template, ipfix_field};
+use crate::template::{Budget, Clock, ipfix_field};
 
 pub use crate::flowexport::{
     ConfigError, DEFAULT_REFRESH_MESSAGES, DEFAULT_REFRESH_SECS, Refresh, SET_HEADER_LEN, Stats,
@@ -533,7 +533,7 @@ pub(crate) fn decode(
     budget: &mut Budget,
     emit: &mut Emit<'_, '_>,
 ) {
-    let mut data_records = 0u32;
+    let (mut data_records, mut options_records) = (0u32, 0u32);
     for (id, body, at) in sets(msg, HEADER_LEN) {
         match id {
             TEMPLATE_SET_ID | OPTIONS_TEMPLATE_SET_ID => templates(
@@ -550,7 +550,11 @@ pub(crate) fn decode(
                     sys_uptime_ms: None,
                     init_ms: ex.init_ms,
                 };
-                data_records = data_records.wrapping_add(ex.data_set(id, body, at, clock, emit));
+                let (n, options) = ex.data_set(id, body, at, clock, emit);
+                data_records = data_records.wrapping_add(n);
+                if options {
+                    options_records = options_records.wrapping_add(n);
+                }
             }
             // Reserved set ids (RFC 7011 §3.3.2): ignored.
             _ => {}
@@ -560,7 +564,9 @@ pub(crate) fn decode(
         // Records of unknown templates were not counted: the next message restarts the count.
         ex.sequence.resync();
     } else {
-        emit.summary.sequence_lost = ex.sequence.observe(h.sequence, data_records);
+        emit.summary.sequence_lost = ex
+            .sequence
+            .observe(h.sequence, data_records, options_records);
     }
 }
 
@@ -613,28 +619,34 @@ fn templates(
                 limit: budget.max_fields,
             });
         }
-        let mut fields = Vec::with_capacity(usize::from(count));
+        let mut fields = std::mem::take(&mut budget.scratch);
+        fields.clear();
         for _ in 0..count {
             let (Some(raw), Some(len)) = (get_u16(body, p), get_u16(body, p + 2)) else {
-                return summary.refuse(bad("truncated"));
+                break;
             };
-            p += 4;
             let pen = if raw & 0x8000 != 0 {
-                let Some(pen) = get_u32(body, p) else {
-                    return summary.refuse(bad("truncated"));
+                let Some(pen) = get_u32(body, p + 4) else {
+                    break;
                 };
                 p += 4;
                 pen
             } else {
                 0
             };
+            p += 4;
             fields.push(ipfix_field(raw & 0x7fff, len, pen));
         }
-        match Template::new(fields.into(), options, id, rec_at)
-            .and_then(|t| ex.templates.insert(id, t, budget))
-        {
+        let whole = fields.len() == usize::from(count);
+        let r = if whole {
+            ex.templates.insert(id, options, &fields, rec_at, budget)
+        } else {
+            Err(bad("truncated"))
+        };
+        budget.scratch = fields;
+        match r {
             Ok(()) => summary.templates += 1,
-            Err(e) => summary.refuse(e),
+            Err(e) => return summary.refuse(e),
         }
     }
 }

@@ -34,7 +34,7 @@ use crate::flowdecode::{DecodeError, Emit, Exporter, MessageSummary};
 use crate::flowexport::{MessageFormat, MessageHeader, SET_HEADER_LEN, TemplateEncoder, unix_secs};
 use crate::flowrecord::FlowRecord;
 use crate::ipfix::{MIN_DATA_SET_ID, check_sets, sets};
-use crate::template::{Budget, Clock, Elem, Field, Template, VARLEN, elem};
+use crate::template::{Budget, Clock, Elem, Field, VARLEN, elem};
 
 pub use crate::flowexport::{ConfigError, Refresh, Stats};
 
@@ -426,7 +426,7 @@ pub(crate) fn decode(
         }
     }
     // v9 numbers export packets, not records (RFC 3954 §5.1).
-    emit.summary.sequence_lost = ex.sequence.observe(h.sequence, 1);
+    emit.summary.sequence_lost = ex.sequence.observe(h.sequence, 1, 0);
 }
 
 /// Reads a Template FlowSet body.
@@ -553,13 +553,15 @@ fn add(
         });
     }
     // v9 has no variable-length fields: a length of 65535 is just long.
-    let fields = fields
-        .map(|f| Field {
-            len: f.len.min(VARLEN - 1),
-            ..f
-        })
-        .collect();
-    match Template::new(fields, options, id, at).and_then(|t| ex.templates.insert(id, t, budget)) {
+    let mut scratch = std::mem::take(&mut budget.scratch);
+    scratch.clear();
+    scratch.extend(fields.map(|f| Field {
+        len: f.len.min(VARLEN - 1),
+        ..f
+    }));
+    let r = ex.templates.insert(id, options, &scratch, at, budget);
+    budget.scratch = scratch;
+    match r {
         Ok(()) => summary.templates += 1,
         Err(e) => summary.refuse(e),
     }

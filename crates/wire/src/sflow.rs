@@ -177,8 +177,8 @@ pub(crate) fn decode(
 fn source_sequence(sources: &mut HashMap<u32, Sequence>, source: u32, seq: u32) -> u64 {
     let n = sources.len();
     match sources.get_mut(&source) {
-        Some(s) => s.observe(seq, 1),
-        None if n < MAX_SOURCES => sources.entry(source).or_default().observe(seq, 1),
+        Some(s) => s.observe(seq, 1, 0),
+        None if n < MAX_SOURCES => sources.entry(source).or_default().observe(seq, 1, 0),
         None => 0,
     }
 }

@@ -201,6 +201,8 @@ pub(crate) struct Budget {
     pub total: usize,
     pub held: usize,
     pub max_fields: usize,
+    /// Where a template's fields are read before they are compared or kept.
+    pub scratch: Vec<Field>,
 }
 
 impl Templates {
@@ -210,16 +212,19 @@ impl Templates {
         self.map.get(&id)
     }
 
-    /// Adds or replaces template `id`, unless a limit forbids a new one.
+    /// Adds or replaces template `id` of `fields`, unless it is malformed or a limit forbids a
+    /// new one. A refresh that changes nothing allocates nothing.
     pub(crate) fn insert(
         &mut self,
         id: u16,
-        t: Template,
+        options: bool,
+        fields: &[Field],
+        at: usize,
         budget: &mut Budget,
     ) -> Result<(), DecodeError> {
         if let Some(old) = self.map.get_mut(&id) {
-            if *old != t {
-                *old = t;
+            if old.options != options || *old.fields != *fields {
+                *old = Template::new(fields.into(), options, id, at)?;
             }
             return Ok(());
         }
@@ -235,6 +240,7 @@ impl Templates {
                 limit: budget.total,
             });
         }
+        let t = Template::new(fields.into(), options, id, at)?;
         budget.held += 1;
         self.map.insert(id, t);
         Ok(())
