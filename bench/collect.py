@@ -67,6 +67,19 @@ def wait_drained(ns: str, port: int) -> None:
         time.sleep(0.01)
 
 
+def thread_cpu(pid: int, prefix: str) -> float:
+    """CPU seconds of the threads of `pid` whose name starts with `prefix` (the receive
+    workers: receiving, decoding, counting, handing batches over)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            if Path(f"/proc/{pid}/task/{tid}/comm").read_text().startswith(prefix):
+                total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+        except OSError:
+            pass
+    return total / 1e9
+
+
 def size_of(paths) -> int:
     return sum(p.stat().st_size for p in paths)
 
@@ -90,6 +103,7 @@ def one_run(tool: str, args, work: Path, run: int) -> dict:
         subprocess.run(sender, check=True, capture_output=True, timeout=600)
         wait_drained(ns, PORT)
         dropped = in_errors(ns)
+        receive = thread_cpu(p.pid, "tapflow-collect")
         p.send_signal(15)
         f = bl.wait_rusage(p, t0, timeout=300)
         if tool == "nfcapd":
@@ -102,7 +116,7 @@ def one_run(tool: str, args, work: Path, run: int) -> dict:
             stored = s["stores"][0]["stored"]
             dropped = max(dropped, s["socket_drops"])
             files = list((out / "store" / "flows").rglob("*.parquet"))
-        return {"cpu": f.cpu, "stored": stored, "dropped": dropped,
+        return {"cpu": f.cpu, "receive": receive, "stored": stored, "dropped": dropped,
                 "bytes_per_flow": size_of(files) / max(stored, 1), "rc": f.rc}
     finally:
         ns_del(ns)
@@ -117,7 +131,7 @@ def record_stream(args, work: Path) -> list[bytes]:
             ["ip", "netns", "exec", ns, sys.executable, "-c",
              "import socket,sys,struct\n"
              "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
-             "s.setsockopt(socket.SOL_SOCKET,socket.SO_RCVBUFFORCE,1<<28)\n"
+             "s.setsockopt(socket.SOL_SOCKET,33,1<<28)  # SO_RCVBUFFORCE\n"
              f"s.bind(('127.0.0.1',{PORT}));s.settimeout(3)\n"
              "o=sys.stdout.buffer\n"
              "try:\n"
@@ -139,13 +153,16 @@ def record_stream(args, work: Path) -> list[bytes]:
     return out
 
 
-def rate_run(args, work: Path, stream: list[bytes], rate: float) -> dict:
-    """Replays `stream` at `rate` million records a second until --seconds have passed."""
+def rate_run(args, work: Path, rate: float, sink: str) -> dict:
+    """Replays the recorded stream at `rate` million records a second for --seconds into a
+    collector keeping the flows in `sink` (`store`: the Parquet store; `csv`: CSV to
+    /dev/null, the receive and decode path with a cheap output)."""
     ns = ns_new(f"r{int(rate * 10)}")
     out = Path(tempfile.mkdtemp(dir=work, prefix="rate-"))
     try:
+        keep = ["--store", str(out / "store")] if sink == "store" else ["-w", "csv:/dev/null"]
         argv = ["ip", "netns", "exec", ns, "taskset", "-c", "1", str(args.tapflow), "collect",
-                "-q", "-l", f"ipfix://127.0.0.1:{PORT}", "--store", str(out / "store"),
+                "-q", "-l", f"ipfix://127.0.0.1:{PORT}", *keep,
                 "--summary-json", str(out / "summary.json")]
         p, t0 = bl.start(argv, work, f"rate-{rate}")
         bl.wait_udp_bound(p, PORT, work, f"rate-{rate}", "tapflow collect")
@@ -215,6 +232,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--rates", default="0.5,1,1.5,2,3")
     ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--skip-ingest", action="store_true", help="only the rate part")
     ap.add_argument("--send", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--stream", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -227,25 +245,42 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="tf-bench-collect-"))
     print(f"trace {args.trace}, {args.runs} runs, work {work}")
     res = {"nfcapd": [], "tapflow": []}
-    for run in range(args.runs):
+    for run in range(0 if args.skip_ingest else args.runs):
         for tool in ("nfcapd", "tapflow") if run % 2 == 0 else ("tapflow", "nfcapd"):
             r = one_run(tool, args, work, run)
             res[tool].append(r)
+            recv = (f", receive workers {r['receive'] / max(r['stored'], 1) * 1e6:.3f} s/M"
+                    if tool == "tapflow" else "")
             print(f"  {tool:8} run {run}: {r['stored']} flows stored, CPU {r['cpu']:.3f} s "
-                  f"({r['cpu'] / max(r['stored'], 1) * 1e6:.3f} s/M), {r['dropped']} datagrams "
-                  f"dropped, {r['bytes_per_flow']:.1f} B/flow, exit {r['rc']}")
+                  f"({r['cpu'] / max(r['stored'], 1) * 1e6:.3f} s/M{recv}), {r['dropped']} "
+                  f"datagrams dropped, {r['bytes_per_flow']:.1f} B/flow, exit {r['rc']}")
+    if not args.skip_ingest:
+        report_ingest(res)
+    rate_part(args, work)
+
+
+def report_ingest(res: dict) -> None:
     med = {t: bl.median([r["cpu"] / max(r["stored"], 1) * 1e6 for r in rs]) for t, rs in res.items()}
+    recv = bl.median([r["receive"] / max(r["stored"], 1) * 1e6 for r in res["tapflow"]])
     print(f"median CPU per million records stored: nfcapd -y {med['nfcapd']:.3f} s, "
-          f"tapflow collect --store {med['tapflow']:.3f} s, ratio {med['tapflow'] / med['nfcapd']:.2f}")
+          f"tapflow collect --store {med['tapflow']:.3f} s (its receive workers {recv:.3f} s), "
+          f"ratios {med['tapflow'] / med['nfcapd']:.2f} and {recv / med['nfcapd']:.2f}")
+
+
+def rate_part(args, work: Path) -> None:
     stream = record_stream(args, work)
     (work / "stream").write_bytes(b"".join(struct.pack(">I", len(d)) + d for d in stream))
-    print(f"rate: {len(stream)} messages recorded, replayed for {args.seconds} s at each rate")
-    for rate in [float(x) for x in args.rates.split(",")]:
-        r = rate_run(args, work, stream, rate)
-        ok = r["stored"] == r["records"] and r["socket_drops"] == 0 and r["sequence_lost"] == 0
-        print(f"  {rate:.1f} M/s asked, {r['achieved']:.2f} M/s sent: {r['records']} records, "
-              f"{r['stored']} stored, {r['socket_drops']} socket drops, {r['sequence_lost']} lost "
-              f"(sequence), CPU {r['cpu']:.2f} s: {'no loss' if ok else 'LOSS'}")
+    print(f"rate: {len(stream)} messages recorded, replayed for {args.seconds} s at each rate "
+          "into CSV (/dev/null) and into the Parquet store")
+    for sink in ("csv", "store"):
+        for rate in [float(x) for x in args.rates.split(",")]:
+            r = rate_run(args, work, rate, sink)
+            ok = r["stored"] == r["records"] and r["socket_drops"] == 0 and r["sequence_lost"] == 0
+            print(f"  {sink:5} {rate:.2f} M/s asked, {r['achieved']:.2f} M/s sent: "
+                  f"{r['records']} records, {r['stored']} stored, {r['socket_drops']} socket "
+                  f"drops, {r['sequence_lost']} lost (sequence), CPU {r['cpu']:.2f} s "
+                  f"({r['cpu'] / max(r['stored'], 1) * 1e6:.2f} s/M): "
+                  f"{'no loss' if ok else 'LOSS'}")
     subprocess.run(["rm", "-rf", str(work)])
 
 

@@ -12,11 +12,11 @@
 //! dropped or could not take. Records lost before the collector show as sequence gaps;
 //! datagrams the socket dropped are counted by the kernel and read per socket.
 
-pub mod intake;
+mod intake;
 pub mod ledger;
 pub mod listen;
-pub mod tcp;
-pub mod udp;
+mod tcp;
+mod udp;
 pub mod writer;
 
 use std::net::SocketAddr;
