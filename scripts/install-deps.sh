@@ -19,6 +19,7 @@ PKGS=(
     util-linux                 # taskset (CPU pinning in the benchmarks)
     procps                     # sysctl
     python3                    # benchmark harness, JSON oracle in tests (standard library only)
+    python3-venv               # the environment below for the store's outside readers
     nfdump                     # flow oracle and anchor: nfpcapd (pcap -> flows), nfcapd (IPFIX collector), nfdump
     softflowd                  # flow benchmark anchor (pcap -> NetFlow/IPFIX)
     argus-server               # flow benchmark anchor: argus (pcap -> bidirectional flow records)
@@ -81,6 +82,16 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
 fi
 
+# The flow store's outside readers (crates/store/tests/outside_readers.rs): chdb (ClickHouse in a
+# Python module) and DuckDB from PyPI, in their own environment. Offline, the test says skipped.
+PYENV=${TAPFLOW_PYENV:-/var/cache/tapflow/pyenv}
+if ! "$PYENV/bin/python3" -c 'import chdb, duckdb' >/dev/null 2>&1; then
+    echo "install-deps: installing chdb and duckdb from PyPI into $PYENV"
+    mkdir -p "$(dirname "$PYENV")"
+    { python3 -m venv "$PYENV" && "$PYENV/bin/pip" install -q chdb duckdb </dev/null; } ||
+        echo "install-deps: chdb/duckdb not installed (PyPI unreachable?): the store's outside-reader test will skip"
+fi
+
 first_line() { "$@" 2>&1 | head -n 1 || true; }
 echo "install-deps: versions"
 printf '  %-12s %s\n' \
@@ -100,4 +111,6 @@ printf '  %-12s %s\n' \
     softflowd "$(softflowd -h 2>&1 | grep -m1 -o 'version [0-9.]*[0-9]' || true)" \
     argus "$(argus -h 2>&1 | grep -m1 'Argus Version' || true)" \
     promtool "$(first_line promtool --version)" \
-    python3 "$(first_line python3 --version)"
+    python3 "$(first_line python3 --version)" \
+    chdb "$("$PYENV/bin/python3" -c 'import chdb; print(chdb.__version__)' 2>/dev/null || true)" \
+    duckdb "$("$PYENV/bin/python3" -c 'import duckdb; print(duckdb.__version__)' 2>/dev/null || true)"

@@ -53,6 +53,9 @@ pub enum Command {
     /// adapted to TPACKET_V3 blocks (bounds on the block size, a recommended geometry, the
     /// loss in a stall or a burst).
     Plan(PlanArgs),
+    /// Import flow records written by `tapflow flows` (--json, --csv, --export json:/csv:)
+    /// into a store directory.
+    Import(ImportArgs),
 }
 
 /// Which running capture to talk to.
@@ -513,9 +516,9 @@ pub struct CollectArgs {
     /// interface names and exporter counters; docs/store.md).
     #[arg(long, value_name = "DIR")]
     pub store: Option<PathBuf>,
-    /// Delete the store's partitions older than this (e.g. 30d, 12h).
-    #[arg(long, value_name = "AGE", requires = "store")]
-    pub retain: Option<String>,
+    /// Delete the store's partitions older than this (`30d`, `12h`; units s, m, h, d, w).
+    #[arg(long, value_name = "AGE", requires = "store", value_parser = tapflow_store::retention::parse_age)]
+    pub retain: Option<std::time::Duration>,
     /// Keep the store's files under this size (e.g. 50G): the oldest go first.
     #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "store")]
     pub retain_size: Option<u64>,
@@ -565,4 +568,47 @@ pub struct CollectArgs {
     /// Write the final accounting as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
+}
+
+// ---- the Parquet store's options and `tapflow import` ----
+
+/// Where and how flows are kept (`--store DIR`).
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// The store directory: Parquet files partitioned by hour (docs/store.md).
+    #[arg(long, value_name = "DIR")]
+    pub store: PathBuf,
+    /// Delete what is older than this (`30d`, `12h`; units s, m, h, d, w).
+    #[arg(long, value_parser = tapflow_store::retention::parse_age, value_name = "AGE")]
+    pub retain: Option<std::time::Duration>,
+    /// Keep the store under this size, deleting the oldest flow files first (`50G`).
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub retain_size: Option<u64>,
+    /// zstd level of the files (1 to 22).
+    #[arg(long, default_value_t = 9, value_parser = clap::value_parser!(i32).range(1..=22), value_name = "N")]
+    pub zstd_level: i32,
+}
+
+impl StoreArgs {
+    /// The store's options.
+    pub fn options(&self) -> tapflow_store::ParquetOptions {
+        let mut o = tapflow_store::ParquetOptions {
+            retain: self.retain,
+            retain_size: self.retain_size,
+            ..tapflow_store::ParquetOptions::default()
+        };
+        o.file.zstd_level = self.zstd_level;
+        o
+    }
+}
+
+/// `tapflow import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Files of JSON lines or CSV as `tapflow flows` writes them (`-` for stdin).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
 }

@@ -136,7 +136,7 @@ fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
     if let Some(dir) = &a.store {
         let opts = ParquetOptions {
             flush_interval: flush,
-            retain: a.retain.as_deref().map(parse_age).transpose()?,
+            retain: a.retain,
             retain_size: a.retain_size,
             ..ParquetOptions::default()
         };
@@ -191,27 +191,6 @@ fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
         idle: secs(a.exporter_timeout, "--exporter-timeout")?,
         limits: Limits::default(),
     })
-}
-
-/// `N` followed by `s`, `m`, `h` or `d` (`30d`, `12h`).
-fn parse_age(s: &str) -> Result<Duration, Failure> {
-    let unit = match s.chars().last() {
-        Some('s') => 1,
-        Some('m') => 60,
-        Some('h') => 3600,
-        Some('d') => 86_400,
-        _ => 0,
-    };
-    s[..s.len().saturating_sub(1)]
-        .parse::<u64>()
-        .ok()
-        .filter(|&n| unit > 0 && n > 0 && n <= 100 * 365 * 86_400 / unit)
-        .map(|n| Duration::from_secs(n * unit))
-        .ok_or_else(|| {
-            Failure::Usage(format!(
-                "--retain '{s}' is not an age such as 90m, 12h or 30d"
-            ))
-        })
 }
 
 /// Records that reached the collector and were not stored, said in one line; `None` when

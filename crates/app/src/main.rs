@@ -6,6 +6,7 @@ mod cli;
 mod collect_cmd;
 mod doctor_cmd;
 mod gen_cmd;
+mod import_cmd;
 mod plan_cmd;
 mod privileges;
 mod recv_cmd;
@@ -132,6 +133,7 @@ fn main() -> ExitCode {
         Command::Check(args) => return check_cmd::run(&args),
         Command::Doctor(args) => doctor_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(&args),
+        Command::Import(args) => import_cmd::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -15,15 +15,9 @@ use parquet::file::serialized_reader::SerializedFileReader;
 
 use crate::StoreError;
 use crate::batch::Batch;
-use crate::partition::{self, Table};
+use crate::partition::{self, MERGED_PREFIX, REPLACES, Table};
 use crate::reader::{metadata_value, read_file};
 use crate::writer::{FileOptions, sync_dir, write_file};
-
-/// The key-value metadata key naming the files a merged file replaces (comma-separated names).
-pub const REPLACES: &str = "tapflow.replaces";
-
-/// The prefix of merged files' names.
-pub const MERGED_PREFIX: &str = "m-";
 
 /// What one compaction did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -100,7 +94,7 @@ pub fn compact(
 /// Removes the sources a merged file in partition `dir` replaced that are still there (a crash
 /// after the merged file's rename). Returns how many it removed.
 pub fn repair(dir: &Path) -> Result<usize, StoreError> {
-    let files = partition::files(dir)?;
+    let files = partition::all_files(dir)?;
     if files.len() < 2 {
         return Ok(0);
     }

@@ -7,6 +7,7 @@
 
 pub mod batch;
 pub mod compaction;
+pub mod import;
 pub mod parquet_store;
 pub mod partition;
 pub mod reader;

@@ -7,8 +7,8 @@
 //! hour partition. A flow counts as stored once its file is renamed; a write that fails (a full
 //! disk) drops the flows it held, counted, and leaves every file already written intact.
 //! Stored flows feed the rollups ([`crate::rollup`]). Every `maintenance_interval` (and at close)
-//! the partitions written into that are closed (`compact_after` past their end) are compacted
-//! and retention runs. One process owns a directory at a time (a lock on `DIR/lock`).
+//! the partitions written into that are closed (`compact_after` past their end), or that hold
+//! [`MERGE_OPEN_AT`] files, are compacted, and retention runs. One process owns a directory at a time (a lock on `DIR/lock`).
 
 use std::collections::{BTreeSet, HashSet};
 use std::fs::File;
@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::batch::{self, Batch};
-use crate::compaction::{self, MERGED_PREFIX};
-use crate::partition::{self, Table, partition_dir, partition_start};
+use crate::compaction;
+use crate::partition::{self, MERGED_PREFIX, Table, partition_dir, partition_start};
 use crate::retention;
 use crate::rollup::Rollups;
 use crate::schema::{ExporterStats, InterfaceName, StoredFlow};
@@ -65,6 +65,10 @@ impl Default for ParquetOptions {
         }
     }
 }
+
+/// Files in a partition still being written into at which its small files are merged anyway
+/// (every flush of a live store adds one).
+const MERGE_OPEN_AT: usize = 32;
 
 /// Flows kept in Parquet files under one directory.
 #[derive(Debug)]
@@ -187,7 +191,7 @@ impl ParquetStore {
             ) {
                 Ok(_) => {
                     self.report.stored += n as u64;
-                    self.rollups.add(group);
+                    self.rollups.add(group, now_us());
                     self.dirty
                         .insert((Table::Flows, dir, hour + partition::HOUR_US));
                 }
@@ -250,7 +254,10 @@ impl ParquetStore {
         let ready: Vec<(Table, PathBuf, i64)> = self
             .dirty
             .iter()
-            .filter(|(_, _, end)| all || *end <= limit)
+            .filter(|(_, dir, end)| {
+                all || *end <= limit
+                    || partition::all_files(dir).is_ok_and(|f| f.len() >= MERGE_OPEN_AT)
+            })
             .cloned()
             .collect();
         for key in ready {
@@ -320,13 +327,13 @@ impl FlowStore for ParquetStore {
             let (now, later) = rest.split_at(room.min(rest.len()));
             self.flows.extend_from_slice(now);
             rest = later;
-            if self.flows.len() >= self.opts.max_buffered {
-                if let Err(e) = self.write_flows() {
-                    // The flows not yet buffered are dropped with the failed write's.
-                    self.report.pending -= rest.len() as u64;
-                    self.report.dropped += rest.len() as u64;
-                    return Err(e);
-                }
+            if self.flows.len() >= self.opts.max_buffered
+                && let Err(e) = self.write_flows()
+            {
+                // The flows not yet buffered are dropped with the failed write's.
+                self.report.pending -= rest.len() as u64;
+                self.report.dropped += rest.len() as u64;
+                return Err(e);
             }
         }
         if self.last_write.elapsed() >= self.opts.flush_interval {
@@ -414,5 +421,5 @@ fn micros(d: Duration) -> i64 {
 fn now_us() -> i64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| micros(d))
+        .map_or(0, micros)
 }

@@ -15,7 +15,9 @@
 //! ```
 //!
 //! Every file's rows are sorted by its first column (the time), so row-group statistics on it
-//! prune by time within a partition.
+//! prune by time within a partition. A reader lists with [`files`] or [`files_between`], which
+//! leave out files a merged file replaces; if a listed file is gone when opened, a compaction
+//! merged it meanwhile: list again.
 
 use std::path::{Path, PathBuf};
 
@@ -229,8 +231,48 @@ pub fn partitions(dir: &Path, table: Table) -> Result<Vec<Partition>, StoreError
     Ok(out)
 }
 
-/// The complete files (`*.parquet`, never a `.part`) of one partition, sorted by name.
+/// The prefix of the names of files merged from others ([`crate::compaction`]).
+pub const MERGED_PREFIX: &str = "m-";
+
+/// The key-value metadata key of a merged file naming the files it replaces (comma-separated
+/// names in the same partition).
+pub const REPLACES: &str = "tapflow.replaces";
+
+/// The complete files (`*.parquet`, never a `.part`) of one partition, sorted by name, without
+/// the files a merged file there replaces (they exist only for the moment between the merged
+/// file's rename and their removal, or after a crash in that moment): each row is read once.
 pub fn files(partition: &Path) -> Result<Vec<PathBuf>, StoreError> {
+    let mut out = all_files(partition)?;
+    if out.len() < 2 {
+        return Ok(out);
+    }
+    let mut replaced = std::collections::HashSet::new();
+    for f in &out {
+        let merged = f
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(MERGED_PREFIX));
+        if merged {
+            match crate::reader::metadata_value(f, REPLACES) {
+                Ok(Some(list)) => replaced.extend(list.split(',').map(str::to_owned)),
+                Ok(None) => {}
+                // Removed by a compaction since the listing: its rows are in a newer file.
+                Err(StoreError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    out.retain(|f| {
+        f.file_name()
+            .and_then(|n| n.to_str())
+            .is_none_or(|n| !replaced.contains(n))
+    });
+    Ok(out)
+}
+
+/// Every complete file of one partition, sorted by name.
+pub fn all_files(partition: &Path) -> Result<Vec<PathBuf>, StoreError> {
     let mut out: Vec<PathBuf> = list_dir(partition)?
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "parquet"))

@@ -42,7 +42,7 @@ pub fn apply(
             let expired = retain.is_some_and(|r| {
                 p.end_us <= now_us.saturating_sub(i64::try_from(r.as_micros()).unwrap_or(i64::MAX))
             });
-            for path in partition::files(&p.path)? {
+            for path in partition::all_files(&p.path)? {
                 let size = std::fs::metadata(&path).map_or(0, |m| m.len());
                 if expired {
                     remove(&path)?;
@@ -81,7 +81,7 @@ pub fn apply(
         total -= e.size;
         deleted.files += 1;
         deleted.bytes += e.size;
-        if partition::files(e.path.parent().unwrap_or(dir))?.is_empty() {
+        if partition::all_files(e.path.parent().unwrap_or(dir))?.is_empty() {
             remove_empty_dirs(e.path.parent().unwrap_or(dir), dir);
         }
     }

@@ -107,18 +107,20 @@ impl Rollups {
         }
     }
 
-    /// Adds flows (already stored) to their 1-minute buckets.
-    pub fn add(&mut self, flows: &[StoredFlow]) {
+    /// Adds flows (already stored) to their 1-minute buckets. The clock follows their start
+    /// times up to `now_us` at most, so a flow from a wrong clock far in the future does not
+    /// close every open bucket.
+    pub fn add(&mut self, flows: &[StoredFlow], now_us: i64) {
         for s in flows {
-            self.add_one(s);
+            self.add_one(s, now_us);
         }
     }
 
-    fn add_one(&mut self, s: &StoredFlow) {
+    fn add_one(&mut self, s: &StoredFlow, now_us: i64) {
         let f = &s.flow;
         let width = Tier::Minute.bucket_us();
         let t = (f.start_ns() / 1000) as i64;
-        self.clock_us = self.clock_us.max(t);
+        self.clock_us = self.clock_us.max(t.min(now_us));
         let b = self.open[0].entry(t.div_euclid(width) * width).or_default();
         let rev = f.rev.packets > 0;
         b.traffic
@@ -187,11 +189,6 @@ impl Rollups {
             out.push((Table::Hosts(tier), hosts));
         }
         out
-    }
-
-    /// Whether no bucket is open.
-    pub fn is_empty(&self) -> bool {
-        self.open.iter().all(BTreeMap::is_empty)
     }
 }
 

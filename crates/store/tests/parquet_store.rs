@@ -268,6 +268,9 @@ fn small_files_of_a_closed_hour_merge_into_one() {
 
     // A crash after the merged file's rename left a source behind: the next open removes it.
     std::fs::write(&before[3], saved).unwrap();
+    // Readers leave it out already: the merged file names it.
+    assert_eq!(tapflow_store::partition::files(p).unwrap(), after);
+    assert_eq!(tapflow_store::partition::all_files(p).unwrap().len(), 2);
     drop(ParquetStore::open(dir.path(), quiet()).unwrap());
     assert_eq!(tapflow_store::partition::files(p).unwrap(), after);
     assert_eq!(all_flows(dir.path()).len(), 20_000);
@@ -361,6 +364,12 @@ fn retention_by_size_deletes_the_oldest_flow_files_first() {
 /// rev_bytes) per bucket start.
 type Sums = BTreeMap<(i64, [u8; 16], u32, u8, u16), [u64; 6]>;
 
+/// An address and its (flows, packets, bytes).
+type HostRow = ([u8; 16], [u64; 3]);
+
+/// Per side: (bucket, address) → (flows, packets, bytes).
+type HostSums = [HashMap<(i64, [u8; 16]), [u64; 3]>; 2];
+
 #[test]
 fn rollups_equal_the_sums_of_the_raw_flows() {
     let dir = tempfile::tempdir().unwrap();
@@ -385,7 +394,7 @@ fn rollups_equal_the_sums_of_the_raw_flows() {
     for tier in Tier::ALL {
         let w = tier.bucket_us();
         let mut want = Sums::new();
-        let mut hosts: [HashMap<(i64, [u8; 16]), [u64; 3]>; 2] = Default::default();
+        let mut hosts: HostSums = Default::default();
         for s in &raw {
             let f = &s.flow;
             let t = (f.start_ns() / 1000) as i64;
@@ -459,7 +468,7 @@ fn rollups_equal_the_sums_of_the_raw_flows() {
         // Top hosts: the late flows were written as a second set of rows for their buckets,
         // so check the buckets they did not touch, whose rows are exact top-5s.
         let late_end = day0_us() + 10 * H + H / 6;
-        let mut got_hosts: BTreeMap<(i64, u8), Vec<([u8; 16], [u64; 3])>> = BTreeMap::new();
+        let mut got_hosts: BTreeMap<(i64, u8), Vec<HostRow>> = BTreeMap::new();
         for file in files_between(dir.path(), Table::Hosts(tier), i64::MIN, i64::MAX).unwrap() {
             let b = read_file(&file, Table::Hosts(tier).columns()).unwrap();
             let (t, side, addr) = match (&b.columns[0], &b.columns[1], &b.columns[2]) {
@@ -482,7 +491,7 @@ fn rollups_equal_the_sums_of_the_raw_flows() {
         }
         let mut checked = 0;
         for side in 0..2u8 {
-            let mut per_bucket: BTreeMap<i64, Vec<([u8; 16], [u64; 3])>> = BTreeMap::new();
+            let mut per_bucket: BTreeMap<i64, Vec<HostRow>> = BTreeMap::new();
             for (&(b, a), &v) in &hosts[side as usize] {
                 per_bucket.entry(b).or_default().push((a, v));
             }
@@ -569,5 +578,30 @@ fn the_flush_interval_makes_flows_visible_without_a_flush() {
     let r = store.report();
     assert_eq!((r.received, r.stored, r.pending), (10, 10, 0));
     assert_eq!(all_flows(dir.path()).len(), 10);
+    store.close().unwrap();
+}
+
+#[test]
+fn a_partition_being_written_keeps_few_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64;
+    // The current hour is not closed: only the file count makes it merge.
+    let opts = ParquetOptions {
+        maintenance_interval: Duration::ZERO,
+        ..quiet()
+    };
+    let mut store = Box::new(ParquetStore::open(dir.path(), opts).unwrap());
+    for k in 0..80 {
+        store.insert(&flows(300 + k, 100, now - 1, 1, 20)).unwrap();
+        store.flush().unwrap();
+    }
+    for p in partitions(dir.path(), Table::Flows).unwrap() {
+        let n = tapflow_store::partition::all_files(&p.path).unwrap().len();
+        assert!(n < 32, "{n} files in {}", p.path.display());
+    }
+    assert_eq!(all_flows(dir.path()).len(), 8000);
     store.close().unwrap();
 }
