@@ -24,6 +24,8 @@ PKGS=(
     softflowd                  # flow benchmark anchor (pcap -> NetFlow/IPFIX)
     argus-server               # flow benchmark anchor: argus (pcap -> bidirectional flow records)
     argus-client               # ra: reads argus records
+    pmacct                     # flow exporters for the decoder fixtures: pmacctd nfprobe (IPFIX, v9), sfprobe (sFlow)
+    nfdump-sflow               # sfcapd: sFlow oracle for the decoder fixtures
     prometheus                 # promtool: checks our /metrics text
     nftables                   # nft: a collector that drops at its ingress (bench/forward.py)
 )
@@ -64,6 +66,7 @@ fi
 if [[ -d /run/systemd/system ]]; then
     systemctl disable --now argus.service >/dev/null 2>&1 || true
     systemctl stop 'nfdump@*.service' 'softflowd@*.service' >/dev/null 2>&1 || true
+    systemctl disable --now pmacctd.service >/dev/null 2>&1 || true
     # Only promtool is needed, not a Prometheus server on port 9090.
     systemctl disable --now prometheus.service >/dev/null 2>&1 || true
 fi

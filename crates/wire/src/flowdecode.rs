@@ -2,15 +2,16 @@
 //! messages from many exporters into [`FlowRecord`]s.
 //!
 //! One [`Decoder`] keeps the state a collector needs between messages: the templates each
-//! exporter announced, keyed by (exporter address, observation domain, template id), the
-//! sampling rates its options records gave, and the sequence numbers it counts, keyed by
-//! (exporter address, observation domain). The protocols' own decoding lives beside their
+//! exporter announced, keyed by (exporter address, protocol, observation domain, template id),
+//! the sampling rates its options records gave, and the sequence numbers it counts, keyed by
+//! (exporter address, protocol, observation domain). `docs/wire-formats.md` lists the elements
+//! understood, the limits and the sequence rules. The protocols' own decoding lives beside their
 //! encoders (`ipfix.rs`, `netflow9.rs`, `netflow5.rs`) and in `sflow.rs`; templates and what
 //! each field means to a [`FlowRecord`] in `template.rs`.
 //!
-//! Contract: [`Decoder::decode`] never panics on any bytes, allocates only when a template or a
-//! new exporter arrives, and when it returns an error it has emitted nothing and changed no
-//! state other than the exporter's last-heard time.
+//! Contract: [`Decoder::decode`] never panics on any bytes, allocates only when a new or changed
+//! template, a new exporter or a new sFlow data source arrives, and when it returns an error it
+//! has emitted nothing and changed no state.
 
 use std::collections::HashMap;
 

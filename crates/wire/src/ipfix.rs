@@ -499,9 +499,13 @@ impl Header {
 }
 
 /// Checks that the sets from `at` on each have a length of at least `min` and end inside
-/// `msg`; trailing bytes too short for a set header count as a bad set too.
+/// `msg`. Fewer than 4 zero bytes at the end are padding (some v9 exporters pad datagrams);
+/// other trailing bytes too short for a set header count as a bad set.
 pub(crate) fn check_sets(msg: &[u8], mut at: usize, min: usize) -> Result<(), DecodeError> {
     while at < msg.len() {
+        if msg.len() - at < SET_HEADER_LEN && msg[at..].iter().all(|&b| b == 0) {
+            break;
+        }
         let id = get_u16(msg, at).unwrap_or(0);
         let len = get_u16(msg, at + 2).map_or(0, usize::from);
         if len < min.max(SET_HEADER_LEN) || len > msg.len() - at {

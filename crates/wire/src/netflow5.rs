@@ -488,4 +488,53 @@ mod tests {
             prop_assert_eq!(enc.stats().unencodable as usize, kinds.iter().filter(|k| **k >= 2).count());
         }
     }
+
+    /// A v5 packet as a router writes it: sampled 1 in 10 (mode 1), one ICMP echo record with
+    /// type and code in the destination port.
+    #[test]
+    fn decodes_a_sampled_router_packet() {
+        use crate::flowdecode::{Decoded, Decoder, Limits, Protocol};
+        let mut m = vec![0, 5, 0, 1];
+        m.extend_from_slice(&100_000u32.to_be_bytes()); // sys_uptime 100 s
+        m.extend_from_slice(&1_800_000_000u32.to_be_bytes());
+        m.extend_from_slice(&500_000_000u32.to_be_bytes());
+        m.extend_from_slice(&4242u32.to_be_bytes());
+        m.extend_from_slice(&[1, 2, 0x40, 10]);
+        m.extend_from_slice(&[192, 0, 2, 1, 198, 51, 100, 7, 0, 0, 0, 0, 0, 3, 0, 4]);
+        for v in [5u32, 420, 90_000, 99_000] {
+            m.extend_from_slice(&v.to_be_bytes());
+        }
+        m.extend_from_slice(&[0, 0, 8, 0, 0, 0, 1, 0, 0, 0, 0, 0, 24, 24, 0, 0]);
+        let mut d = Decoder::new(Limits::default());
+        let mut got = Vec::new();
+        let s = d
+            .decode(Protocol::NetflowV5, [0; 16], &m, 0, &mut |x| {
+                if let Decoded::Flow(f) = x {
+                    got.push(f);
+                }
+            })
+            .unwrap();
+        assert_eq!((s.records, s.domain), (1, 0x0102));
+        let f = got[0];
+        assert_eq!((f.sampling, f.egress, f.flow.interface), (10, 4, 3));
+        let r = f.flow;
+        assert_eq!(r.dst_addr().to_string(), "198.51.100.7");
+        assert_eq!((r.proto, r.sport, r.dport), (1, 0, 0x0800));
+        assert_eq!((r.fwd.packets, r.fwd.octets), (50, 4200));
+        let export = 1_800_000_000_500_000_000;
+        assert_eq!(r.fwd.first_ns, export - 10_000_000_000);
+        assert_eq!(r.fwd.last_ns, export - 1_000_000_000);
+        // The next packet should say 4243: 3 flows lost.
+        m[16..20].copy_from_slice(&4246u32.to_be_bytes());
+        let s = d
+            .decode(Protocol::NetflowV5, [0; 16], &m, 0, &mut |_| {})
+            .unwrap();
+        assert_eq!(s.sequence_lost, 3);
+        // A count the packet cannot hold.
+        m[3] = 2;
+        let e = d
+            .decode(Protocol::NetflowV5, [0; 16], &m, 0, &mut |_| {})
+            .unwrap_err();
+        assert_eq!(e.to_string(), "header says 2 records, the message has 1");
+    }
 }

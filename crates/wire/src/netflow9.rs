@@ -839,4 +839,61 @@ mod tests {
             prop_assert_eq!(done, recs.len());
         }
     }
+
+    /// An exporter's v9 options: interface names (scope: interface) and a sampler, then data
+    /// naming the sampler, with uptime times and padding.
+    #[test]
+    fn decodes_options_and_sampled_data() {
+        use crate::flowdecode::{Decoded, Decoder, Limits, Protocol};
+        let be16 = |v: &[u16]| v.iter().flat_map(|x| x.to_be_bytes()).collect::<Vec<u8>>();
+        let flowset = |id: u16, body: &[u8]| {
+            let mut b = be16(&[id, body.len() as u16 + 4]);
+            b.extend_from_slice(body);
+            b
+        };
+        let mut m = be16(&[9, 0]);
+        for v in [3_600_000u32, 1_800_000_000, 0, 77] {
+            m.extend_from_slice(&v.to_be_bytes());
+        }
+        // Options template 300: scope interface (2, 4), IF_NAME (82, 8); template 301:
+        // FLOW_SAMPLER_ID (48, 1), FLOW_SAMPLER_RANDOM_INTERVAL (50, 4), padded.
+        let mut ot = be16(&[300, 4, 4, 2, 4, 82, 8]);
+        ot.extend_from_slice(&be16(&[301, 0, 8, 48, 1, 50, 4, 0]));
+        // The second options template record has no scope: legal in practice, kept.
+        m.extend_from_slice(&flowset(1, &ot));
+        let mut names = 5u32.to_be_bytes().to_vec();
+        names.extend_from_slice(b"ge-0/0/5");
+        m.extend_from_slice(&flowset(300, &names));
+        m.extend_from_slice(&flowset(301, &[7, 0, 0, 0, 50, 0, 0, 0]));
+        // Template 256: IPV4_SRC_ADDR, IPV4_DST_ADDR, IN_PKTS (4), IN_BYTES (4),
+        // FIRST_SWITCHED, LAST_SWITCHED, FLOW_SAMPLER_ID (1).
+        let t = be16(&[256, 7, 8, 4, 12, 4, 2, 4, 1, 4, 22, 4, 21, 4, 48, 1]);
+        m.extend_from_slice(&flowset(0, &t));
+        let mut rec = vec![10, 0, 0, 1, 10, 0, 0, 2];
+        for v in [3u32, 180, 3_590_000, 3_599_000] {
+            rec.extend_from_slice(&v.to_be_bytes());
+        }
+        rec.push(7);
+        rec.extend_from_slice(&[0, 0, 0]); // padding to 4
+        m.extend_from_slice(&flowset(256, &rec));
+        let mut d = Decoder::new(Limits::default());
+        let (mut flows, mut names) = (Vec::new(), Vec::new());
+        let s = d
+            .decode(Protocol::NetflowV9, [0; 16], &m, 0, &mut |x| match x {
+                Decoded::Flow(f) => flows.push(f),
+                Decoded::Interface { index, name, .. } => names.push((index, name.to_string())),
+            })
+            .unwrap();
+        assert_eq!(
+            (s.records, s.templates, s.malformed, s.domain),
+            (1, 3, 0, 77)
+        );
+        assert_eq!(names, [(5, "ge-0/0/5".to_string())]);
+        let f = flows[0];
+        assert_eq!(f.sampling, 50);
+        assert_eq!((f.flow.fwd.packets, f.flow.fwd.octets), (150, 9000));
+        let export = 1_800_000_000_000_000_000u64;
+        assert_eq!(f.flow.fwd.first_ns, export - 10_000_000_000);
+        assert_eq!(f.flow.fwd.last_ns, export - 1_000_000_000);
+    }
 }

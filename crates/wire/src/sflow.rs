@@ -309,3 +309,119 @@ fn flow_sample(
     };
     Ok((source, seq, Some((r, output, rate))))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::flowdecode::{Decoded, DecodedFlow, Decoder, Limits, MessageSummary, Protocol};
+
+    const NOW: u64 = 1_800_000_000_000_000_000;
+
+    fn words(v: &[u32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_be_bytes()).collect()
+    }
+
+    /// A tagged item: format, length, body.
+    fn item(format: u32, body: &[u8]) -> Vec<u8> {
+        let mut b = words(&[format, body.len() as u32]);
+        b.extend_from_slice(body);
+        b
+    }
+
+    /// Ethernet, IPv4 (total length 1500), TCP 10.0.0.1:40000 → 10.0.0.2:443 with SYN|ACK,
+    /// cut to 54 bytes: an sFlow raw packet header record, frame length 1518, 4 stripped.
+    fn raw_header() -> Vec<u8> {
+        let mut h = vec![0; 12];
+        h.extend_from_slice(&[0x08, 0x00]);
+        h.extend_from_slice(&[0x45, 0, 0x05, 0xdc, 0, 0, 0x40, 0, 64, 6, 0, 0]);
+        h.extend_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        h.extend_from_slice(&[0x9c, 0x40, 0x01, 0xbb, 0, 0, 0, 0, 0, 0, 0, 0, 0x50, 0x12]);
+        h.extend_from_slice(&[0; 6]);
+        let mut b = words(&[1, 1518, 4, h.len() as u32]);
+        b.extend_from_slice(&h);
+        b.extend_from_slice(&[0, 0]); // padded to 4
+        b
+    }
+
+    /// A datagram from agent 192.0.2.1, sub-agent 3, with `samples`.
+    fn datagram(samples: &[Vec<u8>]) -> Vec<u8> {
+        let mut d = words(&[5, 1, 0xc000_0201, 3, 77, 1000, samples.len() as u32]);
+        for s in samples {
+            d.extend_from_slice(s);
+        }
+        d
+    }
+
+    fn decode(d: &mut Decoder, msg: &[u8]) -> (Vec<DecodedFlow>, MessageSummary) {
+        let mut flows = Vec::new();
+        let s = d
+            .decode(Protocol::Sflow5, [0; 16], msg, NOW, &mut |x| {
+                if let Decoded::Flow(f) = x {
+                    flows.push(f);
+                }
+            })
+            .unwrap();
+        (flows, s)
+    }
+
+    #[test]
+    fn flow_samples_become_scaled_one_packet_flows() {
+        // Expanded sample 9 of source 0:5, 1 in 256, in ifIndex 7, out ifIndex 8, with a
+        // raw header and extended switch data (VLAN 42).
+        let mut expanded = words(&[9, 0, 5, 256, 10_000, 0, 0, 7, 0, 8, 2]);
+        expanded.extend_from_slice(&item(1, &raw_header()));
+        expanded.extend_from_slice(&item(1001, &words(&[42, 0, 42, 0])));
+        // Compact sample 4 of source 0:6, 1 in 100, with a sampled IPv4 record (UDP, 80 bytes).
+        let mut compact = words(&[4, 6, 100, 400, 0, 3, 0x4000_0002, 1]);
+        compact.extend_from_slice(&item(
+            3,
+            &words(&[80, 17, 0x0a00_0003, 0x0a00_0004, 53, 5353, 0, 0]),
+        ));
+        let counters = item(2, &words(&[1, 5, 0]));
+        let msg = datagram(&[item(3, &expanded), item(1, &compact), counters]);
+        let mut d = Decoder::new(Limits::default());
+        let (flows, s) = decode(&mut d, &msg);
+        assert_eq!((s.records, s.skipped, s.malformed, s.domain), (2, 1, 0, 3));
+        let (a, b) = (flows[0], flows[1]);
+        assert_eq!((a.sampling, a.egress, a.domain), (256, 8, 3));
+        let r = a.flow;
+        assert_eq!(r.src_addr().to_string(), "10.0.0.1");
+        assert_eq!(
+            (r.proto, r.sport, r.dport, r.vlan, r.interface),
+            (6, 40000, 443, 42, 7)
+        );
+        assert_eq!(
+            (r.fwd.packets, r.fwd.octets, r.fwd.tcp_flags),
+            (256, 1500 * 256, 0x12)
+        );
+        assert_eq!((r.fwd.first_ns, r.fwd.last_ns), (NOW, NOW));
+        assert_eq!((b.sampling, b.egress, b.flow.interface), (100, 0, 3));
+        assert_eq!((b.flow.proto, b.flow.sport, b.flow.dport), (17, 53, 5353));
+        assert_eq!((b.flow.fwd.packets, b.flow.fwd.octets), (100, 8000));
+
+        // Next datagram: source 0:5 skips samples 10 and 11.
+        let mut next = words(&[12, 0, 5, 256, 10_000, 0, 0, 7, 0, 8, 1]);
+        next.extend_from_slice(&item(1, &raw_header()));
+        let (_, s) = decode(&mut d, &datagram(&[item(3, &next)]));
+        assert_eq!(s.sequence_lost, 2);
+    }
+
+    #[test]
+    fn malformed_samples_are_skipped_and_bad_framing_refused() {
+        // A flow sample whose record count promises more than it holds.
+        let bad = item(1, &words(&[1, 6, 100, 400, 0, 3, 2, 5]));
+        let mut d = Decoder::new(Limits::default());
+        let (flows, s) = decode(&mut d, &datagram(&[bad]));
+        assert!(flows.is_empty());
+        assert_eq!(s.refused.map(|e| e.reason()), Some("bad_sample"));
+        let mut short = datagram(&[item(2, &[0; 8])]);
+        short.truncate(short.len() - 1);
+        let e = d
+            .decode(Protocol::Sflow5, [0; 16], &short, NOW, &mut |_| {})
+            .unwrap_err();
+        assert_eq!(e.to_string(), "sample truncated at offset 28");
+        let e = d
+            .decode(Protocol::Sflow5, [0; 16], &words(&[4]), NOW, &mut |_| {})
+            .unwrap_err();
+        assert_eq!(e.to_string(), "version 4 where sFlow has 5");
+    }
+}

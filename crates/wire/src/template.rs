@@ -271,12 +271,18 @@ impl Templates {
 /// a longer field gives its last 8 octets.
 #[inline]
 pub(crate) fn uint(b: &[u8]) -> u64 {
-    let b = &b[b.len().saturating_sub(8)..];
-    let mut v = 0u64;
-    for &x in b {
-        v = v << 8 | u64::from(x);
+    match *b {
+        [a] => u64::from(a),
+        [a, b] => u64::from(u16::from_be_bytes([a, b])),
+        [a, b, c, d] => u64::from(u32::from_be_bytes([a, b, c, d])),
+        _ => {
+            if let Ok(a) = <[u8; 8]>::try_from(b) {
+                return u64::from_be_bytes(a);
+            }
+            let b = &b[b.len().saturating_sub(8)..];
+            b.iter().fold(0, |v, &x| v << 8 | u64::from(x))
+        }
     }
-    v
 }
 
 /// A time as a field gave it, before the header's clock turns it into ns since 1970.
@@ -316,7 +322,9 @@ impl Clock {
                 Some(up) => self
                     .export_ns
                     .saturating_sub(u64::from(up.wrapping_sub(ms)) * 1_000_000),
-                None if init_ms > 0 => (init_ms + u64::from(ms)) * 1_000_000,
+                None if init_ms > 0 => init_ms
+                    .saturating_add(u64::from(ms))
+                    .saturating_mul(1_000_000),
                 None => self.export_ns,
             },
             Time::DeltaUs(us) => self.export_ns.saturating_sub(us.saturating_mul(1000)),
@@ -596,6 +604,8 @@ mod tests {
         assert_eq!(uint(&[]), 0);
         assert_eq!(uint(&[1, 2]), 0x0102);
         assert_eq!(uint(&[9, 0, 0, 0, 0, 0, 0, 0, 1]), 1);
+        assert_eq!(uint(&[1, 2, 3]), 0x010203);
+        assert_eq!(uint(&[0, 0, 0, 0, 0, 0, 1, 2]), 0x0102);
     }
 
     #[test]
@@ -606,6 +616,14 @@ mod tests {
         v.extend_from_slice(&0x8000_0000u32.to_be_bytes());
         assert_eq!(ntp(&v), Time::Ns(1_700_000_000_500_000_000));
         assert_eq!(ntp(&v[..7]), Time::None);
+    }
+
+    #[test]
+    fn hostile_times_saturate() {
+        let c = Clock::default();
+        assert_eq!(c.resolve(Time::Uptime(5), u64::MAX), Some(u64::MAX));
+        assert_eq!(c.resolve(Time::DeltaUs(u64::MAX), 0), Some(0));
+        assert_eq!(ntp(&[0xff; 8]), Time::Ns(2_085_978_495_999_999_999));
     }
 
     #[test]
