@@ -125,8 +125,8 @@ impl Collector {
     }
 }
 
-/// `nfcapd` with a 16 MiB socket buffer in `ns`, stopped with SIGTERM so it finishes its
-/// file; `nfdump -I` reads what it stored.
+/// `nfcapd` (or `sfcapd`, its sFlow twin) with a 16 MiB socket buffer in `ns`, stopped with
+/// SIGTERM so it finishes its file; `nfdump -I` reads what it stored.
 struct Nfcapd {
     guard: ChildGuard,
     dir: tempfile::TempDir,
@@ -134,9 +134,13 @@ struct Nfcapd {
 
 impl Nfcapd {
     fn start(ns: &Netns, port: u16) -> Nfcapd {
+        Nfcapd::start_program(ns, port, "nfcapd")
+    }
+
+    fn start_program(ns: &Netns, port: u16, program: &str) -> Nfcapd {
         let dir = tempfile::tempdir().unwrap();
         let child = ns
-            .cmd("nfcapd")
+            .cmd(program)
             .args(["-b", "127.0.0.1", "-p", &port.to_string()])
             .args(["-B", "16777216", "-t", "3600", "-w"])
             .arg(dir.path())
@@ -144,8 +148,8 @@ impl Nfcapd {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("nfcapd (apt-get install nfdump)");
-        let mut guard = ChildGuard::new(child, "nfcapd");
+            .expect("nfcapd, sfcapd (apt-get install nfdump nfdump-sflow)");
+        let mut guard = ChildGuard::new(child, program);
         wait_udp_bound(&mut guard, port);
         Nfcapd { guard, dir }
     }
@@ -495,10 +499,12 @@ fn pmacct_nfprobe_flows_equal_nfcapds() {
     }
 }
 
+/// pmacctd's sfprobe twice, into sfcapd and into `tapflow collect`: the same samples of TCP and
+/// UDP packets (sfcapd counts frame bytes, tapflow IP bytes, as its meter does); and against
+/// the trace itself, metered by `tapflow flows` (whose totals equal tshark's, tests/flows.rs),
+/// packet for packet and byte for byte. Sampling 1: each sample is one packet.
 #[test]
-fn pmacct_sfprobe_samples_equal_the_trace() {
-    // nfcapd takes no sFlow: the oracle is the trace itself, metered by `tapflow flows`
-    // (whose totals equal tshark's, tests/flows.rs). Sampling 1: each sample is one packet.
+fn pmacct_sfprobe_samples_equal_sfcapds_and_the_trace() {
     let dir = tempfile::tempdir().unwrap();
     let pcap = trace(dir.path());
     let reference = dir.path().join("ref.csv");
@@ -529,15 +535,37 @@ fn pmacct_sfprobe_samples_equal_the_trace() {
         }
     }
     let ns = Netns::new("sfl");
+    let sfcapd = Nfcapd::start_program(&ns, NFCAPD, "sfcapd");
     let col = Collector::start(&ns, "sflow://127.0.0.1", 6343, &[]);
-    pmacctd(
-        &ns,
-        dir.path(),
-        &pcap,
-        "plugins: sfprobe\nsfprobe_receiver: RECEIVER\nsampling_rate: 1",
-        6343,
-    );
+    for port in [NFCAPD, 6343] {
+        pmacctd(
+            &ns,
+            dir.path(),
+            &pcap,
+            "plugins: sfprobe\nsfprobe_receiver: RECEIVER\nsampling_rate: 1",
+            port,
+        );
+    }
+    let (stats, _) = sfcapd.stop(&ns);
     let got = col.stop();
+    for (proto, name) in [("6", "tcp"), ("17", "udp")] {
+        let rows: Vec<Row> = got
+            .rows
+            .iter()
+            .filter(|r| r["proto"] == proto)
+            .cloned()
+            .collect();
+        let (flows, packets, _) = totals(&rows);
+        assert_eq!(
+            (flows, packets),
+            (
+                stats[&format!("Flows_{name}")],
+                stats[&format!("Packets_{name}")]
+            ),
+            "{name}: {stats:?}"
+        );
+    }
+    assert_eq!(stats["Sequence failures"], 0);
     got.assert_nothing_lost("pmacctd sfprobe");
     assert_eq!(got.n("sequence_lost"), 0, "{}", got.err);
     assert!(got.rows.iter().all(|r| r["packets"] == "1"));
