@@ -499,7 +499,7 @@ fn pmacct_nfprobe_flows_equal_nfcapds() {
     }
 }
 
-/// pmacctd's sfprobe twice, into sfcapd and into `tapflow collect`: the same samples of TCP and
+/// pmacctd's sfprobe twice, into sfcapd and into `tapflow collect`: as many samples of TCP and
 /// UDP packets (sfcapd counts frame bytes, tapflow IP bytes, as its meter does); and against
 /// the trace itself, metered by `tapflow flows` (whose totals equal tshark's, tests/flows.rs),
 /// packet for packet and byte for byte. Sampling 1: each sample is one packet.
@@ -548,6 +548,9 @@ fn pmacct_sfprobe_samples_equal_sfcapds_and_the_trace() {
     }
     let (stats, _) = sfcapd.stop(&ns);
     let got = col.stop();
+    // pmacctd leaves its last, partial datagram unsent when its input ends, and where it
+    // cuts may differ from run to run: the two counts differ by less than one datagram.
+    let per_datagram = got.n("records").div_ceil(got.n("datagrams"));
     for (proto, name) in [("6", "tcp"), ("17", "udp")] {
         let rows: Vec<Row> = got
             .rows
@@ -556,13 +559,11 @@ fn pmacct_sfprobe_samples_equal_sfcapds_and_the_trace() {
             .cloned()
             .collect();
         let (flows, packets, _) = totals(&rows);
-        assert_eq!(
-            (flows, packets),
-            (
-                stats[&format!("Flows_{name}")],
-                stats[&format!("Packets_{name}")]
-            ),
-            "{name}: {stats:?}"
+        assert_eq!(flows, packets, "{name}: one packet per sample");
+        let theirs = stats[&format!("Packets_{name}")];
+        assert!(
+            packets.abs_diff(theirs) < per_datagram,
+            "{name}: {packets} samples, sfcapd {theirs}: {stats:?}"
         );
     }
     assert_eq!(stats["Sequence failures"], 0);
@@ -579,7 +580,6 @@ fn pmacct_sfprobe_samples_equal_sfcapds_and_the_trace() {
     // pmacctd sends a datagram when it holds a few samples, and not the last, partial one
     // when its input ends: the trace's last packets may be missing, nothing else.
     let end = want.values().map(|w| w.2).max().unwrap();
-    let per_datagram = got.n("records").div_ceil(got.n("datagrams"));
     let mut missing = 0;
     for (k, w) in &want {
         let g = seen.get(k).copied().unwrap_or_default();

@@ -1,7 +1,8 @@
 //! IPFIX over TCP (RFC 7011 §10.4): a thread per session, at most
 //! [`Limits::SESSIONS`](crate::server::Limits) at once, each cutting the stream into messages
 //! by their length field and decoding them with a decoder of its own (templates sent on a TCP
-//! session belong to it). A stream that is not IPFIX ends its session, counted.
+//! session belong to it). A stream that is not IPFIX ends its session, counted; so does a
+//! session silent for the exporter timeout.
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -100,7 +101,7 @@ fn read_messages(
 ) {
     let mut buf = vec![0u8; 2 * MAX_MESSAGE];
     let (mut start, mut end) = (0usize, 0usize);
-    let mut last_tick = Instant::now();
+    let (mut last_tick, mut last_data) = (Instant::now(), Instant::now());
     // Read the stream itself, with a timeout that wakes the session to tick; the server's
     // request deadline does not fit a session. Stopping the server shuts the stream down,
     // which ends the read.
@@ -138,6 +139,10 @@ fn read_messages(
             last_tick = Instant::now();
             intake.tick(tapflow_sys::clock::realtime_ns(), ctx.idle);
             publish(slot, &intake.book);
+            // A session silent as long as an exporter is forgotten gives its place up.
+            if last_data.elapsed() >= ctx.idle {
+                return;
+            }
         }
         match stream.read(&mut buf[end..]) {
             Ok(0) => {
@@ -146,7 +151,10 @@ fn read_messages(
                 }
                 return;
             }
-            Ok(n) => end += n,
+            Ok(n) => {
+                end += n;
+                last_data = Instant::now();
+            }
             Err(e)
                 if matches!(
                     e.kind(),
