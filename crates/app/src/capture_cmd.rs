@@ -458,6 +458,7 @@ pub(crate) fn flow_config(a: &FlowArgs, flows_cmd: bool) -> Result<Option<FlowCo
             observation_domain: a.observation_domain,
             rate: a.export_rate,
             anonymize: None,
+            store: a.store.clone(),
         },
     }))
 }

@@ -38,6 +38,9 @@ pub enum Command {
     Flows(CaptureArgs),
     /// Receive forwarded header datagrams from probes and record them into pcapng.
     Recv(RecvArgs),
+    /// Collect flows from exporters (IPFIX over UDP and TCP, NetFlow v9/v5, sFlow v5) and keep
+    /// them: re-encoded to files or collectors; per exporter, every record accounted for.
+    Collect(CollectArgs),
     /// Generate traffic on an interface (AF_PACKET, a batch of frames per sendmmsg).
     Gen(GenArgs),
     /// List and change the rules of a running capture.
@@ -364,6 +367,10 @@ pub struct FlowArgs {
     /// Write flow records as CSV to this file ('-' for stdout).
     #[arg(long, value_name = "PATH|-")]
     pub csv: Option<PathBuf>,
+    /// Keep flow records in the Parquet store in this directory (as `tapflow collect --store`),
+    /// without a network hop.
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<PathBuf>,
     /// A flow record never spans more than this long (`300`, `5m`; seconds); the flow
     /// continues in a new one.
     #[arg(long, value_name = "DURATION", default_value = "300", value_parser = units::secs_u64)]
@@ -398,7 +405,7 @@ pub struct FlowArgs {
 impl FlowArgs {
     /// Whether any flow output was asked for.
     pub fn any_output(&self) -> bool {
-        !self.export.is_empty() || self.json.is_some() || self.csv.is_some()
+        !self.export.is_empty() || self.json.is_some() || self.csv.is_some() || self.store.is_some()
     }
 }
 
@@ -697,6 +704,78 @@ pub struct QueryArgs {
         value_name = "FILTER"
     )]
     pub filter: Vec<String>,
+}
+
+/// `tapflow collect`.
+#[derive(Debug, Args)]
+pub struct CollectArgs {
+    /// Listeners: ipfix://ADDR[:PORT] (UDP, port 4739), ipfix+tcp://ADDR[:PORT],
+    /// nfv9://ADDR[:PORT] and nfv5://ADDR[:PORT] (2055), sflow://ADDR[:PORT] (6343). A UDP
+    /// listener takes all four protocols.
+    #[arg(
+        short = 'l',
+        long,
+        value_name = "URL[,URL...]",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub listen: Vec<String>,
+    /// Keep the flows in a Parquet store in this directory (hourly zstd files, rollups,
+    /// interface names and exporter counters; docs/store.md).
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<PathBuf>,
+    /// Delete the store's partitions older than this (`30d`, `12h`; units s, m, h, d, w).
+    #[arg(long, value_name = "AGE", requires = "store", value_parser = tapflow_store::retention::parse_age)]
+    pub retain: Option<std::time::Duration>,
+    /// Keep the store's files under this size (e.g. 50G): the oldest go first.
+    #[arg(long, value_name = "SIZE", value_parser = units::size, requires = "store")]
+    pub retain_size: Option<u64>,
+    /// Write the flows to a file: json:FILE, csv:FILE ('-' for stdout); repeatable.
+    #[arg(short = 'w', long = "write", value_name = "FORMAT:FILE")]
+    pub write: Vec<String>,
+    /// Send the flows on to collectors: ipfix://HOST:PORT, ipfix+tcp://HOST:PORT,
+    /// nfv9://HOST:PORT, nfv5://HOST:PORT.
+    #[arg(long, value_name = "URL[,URL...]", value_delimiter = ',')]
+    pub export: Vec<String>,
+    /// Pace of the messages to each UDP collector of --export (as for `flows`).
+    #[arg(long, value_name = "auto|MSGS|max", default_value_t)]
+    pub export_rate: ExportRate,
+    /// Largest IP packet sent to a UDP collector of --export.
+    #[arg(long, value_name = "BYTES")]
+    pub export_mtu: Option<u32>,
+    /// Receive workers per UDP listener: sockets sharing its port (SO_REUSEPORT), each with
+    /// its own decoder; the kernel keeps each exporter on one.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Receive buffer of each socket (SO_RCVBUFFORCE as root).
+    #[arg(long, default_value = "32M", value_parser = units::size_usize)]
+    pub rcvbuf: usize,
+    /// Accept flows only from exporters in these networks (CIDR, e.g. 10.0.0.0/8,192.0.2.7).
+    #[arg(long, value_name = "CIDR[,CIDR...]", value_delimiter = ',')]
+    pub allow: Vec<String>,
+    /// Serve Prometheus metrics (per exporter and domain: records, sequence loss, missing
+    /// templates, refused messages by reason) on http://[ADDR:]PORT/metrics.
+    #[arg(long, value_name = "[ADDR:]PORT", value_parser = units::listen_loopback)]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Seconds between the stores' flushes: a query sees a flow at most this long after it
+    /// arrived.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    pub flush_seconds: f64,
+    /// Seconds between the rows of exporter counters written to the stores.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    pub stats_seconds: f64,
+    /// Forget an exporter's templates and sequence numbers after this many silent seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 3600.0)]
+    pub exporter_timeout: f64,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// No live status line.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// Write the final accounting as JSON to this file.
+    #[arg(long)]
+    pub summary_json: Option<PathBuf>,
 }
 
 // ---- the Parquet store's options and `tapflow import` ----

@@ -4,6 +4,7 @@ mod anonymize_cmd;
 mod capture_cmd;
 mod check_cmd;
 mod cli;
+mod collect_cmd;
 mod config;
 mod console_cmd;
 mod doctor_cmd;
@@ -159,6 +160,7 @@ fn main() -> ExitCode {
         Command::Capture(args) => capture_cmd::run(args, &stop, false),
         Command::Flows(args) => capture_cmd::run(args, &stop, true),
         Command::Recv(args) => recv_cmd::run(args, &stop),
+        Command::Collect(args) => collect_cmd::run(args, &stop),
         Command::Gen(args) => gen_cmd::run(args, stop.flag()),
         Command::Rules(args) => rules_cmd::run(args),
         Command::Stats(args) => stats_cmd::run(args, stop.flag()),

@@ -80,6 +80,7 @@ fn main() {
             observation_domain: 1,
             rate: ExportRate::Unpaced,
             anonymize: None,
+            store: None,
         },
         MeterClock::Packets,
     )

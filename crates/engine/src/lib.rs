@@ -6,6 +6,7 @@
 //! happens in one place, the kernel ring, where it is counted exactly.
 #![forbid(unsafe_code)]
 
+pub mod collector;
 pub mod compress;
 pub mod control;
 pub mod counters;

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use crate::EngineError;
 use crate::probe::{ProbeState, WorkerSnapshot};
 use crate::server::{Connection, Limits, Server, ServerCounts};
+use crate::source::SourceCounter;
 
 /// One metric family: name, type, help, and its samples as (labels, value).
 struct Family {
@@ -268,15 +269,20 @@ pub fn render(p: &ProbeState) -> String {
                 .collect(),
         });
     }
-    families.extend(p.source_metrics().into_iter().map(|c| Family {
+    families.extend(counter_families(p.source_metrics()));
+    let mut out = String::new();
+    write_families(&mut out, families);
+    out
+}
+
+/// Counters as families.
+fn counter_families(c: Vec<SourceCounter>) -> impl Iterator<Item = Family> {
+    c.into_iter().map(|c| Family {
         name: c.name,
         kind: "counter",
         help: c.help,
         samples: c.samples,
-    }));
-    let mut out = String::new();
-    write_families(&mut out, families);
-    out
+    })
 }
 
 /// The endpoint's own counters, as families labelled `server="metrics"`.
@@ -306,7 +312,7 @@ fn server_families(c: ServerCounts) -> Vec<Family> {
 }
 
 /// Appends `families` to `out` in the text format.
-fn write_families(out: &mut String, families: Vec<Family>) {
+fn write_families(out: &mut String, families: impl IntoIterator<Item = Family>) {
     for f in families {
         let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
         let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind);
@@ -336,11 +342,31 @@ pub struct MetricsServer {
 impl MetricsServer {
     /// Listens on `addr` and serves `probe`'s statistics.
     pub fn start(addr: SocketAddr, probe: Arc<ProbeState>) -> Result<MetricsServer, EngineError> {
+        MetricsServer::serve(addr, move || render(&probe))
+    }
+
+    /// Listens on `addr` and serves the counters `read` gives at each scrape (each
+    /// [`SourceCounter`] a counter family), with the endpoint's own.
+    pub fn start_counters(
+        addr: SocketAddr,
+        read: impl Fn() -> Vec<SourceCounter> + Send + Sync + 'static,
+    ) -> Result<MetricsServer, EngineError> {
+        MetricsServer::serve(addr, move || {
+            let mut out = String::new();
+            write_families(&mut out, counter_families(read()));
+            out
+        })
+    }
+
+    fn serve(
+        addr: SocketAddr,
+        render: impl Fn() -> String + Send + Sync + 'static,
+    ) -> Result<MetricsServer, EngineError> {
         let listener = TcpListener::bind(addr)
             .map_err(|e| EngineError::Config(format!("--metrics {addr}: cannot listen: {e}")))?;
         let addr = listener.local_addr().unwrap_or(addr);
         let server = Server::spawn("tapflow-metrics", listener, Limits::SERVICE, move |s| {
-            let _ = serve(s, &probe);
+            let _ = serve(s, &render);
         })
         .map_err(|e| EngineError::Config(format!("cannot start the metrics thread: {e}")))?;
         Ok(MetricsServer {
@@ -387,7 +413,7 @@ impl Status {
 }
 
 /// Answers one HTTP/1.x request; the connection closes after it.
-fn serve(s: &mut Connection<TcpStream>, probe: &ProbeState) -> std::io::Result<()> {
+fn serve(s: &mut Connection<TcpStream>, render: &dyn Fn() -> String) -> std::io::Result<()> {
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -408,7 +434,7 @@ fn serve(s: &mut Connection<TcpStream>, probe: &ProbeState) -> std::io::Result<(
     let head_only = method == "HEAD";
     match (method, path) {
         ("GET" | "HEAD", "/metrics") => {
-            let mut text = render(probe);
+            let mut text = render();
             write_families(&mut text, server_families(s.server_counts()));
             reply(s, Status::Metrics, head_only, &text)
         }

@@ -604,6 +604,7 @@ mod tests {
                 observation_domain: 1,
                 rate: ExportRate::Unpaced,
                 anonymize: None,
+                store: None,
             },
         });
         cfg.control = Some(dir.join("ctl.sock"));

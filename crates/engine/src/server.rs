@@ -97,6 +97,14 @@ impl Limits {
         request: Duration::from_secs(5),
         reply: Duration::from_secs(5),
     };
+
+    /// IPFIX over TCP (`tapflow collect`): an exporter holds its session open for as long as
+    /// it runs, so a session has no deadline; at most 256 are served at once.
+    pub(crate) const SESSIONS: Limits = Limits {
+        connections: 256,
+        request: Duration::from_secs(100 * 365 * 24 * 3600),
+        reply: Duration::from_secs(5),
+    };
 }
 
 /// What a server did with its connections, since it started.
@@ -197,6 +205,11 @@ pub(crate) struct Connection<S> {
 }
 
 impl<S: Stream> Connection<S> {
+    /// The connected stream (for its addresses; read and write through the connection).
+    pub(crate) fn stream(&self) -> &S {
+        &self.stream
+    }
+
     /// What its server did with its connections so far.
     pub(crate) fn server_counts(&self) -> ServerCounts {
         self.shared.counts()

@@ -123,6 +123,7 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
                 observation_domain: 1,
                 rate: ExportRate::Unpaced,
                 anonymize: flows.then(|| CryptoPan::new(&[7; 32])),
+                store: None,
             },
         }),
         rules: flows.then(|| {

@@ -87,6 +87,8 @@ unsafe impl Pod for libc::xdp_statistics {}
 unsafe impl Pod for libc::xdp_mmap_offsets {}
 // SAFETY: one `__u32`.
 unsafe impl Pod for libc::xdp_options {}
+// SAFETY: integers (`SO_MEMINFO`'s counters).
+unsafe impl Pod for [u32; 9] {}
 
 /// `getsockopt(fd, level, name, out, sizeof out)`. Under the fake, `out` is left unchanged.
 pub(crate) fn getsockopt<T: Pod>(
@@ -107,6 +109,47 @@ pub(crate) fn getsockopt<T: Pod>(
             name,
             ptr::from_mut(out).cast(),
             &mut len,
+        )
+    })
+    .map(drop)
+}
+
+/// `bind(fd, addr)` for an IPv4 or IPv6 address.
+pub(crate) fn bind_inet(
+    fd: BorrowedFd<'_>,
+    addr: std::net::SocketAddr,
+    call: &'static str,
+) -> io::Result<()> {
+    intercept!(call, Ok(()));
+    // SAFETY: sockaddr_storage is plain data; all-zero is a valid (AF_UNSPEC) value.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        std::net::SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is larger and more aligned than sockaddr_in.
+            let sin: &mut libc::sockaddr_in = unsafe { &mut *ptr::from_mut(&mut ss).cast() };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+            size_of::<libc::sockaddr_in>()
+        }
+        std::net::SocketAddr::V6(a) => {
+            // SAFETY: sockaddr_storage is larger and more aligned than sockaddr_in6.
+            let sin6: &mut libc::sockaddr_in6 = unsafe { &mut *ptr::from_mut(&mut ss).cast() };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            sin6.sin6_flowinfo = a.flowinfo();
+            sin6.sin6_scope_id = a.scope_id();
+            size_of::<libc::sockaddr_in6>()
+        }
+    };
+    // SAFETY: `ss` holds a valid sockaddr of `len` bytes, live for the call; the kernel only
+    // reads it.
+    check(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            ptr::from_ref(&ss).cast(),
+            len as libc::socklen_t,
         )
     })
     .map(drop)

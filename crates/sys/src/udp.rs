@@ -10,12 +10,12 @@
 use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::SysError;
+use crate::{SysError, syscall};
 
 /// Messages handed to the kernel in one `sendmmsg` / `recvmmsg` call.
 pub const MMSG_BATCH: usize = 64;
@@ -109,6 +109,51 @@ impl UdpSocket {
             name,
             segment: AtomicBool::new(true),
         })
+    }
+
+    /// A socket bound to `addr` that shares its port with the other sockets bound to it this
+    /// way (`SO_REUSEPORT`), blocking. The kernel spreads the datagrams over the group by a hash
+    /// of each sender's address and port, so one sender's datagrams always reach one socket.
+    #[doc(alias = "SO_REUSEPORT")]
+    pub fn bind_shared(addr: SocketAddr) -> Result<UdpSocket, SysError> {
+        let name = addr.to_string();
+        let domain = if addr.is_ipv4() {
+            libc::AF_INET
+        } else {
+            libc::AF_INET6
+        };
+        const SOCKET: &str = "socket(UDP)";
+        const REUSE: &str = "setsockopt(SO_REUSEPORT)";
+        const BIND: &str = "bind(UDP)";
+        let fd = syscall::socket(domain, libc::SOCK_DGRAM, 0, SOCKET)
+            .map_err(|e| err(SOCKET, &name, e))?;
+        syscall::setsockopt(fd.as_fd(), libc::SOL_SOCKET, libc::SO_REUSEPORT, &1, REUSE)
+            .map_err(|e| err(REUSE, &name, e))?;
+        syscall::bind_inet(fd.as_fd(), addr, BIND).map_err(|e| err(BIND, &name, e))?;
+        Ok(UdpSocket {
+            sock: std::net::UdpSocket::from(fd),
+            name,
+            segment: AtomicBool::new(true),
+        })
+    }
+
+    /// Datagrams the kernel dropped on their way into this socket since it opened (its
+    /// receive buffer was full): the counter `SO_RXQ_OVFL` reports with each datagram, read at
+    /// any time with `SO_MEMINFO`. It wraps at 2^32.
+    #[doc(alias = "SO_RXQ_OVFL")]
+    #[doc(alias = "SO_MEMINFO")]
+    pub fn drops(&self) -> Result<u32, SysError> {
+        const CALL: &str = "getsockopt(SO_MEMINFO)";
+        let mut info = [0u32; 9];
+        syscall::getsockopt(
+            self.sock.as_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MEMINFO,
+            &mut info,
+            CALL,
+        )
+        .map_err(|e| err(CALL, &self.name, e))?;
+        Ok(info[libc::SK_MEMINFO_DROPS as usize])
     }
 
     /// A non-blocking socket connected to `dest` (bound to an ephemeral port of the routed
@@ -679,6 +724,56 @@ mod tests {
         assert_eq!(out.sent, 5, "{:?}", out.error);
         assert!(!tx.segmenting());
         assert_eq!(receive(&rx, 5), msgs);
+    }
+
+    #[test]
+    fn shared_sockets_keep_each_sender_on_one_and_count_their_drops() {
+        let a = UdpSocket::bind_shared("127.0.0.1:0".parse().unwrap()).unwrap();
+        let to = a.local_addr().unwrap();
+        let b = UdpSocket::bind_shared(to).unwrap();
+        for s in [&a, &b] {
+            s.set_read_timeout(Duration::from_millis(200)).unwrap();
+            s.set_rcvbuf(1 << 20).unwrap();
+        }
+        // Each sender's datagrams all reach one socket of the two.
+        let senders: Vec<UdpSocket> = (0..8).map(|_| UdpSocket::connect(to).unwrap()).collect();
+        for (i, tx) in senders.iter().enumerate() {
+            let msgs: Vec<Vec<u8>> = (0..10).map(|_| vec![i as u8; 32]).collect();
+            assert_eq!(tx.send_batch(&msgs).sent, 10);
+        }
+        let mut per_sender: std::collections::HashMap<SocketAddr, Vec<usize>> =
+            std::collections::HashMap::new();
+        let mut bat = RecvBatch::new();
+        for (k, s) in [&a, &b].into_iter().enumerate() {
+            while s.recv_batch(&mut bat, true).unwrap() > 0 {
+                for i in 0..bat.len() {
+                    per_sender
+                        .entry(bat.get(i).unwrap().1.unwrap())
+                        .or_default()
+                        .push(k);
+                }
+            }
+        }
+        assert_eq!(per_sender.len(), 8);
+        for got in per_sender.values() {
+            assert_eq!(got.len(), 10);
+            assert!(got.iter().all(|&k| k == got[0]), "{got:?}");
+        }
+        // Overflow a small buffer: the kernel counts each datagram it drops.
+        let small = UdpSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        small.set_rcvbuf(4096).unwrap();
+        assert_eq!(small.drops().unwrap(), 0);
+        let tx = UdpSocket::connect(small.local_addr().unwrap()).unwrap();
+        tx.stop_segmenting();
+        let msgs = vec![vec![0u8; 1000]; 200];
+        let sent = tx.send_batch(&msgs).sent as u32;
+        small.set_read_timeout(Duration::from_millis(100)).unwrap();
+        let mut got = 0;
+        while small.recv_batch(&mut bat, true).unwrap() > 0 {
+            got += bat.len() as u32;
+        }
+        assert!(got < sent);
+        assert_eq!(small.drops().unwrap(), sent - got);
     }
 
     #[test]

@@ -17,6 +17,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use tapflow_store::{FlowStore, ParquetOptions, ParquetStore, StoreReport, StoredFlow};
 use tapflow_sys::udp::UdpSocket;
 use tapflow_sys::{SysError, outfile};
 use tapflow_wire::cryptopan::{Anonymizer, CryptoPan};
@@ -138,6 +139,9 @@ pub enum ExportError {
         /// What the encoder refused.
         source: ConfigError,
     },
+    /// The Parquet store could not be opened.
+    #[error("--store {0}")]
+    Store(tapflow_store::StoreError),
     /// The exporter thread could not be started.
     #[error("cannot start the flow exporter: {0}")]
     Thread(io::Error),
@@ -296,6 +300,8 @@ pub struct ExportConfig {
     pub rate: ExportRate,
     /// Anonymise the addresses of every record (Crypto-PAn) before any output gets it.
     pub anonymize: Option<CryptoPan>,
+    /// A Parquet store directory the records also go into, without a network hop.
+    pub store: Option<PathBuf>,
 }
 
 /// Bytes of messages a second to a UDP collector by default (`--export-rate auto`): what a
@@ -472,12 +478,16 @@ impl Exporter {
         for t in &cfg.targets {
             outputs.push(open(t, cfg)?);
         }
+        let store = match &cfg.store {
+            Some(dir) => Some(StoreOutput::open(dir, cfg.observation_domain)?),
+            None => None,
+        };
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let thread = thread::Builder::new()
             .name("tapflow-export".into())
             .spawn({
                 let anon = cfg.anonymize.clone().map(Anonymizer::new);
-                move || run(rx, outputs, clock, anon)
+                move || run(rx, outputs, store, clock, anon)
             })
             .map_err(ExportError::Thread)?;
         Ok(Exporter { tx, thread })
@@ -505,6 +515,7 @@ impl Exporter {
 fn run(
     rx: Receiver<Batch>,
     mut outputs: Vec<Output>,
+    mut store: Option<StoreOutput>,
     clock: MeterClock,
     mut anon: Option<Anonymizer>,
 ) -> ExportReport {
@@ -525,6 +536,9 @@ fn run(
                 for o in &mut outputs {
                     o.export(&b.records, now, b.epoch_ns);
                 }
+                if let Some(s) = &mut store {
+                    s.insert(&b.records, tapflow_sys::clock::realtime_ns());
+                }
                 b.records.clear();
                 let _ = b.back.send(b.records);
             }
@@ -535,12 +549,99 @@ fn run(
                 for o in &mut outputs {
                     o.tick(now);
                 }
+                if let Some(s) = &mut store {
+                    s.tick();
+                }
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
     }
     report.outputs = outputs.into_iter().map(Output::finish).collect();
+    report.outputs.extend(store.map(StoreOutput::finish));
     report
+}
+
+/// The Parquet store output: the meters' records as the store keeps them, written by the
+/// exporter thread.
+struct StoreOutput {
+    name: String,
+    store: Box<dyn FlowStore>,
+    /// Reused for each batch.
+    rows: Vec<StoredFlow>,
+    domain: u32,
+    /// Records not handed to the store because it had failed.
+    withheld: u64,
+    error: Option<String>,
+    last_flush: Instant,
+}
+
+impl StoreOutput {
+    fn open(dir: &Path, domain: u32) -> Result<StoreOutput, ExportError> {
+        let store =
+            ParquetStore::open(dir, ParquetOptions::default()).map_err(ExportError::Store)?;
+        Ok(StoreOutput {
+            name: format!("parquet:{}", dir.display()),
+            store: Box::new(store),
+            rows: Vec::with_capacity(BATCH),
+            domain,
+            withheld: 0,
+            error: None,
+            last_flush: Instant::now(),
+        })
+    }
+
+    /// Hands `records`, ended at `now_ns`, to the store: flows metered here have no exporter
+    /// address (`::`) and no sampling.
+    fn insert(&mut self, records: &[FlowRecord], now_ns: u64) {
+        if self.error.is_some() {
+            self.withheld += records.len() as u64;
+            return;
+        }
+        self.rows.clear();
+        self.rows.extend(records.iter().map(|r| StoredFlow {
+            flow: *r,
+            egress: 0,
+            exporter: [0; 16],
+            domain: self.domain,
+            sampling: 1,
+            received_ns: now_ns,
+        }));
+        if let Err(e) = self.store.insert(&self.rows) {
+            self.error = Some(e.to_string());
+        }
+    }
+
+    /// Makes what the store holds visible every few seconds.
+    fn tick(&mut self) {
+        if self.error.is_none()
+            && self.last_flush.elapsed() >= ParquetOptions::default().flush_interval
+        {
+            self.last_flush = Instant::now();
+            if let Err(e) = self.store.flush() {
+                self.error = Some(e.to_string());
+            }
+        }
+    }
+
+    fn finish(self) -> OutputReport {
+        let mut error = self.error;
+        let before = self.store.report();
+        let r = self.store.close().unwrap_or_else(|e| {
+            error.get_or_insert_with(|| e.to_string());
+            StoreReport {
+                dropped: before.received - before.stored.min(before.received),
+                pending: 0,
+                ..before
+            }
+        });
+        OutputReport {
+            name: self.name,
+            records: r.stored,
+            lost_records: r.dropped + r.pending + self.withheld,
+            error,
+            ..OutputReport::default()
+        }
+    }
 }
 
 /// One opened output: its encoder and where the encoded bytes go.
@@ -1034,6 +1135,7 @@ mod tests {
             observation_domain: 0,
             rate: ExportRate::Unpaced,
             anonymize: None,
+            store: None,
         };
         let addr = rx.local_addr().unwrap();
         let (mut c, _) = Collector::open("test", Transport::Udp, addr, &cfg).unwrap();
@@ -1138,6 +1240,7 @@ mod tests {
                 observation_domain: 0,
                 rate,
                 anonymize: None,
+                store: None,
             };
             let (mut c, _) = Collector::open("test", Transport::Udp, addr, &cfg).unwrap();
             // Loopback answers at once; elsewhere the ICMP errors may come later, or not at all.
@@ -1262,6 +1365,7 @@ mod tests {
             observation_domain: 1,
             rate: ExportRate::Unpaced,
             anonymize: None,
+            store: None,
         };
         let e = Exporter::start(&cfg, MeterClock::Packets).unwrap_err();
         assert!(matches!(

@@ -3,6 +3,7 @@
 
 pub mod encoder;
 pub mod export;
+pub mod export_store;
 pub mod meter;
 pub mod table;
 pub mod text;

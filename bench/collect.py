@@ -1,0 +1,288 @@
+#!/usr/bin/env python3
+"""Flow ingest benchmark: CPU per million records stored, `tapflow collect --store` (Parquet,
+zstd, rollups) against `nfcapd -y` (LZ4) on the same stream, and the highest rate one tapflow
+worker stores with no loss.
+
+    sudo python3 bench/collect.py                  # bench/out/big.pcap (built if missing), 3 runs
+    sudo python3 bench/collect.py --runs 5 --rates 0.5,1,2,3
+
+1. Same stream: `softflowd -d -c none -r T -n 127.0.0.1:PORT -v 10 -b` (the trace's flows as
+   IPFIX, unpaced) into each collector in turn, each alone in a fresh namespace, pinned to CPU 1
+   (softflowd on CPU 0): `nfcapd -y -B 16777216 -t 3600 -w DIR` and `tapflow collect -q
+   -l ipfix://127.0.0.1:PORT --store DIR --rcvbuf 16M`. Once the collector has read its socket
+   empty it gets SIGTERM (both write what they hold and exit); its CPU is what wait4 reports
+   (all threads). Records stored: `nfdump -R DIR -I` Flows; tapflow's `stores.0.stored`.
+   Datagrams dropped: the namespace's UDP InErrors. Bytes per flow: the flow files' size (nfcapd
+   files; tapflow's `flows/` Parquet files) over the flows.
+2. Rate: tapflow's own IPFIX export of the trace (`tapflow flows -r T --export ipfix://`,
+   messages up to 9000 bytes) is recorded once, then replayed N times back to back by a paced
+   sender (CPU 0, sequence numbers continued so each replay follows the last) at each rate of
+   --rates (million records a second) into `tapflow collect --threads 1` (CPU 1, 32 MiB
+   buffer). A rate passes when every record is stored and the socket dropped nothing.
+"""
+import argparse
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib as bl  # noqa: E402
+
+PORT = 4739
+
+
+def ns_new(tag: str) -> str:
+    name = f"tfc{os.getpid()}{tag}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+    return name
+
+
+def ns_del(name: str) -> None:
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def in_errors(ns: str) -> int:
+    text = subprocess.run(["ip", "netns", "exec", ns, "cat", "/proc/net/snmp"],
+                          capture_output=True, text=True, check=True).stdout
+    udp = [l.split() for l in text.splitlines() if l.startswith("Udp: ")]
+    return int(dict(zip(udp[0], udp[1]))["InErrors"])
+
+
+def wait_drained(ns: str, port: int) -> None:
+    """Until no socket on `port` in `ns` has a datagram queued (rx_queue 0)."""
+    want = f":{port:04X}"
+    for _ in range(3000):
+        text = subprocess.run(["ip", "netns", "exec", ns, "cat", "/proc/net/udp"],
+                              capture_output=True, text=True).stdout
+        rows = [l.split() for l in text.splitlines()[1:]]
+        if all(r[4].split(":")[1] == "00000000" for r in rows if r[1].endswith(want)):
+            return
+        time.sleep(0.01)
+
+
+def thread_cpu(pid: int, prefix: str) -> float:
+    """CPU seconds of the threads of `pid` whose name starts with `prefix` (the receive
+    workers: receiving, decoding, counting, handing batches over)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            if Path(f"/proc/{pid}/task/{tid}/comm").read_text().startswith(prefix):
+                total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+        except OSError:
+            pass
+    return total / 1e9
+
+
+def size_of(paths) -> int:
+    return sum(p.stat().st_size for p in paths)
+
+
+def one_run(tool: str, args, work: Path, run: int) -> dict:
+    ns = ns_new(f"{tool[0]}{run}")
+    out = Path(tempfile.mkdtemp(dir=work, prefix=f"{tool}-"))
+    try:
+        pin = ["ip", "netns", "exec", ns, "taskset", "-c", "1"]
+        if tool == "nfcapd":
+            argv = [*pin, "nfcapd", "-y", "-B", "16777216", "-t", "3600", "-b", "127.0.0.1",
+                    "-p", str(PORT), "-w", str(out)]
+        else:
+            argv = [*pin, str(args.tapflow), "collect", "-q", "-l", f"ipfix://127.0.0.1:{PORT}",
+                    "--store", str(out / "store"), "--rcvbuf", "16M",
+                    "--summary-json", str(out / "summary.json")]
+        p, t0 = bl.start(argv, work, f"{tool}-{run}")
+        bl.wait_udp_bound(p, PORT, work, f"{tool}-{run}", tool)
+        sender = ["ip", "netns", "exec", ns, "taskset", "-c", "0", "softflowd", "-d", "-c", "none",
+                  "-r", str(args.trace), "-n", f"127.0.0.1:{PORT}", "-v", "10", "-b"]
+        subprocess.run(sender, check=True, capture_output=True, timeout=600)
+        wait_drained(ns, PORT)
+        dropped = in_errors(ns)
+        receive = thread_cpu(p.pid, "tapflow-collect")
+        p.send_signal(15)
+        f = bl.wait_rusage(p, t0, timeout=300)
+        if tool == "nfcapd":
+            info = subprocess.run(["nfdump", "-R", str(out), "-I"], capture_output=True,
+                                  text=True, check=True).stdout
+            stored = bl.grab_int(r"Flows: (\d+)", info) or 0
+            files = [q for q in out.rglob("nfcapd.*") if q.is_file()]
+        else:
+            s = json.loads((out / "summary.json").read_text())
+            stored = s["stores"][0]["stored"]
+            dropped = max(dropped, s["socket_drops"])
+            files = list((out / "store" / "flows").rglob("*.parquet"))
+        return {"cpu": f.cpu, "receive": receive, "stored": stored, "dropped": dropped,
+                "bytes_per_flow": size_of(files) / max(stored, 1), "rc": f.rc}
+    finally:
+        ns_del(ns)
+        subprocess.run(["rm", "-rf", str(out)])
+
+
+def record_stream(args, work: Path) -> list[bytes]:
+    """tapflow's IPFIX export of the trace, every datagram in order."""
+    ns = ns_new("rec")
+    try:
+        rx = subprocess.Popen(
+            ["ip", "netns", "exec", ns, sys.executable, "-c",
+             "import socket,sys,struct\n"
+             "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+             "s.setsockopt(socket.SOL_SOCKET,33,1<<28)  # SO_RCVBUFFORCE\n"
+             f"s.bind(('127.0.0.1',{PORT}));s.settimeout(3)\n"
+             "o=sys.stdout.buffer\n"
+             "try:\n"
+             " while True:\n  d=s.recv(65535);o.write(struct.pack('>I',len(d))+d)\n"
+             "except socket.timeout: pass\n"],
+            stdout=subprocess.PIPE)
+        time.sleep(0.5)
+        subprocess.run(["ip", "netns", "exec", ns, str(args.tapflow), "flows", "-q", "-r",
+                        str(args.trace), "--export", f"ipfix://127.0.0.1:{PORT}",
+                        "--export-rate", "2000"], check=True, capture_output=True)
+        data = rx.communicate(timeout=600)[0]
+    finally:
+        ns_del(ns)
+    out, i = [], 0
+    while i < len(data):
+        (n,) = struct.unpack_from(">I", data, i)
+        out.append(data[i + 4:i + 4 + n])
+        i += 4 + n
+    return out
+
+
+def rate_run(args, work: Path, rate: float, sink: str) -> dict:
+    """Replays the recorded stream at `rate` million records a second for --seconds into a
+    collector keeping the flows in `sink` (`store`: the Parquet store; `csv`: CSV to
+    /dev/null, the receive and decode path with a cheap output)."""
+    ns = ns_new(f"r{int(rate * 10)}")
+    out = Path(tempfile.mkdtemp(dir=work, prefix="rate-"))
+    try:
+        keep = ["--store", str(out / "store")] if sink == "store" else ["-w", "csv:/dev/null"]
+        argv = ["ip", "netns", "exec", ns, "taskset", "-c", "1", str(args.tapflow), "collect",
+                "-q", "-l", f"ipfix://127.0.0.1:{PORT}", *keep,
+                "--summary-json", str(out / "summary.json")]
+        p, t0 = bl.start(argv, work, f"rate-{rate}")
+        bl.wait_udp_bound(p, PORT, work, f"rate-{rate}", "tapflow collect")
+        sender = subprocess.run(
+            ["ip", "netns", "exec", ns, "taskset", "-c", "0", sys.executable, __file__,
+             "--send", str(rate), "--seconds", str(args.seconds), "--stream", str(work / "stream")],
+            capture_output=True, text=True, check=True)
+        sent = json.loads(sender.stdout)
+        wait_drained(ns, PORT)
+        p.send_signal(15)
+        f = bl.wait_rusage(p, t0, timeout=300)
+        s = json.loads((out / "summary.json").read_text())
+        return {"rate": rate, "achieved": sent["records"] / sent["seconds"] / 1e6,
+                "records": s["records"], "stored": s["stores"][0]["stored"],
+                "socket_drops": s["socket_drops"], "sequence_lost": s["sequence_lost"],
+                "cpu": f.cpu}
+    finally:
+        ns_del(ns)
+        subprocess.run(["rm", "-rf", str(out)])
+
+
+def send(rate_m: float, seconds: float, stream_path: Path) -> None:
+    """The paced sender (runs in the namespace): the recorded stream over and over, IPFIX
+    sequence numbers and export times continued, `rate_m` million records a second."""
+    data = stream_path.read_bytes()
+    msgs, i = [], 0
+    while i < len(data):
+        (n,) = struct.unpack_from(">I", data, i)
+        msgs.append(bytearray(data[i + 4:i + 4 + n]))
+        i += 4 + n
+    # Records per message: the difference of consecutive sequence numbers. The last message,
+    # whose count is unknown, only gives the total of a loop.
+    seqs = [struct.unpack_from(">I", m, 8)[0] for m in msgs]
+    per = [(seqs[k + 1] - seqs[k]) & 0xffffffff for k in range(len(msgs) - 1)]
+    loop_records = (seqs[-1] - seqs[0]) & 0xffffffff
+    msgs = msgs[:-1]
+    base = [struct.unpack_from(">I", m, 8)[0] for m in msgs]
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
+    s.connect(("127.0.0.1", PORT))
+    t0 = time.monotonic()
+    sent_records, loop = 0, 0
+    now = int(time.time())
+    while time.monotonic() - t0 < seconds:
+        off = loop * loop_records
+        for m, n, b in zip(msgs, per, base):
+            struct.pack_into(">II", m, 4, now, (b + off) & 0xffffffff)
+            while True:
+                try:
+                    s.send(m)
+                    break
+                except BlockingIOError:
+                    time.sleep(0.0001)
+            sent_records += n
+            # Pace: stay behind the schedule of rate_m million records a second.
+            ahead = sent_records / (rate_m * 1e6) - (time.monotonic() - t0)
+            if ahead > 0.001:
+                time.sleep(ahead)
+        loop += 1
+    print(json.dumps({"records": sent_records, "seconds": time.monotonic() - t0}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trace", type=Path, default=bl.REPO / "bench" / "out" / "big.pcap")
+    ap.add_argument("--tapflow", default=None)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--rates", default="0.5,1,1.5,2,3")
+    ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--skip-ingest", action="store_true", help="only the rate part")
+    ap.add_argument("--send", type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--stream", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.send is not None:
+        return send(args.send, args.seconds, args.stream)
+    bl.need("softflowd", "nfcapd", "nfdump", "taskset")
+    args.tapflow = bl.tapflow_path(args.tapflow)
+    if not args.trace.exists():
+        subprocess.run([str(bl.REPO / "scripts" / "make-trace.sh"), str(args.trace)], check=True)
+    work = Path(tempfile.mkdtemp(prefix="tf-bench-collect-"))
+    print(f"trace {args.trace}, {args.runs} runs, work {work}")
+    res = {"nfcapd": [], "tapflow": []}
+    for run in range(0 if args.skip_ingest else args.runs):
+        for tool in ("nfcapd", "tapflow") if run % 2 == 0 else ("tapflow", "nfcapd"):
+            r = one_run(tool, args, work, run)
+            res[tool].append(r)
+            recv = (f", receive workers {r['receive'] / max(r['stored'], 1) * 1e6:.3f} s/M"
+                    if tool == "tapflow" else "")
+            print(f"  {tool:8} run {run}: {r['stored']} flows stored, CPU {r['cpu']:.3f} s "
+                  f"({r['cpu'] / max(r['stored'], 1) * 1e6:.3f} s/M{recv}), {r['dropped']} "
+                  f"datagrams dropped, {r['bytes_per_flow']:.1f} B/flow, exit {r['rc']}")
+    if not args.skip_ingest:
+        report_ingest(res)
+    rate_part(args, work)
+
+
+def report_ingest(res: dict) -> None:
+    med = {t: bl.median([r["cpu"] / max(r["stored"], 1) * 1e6 for r in rs]) for t, rs in res.items()}
+    recv = bl.median([r["receive"] / max(r["stored"], 1) * 1e6 for r in res["tapflow"]])
+    print(f"median CPU per million records stored: nfcapd -y {med['nfcapd']:.3f} s, "
+          f"tapflow collect --store {med['tapflow']:.3f} s (its receive workers {recv:.3f} s), "
+          f"ratios {med['tapflow'] / med['nfcapd']:.2f} and {recv / med['nfcapd']:.2f}")
+
+
+def rate_part(args, work: Path) -> None:
+    stream = record_stream(args, work)
+    (work / "stream").write_bytes(b"".join(struct.pack(">I", len(d)) + d for d in stream))
+    print(f"rate: {len(stream)} messages recorded, replayed for {args.seconds} s at each rate "
+          "into CSV (/dev/null) and into the Parquet store")
+    for sink in ("csv", "store"):
+        for rate in [float(x) for x in args.rates.split(",")]:
+            r = rate_run(args, work, rate, sink)
+            ok = r["stored"] == r["records"] and r["socket_drops"] == 0 and r["sequence_lost"] == 0
+            print(f"  {sink:5} {rate:.2f} M/s asked, {r['achieved']:.2f} M/s sent: "
+                  f"{r['records']} records, {r['stored']} stored, {r['socket_drops']} socket "
+                  f"drops, {r['sequence_lost']} lost (sequence), CPU {r['cpu']:.2f} s "
+                  f"({r['cpu'] / max(r['stored'], 1) * 1e6:.2f} s/M): "
+                  f"{'no loss' if ok else 'LOSS'}")
+    subprocess.run(["rm", "-rf", str(work)])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,851 @@
+//! `tapflow collect` against real exporters and a real collector: softflowd (IPFIX, NetFlow
+//! v9 and v5), pmacctd's nfprobe (IPFIX, v9) and sfprobe (sFlow), nfreplay replaying nfcapd's
+//! files, and tapflow's own export over UDP and TCP. Each exporter runs twice from the same
+//! input, once into nfcapd and once into `tapflow collect`, both in one private namespace: the
+//! flows, packets and bytes each keeps must be equal, and nothing may be lost in the collector.
+//! Hostile datagrams are counted by reason. Root needed (namespaces); these tests fail, never
+//! skip, without it or without the tools (scripts/install-deps.sh installs them).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+/// One CSV flow record, by column name.
+type Row = BTreeMap<String, String>;
+
+fn read_csv(path: &Path) -> Vec<Row> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut lines = text.lines();
+    let header: Vec<String> = lines.next().unwrap().split(',').map(String::from).collect();
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            assert_eq!(f.len(), header.len(), "CSV line {l:?}");
+            header
+                .iter()
+                .cloned()
+                .zip(f.iter().map(|s| s.to_string()))
+                .collect()
+        })
+        .collect()
+}
+
+fn num(r: &Row, k: &str) -> u64 {
+    r[k].parse().unwrap_or_else(|_| panic!("{k} = {:?}", r[k]))
+}
+
+/// Flows, packets and bytes (both directions) of `rows`.
+fn totals(rows: &[Row]) -> (u64, u64, u64) {
+    rows.iter().fold((0, 0, 0), |(f, p, b), r| {
+        (
+            f + 1,
+            p + num(r, "packets") + num(r, "rev_packets"),
+            b + num(r, "octets") + num(r, "rev_octets"),
+        )
+    })
+}
+
+/// A running `tapflow collect` writing CSV and a JSON summary.
+struct Collector {
+    guard: ChildGuard,
+    dir: tempfile::TempDir,
+}
+
+/// What a collector run left.
+struct Collected {
+    status: ExitStatus,
+    err: String,
+    json: String,
+    rows: Vec<Row>,
+}
+
+impl Collected {
+    fn n(&self, path: &str) -> u64 {
+        json_u64(&self.json, path)
+    }
+
+    /// Nothing lost in the collector: every record decoded, handed over and stored, no
+    /// datagram dropped by the socket, nothing malformed or without its template.
+    fn assert_nothing_lost(&self, what: &str) {
+        assert!(self.status.success(), "{what}: {}", self.err);
+        let records = self.n("records");
+        assert!(records > 0, "{what}: nothing collected: {}", self.err);
+        for k in [
+            "socket_drops",
+            "template_missing",
+            "malformed",
+            "bad_messages",
+        ] {
+            assert_eq!(self.n(k), 0, "{what}: {k}: {}", self.err);
+        }
+        assert_eq!(self.n("flows"), records, "{what}: {}", self.err);
+        assert_eq!(self.n("stores.0.stored"), records, "{what}: {}", self.err);
+        assert_eq!(self.rows.len() as u64, records, "{what}");
+    }
+}
+
+impl Collector {
+    /// Starts `tapflow collect -l LISTEN … EXTRA` in `ns`; returns once `udp_port` is bound.
+    fn start(ns: &Netns, listen: &str, udp_port: u16, extra: &[&str]) -> Collector {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = format!("csv:{}", dir.path().join("flows.csv").display());
+        let child = ns
+            .tapflow(&["collect", "-q", "-l", listen, "-w", &csv, "--summary-json"])
+            .arg(dir.path().join("summary.json"))
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tapflow collect");
+        let mut guard = ChildGuard::new(child, "tapflow collect");
+        wait_udp_bound(&mut guard, udp_port);
+        Collector { guard, dir }
+    }
+
+    /// SIGTERM: the collector takes what its sockets hold, closes its stores and reports.
+    fn stop(mut self) -> Collected {
+        self.guard.signal(libc::SIGTERM);
+        let (status, err) = self.guard.wait_output(Duration::from_secs(30));
+        let json = std::fs::read_to_string(self.dir.path().join("summary.json"))
+            .unwrap_or_else(|e| panic!("no summary ({e}): {err}"));
+        let rows = read_csv(&self.dir.path().join("flows.csv"));
+        Collected {
+            status,
+            err,
+            json,
+            rows,
+        }
+    }
+}
+
+/// `nfcapd` (or `sfcapd`, its sFlow twin) with a 16 MiB socket buffer in `ns`, stopped with
+/// SIGTERM so it finishes its file; `nfdump -I` reads what it stored.
+struct Nfcapd {
+    guard: ChildGuard,
+    dir: tempfile::TempDir,
+}
+
+impl Nfcapd {
+    fn start(ns: &Netns, port: u16) -> Nfcapd {
+        Nfcapd::start_program(ns, port, "nfcapd")
+    }
+
+    fn start_program(ns: &Netns, port: u16, program: &str) -> Nfcapd {
+        let dir = tempfile::tempdir().unwrap();
+        let child = ns
+            .cmd(program)
+            .args(["-b", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-B", "16777216", "-t", "3600", "-w"])
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("nfcapd, sfcapd (apt-get install nfdump nfdump-sflow)");
+        let mut guard = ChildGuard::new(child, program);
+        wait_udp_bound(&mut guard, port);
+        Nfcapd { guard, dir }
+    }
+
+    /// Stops it once its socket is read empty; returns `nfdump -I` by key, and the files.
+    fn stop(mut self, ns: &Netns) -> (BTreeMap<String, u64>, tempfile::TempDir) {
+        self.guard
+            .wait_until(Duration::from_secs(30), "read its socket empty", |pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/net/udp"))
+                    .unwrap_or_default()
+                    .lines()
+                    .skip(1)
+                    .all(|l| {
+                        let f: Vec<&str> = l.split_whitespace().collect();
+                        f.len() <= 4 || f[4].split(':').nth(1) == Some("00000000")
+                    })
+            });
+        assert_eq!(
+            ns.udp_counter("InErrors"),
+            0,
+            "the kernel dropped datagrams"
+        );
+        self.guard.signal(libc::SIGTERM);
+        let (status, err) = self.guard.wait_output(Duration::from_secs(10));
+        assert!(status.success(), "nfcapd: {err}");
+        let o = run_limited(
+            Command::new("nfdump")
+                .arg("-R")
+                .arg(self.dir.path())
+                .arg("-I"),
+            Duration::from_secs(30),
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let stats = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| l.split_once(':'))
+            .filter_map(|(k, v)| Some((k.trim().to_string(), v.trim().parse().ok()?)))
+            .collect();
+        (stats, self.dir)
+    }
+}
+
+const NFCAPD: u16 = 9995;
+const COLLECT: u16 = 4739;
+
+/// Runs `exporter(port)` once into nfcapd and once into `tapflow collect` (listening on
+/// `scheme`), and checks both kept the same flows, packets and bytes, with nothing lost in the
+/// collector. Returns the collector's run and nfcapd's statistics and files.
+fn same_as_nfcapd(
+    what: &str,
+    scheme: &str,
+    mut exporter: impl FnMut(&Netns, u16),
+) -> (Collected, BTreeMap<String, u64>, tempfile::TempDir) {
+    let ns = Netns::new("col");
+    let nfcapd = Nfcapd::start(&ns, NFCAPD);
+    let col = Collector::start(
+        &ns,
+        &format!("{scheme}://127.0.0.1:{COLLECT}"),
+        COLLECT,
+        &[],
+    );
+    exporter(&ns, NFCAPD);
+    exporter(&ns, COLLECT);
+    let (stats, files) = nfcapd.stop(&ns);
+    let got = col.stop();
+    got.assert_nothing_lost(what);
+    let (flows, packets, bytes) = totals(&got.rows);
+    assert_eq!(
+        (flows, packets, bytes),
+        (stats["Flows"], stats["Packets"], stats["Bytes"]),
+        "{what}: tapflow collect (flows, packets, bytes) against nfcapd's: {stats:?}\n{}",
+        got.err
+    );
+    assert!(
+        got.err.contains("tapflow: lost before the collector:"),
+        "{}",
+        got.err
+    );
+    (got, stats, files)
+}
+
+/// Runs `program ARGS` in `ns` to its end.
+fn run_in(ns: &Netns, program: &str, args: &[&str]) {
+    let o = run_limited(ns.cmd(program).args(args), Duration::from_secs(120));
+    assert!(
+        o.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A trace of 2000 built conversations, IPv4 and IPv6, TCP and UDP, 4 packets each.
+fn trace(dir: &Path) -> PathBuf {
+    built_trace(dir, "t.pcap", 2000, 4, 1_000_000)
+}
+
+#[test]
+fn softflowd_ipfix_v9_v5_flows_equal_nfcapds() {
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = trace(dir.path());
+    let pcap = pcap.to_str().unwrap();
+    for v in ["10", "9", "5"] {
+        let (got, stats, _) = same_as_nfcapd(&format!("softflowd -v {v}"), "ipfix", |ns, port| {
+            run_in(
+                ns,
+                "softflowd",
+                &[
+                    "-r",
+                    pcap,
+                    "-n",
+                    &format!("127.0.0.1:{port}"),
+                    "-v",
+                    v,
+                    "-d",
+                ],
+            )
+        });
+        // softflowd numbers its IPFIX messages by the flow records up to and including each
+        // one (RFC 7011: before it), which nfcapd reports as sequence failures; none is lost.
+        assert_eq!(got.n("sequence_lost"), 0, "v{v}: {}", got.err);
+        if v != "10" {
+            assert_eq!(stats["Sequence failures"], 0);
+        }
+        let proto = match v {
+            "10" => "ipfix",
+            "9" => "nfv9",
+            _ => "nfv5",
+        };
+        assert_eq!(json_at(&got.json, "exporters.0.protocol"), proto);
+        assert!(json_at(&got.json, "exporters").as_array().unwrap().len() == 1);
+    }
+}
+
+/// Every flow row of the Parquet store in `dir`, and the number of files of `table`.
+fn store_flows(dir: &Path) -> Vec<tapflow_store::StoredFlow> {
+    use tapflow_store::partition::{Table, files, partitions};
+    let mut all = Vec::new();
+    for p in partitions(dir, Table::Flows).unwrap() {
+        for f in files(&p.path).unwrap() {
+            all.extend(tapflow_store::reader::read_flows(&f).unwrap());
+        }
+    }
+    all
+}
+
+fn store_files(dir: &Path, table: tapflow_store::partition::Table) -> usize {
+    use tapflow_store::partition::{files, partitions};
+    partitions(dir, table)
+        .unwrap()
+        .iter()
+        .map(|p| files(&p.path).unwrap().len())
+        .sum()
+}
+
+#[test]
+fn the_parquet_store_keeps_what_nfcapd_keeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = trace(dir.path());
+    let store = dir.path().join("store");
+    let ns = Netns::new("sto");
+    let nfcapd = Nfcapd::start(&ns, NFCAPD);
+    let col = Collector::start(
+        &ns,
+        "nfv9://127.0.0.1",
+        2055,
+        &["--store", store.to_str().unwrap(), "--stats-seconds", "1"],
+    );
+    for port in [NFCAPD, 2055] {
+        let to = format!("127.0.0.1:{port}");
+        run_in(
+            &ns,
+            "softflowd",
+            &["-r", pcap.to_str().unwrap(), "-n", &to, "-v", "9", "-d"],
+        );
+    }
+    let (stats, _) = nfcapd.stop(&ns);
+    let got = col.stop();
+    got.assert_nothing_lost("softflowd -v 9");
+    assert_eq!(
+        json_at(&got.json, "stores.0.name"),
+        format!("parquet:{}", store.display())
+    );
+    assert_eq!(got.n("stores.0.stored"), got.n("records"), "{}", got.err);
+    let rows = store_flows(&store);
+    let (packets, bytes) = rows.iter().fold((0, 0), |(p, b), f| {
+        (
+            p + f.flow.fwd.packets + f.flow.rev.packets,
+            b + f.flow.fwd.octets + f.flow.rev.octets,
+        )
+    });
+    assert_eq!(
+        (rows.len() as u64, packets, bytes),
+        (stats["Flows"], stats["Packets"], stats["Bytes"]),
+        "{}",
+        got.err
+    );
+    let loopback =
+        tapflow_store::schema::addr16(false, &[127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert!(
+        rows.iter()
+            .all(|f| f.exporter == loopback && f.sampling == 1)
+    );
+    assert!(store_files(&store, tapflow_store::partition::Table::ExporterStats) > 0);
+}
+
+/// `tapflow flows --store DIR`: the meter's records reach the store without a network hop,
+/// each one as the CSV output has it.
+#[test]
+fn flows_store_keeps_every_record_of_the_meter() {
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = trace(dir.path());
+    let store = dir.path().join("store");
+    let csv = dir.path().join("ref.csv");
+    let err = run_ok(
+        Command::new(bin())
+            .args(["flows", "-q", "-r"])
+            .arg(&pcap)
+            .arg("--csv")
+            .arg(&csv)
+            .arg("--store")
+            .arg(&store),
+    );
+    let key = |proto: u8, sport: u16, dport: u16, p: u64, b: u64, rp: u64, rb: u64| {
+        [
+            u64::from(proto),
+            u64::from(sport),
+            u64::from(dport),
+            p,
+            b,
+            rp,
+            rb,
+        ]
+    };
+    let mut want: Vec<_> = read_csv(&csv)
+        .iter()
+        .map(|r| {
+            key(
+                num(r, "proto") as u8,
+                num(r, "sport") as u16,
+                num(r, "dport") as u16,
+                num(r, "packets"),
+                num(r, "octets"),
+                num(r, "rev_packets"),
+                num(r, "rev_octets"),
+            )
+        })
+        .collect();
+    let mut got: Vec<_> = store_flows(&store)
+        .iter()
+        .map(|f| {
+            let r = &f.flow;
+            key(
+                r.proto,
+                r.sport,
+                r.dport,
+                r.fwd.packets,
+                r.fwd.octets,
+                r.rev.packets,
+                r.rev.octets,
+            )
+        })
+        .collect();
+    want.sort();
+    got.sort();
+    assert_eq!(got.len(), 2000, "{err}");
+    assert_eq!(got, want);
+}
+
+#[test]
+fn nfreplay_of_nfcapd_files_equals_nfcapds() {
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = trace(dir.path());
+    // nfcapd files, made by nfcapd from softflowd's export.
+    let (_, _, files) = same_as_nfcapd("softflowd -v 9", "nfv9", |ns, port| {
+        run_in(
+            ns,
+            "softflowd",
+            &[
+                "-r",
+                pcap.to_str().unwrap(),
+                "-n",
+                &format!("127.0.0.1:{port}"),
+                "-v",
+                "9",
+                "-d",
+            ],
+        )
+    });
+    let file = std::fs::read_dir(files.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("nfcapd.2")
+        })
+        .expect("an nfcapd file");
+    for v in ["9", "5"] {
+        same_as_nfcapd(&format!("nfreplay -v {v}"), "nfv9", |ns, port| {
+            run_in(
+                ns,
+                "nfreplay",
+                &[
+                    "-r",
+                    file.to_str().unwrap(),
+                    "-H",
+                    "127.0.0.1",
+                    "-p",
+                    &port.to_string(),
+                    "-v",
+                    v,
+                ],
+            )
+        });
+    }
+}
+
+/// pmacctd reading `pcap` with one plugin's lines `plugin` (`RECEIVER` replaced by the port).
+fn pmacctd(ns: &Netns, dir: &Path, pcap: &Path, plugin: &str, port: u16) {
+    let conf = dir.join(format!("pmacctd-{port}.conf"));
+    std::fs::write(
+        &conf,
+        format!(
+            "daemonize: false\npcap_savefile: {}\npcap_savefile_wait: false\n{}\n",
+            pcap.display(),
+            plugin.replace("RECEIVER", &format!("127.0.0.1:{port}"))
+        ),
+    )
+    .unwrap();
+    run_in(ns, "pmacctd", &["-f", conf.to_str().unwrap()]);
+}
+
+#[test]
+fn pmacct_nfprobe_flows_equal_nfcapds() {
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = trace(dir.path());
+    for v in ["10", "9"] {
+        let plugin = format!(
+            "plugins: nfprobe\nnfprobe_receiver: RECEIVER\nnfprobe_version: {v}\n\
+             nfprobe_timeouts: tcp=1:udp=1:maxlife=1:expint=1"
+        );
+        let (got, _, _) = same_as_nfcapd(&format!("pmacctd nfprobe v{v}"), "ipfix", |ns, port| {
+            pmacctd(ns, dir.path(), &pcap, &plugin, port)
+        });
+        assert_eq!(got.n("sequence_lost"), 0, "v{v}: {}", got.err);
+    }
+}
+
+/// pmacctd's sfprobe twice, into sfcapd and into `tapflow collect`: as many samples of TCP and
+/// UDP packets (sfcapd counts frame bytes, tapflow IP bytes, as its meter does); and against
+/// the trace itself, metered by `tapflow flows` (whose totals equal tshark's, tests/flows.rs),
+/// packet for packet and byte for byte. Sampling 1: each sample is one packet.
+#[test]
+fn pmacct_sfprobe_samples_equal_sfcapds_and_the_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = trace(dir.path());
+    let reference = dir.path().join("ref.csv");
+    run_ok(
+        Command::new(bin())
+            .args(["flows", "-q", "-r"])
+            .arg(&pcap)
+            .arg("--csv")
+            .arg(&reference),
+    );
+    // Per direction of each flow: (packets, bytes, time of its last packet).
+    let mut want: BTreeMap<[String; 5], (u64, u64, u64)> = BTreeMap::new();
+    for r in read_csv(&reference) {
+        let [p, s, sp, d, dp] = ["proto", "src", "sport", "dst", "dport"].map(|k| r[k].clone());
+        want.insert(
+            [p.clone(), s.clone(), sp.clone(), d.clone(), dp.clone()],
+            (num(&r, "packets"), num(&r, "octets"), num(&r, "last_ns")),
+        );
+        if num(&r, "rev_packets") > 0 {
+            want.insert(
+                [p, d, dp, s, sp],
+                (
+                    num(&r, "rev_packets"),
+                    num(&r, "rev_octets"),
+                    num(&r, "rev_last_ns"),
+                ),
+            );
+        }
+    }
+    let ns = Netns::new("sfl");
+    let sfcapd = Nfcapd::start_program(&ns, NFCAPD, "sfcapd");
+    let col = Collector::start(&ns, "sflow://127.0.0.1", 6343, &[]);
+    for port in [NFCAPD, 6343] {
+        pmacctd(
+            &ns,
+            dir.path(),
+            &pcap,
+            "plugins: sfprobe\nsfprobe_receiver: RECEIVER\nsampling_rate: 1",
+            port,
+        );
+    }
+    let (stats, _) = sfcapd.stop(&ns);
+    let got = col.stop();
+    // pmacctd leaves its last, partial datagram unsent when its input ends, and where it
+    // cuts may differ from run to run: the two counts differ by less than one datagram.
+    let per_datagram = got.n("records").div_ceil(got.n("datagrams"));
+    for (proto, name) in [("6", "tcp"), ("17", "udp")] {
+        let rows: Vec<Row> = got
+            .rows
+            .iter()
+            .filter(|r| r["proto"] == proto)
+            .cloned()
+            .collect();
+        let (flows, packets, _) = totals(&rows);
+        assert_eq!(flows, packets, "{name}: one packet per sample");
+        let theirs = stats[&format!("Packets_{name}")];
+        assert!(
+            packets.abs_diff(theirs) < per_datagram,
+            "{name}: {packets} samples, sfcapd {theirs}: {stats:?}"
+        );
+    }
+    assert_eq!(stats["Sequence failures"], 0);
+    got.assert_nothing_lost("pmacctd sfprobe");
+    assert_eq!(got.n("sequence_lost"), 0, "{}", got.err);
+    assert!(got.rows.iter().all(|r| r["packets"] == "1"));
+    let mut seen: BTreeMap<[String; 5], (u64, u64)> = BTreeMap::new();
+    for r in &got.rows {
+        let k = ["proto", "src", "sport", "dst", "dport"].map(|k| r[k].clone());
+        let e = seen.entry(k).or_default();
+        e.0 += 1;
+        e.1 += num(r, "octets");
+    }
+    // pmacctd sends a datagram when it holds a few samples, and not the last, partial one
+    // when its input ends: the trace's last packets may be missing, nothing else.
+    let end = want.values().map(|w| w.2).max().unwrap();
+    let mut missing = 0;
+    for (k, w) in &want {
+        let g = seen.get(k).copied().unwrap_or_default();
+        if g.0 < w.0 {
+            assert!(
+                w.2 + 20_000_000 >= end,
+                "{k:?}: {g:?} of {w:?}, not at the end"
+            );
+            missing += w.0 - g.0;
+        } else {
+            assert_eq!((g.0, g.1), (w.0, w.1), "{k:?}");
+        }
+    }
+    assert!(seen.keys().all(|k| want.contains_key(k)));
+    assert!(missing <= per_datagram, "{missing} missing");
+}
+
+/// A GET of `/metrics` at `addr` inside `ns`.
+fn scrape(ns: &Netns, port: u16) -> String {
+    let script = format!(
+        "import socket;s=socket.create_connection(('127.0.0.1',{port}));\
+         s.sendall(b'GET /metrics HTTP/1.0\\r\\n\\r\\n');import sys;\
+         d=b''\nwhile True:\n c=s.recv(65536)\n if not c: break\n d+=c\nsys.stdout.write(d.decode())"
+    );
+    run_ok(ns.cmd("python3").args(["-c", &script]))
+}
+
+#[test]
+fn own_export_over_udp_tcp_and_v9_arrives_flow_for_flow() {
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = trace(dir.path());
+    let ns = Netns::new("own");
+    let col = Collector::start(
+        &ns,
+        "ipfix://127.0.0.1,ipfix+tcp://127.0.0.1,nfv9://127.0.0.1",
+        2055,
+        &["--threads", "2", "--metrics", "9464"],
+    );
+    let reference = dir.path().join("ref.csv");
+    let o = run_limited(
+        ns.tapflow(&["flows", "-q", "-r"])
+            .arg(&pcap)
+            .arg("--csv")
+            .arg(&reference)
+            .args([
+                "--export",
+                "ipfix://127.0.0.1,ipfix+tcp://127.0.0.1,nfv9://127.0.0.1",
+                "--export-rate",
+                "max",
+            ]),
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let want = read_csv(&reference);
+    // The metrics count every record once the worker has published (once a second).
+    let mut metrics = String::new();
+    for _ in 0..50 {
+        metrics = scrape(&ns, 9464);
+        let line = "tapflow_collect_records_total{exporter=\"127.0.0.1\",domain=\"1\"}";
+        if metrics.contains(&format!("{line} {}", 3 * want.len())) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        metrics.contains(&format!(
+            "tapflow_collect_records_total{{exporter=\"127.0.0.1\",domain=\"1\"}} {}",
+            3 * want.len()
+        )),
+        "{metrics}"
+    );
+    let got = col.stop();
+    got.assert_nothing_lost("tapflow flows --export");
+    assert_eq!(got.n("sequence_lost"), 0, "{}", got.err);
+    // Every flow three times (IPFIX over UDP and TCP, NetFlow v9), with its counters.
+    let key = |r: &Row| {
+        [
+            "proto",
+            "src",
+            "sport",
+            "dst",
+            "dport",
+            "packets",
+            "octets",
+            "rev_packets",
+            "rev_octets",
+        ]
+        .map(|k| r[k].clone())
+    };
+    let mut want_keys: Vec<_> = want.iter().flat_map(|r| [key(r), key(r), key(r)]).collect();
+    let mut got_keys: Vec<_> = got.rows.iter().map(key).collect();
+    want_keys.sort();
+    got_keys.sort();
+    assert_eq!(got_keys, want_keys);
+}
+
+/// An IPFIX message header followed by `body`, its length field saying `len`.
+fn ipfix_message(seq: u32, len: u16, body: &[u8]) -> Vec<u8> {
+    let mut m = vec![0, 10];
+    m.extend(len.to_be_bytes());
+    m.extend(1_700_000_000u32.to_be_bytes());
+    m.extend(seq.to_be_bytes());
+    m.extend(1u32.to_be_bytes());
+    m.extend(body);
+    m
+}
+
+/// A NetFlow v5 message of one flow, numbered `seq`.
+fn v5_message(seq: u32) -> Vec<u8> {
+    let mut m = vec![0, 5, 0, 1];
+    m.extend(1000u32.to_be_bytes()); // sysUptime
+    m.extend(1_700_000_000u32.to_be_bytes());
+    m.extend(0u32.to_be_bytes());
+    m.extend(seq.to_be_bytes());
+    m.extend([0, 0, 0, 0]); // engine type, id, sampling
+    let mut r = vec![0u8; 48];
+    r[0..4].copy_from_slice(&[192, 0, 2, 1]);
+    r[4..8].copy_from_slice(&[192, 0, 2, 2]);
+    r[16..20].copy_from_slice(&3u32.to_be_bytes()); // packets
+    r[20..24].copy_from_slice(&300u32.to_be_bytes()); // octets
+    r[24..28].copy_from_slice(&500u32.to_be_bytes()); // first
+    r[28..32].copy_from_slice(&900u32.to_be_bytes()); // last
+    r[32..34].copy_from_slice(&1234u16.to_be_bytes());
+    r[34..36].copy_from_slice(&80u16.to_be_bytes());
+    r[38] = 6;
+    m.extend(r);
+    m
+}
+
+#[test]
+fn hostile_datagrams_are_counted_by_reason_and_a_stop_reports() {
+    let ns = Netns::new("hos");
+    let col = Collector::start(&ns, "ipfix://127.0.0.1", COLLECT, &[]);
+    let mut datagrams: Vec<Vec<u8>> = Vec::new();
+    // Random bytes (a fixed LCG), some starting like IPFIX or NetFlow.
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    for i in 0..2000 {
+        let len = (i * 37) % 1500;
+        let mut d: Vec<u8> = (0..len)
+            .map(|_| {
+                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                (x >> 56) as u8
+            })
+            .collect();
+        if d.len() >= 2 && i % 3 == 0 {
+            d[..2].copy_from_slice(&[0, [10, 9, 5][i % 9 / 3]]);
+        }
+        datagrams.push(d);
+    }
+    // A header that claims more than the datagram holds.
+    datagrams.push(ipfix_message(0, 400, &[0; 20]));
+    // A template with a field longer than any record, and one of 60000 fields.
+    let mut t = vec![0, 2, 0, 12, 1, 0, 0, 1, 0, 1, 0xff, 0xfe];
+    datagrams.push(ipfix_message(0, 16 + t.len() as u16, &t));
+    t = vec![0, 2, 0, 8, 1, 1, 0xea, 0x60];
+    datagrams.push(ipfix_message(0, 16 + t.len() as u16, &t));
+    // NetFlow v5 numbered 0, 1,000,000 (999,999 flows lost before the collector), then
+    // 4,000,000,000: an exporter that restarted, not billions lost.
+    for seq in [0, 1_000_000, 4_000_000_000] {
+        datagrams.push(v5_message(seq));
+    }
+    let script = format!(
+        "import socket,sys;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+         d=sys.stdin.buffer.read();i=0\n\
+         while i<len(d):\n n=int.from_bytes(d[i:i+4],'big');s.sendto(d[i+4:i+4+n],('127.0.0.1',{COLLECT}));i+=4+n"
+    );
+    let mut stream = Vec::new();
+    for d in &datagrams {
+        stream.extend((d.len() as u32).to_be_bytes());
+        stream.extend(d);
+    }
+    let mut py = ns
+        .cmd("python3")
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    py.stdin.take().unwrap().write_all(&stream).unwrap();
+    assert!(py.wait().unwrap().success());
+    let got = col.stop();
+    assert!(got.status.success(), "{}", got.err);
+    assert!(got.n("bad_messages") > 100, "{}", got.err);
+    assert_eq!(got.n("records"), 3, "the v5 flows: {}", got.err);
+    assert_eq!(got.n("sequence_lost"), 999_999, "{}", got.err);
+    assert_eq!(got.n("stores.0.stored"), 3);
+    let reasons = json_at(&got.json, "exporters");
+    let text = reasons.to_string();
+    for why in [
+        "unknown_version",
+        "bad_length",
+        "bad_set",
+        "too_many_fields",
+    ] {
+        assert!(text.contains(why), "{why} not counted: {text}");
+    }
+    // The accounting lines, at a stop by SIGTERM.
+    assert!(
+        got.err
+            .contains("tapflow: lost before the collector: 999999"),
+        "{}",
+        got.err
+    );
+}
+
+#[test]
+fn exporters_outside_allow_are_refused() {
+    let ns = Netns::new("alw");
+    let col = Collector::start(&ns, "nfv5://127.0.0.1", 2055, &["--allow", "192.0.2.0/24"]);
+    run_ok(ns.cmd("python3").args([
+        "-c",
+        &format!(
+            "import socket;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+             for i in range(5): s.sendto(bytes.fromhex('{}'),('127.0.0.1',2055))",
+            v5_message(0).iter().map(|b| format!("{b:02x}")).collect::<String>()
+        ),
+    ]));
+    let got = col.stop();
+    assert!(got.status.success(), "{}", got.err);
+    assert_eq!((got.n("refused"), got.n("records")), (5, 0), "{}", got.err);
+}
+
+#[test]
+fn a_full_disk_is_a_named_loss_not_a_crash() {
+    let ns = Netns::new("ful");
+    let dir = tempfile::tempdir().unwrap();
+    let full = dir.path().join("full");
+    std::fs::create_dir(&full).unwrap();
+    let summary = dir.path().join("summary.json");
+    // The flows go to a 16 KiB tmpfs in a mount namespace of the collector's own.
+    let cmd = format!(
+        "mount -t tmpfs -o size=16k tapflow-test {full} && exec {bin} collect -q \
+         -l nfv5://127.0.0.1 -w csv:{full}/flows.csv --summary-json {summary}",
+        full = full.display(),
+        bin = bin().display(),
+        summary = summary.display()
+    );
+    let child = ns
+        .cmd("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &cmd])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut g = ChildGuard::new(child, "tapflow collect");
+    wait_udp_bound(&mut g, 2055);
+    // 3000 v5 flows, about 150 bytes of CSV each: far past 16 KiB.
+    let hex: String = v5_message(0).iter().map(|b| format!("{b:02x}")).collect();
+    run_ok(ns.cmd("python3").args([
+        "-c",
+        &format!(
+            "import socket;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+             m=bytearray.fromhex('{hex}')\n\
+             for i in range(3000):\n m[16:20]=i.to_bytes(4,'big');s.sendto(m,('127.0.0.1',2055))"
+        ),
+    ]));
+    // A stop reads the socket empty first.
+    g.signal(libc::SIGTERM);
+    let (status, err) = g.wait_output(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("lost in the collector:"), "{err}");
+    let json = std::fs::read_to_string(&summary).unwrap();
+    let (flows, stored, dropped) = (
+        json_u64(&json, "stores.0.flows"),
+        json_u64(&json, "stores.0.stored"),
+        json_u64(&json, "stores.0.dropped"),
+    );
+    assert_eq!(flows, 3000, "{err}");
+    assert!(dropped > 0 && stored + dropped == flows, "{json}");
+}

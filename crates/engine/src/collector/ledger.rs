@@ -1,0 +1,339 @@
+//! The collector's accounting, per exporter and observation domain: records, records lost
+//! before the collector (sequence numbers), data records without their template, templates,
+//! bad messages by reason; and per receive worker, what its socket dropped.
+//!
+//! Each worker (a UDP socket's thread, a TCP session) counts in a [`Book`] of its own, with no
+//! lock, and copies it into its shared slot about once a second; readers merge the slots.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::Serialize;
+use tapflow_wire::flowdecode::{DecodeError, MessageSummary};
+
+use crate::source::SourceCounter;
+
+/// Exporters (address and domain) one worker counts apart; the rest are summed under the
+/// unspecified address, so forged sources cannot grow the table without bound.
+pub const MAX_EXPORTERS: usize = 4096;
+
+/// One exporter and observation domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ExporterKey {
+    /// The exporter's address, IPv4 as IPv4-mapped IPv6.
+    pub exporter: [u8; 16],
+    /// The observation domain (0 for messages too broken to name one).
+    pub domain: u32,
+}
+
+impl ExporterKey {
+    /// The exporter's address as text (IPv4 dotted).
+    pub fn address(&self) -> IpAddr {
+        Ipv6Addr::from(self.exporter).to_canonical()
+    }
+}
+
+/// What one exporter and domain sent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ExporterCounts {
+    /// The last protocol it spoke (`ipfix`, `nfv9`, `nfv5`, `sflow`).
+    pub protocol: &'static str,
+    /// Messages decoded.
+    pub messages: u64,
+    /// Flow records decoded.
+    pub records: u64,
+    /// Records (IPFIX, NetFlow v5, sFlow samples) or export packets (NetFlow v9) lost before
+    /// the collector, from the sequence numbers.
+    pub sequence_lost: u64,
+    /// Data records dropped because their template was not known.
+    pub template_missing: u64,
+    /// Template and options template records taken.
+    pub templates: u64,
+    /// Records, templates or samples inside good messages refused as malformed.
+    pub malformed: u64,
+    /// sFlow samples that carry no flow (counter samples, non-IP packets, unknown formats).
+    pub skipped: u64,
+    /// Messages refused whole.
+    pub bad_messages: u64,
+    /// Refused messages and parts, by reason.
+    pub bad: BTreeMap<&'static str, u64>,
+}
+
+impl ExporterCounts {
+    fn add(&mut self, o: &ExporterCounts) {
+        if !o.protocol.is_empty() {
+            self.protocol = o.protocol;
+        }
+        self.messages += o.messages;
+        self.records += o.records;
+        self.sequence_lost = self.sequence_lost.saturating_add(o.sequence_lost);
+        self.template_missing += o.template_missing;
+        self.templates += o.templates;
+        self.malformed += o.malformed;
+        self.skipped += o.skipped;
+        self.bad_messages += o.bad_messages;
+        for (k, v) in &o.bad {
+            *self.bad.entry(k).or_insert(0) += v;
+        }
+    }
+}
+
+/// One worker's counts.
+#[derive(Debug, Clone, Default)]
+pub struct Book {
+    /// Per exporter and domain.
+    pub exporters: HashMap<ExporterKey, ExporterCounts>,
+    /// Datagrams (UDP) or messages (TCP) received.
+    pub datagrams: u64,
+    /// Datagrams from senders outside `--allow`.
+    pub refused: u64,
+    /// Datagrams the kernel dropped because the socket's buffer was full.
+    pub socket_drops: u64,
+    /// Flow records handed to the store.
+    pub flows: u64,
+}
+
+impl Book {
+    fn entry(&mut self, key: ExporterKey) -> &mut ExporterCounts {
+        let key = if self.exporters.len() < MAX_EXPORTERS || self.exporters.contains_key(&key) {
+            key
+        } else {
+            ExporterKey {
+                exporter: [0; 16],
+                domain: 0,
+            }
+        };
+        self.exporters.entry(key).or_default()
+    }
+
+    /// Counts a decoded message from `exporter`.
+    pub fn message(&mut self, exporter: [u8; 16], m: &MessageSummary) {
+        let e = self.entry(ExporterKey {
+            exporter,
+            domain: m.domain,
+        });
+        e.protocol = m.protocol.name();
+        e.messages += 1;
+        e.records += u64::from(m.records);
+        e.sequence_lost = e.sequence_lost.saturating_add(m.sequence_lost);
+        e.template_missing += u64::from(m.template_missing);
+        e.templates += u64::from(m.templates);
+        e.malformed += u64::from(m.malformed);
+        e.skipped += u64::from(m.skipped);
+        if let Some(why) = m.refused {
+            *e.bad.entry(why.reason()).or_insert(0) += u64::from(m.malformed);
+        }
+    }
+
+    /// Counts a message from `exporter` refused whole, with its reason.
+    pub fn bad(&mut self, exporter: [u8; 16], why: &'static str) {
+        let e = self.entry(ExporterKey {
+            exporter,
+            domain: 0,
+        });
+        e.bad_messages += 1;
+        *e.bad.entry(why).or_insert(0) += 1;
+    }
+
+    /// Counts a message the decoder refused.
+    pub fn refused_message(&mut self, exporter: [u8; 16], e: &DecodeError) {
+        self.bad(exporter, e.reason());
+    }
+
+    /// Adds `o`'s counts.
+    pub fn add(&mut self, o: &Book) {
+        for (k, v) in &o.exporters {
+            self.exporters.entry(*k).or_default().add(v);
+        }
+        self.datagrams += o.datagrams;
+        self.refused += o.refused;
+        self.socket_drops += o.socket_drops;
+        self.flows += o.flows;
+    }
+
+    /// The sums over exporters.
+    pub fn totals(&self) -> ExporterCounts {
+        let mut t = ExporterCounts::default();
+        for v in self.exporters.values() {
+            t.add(v);
+        }
+        t.protocol = "";
+        t
+    }
+}
+
+/// Every worker's slot, for the status line, `/metrics`, the store's exporter counters and
+/// the summary.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    slots: Mutex<Vec<Arc<Mutex<Book>>>>,
+    /// Sessions that ended, summed.
+    ended: Mutex<Book>,
+}
+
+impl Ledger {
+    /// A new worker's slot.
+    pub fn slot(&self) -> Arc<Mutex<Book>> {
+        let s = Arc::new(Mutex::new(Book::default()));
+        self.slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::clone(&s));
+        s
+    }
+
+    /// Folds a finished worker's slot into the ended sum, so slots of ended TCP sessions do
+    /// not pile up.
+    pub fn retire(&self, slot: &Arc<Mutex<Book>>) {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        slots.retain(|s| !Arc::ptr_eq(s, slot));
+        let b = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        self.ended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .add(&b);
+    }
+
+    /// Everything counted so far, over every worker.
+    pub fn snapshot(&self) -> Book {
+        let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut all = self
+            .ended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for s in slots.iter() {
+            all.add(&s.lock().unwrap_or_else(PoisonError::into_inner));
+        }
+        all
+    }
+}
+
+/// The counts as `/metrics` serves them: per exporter and domain, and per reason for what
+/// was refused.
+pub fn metrics(b: &Book) -> Vec<SourceCounter> {
+    let mut keys: Vec<(&ExporterKey, &ExporterCounts)> = b.exporters.iter().collect();
+    keys.sort_by_key(|(k, _)| **k);
+    let label = |k: &ExporterKey| format!("exporter=\"{}\",domain=\"{}\"", k.address(), k.domain);
+    let per = |pick: fn(&ExporterCounts) -> u64| -> Vec<(String, f64)> {
+        keys.iter()
+            .map(|(k, c)| (label(k), pick(c) as f64))
+            .collect()
+    };
+    let one = |v: u64| vec![(String::new(), v as f64)];
+    vec![
+        SourceCounter {
+            name: "tapflow_collect_records_total",
+            help: "Flow records decoded, by exporter and observation domain.",
+            samples: per(|c| c.records),
+        },
+        SourceCounter {
+            name: "tapflow_collect_sequence_lost_total",
+            help: "Records (NetFlow v9: export packets) lost before the collector, from the \
+                   sequence numbers.",
+            samples: per(|c| c.sequence_lost),
+        },
+        SourceCounter {
+            name: "tapflow_collect_template_missing_total",
+            help: "Data records dropped because their template was not known.",
+            samples: per(|c| c.template_missing),
+        },
+        SourceCounter {
+            name: "tapflow_collect_bad_total",
+            help: "Messages, records and templates refused as malformed, by reason.",
+            samples: keys
+                .iter()
+                .flat_map(|(k, c)| {
+                    c.bad
+                        .iter()
+                        .map(move |(why, n)| (format!("{},reason=\"{why}\"", label(k)), *n as f64))
+                })
+                .collect(),
+        },
+        SourceCounter {
+            name: "tapflow_collect_datagrams_total",
+            help: "Datagrams (and IPFIX messages over TCP) received.",
+            samples: one(b.datagrams),
+        },
+        SourceCounter {
+            name: "tapflow_collect_socket_drops_total",
+            help: "Datagrams the kernel dropped because a socket's receive buffer was full.",
+            samples: one(b.socket_drops),
+        },
+        SourceCounter {
+            name: "tapflow_collect_refused_total",
+            help: "Datagrams and sessions from senders outside --allow.",
+            samples: one(b.refused),
+        },
+        SourceCounter {
+            name: "tapflow_collect_flows_total",
+            help: "Flows handed to the stores.",
+            samples: one(b.flows),
+        },
+    ]
+}
+
+/// Publishes a worker's book into its slot.
+pub fn publish(slot: &Mutex<Book>, b: &Book) {
+    slot.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone_from(b);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tapflow_wire::flowdecode::Protocol;
+
+    fn summary(domain: u32, records: u32, lost: u64) -> MessageSummary {
+        MessageSummary {
+            protocol: Protocol::Ipfix,
+            domain,
+            records,
+            sequence_lost: lost,
+            template_missing: 2,
+            templates: 1,
+            malformed: 0,
+            refused: None,
+            skipped: 0,
+        }
+    }
+
+    #[test]
+    fn counts_merge_over_workers_and_ended_sessions() {
+        let ledger = Ledger::default();
+        let (a, b) = (ledger.slot(), ledger.slot());
+        let x = [1u8; 16];
+        let mut ba = Book::default();
+        ba.message(x, &summary(7, 10, 3));
+        ba.bad(x, "truncated");
+        ba.socket_drops = 4;
+        publish(&a, &ba);
+        let mut bb = Book::default();
+        bb.message(x, &summary(7, 5, 0));
+        bb.message(x, &summary(8, 1, 0));
+        publish(&b, &bb);
+        ledger.retire(&b);
+        let all = ledger.snapshot();
+        let k7 = &all.exporters[&ExporterKey {
+            exporter: x,
+            domain: 7,
+        }];
+        assert_eq!((k7.records, k7.sequence_lost, k7.messages), (15, 3, 2));
+        let t = all.totals();
+        assert_eq!((t.records, t.template_missing, t.bad_messages), (16, 6, 1));
+        assert_eq!(t.bad["truncated"], 1);
+        assert_eq!(all.socket_drops, 4);
+    }
+
+    #[test]
+    fn forged_exporters_are_summed_past_the_limit() {
+        let mut b = Book::default();
+        for i in 0..(MAX_EXPORTERS as u32 + 100) {
+            b.message([9; 16], &summary(i, 1, 0));
+        }
+        assert_eq!(b.exporters.len(), MAX_EXPORTERS + 1);
+        assert_eq!(b.totals().records, MAX_EXPORTERS as u64 + 100);
+    }
+}
