@@ -5,6 +5,7 @@
 //! the [`FlowStore`] trait.
 #![forbid(unsafe_code)]
 
+pub mod clickhouse;
 pub mod schema;
 
 pub use schema::{ExporterStats, InterfaceName, StoredFlow};
