@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod clickhouse;
+pub mod query;
 pub mod schema;
 
 pub use schema::{ExporterStats, InterfaceName, StoredFlow};

@@ -1,0 +1,542 @@
+//! The filter language: nfdump's words and tapflow's rule words, parsed into a [`Filter`], and
+//! its test of one one-way flow.
+//!
+//! ```text
+//! expr  := and ("or" and)*
+//! and   := unary (["and"] unary)*          juxtaposed terms are and-ed, as in a rule line
+//! unary := ("not" | "!") unary | "(" expr ")" | term
+//! term  := [src|dst] [ip|host|net] PREFIX  src net 10.0.0.0/8, dst host 2001:db8::1, net 10.1.0.0/16
+//!        | [src|dst] port [OP] PORT        dst port 443, port > 1023, src port 1024-2048
+//!        | sport RANGE | dport RANGE       the rule words
+//!        | proto NAME|NUMBER | tcp | udp | icmp | icmp6 | sctp | gre | esp
+//!        | ipv4 | inet | ipv6 | inet6
+//!        | exporter PREFIX | router ip PREFIX
+//!        | [in|out] if N | vlan N
+//!        | packets [OP] N | bytes [OP] N   N may end in k, M or G (×1000)
+//!        | flags LETTERS                   every one of F S R P A U E C set
+//!        | any
+//! OP    := = | == | != | < | <= | > | >= | eq | ne | lt | le | gt | ge
+//! ```
+
+use super::{Cmp, Filter, IfSide, Net, QueryError, Side, Term};
+use crate::query::result::PROTOCOLS;
+
+/// Parses filter text (the words after `tapflow query`'s options, joined by spaces).
+pub fn parse(text: &str) -> Result<Filter, QueryError> {
+    let tokens = lex(text);
+    if tokens.is_empty() {
+        return Err(err("the filter is empty"));
+    }
+    let mut p = Parser { tokens, at: 0 };
+    let f = p.expr()?;
+    match p.peek() {
+        None => Ok(f),
+        Some(t) => Err(err(format!("filter: unexpected '{t}'"))),
+    }
+}
+
+fn err(m: impl Into<String>) -> QueryError {
+    QueryError::Parse(m.into())
+}
+
+fn lex(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut chars = text.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        if c.is_whitespace() {
+            chars.next();
+        } else if c == '(' || c == ')' {
+            out.push(c.to_string());
+            chars.next();
+        } else if matches!(c, '<' | '>' | '=' | '!') {
+            let mut op = String::new();
+            while let Some(&c) = chars.peek() {
+                if !matches!(c, '<' | '>' | '=' | '!') || (op.len() == 1 && c == '!') {
+                    break;
+                }
+                op.push(c);
+                chars.next();
+            }
+            out.push(op);
+        } else {
+            let mut w = String::new();
+            while let Some(&c) = chars.peek() {
+                if c.is_whitespace() || matches!(c, '(' | ')' | '<' | '>' | '=' | '!') {
+                    break;
+                }
+                w.push(c);
+                chars.next();
+            }
+            out.push(w);
+        }
+    }
+    out
+}
+
+struct Parser {
+    tokens: Vec<String>,
+    at: usize,
+}
+
+impl Parser {
+    fn peek(&self) -> Option<&str> {
+        self.tokens.get(self.at).map(String::as_str)
+    }
+
+    fn peek_is(&self, word: &str) -> bool {
+        self.peek().is_some_and(|t| t.eq_ignore_ascii_case(word))
+    }
+
+    fn next(&mut self, what: &str) -> Result<String, QueryError> {
+        let t = self
+            .tokens
+            .get(self.at)
+            .cloned()
+            .ok_or_else(|| err(format!("filter: {what} expected at the end")))?;
+        self.at += 1;
+        Ok(t)
+    }
+
+    fn eat(&mut self, word: &str) -> bool {
+        let yes = self.peek_is(word);
+        if yes {
+            self.at += 1;
+        }
+        yes
+    }
+
+    fn expr(&mut self) -> Result<Filter, QueryError> {
+        let mut f = self.and()?;
+        while self.eat("or") || self.eat("||") {
+            f = Filter::Or(Box::new(f), Box::new(self.and()?));
+        }
+        Ok(f)
+    }
+
+    fn and(&mut self) -> Result<Filter, QueryError> {
+        let mut f = self.unary()?;
+        loop {
+            if self.eat("and") || self.eat("&&") {
+                f = Filter::And(Box::new(f), Box::new(self.unary()?));
+            } else if self.peek().is_some_and(|t| t != ")" && !t.eq_ignore_ascii_case("or")) {
+                f = Filter::And(Box::new(f), Box::new(self.unary()?));
+            } else {
+                return Ok(f);
+            }
+        }
+    }
+
+    fn unary(&mut self) -> Result<Filter, QueryError> {
+        if self.eat("not") || self.eat("!") {
+            return Ok(Filter::Not(Box::new(self.unary()?)));
+        }
+        if self.eat("(") {
+            let f = self.expr()?;
+            if !self.eat(")") {
+                return Err(err("filter: ')' expected"));
+            }
+            return Ok(f);
+        }
+        self.term()
+    }
+
+    fn term(&mut self) -> Result<Filter, QueryError> {
+        let word = self.next("a term")?.to_ascii_lowercase();
+        let t = match word.as_str() {
+            "src" | "dst" => {
+                let side = if word == "src" { Side::Src } else { Side::Dst };
+                return self.sided(side);
+            }
+            "ip" | "host" | "net" => return Ok(Filter::Term(Term::Addr(Side::Any, self.net()?))),
+            "port" => return self.port(Side::Any),
+            "sport" => return self.port(Side::Src),
+            "dport" => return self.port(Side::Dst),
+            "proto" => {
+                let p = self.next("a protocol after 'proto'")?;
+                Term::Protocol(protocol(&p)?)
+            }
+            "ipv4" | "inet" => Term::IpVersion(4),
+            "ipv6" | "inet6" => Term::IpVersion(6),
+            "exporter" => Term::Exporter(self.net()?),
+            "router" => {
+                self.eat("ip");
+                Term::Exporter(self.net()?)
+            }
+            "in" | "out" => {
+                let side = if word == "in" { IfSide::In } else { IfSide::Out };
+                if !self.eat("if") {
+                    return Err(err(format!("filter: 'if' expected after '{word}'")));
+                }
+                Term::Interface(side, self.number("an interface index")?)
+            }
+            "if" => Term::Interface(IfSide::Any, self.number("an interface index")?),
+            "vlan" => Term::Vlan(self.number("a VLAN id")?),
+            "packets" => {
+                let op = self.cmp();
+                Term::Packets(op, self.count("a packet count")?)
+            }
+            "bytes" => {
+                let op = self.cmp();
+                Term::Bytes(op, self.count("a byte count")?)
+            }
+            "flags" => Term::TcpFlags(flags(&self.next("TCP flags after 'flags'")?)?),
+            // Always true: every one-way flow has at least 0 bytes.
+            "any" => Term::Bytes(Cmp::Ge, 0),
+            w => match protocol(w) {
+                Ok(p) if w.parse::<u8>().is_err() => Term::Protocol(p),
+                _ => return Err(err(format!("filter: unknown word '{w}'"))),
+            },
+        };
+        Ok(Filter::Term(t))
+    }
+
+    fn sided(&mut self, side: Side) -> Result<Filter, QueryError> {
+        if self.eat("port") {
+            return self.port(side);
+        }
+        let _ = self.eat("ip") || self.eat("host") || self.eat("net");
+        Ok(Filter::Term(Term::Addr(side, self.net()?)))
+    }
+
+    fn port(&mut self, side: Side) -> Result<Filter, QueryError> {
+        let op = self.cmp();
+        let text = self.next("a port")?;
+        let port = |p: &str| {
+            p.parse::<u16>()
+                .map_err(|_| err(format!("filter: '{text}' is not a port or a range LO-HI")))
+        };
+        if let (Cmp::Eq, Some((lo, hi))) = (op, text.split_once('-')) {
+            let (lo, hi) = (port(lo)?, port(hi)?);
+            if lo > hi {
+                return Err(err(format!("filter: port range '{text}' is backwards")));
+            }
+            return Ok(Filter::And(
+                Box::new(Filter::Term(Term::Port(side, Cmp::Ge, lo))),
+                Box::new(Filter::Term(Term::Port(side, Cmp::Le, hi))),
+            ));
+        }
+        Ok(Filter::Term(Term::Port(side, op, port(&text)?)))
+    }
+
+    fn cmp(&mut self) -> Cmp {
+        let op = match self.peek().map(str::to_ascii_lowercase).as_deref() {
+            Some("=" | "==" | "eq") => Cmp::Eq,
+            Some("!=" | "ne") => Cmp::Ne,
+            Some("<" | "lt") => Cmp::Lt,
+            Some("<=" | "le") => Cmp::Le,
+            Some(">" | "gt") => Cmp::Gt,
+            Some(">=" | "ge") => Cmp::Ge,
+            _ => return Cmp::Eq,
+        };
+        self.at += 1;
+        op
+    }
+
+    fn net(&mut self) -> Result<Net, QueryError> {
+        let t = self.next("an address or prefix")?;
+        parse_net(&t).map_err(|m| err(format!("filter: {m}")))
+    }
+
+    fn number<T: std::str::FromStr>(&mut self, what: &str) -> Result<T, QueryError> {
+        let t = self.next(what)?;
+        t.parse()
+            .map_err(|_| err(format!("filter: '{t}' is not {what}")))
+    }
+
+    fn count(&mut self, what: &str) -> Result<u64, QueryError> {
+        let t = self.next(what)?;
+        let (digits, scale) = match t.char_indices().last() {
+            Some((i, 'k' | 'K')) => (&t[..i], 1_000),
+            Some((i, 'm' | 'M')) => (&t[..i], 1_000_000),
+            Some((i, 'g' | 'G')) => (&t[..i], 1_000_000_000),
+            _ => (t.as_str(), 1),
+        };
+        digits
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(scale))
+            .ok_or_else(|| err(format!("filter: '{t}' is not {what}")))
+    }
+}
+
+/// Parses an address or prefix (`10.0.0.0/8`, `2001:db8::/32`, `192.0.2.1`) into the store's
+/// 16-byte form; host bits past the length are an error.
+pub fn parse_net(s: &str) -> Result<Net, String> {
+    let (addr, len) = match s.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (s, None),
+    };
+    let ip: std::net::IpAddr = addr
+        .parse()
+        .map_err(|_| format!("'{s}' is not an address or prefix"))?;
+    let (bytes, base, max) = match ip {
+        std::net::IpAddr::V4(a) => (a.to_ipv6_mapped().octets(), 96u8, 32u8),
+        std::net::IpAddr::V6(a) => (a.octets(), 0, 128),
+    };
+    let len = match len {
+        Some(l) => l
+            .parse::<u8>()
+            .ok()
+            .filter(|&l| l <= max)
+            .ok_or_else(|| format!("prefix length in '{s}' is not 0 to {max}"))?,
+        None => max,
+    };
+    let net = Net {
+        addr: mask(&bytes, base + len),
+        len: base + len,
+    };
+    if net.addr != bytes {
+        return Err(format!("'{s}' has host bits set past /{len}"));
+    }
+    Ok(net)
+}
+
+/// `a` with the bits past the first `len` cleared.
+#[inline]
+pub fn mask(a: &[u8; 16], len: u8) -> [u8; 16] {
+    let mut m = *a;
+    for (i, b) in m.iter_mut().enumerate() {
+        let bits = u32::from(len).saturating_sub(i as u32 * 8).min(8);
+        *b &= (0xff00u16 >> bits) as u8;
+    }
+    m
+}
+
+/// A protocol by name (any case) or number.
+pub fn protocol(s: &str) -> Result<u8, QueryError> {
+    if let Ok(n) = s.parse::<u8>() {
+        return Ok(n);
+    }
+    let alias = match s.to_ascii_lowercase().as_str() {
+        "icmpv6" | "ipv6-icmp" => "icmp6".to_string(),
+        other => other.to_string(),
+    };
+    PROTOCOLS
+        .iter()
+        .find(|(_, name)| name.eq_ignore_ascii_case(&alias))
+        .map(|(n, _)| *n)
+        .ok_or_else(|| err(format!("filter: unknown protocol '{s}'")))
+}
+
+fn flags(s: &str) -> Result<u16, QueryError> {
+    s.chars().try_fold(0u16, |m, c| {
+        let bit = match c.to_ascii_uppercase() {
+            'F' => 0x01,
+            'S' => 0x02,
+            'R' => 0x04,
+            'P' => 0x08,
+            'A' => 0x10,
+            'U' => 0x20,
+            'E' => 0x40,
+            'C' => 0x80,
+            _ => return Err(err(format!("filter: '{c}' in '{s}' is not a TCP flag (FSRPAUEC)"))),
+        };
+        Ok(m | bit)
+    })
+}
+
+/// One one-way flow as filters, keys and sinks see it (see the module doc of [`super`]).
+/// Columns a query does not read hold 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OneWay {
+    /// `time_start`, µs.
+    pub start_us: i64,
+    /// `time_end`, µs.
+    pub end_us: i64,
+    /// The sender's address.
+    pub src: [u8; 16],
+    /// The receiver's address.
+    pub dst: [u8; 16],
+    /// The sender's port.
+    pub sport: u16,
+    /// The receiver's port.
+    pub dport: u16,
+    /// 4 or 6.
+    pub ip_version: u8,
+    /// The IP protocol.
+    pub protocol: u8,
+    /// TCP flags of this direction.
+    pub tcp_flags: u16,
+    /// Packets of this direction.
+    pub packets: u64,
+    /// Bytes of this direction.
+    pub bytes: u64,
+    /// The exporter's address.
+    pub exporter: [u8; 16],
+    /// `in_if`.
+    pub in_if: u32,
+    /// `out_if`.
+    pub out_if: u32,
+    /// `vlan`.
+    pub vlan: u16,
+    /// Whether it is the stored row's reverse direction.
+    pub reverse: bool,
+}
+
+impl Filter {
+    /// Whether the one-way flow passes.
+    pub fn matches(&self, f: &OneWay) -> bool {
+        match self {
+            Filter::And(a, b) => a.matches(f) && b.matches(f),
+            Filter::Or(a, b) => a.matches(f) || b.matches(f),
+            Filter::Not(a) => !a.matches(f),
+            Filter::Term(t) => t.matches(f),
+        }
+    }
+
+    /// Adds the stored columns the filter reads to `out`.
+    pub fn columns(&self, out: &mut Vec<&'static str>) {
+        match self {
+            Filter::And(a, b) | Filter::Or(a, b) => {
+                a.columns(out);
+                b.columns(out);
+            }
+            Filter::Not(a) => a.columns(out),
+            Filter::Term(t) => out.extend_from_slice(t.columns()),
+        }
+    }
+}
+
+impl Term {
+    /// Whether the one-way flow passes this test.
+    #[inline]
+    pub fn matches(&self, f: &OneWay) -> bool {
+        match *self {
+            Term::Addr(Side::Src, n) => n.contains(&f.src),
+            Term::Addr(Side::Dst, n) => n.contains(&f.dst),
+            Term::Addr(Side::Any, n) => n.contains(&f.src) || n.contains(&f.dst),
+            Term::Port(Side::Src, op, p) => op.holds(f.sport, p),
+            Term::Port(Side::Dst, op, p) => op.holds(f.dport, p),
+            Term::Port(Side::Any, op, p) => op.holds(f.sport, p) || op.holds(f.dport, p),
+            Term::Protocol(p) => f.protocol == p,
+            Term::IpVersion(v) => f.ip_version == v,
+            Term::Exporter(n) => n.contains(&f.exporter),
+            Term::Interface(IfSide::In, i) => f.in_if == i,
+            Term::Interface(IfSide::Out, i) => f.out_if == i,
+            Term::Interface(IfSide::Any, i) => f.in_if == i || f.out_if == i,
+            Term::Vlan(v) => f.vlan == v,
+            Term::Packets(op, n) => op.holds(f.packets, n),
+            Term::Bytes(op, n) => op.holds(f.bytes, n),
+            Term::TcpFlags(m) => f.tcp_flags & m == m,
+        }
+    }
+
+    /// The stored columns this test reads (both directions' where they differ).
+    pub fn columns(&self) -> &'static [&'static str] {
+        match self {
+            Term::Addr(..) => &["src_addr", "dst_addr"],
+            Term::Port(..) => &["src_port", "dst_port"],
+            Term::Protocol(_) => &["protocol"],
+            Term::IpVersion(_) => &["ip_version"],
+            Term::Exporter(_) => &["exporter"],
+            Term::Interface(..) => &["in_if", "out_if"],
+            Term::Vlan(_) => &["vlan"],
+            Term::Packets(..) => &["packets", "rev_packets"],
+            Term::Bytes(..) => &["bytes", "rev_bytes"],
+            Term::TcpFlags(_) => &["tcp_flags", "rev_tcp_flags"],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v4(a: [u8; 4]) -> [u8; 16] {
+        std::net::Ipv4Addr::from(a).to_ipv6_mapped().octets()
+    }
+
+    fn flow() -> OneWay {
+        OneWay {
+            src: v4([10, 1, 2, 3]),
+            dst: v4([192, 0, 2, 9]),
+            sport: 40000,
+            dport: 443,
+            ip_version: 4,
+            protocol: 6,
+            tcp_flags: 0x12,
+            packets: 10,
+            bytes: 5000,
+            in_if: 3,
+            out_if: 7,
+            vlan: 100,
+            ..OneWay::default()
+        }
+    }
+
+    fn yes(text: &str) -> bool {
+        parse(text)
+            .unwrap_or_else(|e| panic!("{text}: {e}"))
+            .matches(&flow())
+    }
+
+    #[test]
+    fn nfdump_and_rule_words_select_what_they_say() {
+        for t in [
+            "src net 10.0.0.0/8 and dst port 443",
+            "src 10.0.0.0/8 dport 443",
+            "proto tcp and not dst port 80",
+            "tcp",
+            "host 192.0.2.9",
+            "ip 10.1.2.3",
+            "net 192.0.2.0/24",
+            "port > 1023 and port < 444",
+            "dst port 400-500",
+            "dport 443",
+            "sport 40000-40010",
+            "bytes > 4k and packets >= 10",
+            "bytes<5001",
+            "in if 3 and out if 7 and vlan 100",
+            "if 7",
+            "flags SA",
+            "ipv4",
+            "(udp or tcp) and !(src host 10.1.2.4)",
+            "any",
+            "proto 6",
+        ] {
+            assert!(yes(t), "{t} should match");
+        }
+        for t in [
+            "src net 11.0.0.0/8",
+            "dst port 80",
+            "udp",
+            "src port 443",
+            "bytes > 5k",
+            "flags F",
+            "ipv6",
+            "net 2001:db8::/32",
+            "in if 7",
+            "tcp and not port 443",
+        ] {
+            assert!(!yes(t), "{t} should not match");
+        }
+    }
+
+    #[test]
+    fn bad_filters_name_the_word() {
+        for (t, says) in [
+            ("src net 10.0.0.1/8", "host bits"),
+            ("dst port 70000", "70000"),
+            ("proto xyz", "xyz"),
+            ("frobnicate", "frobnicate"),
+            ("(tcp", "')'"),
+            ("tcp )", "')'"),
+            ("flags SX", "'X'"),
+            ("", "empty"),
+            ("port 90-80", "backwards"),
+        ] {
+            let e = parse(t).expect_err(t).to_string();
+            assert!(e.contains(says), "{t}: {e}");
+        }
+    }
+
+    #[test]
+    fn ipv4_prefixes_match_only_ipv4_mapped_addresses() {
+        let n = parse_net("0.0.0.0/0").unwrap();
+        assert_eq!(n.len, 96);
+        assert!(n.contains(&v4([1, 2, 3, 4])));
+        let v6: [u8; 16] = "2001:db8::1".parse::<std::net::Ipv6Addr>().unwrap().octets();
+        assert!(!n.contains(&v6));
+        assert!(parse_net("2001:db8::/32").unwrap().contains(&v6));
+    }
+}

@@ -1,0 +1,354 @@
+//! Queries over stored flows: what `tapflow query` asks, whichever store answers it (the Parquet
+//! directory's own scan, or SQL on a ClickHouse server), and the one result both return.
+//!
+//! # The one-way view
+//!
+//! A stored row is an RFC 5103 biflow. Every query reads it as up to two **one-way flows**, the
+//! way nfdump's uniflow records read:
+//!
+//! - the forward flow, always: `src_addr → dst_addr`, `src_port → dst_port`, counters `packets`,
+//!   `bytes`, flags `tcp_flags`;
+//! - the reverse flow, only when `rev_packets > 0`: the addresses and ports swapped
+//!   (`dst_addr → src_addr`, `dst_port → src_port`), counters `rev_packets`, `rev_bytes`, flags
+//!   `rev_tcp_flags`.
+//!
+//! Both take the row's `time_start`, `time_end`, `ip_version`, `protocol`, `exporter`, `domain`,
+//! `in_if`, `out_if` and `vlan` as stored (interfaces are not swapped). Filters, keys and metrics
+//! all apply to one-way flows: `-s srcip/bytes` ranks senders by the bytes they sent, `dst port
+//! 443` selects what went to port 443 and not the answers, and a count of flows counts one-way
+//! flows. In SQL the view is the table `UNION ALL` the table with the columns swapped
+//! `WHERE rev_packets > 0`.
+//!
+//! # Times
+//!
+//! Times are microseconds since 1970 UTC. A flow is in a [`Window`] when its `time_start` is
+//! (nfdump's `-t` keeps flows that lie wholly in the window; here a flow belongs to the window it
+//! started in, so windows side by side split the flows between them exactly).
+
+pub mod filter;
+pub mod result;
+pub mod scan;
+pub mod series;
+pub mod sink;
+pub mod time;
+pub mod top;
+
+pub use scan::ParquetEngine;
+pub use result::{Answer, Counters, FlowRow, QueryResult, Row, ScanStats, Summary, Value};
+
+/// One query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Query {
+    /// The flows whose `time_start` lies in it; every stored flow if `None`.
+    pub window: Option<Window>,
+    /// The one-way flows it keeps; all of them if `None`.
+    pub filter: Option<Filter>,
+    /// What to compute over the flows kept.
+    pub kind: Kind,
+}
+
+/// A half-open time range `[start_us, end_us)`, µs since 1970 UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// The first microsecond in the window.
+    pub start_us: i64,
+    /// The first microsecond past the window.
+    pub end_us: i64,
+}
+
+impl Window {
+    /// Whether `t_us` lies in the window.
+    #[inline]
+    pub fn contains(&self, t_us: i64) -> bool {
+        self.start_us <= t_us && t_us < self.end_us
+    }
+}
+
+/// What a query computes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// The one-way flows themselves, by `time_start` ascending (ties by `time_end`, then the
+    /// addresses and ports), the first `limit` of them (all if `None`). Result:
+    /// [`QueryResult::Flows`].
+    List {
+        /// How many flows at most.
+        limit: Option<u64>,
+    },
+    /// nfdump's `-s KEY/ORDER -n N`: the `n` values of `key` with the largest `order_by`. A flow
+    /// counts under each value its key takes: under both its addresses for [`Key::Addr`], both
+    /// its ports for [`Key::Port`] (twice if they are equal, as nfdump counts). Result:
+    /// [`QueryResult::Table`] with one key column.
+    Top {
+        /// The key ranked.
+        key: Key,
+        /// The metric ranked by, largest first; ties by key value ascending.
+        order_by: Metric,
+        /// How many values at most (0: all).
+        n: usize,
+    },
+    /// nfdump's `-a`: one row per distinct tuple of `keys` (directional keys only: not
+    /// [`Key::Addr`] or [`Key::Port`]), the `n` largest by `order_by` (0: all). Result:
+    /// [`QueryResult::Table`] with one key column per key.
+    Aggregate {
+        /// The grouping keys, in output order.
+        keys: Vec<Key>,
+        /// The metric ordered by, largest first; ties by the key tuple ascending.
+        order_by: Metric,
+        /// How many rows at most (0: all).
+        n: usize,
+    },
+    /// A time series: the flows' counters in buckets of `every_us` by `time_start` (buckets
+    /// aligned to multiples of `every_us` since 1970), split by `key` if given, keeping the `n`
+    /// values of the key largest by `order_by` over the whole window (0: all); the rest are not
+    /// shown. Result: [`QueryResult::Table`] whose rows carry `time_us`, by time then by
+    /// `order_by` descending within a bucket. Buckets with no flow have no row.
+    Series {
+        /// The bucket width in µs (> 0).
+        every_us: i64,
+        /// The key each bucket is split by (directional keys or [`Key::Addr`]/[`Key::Port`],
+        /// counted as in [`Kind::Top`]).
+        key: Option<Key>,
+        /// The metric that picks the `n` keys shown.
+        order_by: Metric,
+        /// How many key values at most (0: all).
+        n: usize,
+    },
+    /// nfdump's `-I`: totals and per protocol. Result: [`QueryResult::Summary`].
+    Summary,
+}
+
+/// A value a flow can be grouped by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Key {
+    /// The source address (nfdump `srcip`), masked to `prefix` bits if given: an IPv4 length
+    /// (0–32) for IPv4 flows, an IPv6 length (0–128) for IPv6 flows.
+    SrcAddr(Option<Prefixes>),
+    /// The destination address (`dstip`), masked the same way.
+    DstAddr(Option<Prefixes>),
+    /// Either address (`ip`): a flow counts under both.
+    Addr(Option<Prefixes>),
+    /// The source port (`srcport`); ICMP flows keep type and code here as exporters do (0).
+    SrcPort,
+    /// The destination port (`dstport`; ICMP type × 256 + code for ICMP flows).
+    DstPort,
+    /// Either port (`port`): a flow counts under both.
+    Port,
+    /// The IP protocol number (`proto`).
+    Protocol,
+    /// The exporter's address (`exporter`).
+    Exporter,
+    /// The ingress interface index (`inif`).
+    InIf,
+    /// The egress interface index (`outif`).
+    OutIf,
+    /// The VLAN id (`vlan`).
+    Vlan,
+}
+
+impl Key {
+    /// Whether the key takes two values per flow (either address, either port).
+    pub fn is_either(self) -> bool {
+        matches!(self, Key::Addr(_) | Key::Port)
+    }
+
+    /// The key's name as `-s` and `-a` take it and output headers show it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Key::SrcAddr(_) => "srcip",
+            Key::DstAddr(_) => "dstip",
+            Key::Addr(_) => "ip",
+            Key::SrcPort => "srcport",
+            Key::DstPort => "dstport",
+            Key::Port => "port",
+            Key::Protocol => "proto",
+            Key::Exporter => "exporter",
+            Key::InIf => "inif",
+            Key::OutIf => "outif",
+            Key::Vlan => "vlan",
+        }
+    }
+}
+
+/// Address prefix lengths for a masked address key: `v4` bits of an IPv4 address, `v6` bits of
+/// an IPv6 address (nfdump's `-a srcip4/24` and `srcip6/64`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Prefixes {
+    /// Bits kept of an IPv4 address, 0–32.
+    pub v4: u8,
+    /// Bits kept of an IPv6 address, 0–128.
+    pub v6: u8,
+}
+
+/// What rows are counted and ordered by (nfdump's `/ORDER`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Metric {
+    /// One-way flows.
+    Flows,
+    /// Packets.
+    Packets,
+    /// Bytes (IP bytes, as exporters count `octetDeltaCount`).
+    Bytes,
+    /// Bits per second: bytes × 8 over the span from the group's earliest `time_start` to its
+    /// latest `time_end` (0 when the span is 0).
+    Bps,
+    /// Packets per second over the same span.
+    Pps,
+}
+
+impl Metric {
+    /// The metric's name as `/ORDER` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::Flows => "flows",
+            Metric::Packets => "packets",
+            Metric::Bytes => "bytes",
+            Metric::Bps => "bps",
+            Metric::Pps => "pps",
+        }
+    }
+}
+
+/// A filter over one-way flows: a tree of terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Filter {
+    /// Both hold.
+    And(Box<Filter>, Box<Filter>),
+    /// Either holds.
+    Or(Box<Filter>, Box<Filter>),
+    /// It does not hold.
+    Not(Box<Filter>),
+    /// One test.
+    Term(Term),
+}
+
+/// Which end of a one-way flow a term looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// The sender's (`src`).
+    Src,
+    /// The receiver's (`dst`).
+    Dst,
+    /// Either (no word, or `src or dst`).
+    Any,
+}
+
+/// One test on a one-way flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Term {
+    /// The address at `side` lies in `net`.
+    Addr(Side, Net),
+    /// The port at `side` compares to `value` by `op` (with [`Side::Any`]: either port does).
+    Port(Side, Cmp, u16),
+    /// The IP protocol is this number.
+    Protocol(u8),
+    /// The IP version is 4 or 6 (`ipv4`/`inet`, `ipv6`/`inet6`).
+    IpVersion(u8),
+    /// The exporter's address lies in `net`.
+    Exporter(Net),
+    /// The interface index at this end is `index` (`in if N`, `out if N`, `if N` for either).
+    Interface(IfSide, u32),
+    /// The VLAN id is this.
+    Vlan(u16),
+    /// The one-way flow's packets compare to the value.
+    Packets(Cmp, u64),
+    /// The one-way flow's bytes compare to the value.
+    Bytes(Cmp, u64),
+    /// Every TCP flag in the mask is set in the one-way flow's flags (`flags S`, nfdump letters
+    /// `FSRPAUEC` for FIN SYN RST PSH ACK URG ECE CWR); the flags of non-TCP flows are 0.
+    TcpFlags(u16),
+}
+
+/// Which interface a term looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IfSide {
+    /// `in_if`.
+    In,
+    /// `out_if`.
+    Out,
+    /// Either.
+    Any,
+}
+
+/// A comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Cmp {
+    /// `=` (the default when no operator is written).
+    Eq,
+    /// `!=`.
+    Ne,
+    /// `<`.
+    Lt,
+    /// `<=`.
+    Le,
+    /// `>`.
+    Gt,
+    /// `>=`.
+    Ge,
+}
+
+impl Cmp {
+    /// Whether `a OP b` holds.
+    #[inline]
+    pub fn holds<T: PartialOrd>(self, a: T, b: T) -> bool {
+        match self {
+            Cmp::Eq => a == b,
+            Cmp::Ne => a != b,
+            Cmp::Lt => a < b,
+            Cmp::Le => a <= b,
+            Cmp::Gt => a > b,
+            Cmp::Ge => a >= b,
+        }
+    }
+
+    /// The operator as SQL and the filter language write it.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Cmp::Eq => "=",
+            Cmp::Ne => "!=",
+            Cmp::Lt => "<",
+            Cmp::Le => "<=",
+            Cmp::Gt => ">",
+            Cmp::Ge => ">=",
+        }
+    }
+}
+
+/// An address prefix as the store keeps addresses: 16 bytes, IPv4 IPv4-mapped, so an IPv4 `/n`
+/// is `len = 96 + n` here and only matches IPv4 flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Net {
+    /// The address, bits past `len` cleared.
+    pub addr: [u8; 16],
+    /// Prefix length over the 16 bytes, 0–128 (an IPv4 prefix: 96–128).
+    pub len: u8,
+}
+
+impl Net {
+    /// Whether the 16-byte address lies in the prefix.
+    #[inline]
+    pub fn contains(&self, a: &[u8; 16]) -> bool {
+        let full = usize::from(self.len / 8);
+        if a[..full] != self.addr[..full] {
+            return false;
+        }
+        let rest = self.len % 8;
+        rest == 0 || (a[full] ^ self.addr[full]) & (0xffu8 << (8 - rest)) == 0
+    }
+}
+
+/// Why a query could not be parsed or answered.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// The query's text (window, filter, key, order) is wrong; the message names the word.
+    #[error("{0}")]
+    Parse(String),
+    /// Reading the store failed.
+    #[error(transparent)]
+    Store(#[from] crate::StoreError),
+}
+
+/// A store that answers queries (the Parquet directory, a ClickHouse server).
+pub trait QueryEngine: std::fmt::Debug {
+    /// Answers `query`.
+    fn run(&self, query: &Query) -> Result<Answer, QueryError>;
+}

@@ -1,0 +1,262 @@
+//! What a query returns, whichever store answered it; one printer formats it (`output.rs`).
+
+use super::{Key, Metric};
+
+/// Counters summed over one-way flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counters {
+    /// One-way flows.
+    pub flows: u64,
+    /// Packets.
+    pub packets: u64,
+    /// Bytes.
+    pub bytes: u64,
+    /// The earliest `time_start`, µs since 1970 (`i64::MAX` when `flows == 0`).
+    pub first_us: i64,
+    /// The latest `time_end`, µs since 1970 (`i64::MIN` when `flows == 0`).
+    pub last_us: i64,
+}
+
+impl Counters {
+    /// Nothing counted yet.
+    pub const EMPTY: Counters = Counters {
+        flows: 0,
+        packets: 0,
+        bytes: 0,
+        first_us: i64::MAX,
+        last_us: i64::MIN,
+    };
+
+    /// Counts one one-way flow.
+    #[inline]
+    pub fn add(&mut self, packets: u64, bytes: u64, start_us: i64, end_us: i64) {
+        self.flows += 1;
+        self.packets += packets;
+        self.bytes += bytes;
+        self.first_us = self.first_us.min(start_us);
+        self.last_us = self.last_us.max(end_us);
+    }
+
+    /// Adds another group's counters.
+    #[inline]
+    pub fn merge(&mut self, o: &Counters) {
+        self.flows += o.flows;
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        self.first_us = self.first_us.min(o.first_us);
+        self.last_us = self.last_us.max(o.last_us);
+    }
+
+    /// The span from the first start to the last end in µs (0 if nothing counted).
+    pub fn span_us(&self) -> i64 {
+        if self.flows == 0 {
+            0
+        } else {
+            (self.last_us - self.first_us).max(0)
+        }
+    }
+
+    /// Bits per second over [`Counters::span_us`] (0 when the span is 0).
+    pub fn bps(&self) -> f64 {
+        rate(self.bytes as f64 * 8.0, self.span_us())
+    }
+
+    /// Packets per second over [`Counters::span_us`] (0 when the span is 0).
+    pub fn pps(&self) -> f64 {
+        rate(self.packets as f64, self.span_us())
+    }
+
+    /// The value of `metric`, for ordering.
+    pub fn metric(&self, metric: Metric) -> f64 {
+        match metric {
+            Metric::Flows => self.flows as f64,
+            Metric::Packets => self.packets as f64,
+            Metric::Bytes => self.bytes as f64,
+            Metric::Bps => self.bps(),
+            Metric::Pps => self.pps(),
+        }
+    }
+}
+
+fn rate(amount: f64, span_us: i64) -> f64 {
+    if span_us <= 0 {
+        0.0
+    } else {
+        amount * 1e6 / span_us as f64
+    }
+}
+
+/// One key value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Value {
+    /// An address, 16 bytes, IPv4 IPv4-mapped (a masked key keeps the prefix's bits).
+    Addr([u8; 16]),
+    /// A port, protocol number, interface index or VLAN id.
+    Num(u32),
+}
+
+impl Value {
+    /// The value as text: an address as `a.b.c.d` or IPv6 text, a number in decimal (a protocol
+    /// by name when `key` is [`Key::Protocol`] and the name is known).
+    pub fn show(&self, key: Key) -> String {
+        match *self {
+            Value::Addr(a) => addr_text(&a),
+            Value::Num(n) if key == Key::Protocol => proto_name(n as u8)
+                .map(str::to_owned)
+                .unwrap_or_else(|| n.to_string()),
+            Value::Num(n) => n.to_string(),
+        }
+    }
+}
+
+/// A 16-byte stored address as text: IPv4-mapped ones as dotted quads.
+pub fn addr_text(a: &[u8; 16]) -> String {
+    let v6 = std::net::Ipv6Addr::from(*a);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => v4.to_string(),
+        None => v6.to_string(),
+    }
+}
+
+/// The protocol names nfdump prints and the filter takes.
+pub const PROTOCOLS: &[(u8, &str)] = &[
+    (1, "ICMP"),
+    (2, "IGMP"),
+    (4, "IPIP"),
+    (6, "TCP"),
+    (17, "UDP"),
+    (41, "IPv6"),
+    (47, "GRE"),
+    (50, "ESP"),
+    (51, "AH"),
+    (58, "ICMP6"),
+    (89, "OSPF"),
+    (103, "PIM"),
+    (112, "VRRP"),
+    (132, "SCTP"),
+];
+
+/// The name of protocol `p`, if it has one here.
+pub fn proto_name(p: u8) -> Option<&'static str> {
+    PROTOCOLS.iter().find(|(n, _)| *n == p).map(|(_, s)| *s)
+}
+
+/// One row of a [`QueryResult::Table`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    /// The bucket's start for a series (µs since 1970), `None` otherwise.
+    pub time_us: Option<i64>,
+    /// One value per key column, in the table's key order.
+    pub values: Vec<Value>,
+    /// The counters of the flows under these values.
+    pub counters: Counters,
+}
+
+/// One stored one-way flow, as [`super::Kind::List`] returns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FlowRow {
+    /// `time_start`, µs since 1970.
+    pub start_us: i64,
+    /// `time_end`, µs since 1970.
+    pub end_us: i64,
+    /// The sender's address (16 bytes, IPv4 IPv4-mapped).
+    pub src: [u8; 16],
+    /// The receiver's address.
+    pub dst: [u8; 16],
+    /// The sender's port.
+    pub sport: u16,
+    /// The receiver's port.
+    pub dport: u16,
+    /// The IP protocol.
+    pub protocol: u8,
+    /// TCP flags seen in this direction.
+    pub tcp_flags: u16,
+    /// Packets.
+    pub packets: u64,
+    /// Bytes.
+    pub bytes: u64,
+    /// The exporter's address.
+    pub exporter: [u8; 16],
+    /// Ingress interface index.
+    pub in_if: u32,
+    /// Egress interface index.
+    pub out_if: u32,
+    /// VLAN id.
+    pub vlan: u16,
+    /// Whether it is the stored row's reverse direction.
+    pub reverse: bool,
+}
+
+/// nfdump's `-I`: totals and per protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    /// Everything kept.
+    pub total: Counters,
+    /// TCP flows.
+    pub tcp: Counters,
+    /// UDP flows.
+    pub udp: Counters,
+    /// ICMP and ICMPv6 flows.
+    pub icmp: Counters,
+    /// Every other protocol.
+    pub other: Counters,
+}
+
+impl Default for Summary {
+    fn default() -> Self {
+        Summary {
+            total: Counters::EMPTY,
+            tcp: Counters::EMPTY,
+            udp: Counters::EMPTY,
+            icmp: Counters::EMPTY,
+            other: Counters::EMPTY,
+        }
+    }
+}
+
+/// What the store did to answer, for `--stats` and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ScanStats {
+    /// Files in the tier that answered, in every partition.
+    pub files_listed: u64,
+    /// Files opened (their footer read).
+    pub files_opened: u64,
+    /// Row groups in the opened files.
+    pub row_groups: u64,
+    /// Row groups read (the others pruned by their statistics).
+    pub row_groups_read: u64,
+    /// Stored rows decoded.
+    pub rows_read: u64,
+    /// The tier that answered: 0 for the flows themselves, else the rollup's bucket in seconds.
+    pub tier_seconds: u32,
+}
+
+/// The answer to a query.
+#[derive(Debug, Clone, PartialEq)]
+pub enum QueryResult {
+    /// [`super::Kind::List`]'s flows, by time.
+    Flows(Vec<FlowRow>),
+    /// [`super::Kind::Top`], [`super::Kind::Aggregate`] and [`super::Kind::Series`].
+    Table {
+        /// The key columns, in order.
+        keys: Vec<Key>,
+        /// The rows, in the query's order.
+        rows: Vec<Row>,
+        /// Every flow kept, counted once (the base of percentages; for [`Key::Addr`] and
+        /// [`Key::Port`] a flow appears under two rows but once here).
+        total: Counters,
+        /// The metric the rows are ordered by.
+        order_by: Metric,
+    },
+    /// [`super::Kind::Summary`].
+    Summary(Summary),
+}
+
+/// A result and what it took.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// The result.
+    pub result: QueryResult,
+    /// What the store read to get it.
+    pub stats: ScanStats,
+}

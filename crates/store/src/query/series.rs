@@ -1,0 +1,106 @@
+//! Time series: counters in fixed buckets of `time_start`, split by a key, the `n` keys largest
+//! over the whole window shown.
+
+use hashbrown::HashMap;
+
+use super::filter::OneWay;
+use super::result::{Counters, QueryResult, Row, Value};
+use super::sink::Sink;
+use super::top::{key_values, rank};
+use super::{Key, Metric};
+
+/// `--every`.
+#[derive(Debug)]
+pub struct SeriesSink {
+    every_us: i64,
+    key: Option<Key>,
+    order_by: Metric,
+    n: usize,
+    buckets: HashMap<(i64, Value), Counters>,
+    total: Counters,
+}
+
+impl SeriesSink {
+    /// Buckets of `every_us` (> 0) split by `key`, the `n` largest keys by `order_by` kept.
+    pub fn new(every_us: i64, key: Option<Key>, order_by: Metric, n: usize) -> SeriesSink {
+        SeriesSink {
+            every_us: every_us.max(1),
+            key,
+            order_by,
+            n,
+            buckets: HashMap::new(),
+            total: Counters::EMPTY,
+        }
+    }
+}
+
+impl Sink for SeriesSink {
+    #[inline]
+    fn add(&mut self, f: &OneWay) {
+        self.total.add(f.packets, f.bytes, f.start_us, f.end_us);
+        let t = f.start_us - f.start_us.rem_euclid(self.every_us);
+        let buckets = &mut self.buckets;
+        let mut count = |v| {
+            buckets
+                .entry((t, v))
+                .or_insert(Counters::EMPTY)
+                .add(f.packets, f.bytes, f.start_us, f.end_us)
+        };
+        match self.key {
+            Some(k) => key_values(k, f, count),
+            None => count(Value::Num(0)),
+        }
+    }
+
+    fn merge(&mut self, o: SeriesSink) {
+        self.total.merge(&o.total);
+        for (k, c) in o.buckets {
+            self.buckets.entry(k).or_insert(Counters::EMPTY).merge(&c);
+        }
+    }
+
+    fn finish(self) -> QueryResult {
+        // The keys shown: the n largest over the whole window.
+        let mut per_key: HashMap<Value, Counters> = HashMap::new();
+        for ((_, v), c) in &self.buckets {
+            per_key.entry(*v).or_insert(Counters::EMPTY).merge(c);
+        }
+        let shown: HashMap<Value, usize> = rank(per_key.into_iter().collect(), self.order_by, self.n)
+            .into_iter()
+            .enumerate()
+            .map(|(i, (v, _))| (v, i))
+            .collect();
+        let mut rows: Vec<(i64, usize, Row)> = self
+            .buckets
+            .into_iter()
+            .filter_map(|((t, v), counters)| {
+                let at = *shown.get(&v)?;
+                let values = if self.key.is_some() { vec![v] } else { vec![] };
+                Some((
+                    t,
+                    at,
+                    Row {
+                        time_us: Some(t),
+                        values,
+                        counters,
+                    },
+                ))
+            })
+            .collect();
+        // By time, then by the metric within the bucket (ties in the key's overall rank).
+        rows.sort_by(|a, b| {
+            a.0.cmp(&b.0).then_with(|| {
+                b.2.counters
+                    .metric(self.order_by)
+                    .total_cmp(&a.2.counters.metric(self.order_by))
+                    .then(a.1.cmp(&b.1))
+            })
+        });
+        QueryResult::Table {
+            keys: self.key.into_iter().collect(),
+            rows: rows.into_iter().map(|(_, _, r)| r).collect(),
+            total: self.total,
+            order_by: self.order_by,
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Where a scan puts the one-way flows that pass: one sink per query kind, one per scanning
+//! thread, merged at the end. The flow listing and the `-I` summary live here; grouping in
+//! `top.rs` and `series.rs`.
+
+use super::filter::OneWay;
+use super::result::{FlowRow, QueryResult, Summary};
+
+/// Takes the one-way flows a scan keeps.
+pub trait Sink: Send + Sized {
+    /// Counts one flow.
+    fn add(&mut self, f: &OneWay);
+    /// Takes in what another thread's sink counted.
+    fn merge(&mut self, other: Self);
+    /// The answer.
+    fn finish(self) -> QueryResult;
+}
+
+/// The flows themselves, first by time.
+#[derive(Debug)]
+pub struct ListSink {
+    limit: Option<u64>,
+    rows: Vec<FlowRow>,
+}
+
+impl ListSink {
+    /// Keeps the first `limit` flows by time (all if `None`).
+    pub fn new(limit: Option<u64>) -> ListSink {
+        ListSink {
+            limit,
+            rows: Vec::new(),
+        }
+    }
+
+    fn trim(&mut self) {
+        self.rows.sort_unstable_by_key(|r| {
+            (r.start_us, r.end_us, r.src, r.dst, r.sport, r.dport, r.reverse)
+        });
+        if let Some(l) = self.limit {
+            self.rows.truncate(usize::try_from(l).unwrap_or(usize::MAX));
+        }
+    }
+}
+
+impl Sink for ListSink {
+    fn add(&mut self, f: &OneWay) {
+        self.rows.push(FlowRow {
+            start_us: f.start_us,
+            end_us: f.end_us,
+            src: f.src,
+            dst: f.dst,
+            sport: f.sport,
+            dport: f.dport,
+            protocol: f.protocol,
+            tcp_flags: f.tcp_flags,
+            packets: f.packets,
+            bytes: f.bytes,
+            exporter: f.exporter,
+            in_if: f.in_if,
+            out_if: f.out_if,
+            vlan: f.vlan,
+            reverse: f.reverse,
+        });
+        // Bounded memory under a limit: keep the earliest `limit` now and then.
+        if let Some(l) = self.limit
+            && self.rows.len() as u64 >= l.saturating_mul(2).max(65_536)
+        {
+            self.trim();
+        }
+    }
+
+    fn merge(&mut self, other: ListSink) {
+        self.rows.extend(other.rows);
+        self.trim();
+    }
+
+    fn finish(mut self) -> QueryResult {
+        self.trim();
+        QueryResult::Flows(self.rows)
+    }
+}
+
+/// nfdump's `-I` totals.
+#[derive(Debug, Default)]
+pub struct SummarySink(Summary);
+
+impl Sink for SummarySink {
+    fn add(&mut self, f: &OneWay) {
+        let s = &mut self.0;
+        let by = match f.protocol {
+            6 => &mut s.tcp,
+            17 => &mut s.udp,
+            1 | 58 => &mut s.icmp,
+            _ => &mut s.other,
+        };
+        by.add(f.packets, f.bytes, f.start_us, f.end_us);
+        s.total.add(f.packets, f.bytes, f.start_us, f.end_us);
+    }
+
+    fn merge(&mut self, o: SummarySink) {
+        let (s, o) = (&mut self.0, o.0);
+        for (a, b) in [
+            (&mut s.total, o.total),
+            (&mut s.tcp, o.tcp),
+            (&mut s.udp, o.udp),
+            (&mut s.icmp, o.icmp),
+            (&mut s.other, o.other),
+        ] {
+            a.merge(&b);
+        }
+    }
+
+    fn finish(self) -> QueryResult {
+        QueryResult::Summary(self.0)
+    }
+}
+

@@ -1,0 +1,198 @@
+//! Grouping: nfdump's `-s KEY/ORDER -n N` (top-N of one key, either-address and either-port
+//! keys counting a flow twice) and `-a KEYS` (one row per distinct key tuple), by hash
+//! aggregation then a partial sort of the `n` largest.
+
+use hashbrown::HashMap;
+
+use super::filter::{OneWay, mask};
+use super::result::{Counters, QueryResult, Row, Value};
+use super::sink::Sink;
+use super::{Key, Metric};
+
+/// Calls `out` with each value `key` takes for the flow: one, or two for [`Key::Addr`] and
+/// [`Key::Port`].
+#[inline]
+pub fn key_values(key: Key, f: &OneWay, mut out: impl FnMut(Value)) {
+    let addr = |a: &[u8; 16], p: Option<super::Prefixes>| match p {
+        None => Value::Addr(*a),
+        Some(p) if f.ip_version == 6 => Value::Addr(mask(a, p.v6)),
+        Some(p) => Value::Addr(mask(a, 96 + p.v4)),
+    };
+    match key {
+        Key::SrcAddr(p) => out(addr(&f.src, p)),
+        Key::DstAddr(p) => out(addr(&f.dst, p)),
+        Key::Addr(p) => {
+            out(addr(&f.src, p));
+            out(addr(&f.dst, p));
+        }
+        Key::SrcPort => out(Value::Num(f.sport.into())),
+        Key::DstPort => out(Value::Num(f.dport.into())),
+        Key::Port => {
+            out(Value::Num(f.sport.into()));
+            out(Value::Num(f.dport.into()));
+        }
+        Key::Protocol => out(Value::Num(f.protocol.into())),
+        Key::Exporter => out(Value::Addr(f.exporter)),
+        Key::InIf => out(Value::Num(f.in_if)),
+        Key::OutIf => out(Value::Num(f.out_if)),
+        Key::Vlan => out(Value::Num(f.vlan.into())),
+    }
+}
+
+/// The stored columns a key reads (both directions', since a reverse flow swaps them).
+pub fn key_columns(key: Key) -> &'static [&'static str] {
+    match key {
+        Key::SrcAddr(_) | Key::DstAddr(_) | Key::Addr(_) => &["src_addr", "dst_addr", "ip_version"],
+        Key::SrcPort | Key::DstPort | Key::Port => &["src_port", "dst_port"],
+        Key::Protocol => &["protocol"],
+        Key::Exporter => &["exporter"],
+        Key::InIf => &["in_if"],
+        Key::OutIf => &["out_if"],
+        Key::Vlan => &["vlan"],
+    }
+}
+
+/// Sorts `(values, counters)` pairs by `order_by` descending, then values ascending, and keeps
+/// the first `n` (all if 0); only the kept ones are fully sorted.
+pub fn rank<K: Ord>(mut v: Vec<(K, Counters)>, order_by: Metric, n: usize) -> Vec<(K, Counters)> {
+    let cmp = |a: &(K, Counters), b: &(K, Counters)| {
+        b.1.metric(order_by)
+            .total_cmp(&a.1.metric(order_by))
+            .then_with(|| a.0.cmp(&b.0))
+    };
+    if n > 0 && n < v.len() {
+        v.select_nth_unstable_by(n - 1, cmp);
+        v.truncate(n);
+    }
+    v.sort_unstable_by(cmp);
+    v
+}
+
+/// `-s KEY/ORDER -n N`.
+#[derive(Debug)]
+pub struct TopSink {
+    key: Key,
+    order_by: Metric,
+    n: usize,
+    groups: HashMap<Value, Counters>,
+    total: Counters,
+}
+
+impl TopSink {
+    /// Ranks `key` by `order_by`, keeping `n` (0: all).
+    pub fn new(key: Key, order_by: Metric, n: usize) -> TopSink {
+        TopSink {
+            key,
+            order_by,
+            n,
+            groups: HashMap::new(),
+            total: Counters::EMPTY,
+        }
+    }
+}
+
+impl Sink for TopSink {
+    #[inline]
+    fn add(&mut self, f: &OneWay) {
+        self.total.add(f.packets, f.bytes, f.start_us, f.end_us);
+        let groups = &mut self.groups;
+        key_values(self.key, f, |v| {
+            groups
+                .entry(v)
+                .or_insert(Counters::EMPTY)
+                .add(f.packets, f.bytes, f.start_us, f.end_us)
+        });
+    }
+
+    fn merge(&mut self, o: TopSink) {
+        self.total.merge(&o.total);
+        for (v, c) in o.groups {
+            self.groups.entry(v).or_insert(Counters::EMPTY).merge(&c);
+        }
+    }
+
+    fn finish(self) -> QueryResult {
+        let rows = rank(self.groups.into_iter().collect(), self.order_by, self.n)
+            .into_iter()
+            .map(|(v, counters)| Row {
+                time_us: None,
+                values: vec![v],
+                counters,
+            })
+            .collect();
+        QueryResult::Table {
+            keys: vec![self.key],
+            rows,
+            total: self.total,
+            order_by: self.order_by,
+        }
+    }
+}
+
+/// `-a KEYS`.
+#[derive(Debug)]
+pub struct AggregateSink {
+    keys: Vec<Key>,
+    order_by: Metric,
+    n: usize,
+    groups: HashMap<Vec<Value>, Counters>,
+    scratch: Vec<Value>,
+    total: Counters,
+}
+
+impl AggregateSink {
+    /// Groups by `keys` (directional keys only), keeping the `n` largest by `order_by`.
+    pub fn new(keys: Vec<Key>, order_by: Metric, n: usize) -> AggregateSink {
+        AggregateSink {
+            keys,
+            order_by,
+            n,
+            groups: HashMap::new(),
+            scratch: Vec::new(),
+            total: Counters::EMPTY,
+        }
+    }
+}
+
+impl Sink for AggregateSink {
+    #[inline]
+    fn add(&mut self, f: &OneWay) {
+        self.total.add(f.packets, f.bytes, f.start_us, f.end_us);
+        self.scratch.clear();
+        for &k in &self.keys {
+            key_values(k, f, |v| self.scratch.push(v));
+        }
+        match self.groups.get_mut(self.scratch.as_slice()) {
+            Some(c) => c.add(f.packets, f.bytes, f.start_us, f.end_us),
+            None => {
+                let mut c = Counters::EMPTY;
+                c.add(f.packets, f.bytes, f.start_us, f.end_us);
+                self.groups.insert(self.scratch.clone(), c);
+            }
+        }
+    }
+
+    fn merge(&mut self, o: AggregateSink) {
+        self.total.merge(&o.total);
+        for (v, c) in o.groups {
+            self.groups.entry(v).or_insert(Counters::EMPTY).merge(&c);
+        }
+    }
+
+    fn finish(self) -> QueryResult {
+        let rows = rank(self.groups.into_iter().collect(), self.order_by, self.n)
+            .into_iter()
+            .map(|(values, counters)| Row {
+                time_us: None,
+                values,
+                counters,
+            })
+            .collect();
+        QueryResult::Table {
+            keys: self.keys,
+            rows,
+            total: self.total,
+            order_by: self.order_by,
+        }
+    }
+}
