@@ -57,6 +57,24 @@ impl Dialect {
         }
     }
 
+    /// The address column `col` with the bits past the first `bits` (a constant) cleared.
+    pub fn masked(self, col: &str, bits: u8) -> String {
+        let (full, rest) = (usize::from(bits.min(128) / 8), bits.min(128) % 8);
+        match self {
+            // Whole bytes kept, then the partial byte masked; toFixedString pads with zeros.
+            Dialect::Legacy if rest == 0 => {
+                format!("toFixedString(substring({col}, 1, {full}), 16)")
+            }
+            Dialect::Legacy => format!(
+                "toFixedString(concat(substring({col}, 1, {full}), reinterpretAsString(toUInt8(\
+                 bitAnd(reinterpretAsUInt8(substring({col}, {}, 1)), {})))), 16)",
+                full + 1,
+                0xffu8 << (8 - rest)
+            ),
+            Dialect::Current => format!("tupleElement(IPv6CIDRToRange({col}, {bits}), 1)"),
+        }
+    }
+
     /// The µs since 1970 (`UInt64`) of the time column `col`.
     pub fn micros(self, col: &str) -> String {
         match self {

@@ -11,11 +11,13 @@ mod ddl;
 mod http;
 mod rowbinary;
 mod spool;
+mod sql;
 mod store;
 
 pub use ddl::{Dialect, Layout, Schema};
 pub use http::{Server, Version};
 pub use rowbinary::encode_flow;
+pub use sql::ClickHouseEngine;
 pub use store::{ClickHouseConfig, ClickHouseStore};
 
 use crate::StoreError;

@@ -118,7 +118,10 @@ impl Parser {
         loop {
             if self.eat("and") || self.eat("&&") {
                 f = Filter::And(Box::new(f), Box::new(self.unary()?));
-            } else if self.peek().is_some_and(|t| t != ")" && !t.eq_ignore_ascii_case("or")) {
+            } else if self
+                .peek()
+                .is_some_and(|t| t != ")" && !t.eq_ignore_ascii_case("or"))
+            {
                 f = Filter::And(Box::new(f), Box::new(self.unary()?));
             } else {
                 return Ok(f);
@@ -163,7 +166,11 @@ impl Parser {
                 Term::Exporter(self.net()?)
             }
             "in" | "out" => {
-                let side = if word == "in" { IfSide::In } else { IfSide::Out };
+                let side = if word == "in" {
+                    IfSide::In
+                } else {
+                    IfSide::Out
+                };
                 if !self.eat("if") {
                     return Err(err(format!("filter: 'if' expected after '{word}'")));
                 }
@@ -329,7 +336,11 @@ fn flags(s: &str) -> Result<u16, QueryError> {
             'U' => 0x20,
             'E' => 0x40,
             'C' => 0x80,
-            _ => return Err(err(format!("filter: '{c}' in '{s}' is not a TCP flag (FSRPAUEC)"))),
+            _ => {
+                return Err(err(format!(
+                    "filter: '{c}' in '{s}' is not a TCP flag (FSRPAUEC)"
+                )));
+            }
         };
         Ok(m | bit)
     })
@@ -535,7 +546,10 @@ mod tests {
         let n = parse_net("0.0.0.0/0").unwrap();
         assert_eq!(n.len, 96);
         assert!(n.contains(&v4([1, 2, 3, 4])));
-        let v6: [u8; 16] = "2001:db8::1".parse::<std::net::Ipv6Addr>().unwrap().octets();
+        let v6: [u8; 16] = "2001:db8::1"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets();
         assert!(!n.contains(&v6));
         assert!(parse_net("2001:db8::/32").unwrap().contains(&v6));
     }

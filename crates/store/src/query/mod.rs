@@ -33,8 +33,8 @@ pub mod sink;
 pub mod time;
 pub mod top;
 
-pub use scan::ParquetEngine;
 pub use result::{Answer, Counters, FlowRow, QueryResult, Row, ScanStats, Summary, Value};
+pub use scan::ParquetEngine;
 
 /// One query.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -128,10 +128,7 @@ impl ParquetEngine {
 
 /// The flow files of the partitions whose hour overlaps `window` (all if `None`), sorted, and
 /// how many flow files the store has in all.
-pub fn flow_files(
-    flows: &Path,
-    window: Option<Window>,
-) -> Result<(Vec<PathBuf>, u64), QueryError> {
+pub fn flow_files(flows: &Path, window: Option<Window>) -> Result<(Vec<PathBuf>, u64), QueryError> {
     let mut out = Vec::new();
     let mut listed = 0u64;
     if !flows.is_dir() {

@@ -65,11 +65,12 @@ impl Sink for SeriesSink {
         for ((_, v), c) in &self.buckets {
             per_key.entry(*v).or_insert(Counters::EMPTY).merge(c);
         }
-        let shown: HashMap<Value, usize> = rank(per_key.into_iter().collect(), self.order_by, self.n)
-            .into_iter()
-            .enumerate()
-            .map(|(i, (v, _))| (v, i))
-            .collect();
+        let shown: HashMap<Value, usize> =
+            rank(per_key.into_iter().collect(), self.order_by, self.n)
+                .into_iter()
+                .enumerate()
+                .map(|(i, (v, _))| (v, i))
+                .collect();
         let mut rows: Vec<(i64, usize, Row)> = self
             .buckets
             .into_iter()

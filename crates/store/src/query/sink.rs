@@ -33,7 +33,9 @@ impl ListSink {
 
     fn trim(&mut self) {
         self.rows.sort_unstable_by_key(|r| {
-            (r.start_us, r.end_us, r.src, r.dst, r.sport, r.dport, r.reverse)
+            (
+                r.start_us, r.end_us, r.src, r.dst, r.sport, r.dport, r.reverse,
+            )
         });
         if let Some(l) = self.limit {
             self.rows.truncate(usize::try_from(l).unwrap_or(usize::MAX));
@@ -113,4 +115,3 @@ impl Sink for SummarySink {
         QueryResult::Summary(self.0)
     }
 }
-

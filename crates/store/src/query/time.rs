@@ -55,7 +55,11 @@ pub fn parse_window(text: &str, now_us: i64) -> Result<Window, QueryError> {
 
 /// Parses `15m`, `1h`, `30s`, `2d`, `1w` into µs (> 0).
 pub fn parse_duration(text: &str) -> Result<i64, QueryError> {
-    let bad = || err(format!("duration '{text}': a number and a unit s, m, h, d or w"));
+    let bad = || {
+        err(format!(
+            "duration '{text}': a number and a unit s, m, h, d or w"
+        ))
+    };
     let t = text.trim();
     let unit = match t.chars().last().ok_or_else(bad)? {
         's' => 1,
@@ -74,7 +78,11 @@ pub fn parse_duration(text: &str) -> Result<i64, QueryError> {
 
 /// Parses one time (see the module doc) into µs since 1970 UTC.
 pub fn parse_time(text: &str) -> Result<i64, QueryError> {
-    let bad = || err(format!("time '{text}': not YYYY-MM-DD[THH:MM[:SS]][Z|+HH:MM]"));
+    let bad = || {
+        err(format!(
+            "time '{text}': not YYYY-MM-DD[THH:MM[:SS]][Z|+HH:MM]"
+        ))
+    };
     let t = text.trim();
     // The zone: Z, or +HH:MM / -HH:MM / +HHMM after the time of day.
     let (t, offset_s) = if let Some(rest) = t.strip_suffix(['Z', 'z']) {
