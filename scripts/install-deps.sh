@@ -25,6 +25,9 @@ PKGS=(
     argus-client               # ra: reads argus records
     prometheus                 # promtool: checks our /metrics text
     nftables                   # nft: a collector that drops at its ingress (bench/forward.py)
+    clickhouse-server          # the ClickHouse store's tests and benchmark (scripts/clickhouse.sh starts it)
+    clickhouse-client          # clickhouse-client, for people looking at those servers
+    python3-pip                # pip, for chdb below
 )
 
 export DEBIAN_FRONTEND=noninteractive
@@ -65,6 +68,17 @@ if [[ -d /run/systemd/system ]]; then
     systemctl stop 'nfdump@*.service' 'softflowd@*.service' >/dev/null 2>&1 || true
     # Only promtool is needed, not a Prometheus server on port 9090.
     systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+    # Tests start their own ClickHouse servers on their own ports (scripts/clickhouse.sh).
+    systemctl disable --now clickhouse-server.service >/dev/null 2>&1 || true
+fi
+
+# chdb (PyPI): a current ClickHouse in process, which checks the tables tapflow creates on current
+# servers. Its test prints one skipped: line where it cannot be installed.
+if ! python3 -c 'import chdb' >/dev/null 2>&1; then
+    echo "install-deps: installing chdb (pip)"
+    python3 -m pip install --quiet chdb </dev/null >/dev/null 2>&1 ||
+        python3 -m pip install --quiet --break-system-packages chdb </dev/null >/dev/null 2>&1 ||
+        echo "install-deps: chdb did not install; its test is skipped"
 fi
 
 # Rust comes from rustup on the image (rust-toolchain.toml pins the version), not from apt.
@@ -100,4 +114,6 @@ printf '  %-12s %s\n' \
     softflowd "$(softflowd -h 2>&1 | grep -m1 -o 'version [0-9.]*[0-9]' || true)" \
     argus "$(argus -h 2>&1 | grep -m1 'Argus Version' || true)" \
     promtool "$(first_line promtool --version)" \
+    clickhouse "$(dpkg-query -W -f='${Version}' clickhouse-server 2>/dev/null)" \
+    chdb "$(python3 -c 'import chdb; print(chdb.__version__)' 2>/dev/null || echo none)" \
     python3 "$(first_line python3 --version)"

@@ -280,10 +280,15 @@ fn a_server_stores_every_flow_and_its_rollups_and_names() {
         totals(&f)
     );
     for tier in ["1m", "5m", "1h"] {
-        let got = ch.query(0, &format!("SELECT {ROLLUP_TOTALS} FROM t.flows_{tier}"));
+        let got = ch.query(0, &format!("SELECT {ROLLUP_TOTALS} FROM t.rollup_{tier}"));
         assert_eq!(got, totals(&f), "rollup {tier}");
     }
     assert_eq!(ch.query(0, TOP_SRC), top_src(&f));
+    let reverse = f.iter().filter(|f| f.flow.rev.packets > 0).count();
+    assert_eq!(
+        ch.query(0, "SELECT sum(rev_flows) FROM t.rollup_1h"),
+        reverse.to_string()
+    );
     // Times are µs since 1970, both addresses IPv4-mapped.
     let second = &f[1].flow;
     let row = ch.query(
@@ -303,7 +308,7 @@ fn a_server_stores_every_flow_and_its_rollups_and_names() {
     assert_eq!(
         ch.query(
             0,
-            "SELECT if_index, description, name FROM t.interfaces ORDER BY if_index"
+            "SELECT `index`, description, name FROM t.interfaces ORDER BY `index`"
         ),
         format!("1\tuplink é\teth0\n2\t\t{}", "x".repeat(200))
     );
@@ -481,7 +486,7 @@ fn two_shards_share_the_rows_and_the_distributed_tables_add_up() {
             totals(&f)
         );
         assert_eq!(
-            ch.query(shard, &format!("SELECT {ROLLUP_TOTALS} FROM t.flows_1h")),
+            ch.query(shard, &format!("SELECT {ROLLUP_TOTALS} FROM t.rollup_1h")),
             totals(&f)
         );
         assert_eq!(ch.query(shard, TOP_SRC), top_src(&f));
@@ -536,7 +541,7 @@ fn chdb_takes_the_current_tables_and_answers_over_them() {
          for q in [{:?}, {:?}, {:?}, {:?}]:\n    print(s.query(q, 'TSV').bytes().decode().strip())\n",
         dir.path().join("db").display().to_string(),
         format!("SELECT {TOTALS} FROM t.flows"),
-        format!("SELECT {ROLLUP_TOTALS} FROM t.flows_1m"),
+        format!("SELECT {ROLLUP_TOTALS} FROM t.rollup_1m"),
         TOP_SRC.replace('\n', " "),
         "SELECT engine_full LIKE '%TTL%' AND create_table_query LIKE '%CODEC(DoubleDelta%' FROM system.tables WHERE database = 't' AND name = 'flows'",
     );

@@ -118,19 +118,15 @@ pub enum Layout {
     Cluster(String),
 }
 
-/// The rollup tiers: table suffix, the function that starts a bucket, how long it is kept
-/// at least (days, where the server has TTL).
+/// The rollup tiers: table, the function that starts a bucket, how long it is kept at least
+/// (days, where the server has TTL). Each sums the flows that started in a bucket per exporter,
+/// domain, protocol and service port (the responder's, `dst_port`), the same columns as the
+/// Parquet store's rollups: `flows` counts rows, `rev_flows` those with a reverse direction.
 pub const ROLLUPS: &[(&str, &str, u32)] = &[
-    ("1m", "toStartOfMinute", 30),
-    ("5m", "toStartOfFiveMinute", 90),
-    ("1h", "toStartOfHour", 730),
+    ("rollup_1m", "toStartOfMinute", 30),
+    ("rollup_5m", "toStartOfFiveMinute", 90),
+    ("rollup_1h", "toStartOfHour", 730),
 ];
-
-/// The key columns of every rollup, besides its `time`.
-pub const ROLLUP_KEYS: &[&str] = &["exporter", "in_if", "out_if", "protocol", "dst_port"];
-
-/// The summed columns of every rollup (`flows` counts flow rows).
-pub const ROLLUP_SUMS: &[&str] = &["flows", "packets", "bytes", "rev_packets", "rev_bytes"];
 
 /// The tables of one database on servers of one dialect.
 #[derive(Debug, Clone)]
@@ -169,10 +165,13 @@ impl Schema {
         };
         let addr = d.column_type(ColumnType::Addr16);
         let time = d.column_type(ColumnType::TimestampMicros);
-        let cols: Vec<String> = FLOW_COLUMNS
+        let mut cols: Vec<String> = FLOW_COLUMNS
             .iter()
             .map(|(n, t)| format!("{n} {}", d.column_type(*t)))
             .collect();
+        // For the rollups' rev_flows: a view's `countIf(rev_packets > 0)` beside
+        // `sum(rev_packets) AS rev_packets` reads the alias on 18.16. Hidden from `SELECT *`.
+        cols.push("rev_flow UInt8 MATERIALIZED rev_packets > 0".into());
         let start = d.seconds("time_start");
         let mut s = vec![format!("CREATE DATABASE IF NOT EXISTS {}", self.database)];
         s.push(format!(
@@ -183,40 +182,47 @@ impl Schema {
             cols.join(", "),
             ttl(start.clone(), self.retain_days),
         ));
-        for (suffix, bucket, days) in ROLLUPS {
-            let name = format!("flows_{suffix}");
-            let keys = ROLLUP_KEYS.join(", ");
-            let partition = if *suffix == "1m" {
-                "toYYYYMMDD(time)"
-            } else {
-                "toYYYYMM(time)"
+        for (name, bucket, days) in ROLLUPS {
+            let partition = match *name {
+                "rollup_1m" => format!("toYYYYMMDD({})", d.seconds("time")),
+                _ => format!("toYYYYMM({})", d.seconds("time")),
             };
+            let time = match d {
+                Dialect::Legacy => format!("toUInt64({bucket}({start})) * 1000000"),
+                Dialect::Current => format!("toDateTime64({bucket}({start}), 6, 'UTC')"),
+            };
+            let sums = [
+                "flows",
+                "rev_flows",
+                "packets",
+                "bytes",
+                "rev_packets",
+                "rev_bytes",
+            ];
             s.push(format!(
-                "CREATE TABLE IF NOT EXISTS {} (time DateTime('UTC'), exporter {addr}, \
-                 in_if UInt32, out_if UInt32, protocol UInt8, dst_port UInt16, {}) \
-                 ENGINE = SummingMergeTree PARTITION BY {partition} ORDER BY (time, {keys}){}",
-                self.local(&name),
-                ROLLUP_SUMS
-                    .iter()
-                    .map(|c| format!("{c} UInt64"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                ttl("time".into(), self.retain_days.max(*days)),
+                "CREATE TABLE IF NOT EXISTS {} (time {time_type}, exporter {addr}, domain UInt32, \
+                 protocol UInt8, port UInt16, {}) ENGINE = SummingMergeTree \
+                 PARTITION BY {partition} ORDER BY (time, exporter, domain, protocol, port){}",
+                self.local(name),
+                sums.map(|c| format!("{c} UInt64")).join(", "),
+                ttl(d.seconds("time"), self.retain_days.max(*days)),
+                time_type = d.column_type(ColumnType::TimestampMicros),
             ));
             s.push(format!(
                 "CREATE MATERIALIZED VIEW IF NOT EXISTS {}.{name}_mv TO {} AS \
-                 SELECT {bucket}({start}) AS time, {keys}, toUInt64(count()) AS flows, \
+                 SELECT {time} AS time, exporter, domain, protocol, dst_port AS port, \
+                 toUInt64(count()) AS flows, toUInt64(sum(rev_flow)) AS rev_flows, \
                  sum(packets) AS packets, sum(bytes) AS bytes, sum(rev_packets) AS rev_packets, \
-                 sum(rev_bytes) AS rev_bytes FROM {} GROUP BY time, {keys}",
+                 sum(rev_bytes) AS rev_bytes FROM {} GROUP BY time, exporter, domain, protocol, port",
                 self.database,
-                self.local(&name),
+                self.local(name),
                 self.local("flows"),
             ));
         }
         s.push(format!(
-            "CREATE TABLE IF NOT EXISTS {} (exporter {addr}, domain UInt32, if_index UInt32, \
-             name {str}, description {str}, time_received {time}) \
-             ENGINE = ReplacingMergeTree(time_received) ORDER BY (exporter, domain, if_index)",
+            "CREATE TABLE IF NOT EXISTS {} (time_received {time}, exporter {addr}, domain UInt32, \
+             `index` UInt32, name {str}, description {str}) \
+             ENGINE = ReplacingMergeTree(time_received) ORDER BY (exporter, domain, `index`)",
             self.local("interfaces"),
             str = d.string_type(),
         ));
@@ -229,21 +235,24 @@ impl Schema {
             sec = d.seconds("time"),
         ));
         if let Layout::Cluster(cluster) = &self.layout {
-            let mut names = vec!["flows".to_string()];
-            names.extend(
-                ROLLUPS
-                    .iter()
-                    .map(|(suffix, _, _)| format!("flows_{suffix}")),
-            );
-            names.extend(["interfaces".to_string(), "exporter_stats".to_string()]);
-            for name in names {
-                s.push(format!(
-                    "CREATE TABLE IF NOT EXISTS {} AS {} \
+            let distributed = |name: &str, columns: String| {
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {} {columns} \
                      ENGINE = Distributed({cluster}, {}, {name}_local, rand())",
-                    self.table(&name),
-                    self.local(&name),
+                    self.table(name),
                     self.database,
-                ));
+                )
+            };
+            // The flow columns without rev_flow: a Distributed insert would send it along, and
+            // a shard refuses a value for a MATERIALIZED column.
+            s.push(distributed(
+                "flows",
+                format!("({})", cols[..FLOW_COLUMNS.len()].join(", ")),
+            ));
+            let mut names: Vec<&str> = ROLLUPS.iter().map(|(name, _, _)| *name).collect();
+            names.extend(["interfaces", "exporter_stats"]);
+            for name in names {
+                s.push(distributed(name, format!("AS {}", self.local(name))));
             }
         }
         s
@@ -262,7 +271,7 @@ impl Schema {
     /// The `INSERT` statement for interface names.
     pub fn insert_interfaces(&self) -> String {
         format!(
-            "INSERT INTO {} (exporter, domain, if_index, name, description, time_received) \
+            "INSERT INTO {} (time_received, exporter, domain, `index`, name, description) \
              FORMAT RowBinary",
             self.table("interfaces")
         )
@@ -348,6 +357,10 @@ mod tests {
             .filter(|s| s.contains("Distributed(c, db,"))
             .collect();
         assert_eq!(distributed.len(), 6);
-        assert!(s.iter().any(|s| s.contains("TO db.flows_1m_local AS") && s.contains("FROM db.flows_local")));
+        assert!(
+            s.iter().any(
+                |s| s.contains("TO db.rollup_1m_local AS") && s.contains("FROM db.flows_local")
+            )
+        );
     }
 }

@@ -34,12 +34,12 @@ pub fn encode_flow(buf: &mut Vec<u8>, s: &StoredFlow) {
 
 /// Appends one interface name in the `interfaces` table's column order.
 pub fn encode_interface(buf: &mut Vec<u8>, n: &InterfaceName) {
+    buf.extend_from_slice(&(n.received_ns / 1000).to_le_bytes());
     buf.extend_from_slice(&n.exporter);
     buf.extend_from_slice(&n.domain.to_le_bytes());
     buf.extend_from_slice(&n.index.to_le_bytes());
     string(buf, &n.name);
     string(buf, &n.description);
-    buf.extend_from_slice(&(n.received_ns / 1000).to_le_bytes());
 }
 
 /// Appends one interval of exporter counters in the `exporter_stats` table's column order.
