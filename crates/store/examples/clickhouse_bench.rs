@@ -88,7 +88,13 @@ fn main() {
                             "{report:?}"
                         );
                     } else {
-                        store.as_mut().unwrap().insert(chunk).unwrap();
+                        let store = store.as_mut().unwrap();
+                        store.insert(chunk).unwrap();
+                        // As fast as the server takes rows: the store would queue (64 MiB in
+                        // memory) and then drop what a faster caller hands it.
+                        while store.report().pending > 200_000 {
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                        }
                     }
                 })
             } else {

@@ -124,16 +124,38 @@ impl ClickHouseEngine {
             ),
         };
         let (t0, t1) = (d.micros("time_start"), d.micros("time_end"));
+        // Only the columns the query reads: a server may not prune a UNION's unused columns.
+        let needed = needed(q);
+        let (mut fwd, mut rev) = (Vec::new(), Vec::new());
+        for (name, forward, reverse) in [
+            ("t0", t0.as_str(), t0.as_str()),
+            ("t1", &t1, &t1),
+            ("ver", "ip_version", "ip_version"),
+            ("src", "src_addr", "dst_addr"),
+            ("dst", "dst_addr", "src_addr"),
+            ("sport", "src_port", "dst_port"),
+            ("dport", "dst_port", "src_port"),
+            ("proto", "protocol", "protocol"),
+            ("flags", "tcp_flags", "rev_tcp_flags"),
+            ("pkts", "packets", "rev_packets"),
+            ("octets", "bytes", "rev_bytes"),
+            ("exp", "exporter", "exporter"),
+            ("iif", "in_if", "in_if"),
+            ("oif", "out_if", "out_if"),
+            ("vl", "vlan", "vlan"),
+            ("rev", "toUInt8(0)", "toUInt8(1)"),
+        ] {
+            if needed.contains(&name) {
+                fwd.push(format!("{forward} AS {name}"));
+                rev.push(reverse.to_string());
+            }
+        }
         let table = self.schema.table("flows");
         format!(
-            "SELECT {t0} AS t0, {t1} AS t1, ip_version AS ver, src_addr AS src, dst_addr AS dst, \
-             src_port AS sport, dst_port AS dport, protocol AS proto, tcp_flags AS flags, \
-             packets AS pkts, bytes AS octets, exporter AS exp, in_if AS iif, out_if AS oif, \
-             vlan AS vl, toUInt8(0) AS rev FROM {table} WHERE 1{window} \
-             UNION ALL \
-             SELECT {t0}, {t1}, ip_version, dst_addr, src_addr, dst_port, src_port, protocol, \
-             rev_tcp_flags, rev_packets, rev_bytes, exporter, in_if, out_if, vlan, toUInt8(1) \
-             FROM {table} WHERE rev_packets > 0{window}"
+            "SELECT {} FROM {table} WHERE 1{window} UNION ALL \
+             SELECT {} FROM {table} WHERE rev_packets > 0{window}",
+            fwd.join(", "),
+            rev.join(", ")
         )
     }
 
@@ -370,6 +392,68 @@ impl ClickHouseEngine {
             total,
             order_by,
         })
+    }
+}
+
+/// The one-way view's columns a query reads.
+fn needed(q: &Query) -> Vec<&'static str> {
+    let mut v = vec!["t0", "t1", "pkts", "octets"];
+    if let Some(f) = &q.filter {
+        filter_columns(f, &mut v);
+    }
+    let keys: &[Key] = match &q.kind {
+        Kind::List { .. } => {
+            v.extend([
+                "ver", "src", "dst", "sport", "dport", "proto", "flags", "exp", "iif", "oif", "vl",
+                "rev",
+            ]);
+            &[]
+        }
+        Kind::Top { key, .. } => std::slice::from_ref(key),
+        Kind::Aggregate { keys, .. } => keys,
+        Kind::Series { key, .. } => key.as_slice(),
+        Kind::Summary => {
+            v.push("proto");
+            &[]
+        }
+    };
+    for k in keys {
+        if let Key::SrcAddr(Some(_)) | Key::DstAddr(Some(_)) | Key::Addr(Some(_)) = k {
+            v.push("ver");
+        }
+        v.extend_from_slice(match k {
+            Key::SrcAddr(_) => &["src"][..],
+            Key::DstAddr(_) => &["dst"],
+            Key::Addr(_) => &["src", "dst"],
+            Key::SrcPort | Key::DstPort | Key::Port => &["sport", "dport"],
+            Key::Protocol => &["proto"],
+            Key::Exporter => &["exp"],
+            Key::InIf => &["iif"],
+            Key::OutIf => &["oif"],
+            Key::Vlan => &["vl"],
+        });
+    }
+    v
+}
+
+fn filter_columns(f: &Filter, v: &mut Vec<&'static str>) {
+    match f {
+        Filter::And(a, b) | Filter::Or(a, b) => {
+            filter_columns(a, v);
+            filter_columns(b, v);
+        }
+        Filter::Not(a) => filter_columns(a, v),
+        Filter::Term(t) => v.extend_from_slice(match t {
+            Term::Addr(..) => &["src", "dst"][..],
+            Term::Port(..) => &["sport", "dport"],
+            Term::Protocol(_) => &["proto"],
+            Term::IpVersion(_) => &["ver"],
+            Term::Exporter(_) => &["exp"],
+            Term::Interface(..) => &["iif", "oif"],
+            Term::Vlan(_) => &["vl"],
+            Term::Packets(..) | Term::Bytes(..) => &[],
+            Term::TcpFlags(_) => &["flags"],
+        }),
     }
 }
 
