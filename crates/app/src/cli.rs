@@ -50,6 +50,12 @@ pub enum Command {
     /// adapted to TPACKET_V3 blocks (bounds on the block size, a recommended geometry, the
     /// loss in a stall or a burst).
     Plan(PlanArgs),
+    /// Ask the flow store: top-N (-s), aggregation (-a), time series (--every), totals (-I) or
+    /// the flows themselves, in a time window (-t) and through a filter (trailing words).
+    Query(QueryArgs),
+    /// Import flow records written by `tapflow flows` (--json, --csv, --export json:/csv:)
+    /// into a store directory.
+    Import(ImportArgs),
 }
 
 /// Which running capture to talk to.
@@ -486,4 +492,105 @@ pub struct PlanArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `tapflow query`.
+#[derive(Debug, Args)]
+pub struct QueryArgs {
+    /// The store directory (what `--store` of the collector wrote).
+    #[arg(short = 'R', long, value_name = "DIR")]
+    pub store: PathBuf,
+    /// The time window, UTC unless a zone is given: `2026-11-25T10:00/15m`, `START-END`,
+    /// `START` (to the end), `last 1h`. A flow belongs to the window its start lies in.
+    #[arg(short = 't', long, value_name = "WINDOW")]
+    pub time: Option<String>,
+    /// Top-N of a key, nfdump style: `srcip/bytes`, `dstport/flows`, `proto/packets` (keys:
+    /// srcip dstip ip srcport dstport port proto exporter inif outif vlan; orders: flows
+    /// packets bytes bps pps; default bytes).
+    #[arg(short = 's', long, value_name = "KEY[/ORDER]", conflicts_with_all = ["aggregate", "summary"])]
+    pub stat: Option<String>,
+    /// Aggregate by these keys, one row per distinct tuple: `srcip,dstport`, `srcip4/24`.
+    #[arg(short = 'a', long, value_name = "KEYS", conflicts_with_all = ["summary", "every"])]
+    pub aggregate: Option<String>,
+    /// What -a orders by (flows, packets, bytes, bps, pps).
+    #[arg(short = 'O', long, default_value = "bytes", value_name = "ORDER")]
+    pub order: String,
+    /// Rows (-s, -a) or keys of a series shown at most; 0 for all.
+    #[arg(short = 'n', long, default_value_t = 10, value_name = "N")]
+    pub top: usize,
+    /// A time series in buckets of this width (`1m`, `5m`, `1h`); with -s, one series per
+    /// key of the top N.
+    #[arg(long, value_name = "DURATION", conflicts_with = "summary")]
+    pub every: Option<String>,
+    /// Totals in nfdump's words (Flows:, Packets:, Bytes:, per protocol).
+    #[arg(short = 'I', long)]
+    pub summary: bool,
+    /// List at most this many flows (the default output: flows by time).
+    #[arg(short = 'c', long, value_name = "N")]
+    pub count: Option<u64>,
+    /// Print CSV.
+    #[arg(long, conflicts_with = "json")]
+    pub csv: bool,
+    /// Print JSON lines.
+    #[arg(long)]
+    pub json: bool,
+    /// Read the flows themselves, never a rollup tier.
+    #[arg(long)]
+    pub raw: bool,
+    /// Print what was read (tier, files, row groups, rows) on stderr.
+    #[arg(short = 'v', long)]
+    pub stats: bool,
+    /// Threads scanning files (default: the CPUs).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// The filter: `src net 10.0.0.0/8 and dst port 443`, `proto udp`, `not port 53`...
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "FILTER"
+    )]
+    pub filter: Vec<String>,
+}
+
+// ---- the Parquet store's options and `tapflow import` ----
+
+/// Where and how flows are kept (`--store DIR`).
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// The store directory: Parquet files partitioned by hour (docs/store.md).
+    #[arg(long, value_name = "DIR")]
+    pub store: PathBuf,
+    /// Delete what is older than this (`30d`, `12h`; units s, m, h, d, w).
+    #[arg(long, value_parser = tapflow_store::retention::parse_age, value_name = "AGE")]
+    pub retain: Option<std::time::Duration>,
+    /// Keep the store under this size, deleting the oldest flow files first (`50G`).
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub retain_size: Option<u64>,
+    /// zstd level of the files (1 to 22).
+    #[arg(long, default_value_t = 9, value_parser = clap::value_parser!(i32).range(1..=22), value_name = "N")]
+    pub zstd_level: i32,
+}
+
+impl StoreArgs {
+    /// The store's options.
+    pub fn options(&self) -> tapflow_store::ParquetOptions {
+        let mut o = tapflow_store::ParquetOptions {
+            retain: self.retain,
+            retain_size: self.retain_size,
+            ..tapflow_store::ParquetOptions::default()
+        };
+        o.file.zstd_level = self.zstd_level;
+        o
+    }
+}
+
+/// `tapflow import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Files of JSON lines or CSV as `tapflow flows` writes them (`-` for stdin).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
 }

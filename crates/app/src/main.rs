@@ -5,8 +5,10 @@ mod check_cmd;
 mod cli;
 mod doctor_cmd;
 mod gen_cmd;
+mod import_cmd;
 mod plan_cmd;
 mod privileges;
+mod query_cmd;
 mod recv_cmd;
 mod report;
 mod rules_cmd;
@@ -130,6 +132,8 @@ fn main() -> ExitCode {
         Command::Check(args) => return check_cmd::run(&args),
         Command::Doctor(args) => doctor_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(&args),
+        Command::Query(args) => query_cmd::run(&args),
+        Command::Import(args) => import_cmd::run(&args),
     };
     match result {
         Ok(code) => code,

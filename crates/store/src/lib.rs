@@ -5,10 +5,20 @@
 //! the [`FlowStore`] trait.
 #![forbid(unsafe_code)]
 
+pub mod batch;
 pub mod clickhouse;
+pub mod compaction;
+pub mod import;
+pub mod parquet_store;
+pub mod partition;
 pub mod query;
+pub mod reader;
+pub mod retention;
+pub mod rollup;
 pub mod schema;
+pub mod writer;
 
+pub use parquet_store::{ParquetOptions, ParquetStore};
 pub use schema::{ExporterStats, InterfaceName, StoredFlow};
 
 /// Why a store could not take or keep flows.

@@ -31,7 +31,7 @@ pub struct StoredFlow {
 
 /// A name an exporter gave one of its interfaces (IPFIX options records with `interfaceName`,
 /// IE 82, and `interfaceDescription`, IE 83; NetFlow v9 options the same way).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct InterfaceName {
     /// The exporter's address, IPv4 as an IPv4-mapped IPv6 address.
     pub exporter: [u8; 16],
@@ -83,6 +83,8 @@ pub enum ColumnType {
     U32,
     /// Unsigned 64-bit integer.
     U64,
+    /// UTF-8 text (Parquet `BYTE_ARRAY` annotated `STRING`).
+    Utf8,
 }
 
 /// The flow table's columns, in order, with their types. Every store (Parquet files,
@@ -110,6 +112,60 @@ pub const FLOW_COLUMNS: &[(&str, ColumnType)] = &[
     ("vlan", ColumnType::U16),
     ("end_reason", ColumnType::U8),
     ("sampling", ColumnType::U32),
+];
+
+/// A rollup tier's traffic table (`rollup_1m`, `rollup_5m`, `rollup_1h`): one row per bucket,
+/// exporter, domain, protocol and service port, summing the flows that started in the bucket.
+/// `port` is the responder's port (`dst_port`; ICMP `type << 8 | code`). `flows` counts rows
+/// (biflows), `rev_flows` those with `rev_packets > 0`: the one-way flows are their sum. Several
+/// rows may share a key (written at different times): readers sum them.
+pub const ROLLUP_COLUMNS: &[(&str, ColumnType)] = &[
+    ("time", ColumnType::TimestampMicros),
+    ("exporter", ColumnType::Addr16),
+    ("domain", ColumnType::U32),
+    ("protocol", ColumnType::U8),
+    ("port", ColumnType::U16),
+    ("flows", ColumnType::U64),
+    ("rev_flows", ColumnType::U64),
+    ("packets", ColumnType::U64),
+    ("bytes", ColumnType::U64),
+    ("rev_packets", ColumnType::U64),
+    ("rev_bytes", ColumnType::U64),
+];
+
+/// A rollup tier's top hosts (`hosts_1m`, `hosts_5m`, `hosts_1h`): per bucket, the K addresses
+/// that sent the most bytes (`side` 0) and the K that received the most (`side` 1), counting
+/// one-way flows (a row's forward direction, and its reverse when `rev_packets > 0`). `flows`,
+/// `packets`, `bytes` are what that address sent (side 0) or received (side 1) in the bucket.
+pub const HOSTS_COLUMNS: &[(&str, ColumnType)] = &[
+    ("time", ColumnType::TimestampMicros),
+    ("side", ColumnType::U8),
+    ("addr", ColumnType::Addr16),
+    ("flows", ColumnType::U64),
+    ("packets", ColumnType::U64),
+    ("bytes", ColumnType::U64),
+];
+
+/// Interface names exporters announced ([`InterfaceName`]); the newest row per exporter,
+/// domain and index holds.
+pub const INTERFACE_COLUMNS: &[(&str, ColumnType)] = &[
+    ("time_received", ColumnType::TimestampMicros),
+    ("exporter", ColumnType::Addr16),
+    ("domain", ColumnType::U32),
+    ("index", ColumnType::U32),
+    ("name", ColumnType::Utf8),
+    ("description", ColumnType::Utf8),
+];
+
+/// Per-exporter counters per interval ([`ExporterStats`]); `time` is the interval's end.
+pub const EXPORTER_STATS_COLUMNS: &[(&str, ColumnType)] = &[
+    ("time", ColumnType::TimestampMicros),
+    ("exporter", ColumnType::Addr16),
+    ("domain", ColumnType::U32),
+    ("records", ColumnType::U64),
+    ("sequence_lost", ColumnType::U64),
+    ("template_missing", ColumnType::U64),
+    ("bad_messages", ColumnType::U64),
 ];
 
 /// An address as the store keeps it: IPv6 as is, IPv4 (`ipv6 == false`, address in the first

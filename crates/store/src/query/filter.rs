@@ -346,8 +346,9 @@ fn flags(s: &str) -> Result<u16, QueryError> {
     })
 }
 
-/// One one-way flow as filters, keys and sinks see it (see the module doc of [`super`]).
-/// Columns a query does not read hold 0.
+/// One one-way flow as filters, keys and sinks see it (see the module doc of [`super`]), or
+/// the one-way flows of a rollup row that share its exporter, protocol and bucket. Columns a
+/// query does not read hold 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OneWay {
     /// `time_start`, µs.
@@ -382,6 +383,8 @@ pub struct OneWay {
     pub vlan: u16,
     /// Whether it is the stored row's reverse direction.
     pub reverse: bool,
+    /// How many one-way flows it stands for: 1 for a stored flow, a rollup row's count.
+    pub flows: u64,
 }
 
 impl Filter {
@@ -471,6 +474,7 @@ mod tests {
             in_if: 3,
             out_if: 7,
             vlan: 100,
+            flows: 1,
             ..OneWay::default()
         }
     }

@@ -26,10 +26,12 @@
 //! started in, so windows side by side split the flows between them exactly).
 
 pub mod filter;
+pub mod output;
 pub mod result;
 pub mod scan;
 pub mod series;
 pub mod sink;
+pub mod tier;
 pub mod time;
 pub mod top;
 
@@ -351,4 +353,80 @@ pub enum QueryError {
 pub trait QueryEngine: std::fmt::Debug {
     /// Answers `query`.
     fn run(&self, query: &Query) -> Result<Answer, QueryError>;
+}
+
+impl std::str::FromStr for Key {
+    type Err = QueryError;
+
+    /// A key as `-s` and `-a` name it: `srcip`, `dstip`, `ip`, `srcport`, `dstport`, `port`,
+    /// `proto`, `exporter` (or `router`), `inif`, `outif`, `vlan`; an address key masked as
+    /// nfdump's `-A` writes it: `srcip4/24`, `dstip6/64`, `ip4/16`.
+    fn from_str(s: &str) -> Result<Key, QueryError> {
+        let bad = || {
+            QueryError::Parse(format!(
+                "unknown key '{s}' (srcip, dstip, ip, srcport, dstport, port, proto, exporter, inif, outif, vlan; srcip4/24, dstip6/64)"
+            ))
+        };
+        let lower = s.to_ascii_lowercase();
+        if let Some((name, len)) = lower.split_once('/') {
+            let len: u8 = len.parse().map_err(|_| bad())?;
+            let (base, v6) = if let Some(b) = name.strip_suffix('4') {
+                (b, false)
+            } else if let Some(b) = name.strip_suffix('6') {
+                (b, true)
+            } else {
+                return Err(bad());
+            };
+            let p = if v6 {
+                Prefixes { v4: 32, v6: len }
+            } else {
+                Prefixes { v4: len, v6: 128 }
+            };
+            if (v6 && len > 128) || (!v6 && len > 32) {
+                return Err(QueryError::Parse(format!(
+                    "prefix length in key '{s}' is too long"
+                )));
+            }
+            return match base {
+                "srcip" => Ok(Key::SrcAddr(Some(p))),
+                "dstip" => Ok(Key::DstAddr(Some(p))),
+                "ip" => Ok(Key::Addr(Some(p))),
+                _ => Err(bad()),
+            };
+        }
+        Ok(match lower.as_str() {
+            "srcip" | "srcaddr" => Key::SrcAddr(None),
+            "dstip" | "dstaddr" => Key::DstAddr(None),
+            "ip" | "addr" => Key::Addr(None),
+            "srcport" => Key::SrcPort,
+            "dstport" => Key::DstPort,
+            "port" => Key::Port,
+            "proto" | "protocol" => Key::Protocol,
+            "exporter" | "router" => Key::Exporter,
+            "inif" | "in_if" => Key::InIf,
+            "outif" | "out_if" => Key::OutIf,
+            "vlan" => Key::Vlan,
+            _ => return Err(bad()),
+        })
+    }
+}
+
+impl std::str::FromStr for Metric {
+    type Err = QueryError;
+
+    /// `flows`, `packets`, `bytes`, `bps` or `pps`.
+    fn from_str(s: &str) -> Result<Metric, QueryError> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "flows" | "records" => Metric::Flows,
+            "packets" => Metric::Packets,
+            "bytes" => Metric::Bytes,
+            "bps" => Metric::Bps,
+            "pps" => Metric::Pps,
+            _ => {
+                return Err(QueryError::Parse(format!(
+                    "unknown order '{s}' (flows, packets, bytes, bps, pps)"
+                )));
+            }
+        })
+    }
 }

@@ -27,10 +27,10 @@ impl Counters {
         last_us: i64::MIN,
     };
 
-    /// Counts one one-way flow.
+    /// Counts `flows` one-way flows (one, or a rollup row's count).
     #[inline]
-    pub fn add(&mut self, packets: u64, bytes: u64, start_us: i64, end_us: i64) {
-        self.flows += 1;
+    pub fn add(&mut self, flows: u64, packets: u64, bytes: u64, start_us: i64, end_us: i64) {
+        self.flows += flows;
         self.packets += packets;
         self.bytes += bytes;
         self.first_us = self.first_us.min(start_us);
@@ -196,7 +196,7 @@ pub struct Summary {
     pub tcp: Counters,
     /// UDP flows.
     pub udp: Counters,
-    /// ICMP and ICMPv6 flows.
+    /// ICMP flows (protocol 1; ICMPv6 counts as other, as in nfdump).
     pub icmp: Counters,
     /// Every other protocol.
     pub other: Counters,

@@ -20,28 +20,50 @@ use super::filter::OneWay;
 use super::result::{Answer, ScanStats};
 use super::series::SeriesSink;
 use super::sink::{ListSink, Sink, SummarySink};
+use super::tier;
 use super::top::{AggregateSink, TopSink, key_columns};
 use super::{Kind, Query, QueryEngine, QueryError, Window};
 use crate::StoreError;
+use crate::partition::{Tier, files, partitions};
 
-const HOUR_US: i64 = 3_600_000_000;
-
-/// Queries a store directory (`DIR/flows/date=YYYY-MM-DD/hour=HH/*.parquet`).
+/// Queries a store directory (`DIR/flows/date=YYYY-MM-DD/hour=HH/*.parquet` and the rollup
+/// tiers beside it).
 #[derive(Debug, Clone)]
 pub struct ParquetEngine {
     dir: PathBuf,
     threads: usize,
+    rollups: bool,
 }
 
 impl ParquetEngine {
-    /// Reads the store at `dir` with `threads` scanning threads (at least 1).
+    /// Reads the store at `dir` with `threads` scanning threads (at least 1), from the coarsest
+    /// rollup tier that answers a query exactly, else from the flows.
     pub fn new(dir: impl Into<PathBuf>, threads: usize) -> ParquetEngine {
         ParquetEngine {
             dir: dir.into(),
             threads: threads.max(1),
+            rollups: true,
         }
     }
+
+    /// Whether rollup tiers may answer (`false`: always the flows).
+    pub fn prefer_rollups(mut self, yes: bool) -> ParquetEngine {
+        self.rollups = yes;
+        self
+    }
 }
+
+/// What one file's reader needs besides the batch.
+#[derive(Debug, Clone, Copy)]
+pub struct Read<'a> {
+    /// The query.
+    pub query: &'a Query,
+    /// The width of a rollup row's bucket (0 for flows).
+    pub bucket_us: i64,
+}
+
+/// Turns one decoded batch into one-way flows for the sink.
+type Feed<S> = fn(&RecordBatch, Read<'_>, &mut S) -> Result<(), String>;
 
 impl QueryEngine for ParquetEngine {
     fn run(&self, q: &Query) -> Result<Answer, QueryError> {
@@ -52,14 +74,33 @@ impl QueryEngine for ParquetEngine {
             ))
             .into());
         }
-        let (files, listed) = flow_files(&self.dir.join("flows"), q.window)?;
-        let cols = columns(q);
+        let tier = if self.rollups {
+            tier::pick(&self.dir, q)?
+        } else {
+            None
+        };
+        let table = tier.map_or(
+            crate::partition::Table::Flows,
+            crate::partition::Table::Rollup,
+        );
+        let (files, listed) = table_files(&self.dir, table, q.window)?;
+        let t = Table {
+            files: &files,
+            cols: match tier {
+                Some(_) => tier::COLUMNS.to_vec(),
+                None => columns(q),
+            },
+            read: Read {
+                query: q,
+                bucket_us: tier.map_or(0, |t| t.bucket_us()),
+            },
+        };
         let mut answer = match &q.kind {
-            Kind::List { limit } => self.scan(&files, q, &cols, || ListSink::new(*limit))?,
+            Kind::List { limit } => self.scan(&t, feed, || ListSink::new(*limit))?,
             Kind::Top { key, order_by, n } => {
-                self.scan(&files, q, &cols, || TopSink::new(*key, *order_by, *n))?
+                self.scan(&t, pick_feed(tier), || TopSink::new(*key, *order_by, *n))?
             }
-            Kind::Aggregate { keys, order_by, n } => self.scan(&files, q, &cols, || {
+            Kind::Aggregate { keys, order_by, n } => self.scan(&t, pick_feed(tier), || {
                 AggregateSink::new(keys.clone(), *order_by, *n)
             })?,
             Kind::Series {
@@ -67,24 +108,39 @@ impl QueryEngine for ParquetEngine {
                 key,
                 order_by,
                 n,
-            } => self.scan(&files, q, &cols, || {
+            } => self.scan(&t, pick_feed(tier), || {
                 SeriesSink::new(*every_us, *key, *order_by, *n)
             })?,
-            Kind::Summary => self.scan(&files, q, &cols, SummarySink::default)?,
+            Kind::Summary => self.scan(&t, pick_feed(tier), SummarySink::default)?,
         };
         answer.stats.files_listed = listed;
+        answer.stats.tier_seconds = tier.map_or(0, |t| (t.bucket_us() / 1_000_000) as u32);
         Ok(answer)
+    }
+}
+
+/// The files to read, their columns, and what their reader needs.
+struct Table<'a> {
+    files: &'a [PathBuf],
+    cols: Vec<&'static str>,
+    read: Read<'a>,
+}
+
+fn pick_feed<S: Sink>(tier: Option<Tier>) -> Feed<S> {
+    match tier {
+        Some(_) => tier::feed::<S>,
+        None => feed::<S>,
     }
 }
 
 impl ParquetEngine {
     fn scan<S: Sink>(
         &self,
-        files: &[PathBuf],
-        q: &Query,
-        cols: &[&'static str],
+        t: &Table<'_>,
+        feed: Feed<S>,
         make: impl Fn() -> S + Sync,
     ) -> Result<Answer, QueryError> {
+        let files = t.files;
         let next = AtomicUsize::new(0);
         let threads = self.threads.min(files.len()).max(1);
         let work = || -> Result<(S, ScanStats), QueryError> {
@@ -95,7 +151,7 @@ impl ParquetEngine {
                 let Some(path) = files.get(i) else {
                     return Ok((sink, stats));
                 };
-                scan_file(path, q, cols, &mut sink, &mut stats)?;
+                scan_file(path, &t.cols, t.read, feed, &mut sink, &mut stats)?;
             }
         };
         let parts: Vec<Result<(S, ScanStats), QueryError>> = std::thread::scope(|s| {
@@ -126,61 +182,23 @@ impl ParquetEngine {
     }
 }
 
-/// The flow files of the partitions whose hour overlaps `window` (all if `None`), sorted, and
-/// how many flow files the store has in all.
-pub fn flow_files(flows: &Path, window: Option<Window>) -> Result<(Vec<PathBuf>, u64), QueryError> {
+/// The files of `table` in the partitions that overlap `window` (all if `None`), oldest first,
+/// and how many files the table has in all.
+pub fn table_files(
+    dir: &Path,
+    table: crate::partition::Table,
+    window: Option<Window>,
+) -> Result<(Vec<PathBuf>, u64), QueryError> {
     let mut out = Vec::new();
     let mut listed = 0u64;
-    if !flows.is_dir() {
-        return Ok((out, 0));
-    }
-    for date in read_dir(flows)? {
-        let Some(day) = partition_value(&date, "date=").and_then(parse_date) else {
-            continue;
-        };
-        for hour in read_dir(&date)? {
-            let Some(h) = partition_value(&hour, "hour=").and_then(|h| h.parse::<i64>().ok())
-            else {
-                continue;
-            };
-            let start = (day * 24 + h) * HOUR_US;
-            let wanted = window.is_none_or(|w| start < w.end_us && w.start_us < start + HOUR_US);
-            for file in read_dir(&hour)? {
-                if file.extension().is_some_and(|e| e == "parquet") {
-                    listed += 1;
-                    if wanted {
-                        out.push(file);
-                    }
-                }
-            }
+    for p in partitions(dir, table)? {
+        let f = files(&p.path)?;
+        listed += f.len() as u64;
+        if window.is_none_or(|w| p.start_us < w.end_us && w.start_us < p.end_us) {
+            out.extend(f);
         }
     }
-    out.sort();
     Ok((out, listed))
-}
-
-fn read_dir(dir: &Path) -> Result<Vec<PathBuf>, QueryError> {
-    let io = |source| StoreError::Io {
-        what: "read directory",
-        path: dir.to_path_buf(),
-        source,
-    };
-    let mut v = Vec::new();
-    for e in std::fs::read_dir(dir).map_err(io)? {
-        v.push(e.map_err(io)?.path());
-    }
-    Ok(v)
-}
-
-fn partition_value<'a>(p: &'a Path, prefix: &str) -> Option<&'a str> {
-    p.file_name()?.to_str()?.strip_prefix(prefix)
-}
-
-/// `YYYY-MM-DD` as days since 1970.
-fn parse_date(s: &str) -> Option<i64> {
-    let mut it = s.split('-').map(|p| p.parse::<i64>().ok());
-    let (y, m, d) = (it.next()??, it.next()??, it.next()??);
-    Some(super::time::days_from_civil(y, m, d))
 }
 
 /// The stored columns `q` needs.
@@ -235,11 +253,13 @@ fn parquet_error(path: &Path, e: impl std::fmt::Display) -> QueryError {
 
 fn scan_file<S: Sink>(
     path: &Path,
-    q: &Query,
     cols: &[&'static str],
+    read: Read<'_>,
+    feed: Feed<S>,
     sink: &mut S,
     stats: &mut ScanStats,
 ) -> Result<(), QueryError> {
+    let q = read.query;
     let file = File::open(path).map_err(|source| StoreError::Io {
         what: "open",
         path: path.to_path_buf(),
@@ -258,12 +278,16 @@ fn scan_file<S: Sink>(
             .ok_or_else(|| parquet_error(path, format!("no column {name}")))?;
         leaves.push(at);
     }
-    let time_start = leaves[cols.iter().position(|c| *c == "time_start").unwrap_or(0)];
+    // The table's time: its first column.
+    let time = leaves[cols
+        .iter()
+        .position(|c| *c == "time_start" || *c == "time")
+        .unwrap_or(0)];
     let meta = builder.metadata().clone();
     let groups: Vec<usize> = (0..meta.num_row_groups())
         .filter(|&g| {
             let (Some(w), Some(Statistics::Int64(s))) =
-                (q.window, meta.row_group(g).column(time_start).statistics())
+                (q.window, meta.row_group(g).column(time).statistics())
             else {
                 return true;
             };
@@ -286,13 +310,13 @@ fn scan_file<S: Sink>(
     for batch in reader {
         let batch = batch.map_err(|e| parquet_error(path, e))?;
         stats.rows_read += batch.num_rows() as u64;
-        feed(&batch, q, sink).map_err(|e| parquet_error(path, e))?;
+        feed(&batch, read, sink).map_err(|e| parquet_error(path, e))?;
     }
     Ok(())
 }
 
-/// A column's values if the batch has it, checked to be of type `T` and non-null.
-fn prim<'a, T: ArrowPrimitiveType>(
+/// A column's values if the batch has it, checked to be of type `T`.
+pub(crate) fn prim<'a, T: ArrowPrimitiveType>(
     b: &'a RecordBatch,
     name: &str,
 ) -> Result<Option<&'a [T::Native]>, String> {
@@ -305,7 +329,7 @@ fn prim<'a, T: ArrowPrimitiveType>(
     Ok(Some(p.values()))
 }
 
-fn addrs<'a>(b: &'a RecordBatch, name: &str) -> Result<Option<&'a [[u8; 16]]>, String> {
+pub(crate) fn addrs<'a>(b: &'a RecordBatch, name: &str) -> Result<Option<&'a [[u8; 16]]>, String> {
     let Some(a) = b.column_by_name(name) else {
         return Ok(None);
     };
@@ -321,12 +345,13 @@ fn addrs<'a>(b: &'a RecordBatch, name: &str) -> Result<Option<&'a [[u8; 16]]>, S
 }
 
 #[inline]
-fn at<T: Copy + Default>(col: Option<&[T]>, i: usize) -> T {
+pub(crate) fn at<T: Copy + Default>(col: Option<&[T]>, i: usize) -> T {
     col.map_or_else(T::default, |c| c[i])
 }
 
 /// Hands the batch's one-way flows that pass the window and filter to the sink.
-fn feed<S: Sink>(b: &RecordBatch, q: &Query, sink: &mut S) -> Result<(), String> {
+fn feed<S: Sink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Result<(), String> {
+    let q = read.query;
     let start = prim::<TimestampMicrosecondType>(b, "time_start")?;
     let end = prim::<TimestampMicrosecondType>(b, "time_end")?;
     let ipv = prim::<UInt8Type>(b, "ip_version")?;
@@ -368,6 +393,7 @@ fn feed<S: Sink>(b: &RecordBatch, q: &Query, sink: &mut S) -> Result<(), String>
             out_if: at(out_if, i),
             vlan: at(vlan, i),
             reverse: false,
+            flows: 1,
         };
         if pass(&f) {
             sink.add(&f);
@@ -386,4 +412,32 @@ fn feed<S: Sink>(b: &RecordBatch, q: &Query, sink: &mut S) -> Result<(), String>
         }
     }
     Ok(())
+}
+
+/// The largest value of the time column `col` in the file's row-group statistics.
+pub(crate) fn max_time(path: &Path, col: &str) -> Result<Option<i64>, QueryError> {
+    let file = File::open(path).map_err(|source| StoreError::Io {
+        what: "open",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let builder =
+        ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| parquet_error(path, e))?;
+    let Some(at) = builder
+        .parquet_schema()
+        .columns()
+        .iter()
+        .position(|c| c.name() == col)
+    else {
+        return Ok(None);
+    };
+    Ok(builder
+        .metadata()
+        .row_groups()
+        .iter()
+        .filter_map(|g| match g.column(at).statistics() {
+            Some(Statistics::Int64(s)) => s.max_opt().copied(),
+            _ => None,
+        })
+        .max())
 }

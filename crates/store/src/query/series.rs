@@ -37,14 +37,15 @@ impl SeriesSink {
 impl Sink for SeriesSink {
     #[inline]
     fn add(&mut self, f: &OneWay) {
-        self.total.add(f.packets, f.bytes, f.start_us, f.end_us);
+        self.total
+            .add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
         let t = f.start_us - f.start_us.rem_euclid(self.every_us);
         let buckets = &mut self.buckets;
         let mut count = |v| {
             buckets
                 .entry((t, v))
                 .or_insert(Counters::EMPTY)
-                .add(f.packets, f.bytes, f.start_us, f.end_us)
+                .add(f.flows, f.packets, f.bytes, f.start_us, f.end_us)
         };
         match self.key {
             Some(k) => key_values(k, f, count),

@@ -91,11 +91,12 @@ impl Sink for SummarySink {
         let by = match f.protocol {
             6 => &mut s.tcp,
             17 => &mut s.udp,
-            1 | 58 => &mut s.icmp,
+            1 => &mut s.icmp,
             _ => &mut s.other,
         };
-        by.add(f.packets, f.bytes, f.start_us, f.end_us);
-        s.total.add(f.packets, f.bytes, f.start_us, f.end_us);
+        by.add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
+        s.total
+            .add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
     }
 
     fn merge(&mut self, o: SummarySink) {

@@ -94,13 +94,14 @@ impl TopSink {
 impl Sink for TopSink {
     #[inline]
     fn add(&mut self, f: &OneWay) {
-        self.total.add(f.packets, f.bytes, f.start_us, f.end_us);
+        self.total
+            .add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
         let groups = &mut self.groups;
         key_values(self.key, f, |v| {
             groups
                 .entry(v)
                 .or_insert(Counters::EMPTY)
-                .add(f.packets, f.bytes, f.start_us, f.end_us)
+                .add(f.flows, f.packets, f.bytes, f.start_us, f.end_us)
         });
     }
 
@@ -157,16 +158,17 @@ impl AggregateSink {
 impl Sink for AggregateSink {
     #[inline]
     fn add(&mut self, f: &OneWay) {
-        self.total.add(f.packets, f.bytes, f.start_us, f.end_us);
+        self.total
+            .add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
         self.scratch.clear();
         for &k in &self.keys {
             key_values(k, f, |v| self.scratch.push(v));
         }
         match self.groups.get_mut(self.scratch.as_slice()) {
-            Some(c) => c.add(f.packets, f.bytes, f.start_us, f.end_us),
+            Some(c) => c.add(f.flows, f.packets, f.bytes, f.start_us, f.end_us),
             None => {
                 let mut c = Counters::EMPTY;
-                c.add(f.packets, f.bytes, f.start_us, f.end_us);
+                c.add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
                 self.groups.insert(self.scratch.clone(), c);
             }
         }

@@ -1,0 +1,372 @@
+//! Rows of one table held column by column, as they go into and come out of a Parquet file, and
+//! the conversions between them and the records the store takes.
+//!
+//! Physical types: times and `U64` are INT64 (a `U64` keeps its bits), `U8`/`U16`/`U32` are
+//! INT32 (a `U32` keeps its bits), addresses 16-byte arrays, text strings.
+
+use tapflow_wire::flowrecord::{EndReason, FlowRecord};
+
+use crate::schema::{ColumnType, ExporterStats, InterfaceName, StoredFlow, addr16};
+
+/// The values of one column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Column {
+    /// `U8`, `U16`, `U32` (bits kept).
+    I32(Vec<i32>),
+    /// `TimestampMicros`, `U64` (bits kept).
+    I64(Vec<i64>),
+    /// `Addr16`.
+    Addr(Vec<[u8; 16]>),
+    /// `Utf8`.
+    Text(Vec<String>),
+}
+
+impl Column {
+    /// An empty column for values of type `t`.
+    pub fn empty(t: ColumnType) -> Column {
+        match t {
+            ColumnType::U8 | ColumnType::U16 | ColumnType::U32 => Column::I32(Vec::new()),
+            ColumnType::TimestampMicros | ColumnType::U64 => Column::I64(Vec::new()),
+            ColumnType::Addr16 => Column::Addr(Vec::new()),
+            ColumnType::Utf8 => Column::Text(Vec::new()),
+        }
+    }
+
+    /// How many values it holds.
+    pub fn len(&self) -> usize {
+        match self {
+            Column::I32(v) => v.len(),
+            Column::I64(v) => v.len(),
+            Column::Addr(v) => v.len(),
+            Column::Text(v) => v.len(),
+        }
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Appends `other`'s values (of the same type).
+    fn append(&mut self, other: &Column) {
+        match (self, other) {
+            (Column::I32(a), Column::I32(b)) => a.extend_from_slice(b),
+            (Column::I64(a), Column::I64(b)) => a.extend_from_slice(b),
+            (Column::Addr(a), Column::Addr(b)) => a.extend_from_slice(b),
+            (Column::Text(a), Column::Text(b)) => a.extend_from_slice(b),
+            (a, b) => unreachable!("columns of one table differ: {a:?} {b:?}"),
+        }
+    }
+
+    /// The values at `order`, in that order.
+    fn take(&self, order: &[usize]) -> Column {
+        match self {
+            Column::I32(v) => Column::I32(order.iter().map(|&i| v[i]).collect()),
+            Column::I64(v) => Column::I64(order.iter().map(|&i| v[i]).collect()),
+            Column::Addr(v) => Column::Addr(order.iter().map(|&i| v[i]).collect()),
+            Column::Text(v) => Column::Text(order.iter().map(|&i| v[i].clone()).collect()),
+        }
+    }
+
+    /// The values from `at` to `at + len`.
+    pub fn slice(&self, at: usize, len: usize) -> Column {
+        match self {
+            Column::I32(v) => Column::I32(v[at..at + len].to_vec()),
+            Column::I64(v) => Column::I64(v[at..at + len].to_vec()),
+            Column::Addr(v) => Column::Addr(v[at..at + len].to_vec()),
+            Column::Text(v) => Column::Text(v[at..at + len].to_vec()),
+        }
+    }
+}
+
+/// Rows of one table, column by column in the table's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    /// One entry per column of the table, all of one length.
+    pub columns: Vec<Column>,
+}
+
+impl Batch {
+    /// An empty batch for a table of `columns`.
+    pub fn empty(columns: &[(&str, ColumnType)]) -> Batch {
+        Batch {
+            columns: columns.iter().map(|&(_, t)| Column::empty(t)).collect(),
+        }
+    }
+
+    /// How many rows it holds.
+    pub fn rows(&self) -> usize {
+        self.columns.first().map_or(0, Column::len)
+    }
+
+    /// The first column (every table's time), µs.
+    pub fn times(&self) -> &[i64] {
+        match self.columns.first() {
+            Some(Column::I64(v)) => v,
+            _ => &[],
+        }
+    }
+
+    /// Appends `other`'s rows.
+    pub fn append(&mut self, other: &Batch) {
+        for (a, b) in self.columns.iter_mut().zip(&other.columns) {
+            a.append(b);
+        }
+    }
+
+    /// The rows sorted by the first column (stable: rows of one time keep their order).
+    pub fn sorted_by_time(&self) -> Batch {
+        let t = self.times();
+        if t.is_sorted() {
+            return self.clone();
+        }
+        let mut order: Vec<usize> = (0..t.len()).collect();
+        order.sort_by_key(|&i| t[i]);
+        Batch {
+            columns: self.columns.iter().map(|c| c.take(&order)).collect(),
+        }
+    }
+
+    /// Rows `at..at + len`.
+    pub fn slice(&self, at: usize, len: usize) -> Batch {
+        Batch {
+            columns: self.columns.iter().map(|c| c.slice(at, len)).collect(),
+        }
+    }
+
+    fn i32(&self, k: usize) -> &[i32] {
+        match &self.columns[k] {
+            Column::I32(v) => v,
+            c => unreachable!("column {k} is not INT32: {c:?}"),
+        }
+    }
+
+    fn i64(&self, k: usize) -> &[i64] {
+        match &self.columns[k] {
+            Column::I64(v) => v,
+            c => unreachable!("column {k} is not INT64: {c:?}"),
+        }
+    }
+
+    fn addr(&self, k: usize) -> &[[u8; 16]] {
+        match &self.columns[k] {
+            Column::Addr(v) => v,
+            c => unreachable!("column {k} is not an address: {c:?}"),
+        }
+    }
+
+    fn text(&self, k: usize) -> &[String] {
+        match &self.columns[k] {
+            Column::Text(v) => v,
+            c => unreachable!("column {k} is not text: {c:?}"),
+        }
+    }
+}
+
+/// µs from ns, as the store keeps times.
+#[inline]
+fn us(ns: u64) -> i64 {
+    (ns / 1000) as i64
+}
+
+/// ns from stored µs (a negative time, which no writer here stores, reads as 0).
+#[inline]
+fn ns(us: i64) -> u64 {
+    u64::try_from(us).unwrap_or(0) * 1000
+}
+
+/// `flows` as rows of [`crate::schema::FLOW_COLUMNS`], in the order given.
+pub fn from_flows(flows: &[StoredFlow]) -> Batch {
+    let n = flows.len();
+    let (mut t_start, mut t_end, mut t_recv) = (vec(n), vec(n), vec(n));
+    let (mut version, mut sport, mut dport, mut proto) = (vec(n), vec(n), vec(n), vec(n));
+    let (mut src, mut dst, mut exporter) = (vec(n), vec(n), vec(n));
+    let (mut flags, mut rev_flags) = (vec(n), vec(n));
+    let (mut packets, mut bytes, mut rev_packets, mut rev_bytes) = (vec(n), vec(n), vec(n), vec(n));
+    let (mut domain, mut in_if, mut out_if, mut vlan) = (vec(n), vec(n), vec(n), vec(n));
+    let (mut reason, mut sampling) = (vec(n), vec(n));
+    for s in flows {
+        let f = &s.flow;
+        t_start.push(us(f.start_ns()));
+        t_end.push(us(f.end_ns()));
+        t_recv.push(us(s.received_ns));
+        version.push(if f.ipv6 { 6 } else { 4 });
+        src.push(addr16(f.ipv6, &f.src));
+        dst.push(addr16(f.ipv6, &f.dst));
+        sport.push(i32::from(f.sport));
+        dport.push(i32::from(f.dport));
+        proto.push(i32::from(f.proto));
+        flags.push(i32::from(f.fwd.tcp_flags));
+        rev_flags.push(i32::from(f.rev.tcp_flags));
+        packets.push(f.fwd.packets as i64);
+        bytes.push(f.fwd.octets as i64);
+        rev_packets.push(f.rev.packets as i64);
+        rev_bytes.push(f.rev.octets as i64);
+        exporter.push(s.exporter);
+        domain.push(s.domain as i32);
+        in_if.push(f.interface as i32);
+        out_if.push(s.egress as i32);
+        vlan.push(i32::from(f.vlan));
+        reason.push(i32::from(f.end_reason.to_u8()));
+        sampling.push(s.sampling as i32);
+    }
+    use Column::{Addr, I32, I64};
+    Batch {
+        columns: vec![
+            I64(t_start),
+            I64(t_end),
+            I64(t_recv),
+            I32(version),
+            Addr(src),
+            Addr(dst),
+            I32(sport),
+            I32(dport),
+            I32(proto),
+            I32(flags),
+            I32(rev_flags),
+            I64(packets),
+            I64(bytes),
+            I64(rev_packets),
+            I64(rev_bytes),
+            Addr(exporter),
+            I32(domain),
+            I32(in_if),
+            I32(out_if),
+            I32(vlan),
+            I32(reason),
+            I32(sampling),
+        ],
+    }
+}
+
+fn vec<T>(n: usize) -> Vec<T> {
+    Vec::with_capacity(n)
+}
+
+/// The flows of a batch of [`crate::schema::FLOW_COLUMNS`] rows, as far as the columns hold
+/// them: each direction with packets gets `time_start` and `time_end` as its first and last
+/// times (ns, from µs), an end reason outside 1..=5 reads as idle.
+pub fn to_flows(b: &Batch) -> Vec<StoredFlow> {
+    let (t_start, t_end, t_recv) = (b.i64(0), b.i64(1), b.i64(2));
+    let (version, src, dst) = (b.i32(3), b.addr(4), b.addr(5));
+    let (sport, dport, proto, flags, rev_flags) =
+        (b.i32(6), b.i32(7), b.i32(8), b.i32(9), b.i32(10));
+    let (packets, bytes, rev_packets, rev_bytes) = (b.i64(11), b.i64(12), b.i64(13), b.i64(14));
+    let (exporter, domain, in_if, out_if) = (b.addr(15), b.i32(16), b.i32(17), b.i32(18));
+    let (vlan, reason, sampling) = (b.i32(19), b.i32(20), b.i32(21));
+    (0..b.rows())
+        .map(|i| {
+            let ipv6 = version[i] == 6;
+            let unmapped = |a: &[u8; 16]| {
+                if ipv6 {
+                    *a
+                } else {
+                    let mut v4 = [0u8; 16];
+                    v4[..4].copy_from_slice(&a[12..]);
+                    v4
+                }
+            };
+            let (first, last) = (ns(t_start[i]), ns(t_end[i]));
+            let mut f = FlowRecord {
+                ipv6,
+                proto: proto[i] as u8,
+                src: unmapped(&src[i]),
+                dst: unmapped(&dst[i]),
+                sport: sport[i] as u16,
+                dport: dport[i] as u16,
+                vlan: vlan[i] as u16,
+                interface: in_if[i] as u32,
+                end_reason: EndReason::from_u8(reason[i] as u8).unwrap_or_default(),
+                ..FlowRecord::default()
+            };
+            f.fwd.packets = packets[i] as u64;
+            f.fwd.octets = bytes[i] as u64;
+            f.fwd.tcp_flags = flags[i] as u16;
+            (f.fwd.first_ns, f.fwd.last_ns) = (first, last);
+            f.rev.packets = rev_packets[i] as u64;
+            f.rev.octets = rev_bytes[i] as u64;
+            f.rev.tcp_flags = rev_flags[i] as u16;
+            if f.rev.packets > 0 {
+                (f.rev.first_ns, f.rev.last_ns) = (first, last);
+            }
+            StoredFlow {
+                flow: f,
+                egress: out_if[i] as u32,
+                exporter: exporter[i],
+                domain: domain[i] as u32,
+                sampling: sampling[i] as u32,
+                received_ns: ns(t_recv[i]),
+            }
+        })
+        .collect()
+}
+
+/// `names` as rows of [`crate::schema::INTERFACE_COLUMNS`].
+pub fn from_interfaces(names: &[InterfaceName]) -> Batch {
+    Batch {
+        columns: vec![
+            Column::I64(names.iter().map(|n| us(n.received_ns)).collect()),
+            Column::Addr(names.iter().map(|n| n.exporter).collect()),
+            Column::I32(names.iter().map(|n| n.domain as i32).collect()),
+            Column::I32(names.iter().map(|n| n.index as i32).collect()),
+            Column::Text(names.iter().map(|n| n.name.clone()).collect()),
+            Column::Text(names.iter().map(|n| n.description.clone()).collect()),
+        ],
+    }
+}
+
+/// The interface names of a batch of [`crate::schema::INTERFACE_COLUMNS`] rows.
+pub fn to_interfaces(b: &Batch) -> Vec<InterfaceName> {
+    let (t, exporter, domain, index) = (b.i64(0), b.addr(1), b.i32(2), b.i32(3));
+    let (name, description) = (b.text(4), b.text(5));
+    (0..b.rows())
+        .map(|i| InterfaceName {
+            exporter: exporter[i],
+            domain: domain[i] as u32,
+            index: index[i] as u32,
+            name: name[i].clone(),
+            description: description[i].clone(),
+            received_ns: ns(t[i]),
+        })
+        .collect()
+}
+
+/// `stats` as rows of [`crate::schema::EXPORTER_STATS_COLUMNS`].
+pub fn from_exporter_stats(stats: &[ExporterStats]) -> Batch {
+    let col =
+        |f: fn(&ExporterStats) -> u64| Column::I64(stats.iter().map(|s| f(s) as i64).collect());
+    Batch {
+        columns: vec![
+            Column::I64(stats.iter().map(|s| us(s.time_ns)).collect()),
+            Column::Addr(stats.iter().map(|s| s.exporter).collect()),
+            Column::I32(stats.iter().map(|s| s.domain as i32).collect()),
+            col(|s| s.records),
+            col(|s| s.sequence_lost),
+            col(|s| s.template_missing),
+            col(|s| s.bad_messages),
+        ],
+    }
+}
+
+/// The exporter counters of a batch of [`crate::schema::EXPORTER_STATS_COLUMNS`] rows.
+pub fn to_exporter_stats(b: &Batch) -> Vec<ExporterStats> {
+    let (t, exporter, domain) = (b.i64(0), b.addr(1), b.i32(2));
+    let (records, lost, missing, bad) = (b.i64(3), b.i64(4), b.i64(5), b.i64(6));
+    (0..b.rows())
+        .map(|i| ExporterStats {
+            exporter: exporter[i],
+            domain: domain[i] as u32,
+            time_ns: ns(t[i]),
+            records: records[i] as u64,
+            sequence_lost: lost[i] as u64,
+            template_missing: missing[i] as u64,
+            bad_messages: bad[i] as u64,
+        })
+        .collect()
+}
+
+/// `f` as the store keeps it: times in whole µs, each direction with packets spanning the
+/// record's start and end, so `to_flows(&from_flows(&[f])) == [as_stored(f)]`.
+pub fn as_stored(f: &StoredFlow) -> StoredFlow {
+    to_flows(&from_flows(std::slice::from_ref(f)))[0]
+}

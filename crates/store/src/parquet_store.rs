@@ -1,0 +1,418 @@
+//! The embedded store: flows in Parquet files under one directory ([`crate::partition`] has the
+//! layout), with rollup tiers, compaction and retention.
+//!
+//! [`ParquetStore::insert`] copies flows into a buffer; the buffer is written when it holds
+//! `max_buffered` flows, when `flush_interval` has passed since the last write (checked on each
+//! insert and flush), and on [`FlowStore::flush`] and close: sorted by `time_start`, one file per
+//! hour partition. A flow counts as stored once its file is renamed; a write that fails (a full
+//! disk) drops the flows it held, counted, and leaves every file already written intact.
+//! Stored flows feed the rollups ([`crate::rollup`]). Every `maintenance_interval` (and at close)
+//! the partitions written into that are closed (`compact_after` past their end) are compacted
+//! and retention runs. One process owns a directory at a time (a lock on `DIR/lock`).
+
+use std::collections::{BTreeSet, HashSet};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::batch::{self, Batch};
+use crate::compaction::{self, MERGED_PREFIX};
+use crate::partition::{self, Table, partition_dir, partition_start};
+use crate::retention;
+use crate::rollup::Rollups;
+use crate::schema::{ExporterStats, InterfaceName, StoredFlow};
+use crate::writer::{FileOptions, create_dirs, write_file};
+use crate::{FlowStore, StoreError, StoreReport};
+
+/// How a [`ParquetStore`] writes, merges and deletes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParquetOptions {
+    /// The longest a flow waits in the buffer before it is written (so queries see it).
+    pub flush_interval: Duration,
+    /// Flows buffered at most before a write.
+    pub max_buffered: usize,
+    /// zstd level and row-group size.
+    pub file: FileOptions,
+    /// Delete partitions that ended longer ago than this.
+    pub retain: Option<Duration>,
+    /// Keep the store's files under this many bytes (oldest flow files go first).
+    pub retain_size: Option<u64>,
+    /// A partition is merged once this long past its end.
+    pub compact_after: Duration,
+    /// Rows per merged file at most.
+    pub compact_rows: usize,
+    /// How often compaction and retention run.
+    pub maintenance_interval: Duration,
+    /// Top hosts kept per rollup bucket and side.
+    pub top_hosts: usize,
+    /// How long past a rollup bucket's end (in flow time) flows may still arrive for it.
+    pub rollup_delay: Duration,
+}
+
+impl Default for ParquetOptions {
+    fn default() -> Self {
+        ParquetOptions {
+            flush_interval: Duration::from_secs(5),
+            max_buffered: 1 << 20,
+            file: FileOptions::default(),
+            retain: None,
+            retain_size: None,
+            compact_after: Duration::from_secs(600),
+            compact_rows: 4 << 20,
+            maintenance_interval: Duration::from_secs(60),
+            top_hosts: 50,
+            rollup_delay: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Flows kept in Parquet files under one directory.
+#[derive(Debug)]
+pub struct ParquetStore {
+    dir: PathBuf,
+    opts: ParquetOptions,
+    /// Held for the store's life: the lock on `DIR/lock`.
+    _lock: File,
+    flows: Vec<StoredFlow>,
+    interfaces: Vec<InterfaceName>,
+    known_interfaces: HashSet<InterfaceName>,
+    exporter_stats: Vec<ExporterStats>,
+    rollups: Rollups,
+    /// Rollup rows closed but not yet written (a write failed).
+    rollup_rows: Vec<(Table, Batch)>,
+    /// Partitions written into since the last compaction.
+    dirty: BTreeSet<(Table, PathBuf, i64)>,
+    report: StoreReport,
+    last_write: Instant,
+    last_maintenance: Instant,
+    seq: u64,
+}
+
+impl ParquetStore {
+    /// Opens (creating it if needed) the store in `dir`: takes its lock, removes `.part` files
+    /// a crashed writer left, repairs an interrupted compaction, applies retention.
+    pub fn open(dir: &Path, opts: ParquetOptions) -> Result<ParquetStore, StoreError> {
+        if opts.max_buffered == 0 || opts.compact_rows == 0 || opts.file.row_group_rows == 0 {
+            return Err(StoreError::Other(
+                "store: buffer, merge and row-group sizes must be above 0".into(),
+            ));
+        }
+        create_dirs(dir)?;
+        let lock_path = dir.join("lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|source| StoreError::Io {
+                what: "open",
+                path: lock_path.clone(),
+                source,
+            })?;
+        lock.try_lock().map_err(|_| {
+            StoreError::Other(format!(
+                "store {}: in use by another process (its lock {} is held)",
+                dir.display(),
+                lock_path.display()
+            ))
+        })?;
+        let mut dirty = BTreeSet::new();
+        for table in Table::ALL {
+            for p in partition::partitions(dir, table)? {
+                remove_stale_parts(&p.path)?;
+                compaction::repair(&p.path)?;
+                if partition::files(&p.path)?.len() > 1 {
+                    dirty.insert((table, p.path, p.end_us));
+                }
+            }
+        }
+        let mut store = ParquetStore {
+            dir: dir.to_path_buf(),
+            rollups: Rollups::new(opts.top_hosts, micros(opts.rollup_delay)),
+            opts,
+            _lock: lock,
+            flows: Vec::new(),
+            interfaces: Vec::new(),
+            known_interfaces: HashSet::new(),
+            exporter_stats: Vec::new(),
+            rollup_rows: Vec::new(),
+            dirty,
+            report: StoreReport::default(),
+            last_write: Instant::now(),
+            last_maintenance: Instant::now(),
+            seq: 0,
+        };
+        store.retention()?;
+        Ok(store)
+    }
+
+    /// The store's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A new file name (see [`file_name`]).
+    fn file_name(&mut self, prefix: &str) -> String {
+        self.seq += 1;
+        file_name(prefix, self.seq)
+    }
+
+    /// Writes the buffered flows, one file per hour partition.
+    fn write_flows(&mut self) -> Result<(), StoreError> {
+        self.last_write = Instant::now();
+        if self.flows.is_empty() {
+            return Ok(());
+        }
+        let mut flows = std::mem::take(&mut self.flows);
+        flows.sort_by_key(|f| f.flow.start_ns());
+        let mut first_error = None;
+        let mut at = 0;
+        while at < flows.len() {
+            let hour = partition_start(Table::Flows, us(flows[at].flow.start_ns()));
+            let n = flows[at..]
+                .iter()
+                .take_while(|f| partition_start(Table::Flows, us(f.flow.start_ns())) == hour)
+                .count();
+            let group = &flows[at..at + n];
+            at += n;
+            self.report.pending -= n as u64;
+            let dir = partition_dir(&self.dir, Table::Flows, hour);
+            let path = dir.join(self.file_name("w-"));
+            match write_file(
+                &path,
+                Table::Flows.columns(),
+                &batch::from_flows(group),
+                &self.opts.file,
+                Vec::new(),
+            ) {
+                Ok(_) => {
+                    self.report.stored += n as u64;
+                    self.rollups.add(group);
+                    self.dirty
+                        .insert((Table::Flows, dir, hour + partition::HOUR_US));
+                }
+                Err(e) => {
+                    self.report.dropped += n as u64;
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        flows.clear();
+        self.flows = flows;
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Writes closed rollup buckets (all of them if `all`), interface names and exporter
+    /// counters. Rows whose write fails are kept and tried again.
+    fn write_tables(&mut self, all: bool) -> Result<(), StoreError> {
+        let closed = self.rollups.close(all);
+        self.rollup_rows.extend(closed);
+        if !self.interfaces.is_empty() {
+            let rows = batch::from_interfaces(&std::mem::take(&mut self.interfaces));
+            self.rollup_rows.push((Table::Interfaces, rows));
+        }
+        if !self.exporter_stats.is_empty() {
+            let rows = batch::from_exporter_stats(&std::mem::take(&mut self.exporter_stats));
+            self.rollup_rows.push((Table::ExporterStats, rows));
+        }
+        let mut first_error = None;
+        for (table, rows) in std::mem::take(&mut self.rollup_rows) {
+            let rows = rows.sorted_by_time();
+            let times = rows.times().to_vec();
+            let mut at = 0;
+            while at < times.len() {
+                let start = partition_start(table, times[at]);
+                let n = times[at..]
+                    .iter()
+                    .take_while(|&&t| partition_start(table, t) == start)
+                    .count();
+                let part = rows.slice(at, n);
+                at += n;
+                let dir = partition_dir(&self.dir, table, start);
+                let path = dir.join(self.file_name("w-"));
+                match write_file(&path, table.columns(), &part, &self.opts.file, Vec::new()) {
+                    Ok(_) => {
+                        self.dirty.insert((table, dir, start + table.span().us()));
+                    }
+                    Err(e) => {
+                        self.rollup_rows.push((table, part));
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Merges the closed partitions written into (every one written into if `all`).
+    fn compact(&mut self, all: bool) -> Result<(), StoreError> {
+        let limit = now_us().saturating_sub(micros(self.opts.compact_after));
+        let ready: Vec<(Table, PathBuf, i64)> = self
+            .dirty
+            .iter()
+            .filter(|(_, _, end)| all || *end <= limit)
+            .cloned()
+            .collect();
+        for key in ready {
+            let (table, dir, _) = &key;
+            if dir.exists() {
+                let mut seq = self.seq;
+                let mut name = || {
+                    seq += 1;
+                    file_name(MERGED_PREFIX, seq)
+                };
+                let done = compaction::compact(
+                    dir,
+                    *table,
+                    &self.opts.file,
+                    self.opts.compact_rows,
+                    &mut name,
+                );
+                self.seq = seq;
+                done?;
+            }
+            self.dirty.remove(&key);
+        }
+        Ok(())
+    }
+
+    fn retention(&mut self) -> Result<(), StoreError> {
+        if self.opts.retain.is_some() || self.opts.retain_size.is_some() {
+            retention::apply(&self.dir, self.opts.retain, self.opts.retain_size, now_us())?;
+        }
+        Ok(())
+    }
+
+    /// Compaction and retention, if their interval has passed.
+    fn maintain(&mut self) -> Result<(), StoreError> {
+        if self.last_maintenance.elapsed() < self.opts.maintenance_interval {
+            return Ok(());
+        }
+        self.last_maintenance = Instant::now();
+        self.compact(false)?;
+        self.retention()
+    }
+
+    /// Writes everything due: flows, closed rollups, small tables; then maintenance.
+    fn write_all(&mut self, all: bool) -> Result<(), StoreError> {
+        let flows = self.write_flows();
+        let tables = self.write_tables(all);
+        let maintenance = if all {
+            self.compact(true).and_then(|()| self.retention())
+        } else {
+            self.maintain()
+        };
+        flows.and(tables).and(maintenance)
+    }
+}
+
+impl FlowStore for ParquetStore {
+    fn insert(&mut self, flows: &[StoredFlow]) -> Result<(), StoreError> {
+        self.report.received += flows.len() as u64;
+        self.report.pending += flows.len() as u64;
+        let mut rest = flows;
+        while !rest.is_empty() {
+            let room = self
+                .opts
+                .max_buffered
+                .saturating_sub(self.flows.len())
+                .max(1);
+            let (now, later) = rest.split_at(room.min(rest.len()));
+            self.flows.extend_from_slice(now);
+            rest = later;
+            if self.flows.len() >= self.opts.max_buffered {
+                if let Err(e) = self.write_flows() {
+                    // The flows not yet buffered are dropped with the failed write's.
+                    self.report.pending -= rest.len() as u64;
+                    self.report.dropped += rest.len() as u64;
+                    return Err(e);
+                }
+            }
+        }
+        if self.last_write.elapsed() >= self.opts.flush_interval {
+            self.write_all(false)?;
+        }
+        Ok(())
+    }
+
+    fn insert_interfaces(&mut self, names: &[InterfaceName]) -> Result<(), StoreError> {
+        for n in names {
+            // The same names come with every options-template refresh: keep each once.
+            let key = InterfaceName {
+                received_ns: 0,
+                ..n.clone()
+            };
+            if self.known_interfaces.insert(key) {
+                self.interfaces.push(n.clone());
+            }
+        }
+        Ok(())
+    }
+
+    fn insert_exporter_stats(&mut self, stats: &[ExporterStats]) -> Result<(), StoreError> {
+        self.exporter_stats.extend_from_slice(stats);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), StoreError> {
+        self.write_all(false)
+    }
+
+    fn report(&self) -> StoreReport {
+        self.report
+    }
+
+    /// An error names what failed and adds the final counts, which the caller cannot ask for
+    /// once the store is gone.
+    fn close(mut self: Box<Self>) -> Result<StoreReport, StoreError> {
+        self.write_all(true).map_err(|e| {
+            let r = self.report;
+            StoreError::Other(format!(
+                "{e} (flows: {} received, {} stored, {} dropped)",
+                r.received, r.stored, r.dropped
+            ))
+        })?;
+        Ok(self.report)
+    }
+}
+
+/// Removes `.part` files in a partition (a writer that crashed left them; the lock says no
+/// writer runs now).
+fn remove_stale_parts(dir: &Path) -> Result<(), StoreError> {
+    let rd = std::fs::read_dir(dir).map_err(|source| StoreError::Io {
+        what: "read directory",
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "part") {
+            std::fs::remove_file(&p).map_err(|source| StoreError::Io {
+                what: "remove",
+                path: p.clone(),
+                source,
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// A file's name: `PREFIX<µs now>-<pid>-<seq>.parquet`.
+fn file_name(prefix: &str, seq: u64) -> String {
+    format!("{prefix}{}-{}-{seq}.parquet", now_us(), std::process::id())
+}
+
+fn us(ns: u64) -> i64 {
+    (ns / 1000) as i64
+}
+
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// Now, µs since 1970.
+fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| micros(d))
+}

@@ -1,0 +1,409 @@
+//! Where the Parquet store keeps each table: one directory per table under the store directory,
+//! Hive-style partitions by the UTC hour or day of each row's time, complete files only named
+//! `*.parquet` (a file being written is `*.parquet.part` until it is renamed).
+//!
+//! ```text
+//! DIR/flows/date=YYYY-MM-DD/hour=HH/*.parquet           FLOW_COLUMNS, by time_start
+//! DIR/rollup_1m/date=YYYY-MM-DD/hour=HH/*.parquet       ROLLUP_COLUMNS, 1-minute buckets
+//! DIR/rollup_5m/date=YYYY-MM-DD/hour=HH/*.parquet       ROLLUP_COLUMNS, 5-minute buckets
+//! DIR/rollup_1h/date=YYYY-MM-DD/*.parquet               ROLLUP_COLUMNS, 1-hour buckets
+//! DIR/hosts_1m/date=YYYY-MM-DD/hour=HH/*.parquet        HOSTS_COLUMNS
+//! DIR/hosts_5m/date=YYYY-MM-DD/hour=HH/*.parquet        HOSTS_COLUMNS
+//! DIR/hosts_1h/date=YYYY-MM-DD/*.parquet                HOSTS_COLUMNS
+//! DIR/interfaces/date=YYYY-MM-DD/*.parquet              INTERFACE_COLUMNS, by time_received
+//! DIR/exporter_stats/date=YYYY-MM-DD/*.parquet          EXPORTER_STATS_COLUMNS, by time
+//! ```
+//!
+//! Every file's rows are sorted by its first column (the time), so row-group statistics on it
+//! prune by time within a partition.
+
+use std::path::{Path, PathBuf};
+
+use crate::StoreError;
+use crate::schema::ColumnType;
+use crate::schema::{
+    EXPORTER_STATS_COLUMNS, FLOW_COLUMNS, HOSTS_COLUMNS, INTERFACE_COLUMNS, ROLLUP_COLUMNS,
+};
+
+/// Microseconds in an hour.
+pub const HOUR_US: i64 = 3_600_000_000;
+/// Microseconds in a day.
+pub const DAY_US: i64 = 24 * HOUR_US;
+
+/// A rollup tier: the width of its buckets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Tier {
+    /// 1-minute buckets.
+    Minute,
+    /// 5-minute buckets.
+    FiveMinutes,
+    /// 1-hour buckets.
+    Hour,
+}
+
+impl Tier {
+    /// Every tier, finest first.
+    pub const ALL: [Tier; 3] = [Tier::Minute, Tier::FiveMinutes, Tier::Hour];
+
+    /// The width of a bucket, µs.
+    pub const fn bucket_us(self) -> i64 {
+        match self {
+            Tier::Minute => 60_000_000,
+            Tier::FiveMinutes => 300_000_000,
+            Tier::Hour => HOUR_US,
+        }
+    }
+
+    /// The suffix of its tables' names (`1m`, `5m`, `1h`).
+    pub const fn suffix(self) -> &'static str {
+        match self {
+            Tier::Minute => "1m",
+            Tier::FiveMinutes => "5m",
+            Tier::Hour => "1h",
+        }
+    }
+}
+
+/// One table of the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Table {
+    /// The flows ([`FLOW_COLUMNS`]).
+    Flows,
+    /// Traffic per bucket, exporter, protocol and port ([`ROLLUP_COLUMNS`]).
+    Rollup(Tier),
+    /// The top hosts per bucket ([`HOSTS_COLUMNS`]).
+    Hosts(Tier),
+    /// Interface names ([`INTERFACE_COLUMNS`]).
+    Interfaces,
+    /// Per-exporter counters ([`EXPORTER_STATS_COLUMNS`]).
+    ExporterStats,
+}
+
+/// How a table's directory is split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Span {
+    /// `date=YYYY-MM-DD/hour=HH`.
+    Hour,
+    /// `date=YYYY-MM-DD`.
+    Day,
+}
+
+impl Span {
+    /// The length of one partition, µs.
+    pub const fn us(self) -> i64 {
+        match self {
+            Span::Hour => HOUR_US,
+            Span::Day => DAY_US,
+        }
+    }
+}
+
+impl Table {
+    /// Every table, flows first.
+    pub const ALL: [Table; 9] = [
+        Table::Flows,
+        Table::Rollup(Tier::Minute),
+        Table::Rollup(Tier::FiveMinutes),
+        Table::Rollup(Tier::Hour),
+        Table::Hosts(Tier::Minute),
+        Table::Hosts(Tier::FiveMinutes),
+        Table::Hosts(Tier::Hour),
+        Table::Interfaces,
+        Table::ExporterStats,
+    ];
+
+    /// Its directory's name under the store directory.
+    pub const fn dir_name(self) -> &'static str {
+        match self {
+            Table::Flows => "flows",
+            Table::Rollup(Tier::Minute) => "rollup_1m",
+            Table::Rollup(Tier::FiveMinutes) => "rollup_5m",
+            Table::Rollup(Tier::Hour) => "rollup_1h",
+            Table::Hosts(Tier::Minute) => "hosts_1m",
+            Table::Hosts(Tier::FiveMinutes) => "hosts_5m",
+            Table::Hosts(Tier::Hour) => "hosts_1h",
+            Table::Interfaces => "interfaces",
+            Table::ExporterStats => "exporter_stats",
+        }
+    }
+
+    /// Its columns; the first is the time it is partitioned and sorted by.
+    pub const fn columns(self) -> &'static [(&'static str, ColumnType)] {
+        match self {
+            Table::Flows => FLOW_COLUMNS,
+            Table::Rollup(_) => ROLLUP_COLUMNS,
+            Table::Hosts(_) => HOSTS_COLUMNS,
+            Table::Interfaces => INTERFACE_COLUMNS,
+            Table::ExporterStats => EXPORTER_STATS_COLUMNS,
+        }
+    }
+
+    /// How its directory is split.
+    pub const fn span(self) -> Span {
+        match self {
+            Table::Flows
+            | Table::Rollup(Tier::Minute | Tier::FiveMinutes)
+            | Table::Hosts(Tier::Minute | Tier::FiveMinutes) => Span::Hour,
+            Table::Rollup(Tier::Hour)
+            | Table::Hosts(Tier::Hour)
+            | Table::Interfaces
+            | Table::ExporterStats => Span::Day,
+        }
+    }
+}
+
+/// One partition directory of a table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partition {
+    /// The first µs (since 1970 UTC) of the hour or day it holds.
+    pub start_us: i64,
+    /// The first µs past it.
+    pub end_us: i64,
+    /// Its directory.
+    pub path: PathBuf,
+}
+
+/// The start of the partition of `table` that holds time `t_us`.
+pub fn partition_start(table: Table, t_us: i64) -> i64 {
+    t_us.div_euclid(table.span().us()) * table.span().us()
+}
+
+/// The directory of the partition of `table` that holds time `t_us`.
+pub fn partition_dir(dir: &Path, table: Table, t_us: i64) -> PathBuf {
+    let days = t_us.div_euclid(DAY_US);
+    let (y, m, d) = civil_from_days(days);
+    let mut p = dir
+        .join(table.dir_name())
+        .join(format!("date={y:04}-{m:02}-{d:02}"));
+    if table.span() == Span::Hour {
+        let hour = t_us.rem_euclid(DAY_US) / HOUR_US;
+        p.push(format!("hour={hour:02}"));
+    }
+    p
+}
+
+/// The partitions of `table` present under `dir`, oldest first. Directories that are not
+/// partitions are skipped; a table not created yet has none.
+pub fn partitions(dir: &Path, table: Table) -> Result<Vec<Partition>, StoreError> {
+    let root = dir.join(table.dir_name());
+    let mut out = Vec::new();
+    for date_dir in list_dir(&root)? {
+        let Some(days) = date_dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("date="))
+            .and_then(parse_date)
+        else {
+            continue;
+        };
+        let day_us = days * DAY_US;
+        match table.span() {
+            Span::Day => out.push(Partition {
+                start_us: day_us,
+                end_us: day_us + DAY_US,
+                path: date_dir,
+            }),
+            Span::Hour => {
+                for hour_dir in list_dir(&date_dir)? {
+                    let Some(hour) = hour_dir
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .and_then(|n| n.strip_prefix("hour="))
+                        .filter(|h| h.len() == 2)
+                        .and_then(|h| h.parse::<i64>().ok())
+                        .filter(|h| (0..24).contains(h))
+                    else {
+                        continue;
+                    };
+                    let start_us = day_us + hour * HOUR_US;
+                    out.push(Partition {
+                        start_us,
+                        end_us: start_us + HOUR_US,
+                        path: hour_dir,
+                    });
+                }
+            }
+        }
+    }
+    out.sort_by_key(|p| p.start_us);
+    Ok(out)
+}
+
+/// The complete files (`*.parquet`, never a `.part`) of one partition, sorted by name.
+pub fn files(partition: &Path) -> Result<Vec<PathBuf>, StoreError> {
+    let mut out: Vec<PathBuf> = list_dir(partition)?
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// The complete files of `table` whose partitions overlap the time range `[from_us, to_us)`,
+/// oldest partition first. Rows in them may still lie outside the range: a reader filters rows
+/// (or row groups, by their statistics on the first column).
+pub fn files_between(
+    dir: &Path,
+    table: Table,
+    from_us: i64,
+    to_us: i64,
+) -> Result<Vec<PathBuf>, StoreError> {
+    let mut out = Vec::new();
+    for p in partitions(dir, table)? {
+        if p.end_us > from_us && p.start_us < to_us {
+            out.extend(files(&p.path)?);
+        }
+    }
+    Ok(out)
+}
+
+/// The entries of `dir`, or none if it does not exist.
+fn list_dir(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(StoreError::Io {
+                what: "read directory",
+                path: dir.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let mut out = Vec::new();
+    for e in rd {
+        let e = e.map_err(|source| StoreError::Io {
+            what: "read directory",
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        out.push(e.path());
+    }
+    Ok(out)
+}
+
+/// `YYYY-MM-DD` as days since 1970-01-01.
+fn parse_date(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
+        return None;
+    }
+    let y: i64 = s[..4].parse().ok()?;
+    let m: u32 = s[5..7].parse().ok()?;
+    let d: u32 = s[8..].parse().ok()?;
+    if !(1..=12).contains(&m) || d == 0 || d > 31 {
+        return None;
+    }
+    let days = days_from_civil(y, m, d);
+    (civil_from_days(days) == (y, m, d)).then_some(days)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (i64::from(m) + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The date of a day since 1970-01-01 (H. Hinnant's `civil_from_days`).
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (
+        if m <= 2 {
+            yoe + era * 400 + 1
+        } else {
+            yoe + era * 400
+        },
+        m,
+        d,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_round_trip() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+        assert_eq!(civil_from_days(days_from_civil(2024, 2, 29)), (2024, 2, 29));
+        for z in (-800_000..800_000).step_by(997) {
+            let (y, m, d) = civil_from_days(z);
+            assert_eq!(days_from_civil(y, m, d), z);
+        }
+        assert_eq!(parse_date("2023-02-29"), None);
+        assert_eq!(parse_date("2024-02-29"), Some(days_from_civil(2024, 2, 29)));
+    }
+
+    #[test]
+    fn partitions_by_hour_and_day() {
+        // 2026-11-25T10:59:59.999999Z and the next microsecond.
+        let t = days_from_civil(2026, 11, 25) * DAY_US + 11 * HOUR_US - 1;
+        let d = Path::new("/s");
+        assert_eq!(
+            partition_dir(d, Table::Flows, t),
+            Path::new("/s/flows/date=2026-11-25/hour=10")
+        );
+        assert_eq!(
+            partition_dir(d, Table::Flows, t + 1),
+            Path::new("/s/flows/date=2026-11-25/hour=11")
+        );
+        assert_eq!(
+            partition_dir(d, Table::Rollup(Tier::Hour), t),
+            Path::new("/s/rollup_1h/date=2026-11-25")
+        );
+        assert_eq!(partition_start(Table::Flows, t + 1), t + 1);
+        assert_eq!(partition_start(Table::Flows, t), t + 1 - HOUR_US);
+    }
+
+    #[test]
+    fn lists_partitions_and_complete_files_in_a_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let h10 = days_from_civil(2026, 11, 25) * DAY_US + 10 * HOUR_US;
+        for (t, name) in [
+            (h10, "a.parquet"),
+            (h10, "b.parquet.part"),
+            (h10 + HOUR_US, "c.parquet"),
+            (h10 + 14 * HOUR_US, "d.parquet"),
+        ] {
+            let p = partition_dir(dir.path(), Table::Flows, t);
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(p.join(name), b"").unwrap();
+        }
+        std::fs::create_dir_all(dir.path().join("flows/notapartition")).unwrap();
+        let names = |v: Vec<PathBuf>| -> Vec<String> {
+            v.iter()
+                .map(|p| p.file_name().unwrap().to_str().unwrap().to_owned())
+                .collect()
+        };
+        let all = files_between(dir.path(), Table::Flows, i64::MIN, i64::MAX).unwrap();
+        assert_eq!(names(all), ["a.parquet", "c.parquet", "d.parquet"]);
+        let w = files_between(
+            dir.path(),
+            Table::Flows,
+            h10 + HOUR_US - 1,
+            h10 + HOUR_US + 1,
+        );
+        assert_eq!(names(w.unwrap()), ["a.parquet", "c.parquet"]);
+        let parts = partitions(dir.path(), Table::Flows).unwrap();
+        assert_eq!(parts.len(), 3);
+        assert_eq!(parts[2].start_us, h10 + 14 * HOUR_US);
+        assert!(
+            partitions(dir.path(), Table::Interfaces)
+                .unwrap()
+                .is_empty()
+        );
+    }
+}

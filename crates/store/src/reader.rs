@@ -1,0 +1,129 @@
+//! Reading back a file the store wrote: every row, column by column, checked against the
+//! table's columns.
+
+use std::fs::File;
+use std::path::Path;
+
+use parquet::column::reader::ColumnReader;
+use parquet::file::reader::{FileReader, RowGroupReader};
+use parquet::file::serialized_reader::SerializedFileReader;
+
+use crate::StoreError;
+use crate::batch::{Batch, Column};
+use crate::schema::{ColumnType, FLOW_COLUMNS, StoredFlow};
+
+/// Every row of the file at `path`, a table of `columns`.
+pub fn read_file(path: &Path, columns: &[(&str, ColumnType)]) -> Result<Batch, StoreError> {
+    let bad = |e: String| StoreError::Other(format!("read {}: {e}", path.display()));
+    let file = File::open(path).map_err(|source| StoreError::Io {
+        what: "open",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let reader = SerializedFileReader::new(file).map_err(|e| bad(e.to_string()))?;
+    let schema = reader.metadata().file_metadata().schema_descr();
+    let names: Vec<&str> = schema.columns().iter().map(|c| c.name()).collect();
+    let want: Vec<&str> = columns.iter().map(|c| c.0).collect();
+    if names != want {
+        return Err(bad(format!("columns {names:?}, not the table's {want:?}")));
+    }
+    let mut batch = Batch::empty(columns);
+    for i in 0..reader.num_row_groups() {
+        let rg = reader.get_row_group(i).map_err(|e| bad(e.to_string()))?;
+        let rows = usize::try_from(rg.metadata().num_rows()).unwrap_or(0);
+        for (k, col) in batch.columns.iter_mut().enumerate() {
+            read_column(rg.as_ref(), k, rows, col).map_err(|e| bad(e.to_string()))?;
+        }
+    }
+    if batch.columns.iter().any(|c| c.len() != batch.rows()) {
+        return Err(bad("columns of different lengths".into()));
+    }
+    Ok(batch)
+}
+
+/// Appends the `rows` values of column `k` of row group `rg` to `out`.
+fn read_column(
+    rg: &dyn RowGroupReader,
+    k: usize,
+    rows: usize,
+    out: &mut Column,
+) -> parquet::errors::Result<()> {
+    let general = |m: &str| parquet::errors::ParquetError::General(m.to_owned());
+    match (rg.get_column_reader(k)?, out) {
+        (ColumnReader::Int32ColumnReader(mut r), Column::I32(v)) => {
+            let mut buf = Vec::with_capacity(rows);
+            read_all(rows, |n, b| r.read_records(n, None, None, b), &mut buf)?;
+            v.extend_from_slice(&buf);
+        }
+        (ColumnReader::Int64ColumnReader(mut r), Column::I64(v)) => {
+            let mut buf = Vec::with_capacity(rows);
+            read_all(rows, |n, b| r.read_records(n, None, None, b), &mut buf)?;
+            v.extend_from_slice(&buf);
+        }
+        (ColumnReader::FixedLenByteArrayColumnReader(mut r), Column::Addr(v)) => {
+            let mut buf = Vec::with_capacity(rows);
+            read_all(rows, |n, b| r.read_records(n, None, None, b), &mut buf)?;
+            for a in buf {
+                v.push(
+                    a.data()
+                        .try_into()
+                        .map_err(|_| general("an address is not 16 bytes"))?,
+                );
+            }
+        }
+        (ColumnReader::ByteArrayColumnReader(mut r), Column::Text(v)) => {
+            let mut buf = Vec::with_capacity(rows);
+            read_all(rows, |n, b| r.read_records(n, None, None, b), &mut buf)?;
+            for s in buf {
+                v.push(
+                    s.as_utf8()
+                        .map_err(|_| general("text is not UTF-8"))?
+                        .to_owned(),
+                );
+            }
+        }
+        _ => return Err(general("a column's physical type is not the table's")),
+    }
+    Ok(())
+}
+
+/// Reads `rows` records with `read` into `buf` (one call may stop at a page's end).
+fn read_all<T>(
+    rows: usize,
+    mut read: impl FnMut(usize, &mut Vec<T>) -> parquet::errors::Result<(usize, usize, usize)>,
+    buf: &mut Vec<T>,
+) -> parquet::errors::Result<()> {
+    let mut done = 0;
+    while done < rows {
+        let (records, _, _) = read(rows - done, buf)?;
+        if records == 0 {
+            return Err(parquet::errors::ParquetError::General(format!(
+                "{done} of {rows} rows in a row group"
+            )));
+        }
+        done += records;
+    }
+    Ok(())
+}
+
+/// The flows of a file of the flows table, as [`crate::batch::to_flows`] rebuilds them.
+pub fn read_flows(path: &Path) -> Result<Vec<StoredFlow>, StoreError> {
+    Ok(crate::batch::to_flows(&read_file(path, FLOW_COLUMNS)?))
+}
+
+/// The file's key-value metadata entry `key`, if it has one.
+pub fn metadata_value(path: &Path, key: &str) -> Result<Option<String>, StoreError> {
+    let file = File::open(path).map_err(|source| StoreError::Io {
+        what: "open",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let reader = SerializedFileReader::new(file)
+        .map_err(|e| StoreError::Other(format!("read {}: {e}", path.display())))?;
+    Ok(reader
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .and_then(|kv| kv.iter().find(|e| e.key == key))
+        .and_then(|e| e.value.clone()))
+}

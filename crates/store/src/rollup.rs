@@ -1,0 +1,257 @@
+//! The rollup tiers: traffic per bucket by exporter, domain, protocol and service port, and the
+//! top hosts of each bucket, for 1-minute, 5-minute and 1-hour buckets (the rows of
+//! [`crate::schema::ROLLUP_COLUMNS`] and [`crate::schema::HOSTS_COLUMNS`]).
+//!
+//! Only the open 1-minute buckets are updated per flow. A bucket closes once the store's clock
+//! (the latest `time_start` it has stored) is `delay` past the bucket's end: its rows are
+//! written, and its traffic and its full host totals (not only the top K) are added to the
+//! 5-minute and 1-hour buckets around it, which close the same way. A flow that arrives after
+//! its bucket closed opens it again; the rows written then add to the earlier ones.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::batch::{Batch, Column};
+use crate::partition::{Table, Tier};
+use crate::schema::{StoredFlow, addr16};
+
+/// The totals of one exporter, domain, protocol and service port in a bucket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Traffic {
+    flows: u64,
+    rev_flows: u64,
+    packets: u64,
+    bytes: u64,
+    rev_packets: u64,
+    rev_bytes: u64,
+}
+
+impl Traffic {
+    fn add(&mut self, o: &Traffic) {
+        self.flows += o.flows;
+        self.rev_flows += o.rev_flows;
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        self.rev_packets += o.rev_packets;
+        self.rev_bytes += o.rev_bytes;
+    }
+}
+
+/// (exporter, domain, protocol, port).
+type TrafficKey = ([u8; 16], u32, u8, u16);
+
+/// What one address sent or received in a bucket, over one-way flows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Host {
+    flows: u64,
+    packets: u64,
+    bytes: u64,
+}
+
+impl Host {
+    fn add(&mut self, flows: u64, packets: u64, bytes: u64) {
+        self.flows += flows;
+        self.packets += packets;
+        self.bytes += bytes;
+    }
+}
+
+/// One open bucket.
+#[derive(Debug, Default)]
+struct Bucket {
+    traffic: HashMap<TrafficKey, Traffic>,
+    /// Index 0: by sender, 1: by receiver.
+    hosts: [HashMap<[u8; 16], Host>; 2],
+}
+
+impl Bucket {
+    fn merge_into(&self, other: &mut Bucket) {
+        for (k, t) in &self.traffic {
+            other.traffic.entry(*k).or_default().add(t);
+        }
+        for side in 0..2 {
+            for (a, h) in &self.hosts[side] {
+                other.hosts[side]
+                    .entry(*a)
+                    .or_default()
+                    .add(h.flows, h.packets, h.bytes);
+            }
+        }
+    }
+}
+
+/// The open buckets of every tier.
+#[derive(Debug)]
+pub struct Rollups {
+    /// Open buckets per tier (finest first), by bucket start µs.
+    open: [BTreeMap<i64, Bucket>; 3],
+    /// Addresses kept per bucket and side.
+    top_k: usize,
+    /// How long past a bucket's end flows may still arrive for it, µs.
+    delay_us: i64,
+    /// The latest `time_start` added, µs.
+    clock_us: i64,
+}
+
+/// Rows ready to be written, per table.
+pub type Closed = Vec<(Table, Batch)>;
+
+impl Rollups {
+    /// No buckets yet; `top_k` hosts per bucket and side; buckets close `delay_us` after their
+    /// end.
+    pub fn new(top_k: usize, delay_us: i64) -> Rollups {
+        Rollups {
+            open: Default::default(),
+            top_k,
+            delay_us,
+            clock_us: i64::MIN,
+        }
+    }
+
+    /// Adds flows (already stored) to their 1-minute buckets.
+    pub fn add(&mut self, flows: &[StoredFlow]) {
+        for s in flows {
+            self.add_one(s);
+        }
+    }
+
+    fn add_one(&mut self, s: &StoredFlow) {
+        let f = &s.flow;
+        let width = Tier::Minute.bucket_us();
+        let t = (f.start_ns() / 1000) as i64;
+        self.clock_us = self.clock_us.max(t);
+        let b = self.open[0].entry(t.div_euclid(width) * width).or_default();
+        let rev = f.rev.packets > 0;
+        b.traffic
+            .entry((s.exporter, s.domain, f.proto, f.dport))
+            .or_default()
+            .add(&Traffic {
+                flows: 1,
+                rev_flows: u64::from(rev),
+                packets: f.fwd.packets,
+                bytes: f.fwd.octets,
+                rev_packets: f.rev.packets,
+                rev_bytes: f.rev.octets,
+            });
+        let (src, dst) = (addr16(f.ipv6, &f.src), addr16(f.ipv6, &f.dst));
+        b.hosts[0]
+            .entry(src)
+            .or_default()
+            .add(1, f.fwd.packets, f.fwd.octets);
+        b.hosts[1]
+            .entry(dst)
+            .or_default()
+            .add(1, f.fwd.packets, f.fwd.octets);
+        if rev {
+            b.hosts[0]
+                .entry(dst)
+                .or_default()
+                .add(1, f.rev.packets, f.rev.octets);
+            b.hosts[1]
+                .entry(src)
+                .or_default()
+                .add(1, f.rev.packets, f.rev.octets);
+        }
+    }
+
+    /// Closes the buckets that ended `delay` before the clock (all of them if `all`), and
+    /// returns their rows.
+    pub fn close(&mut self, all: bool) -> Closed {
+        let mut out = Closed::new();
+        for (level, tier) in Tier::ALL.into_iter().enumerate() {
+            let width = tier.bucket_us();
+            let limit = self.clock_us.saturating_sub(self.delay_us);
+            let ready: Vec<i64> = self.open[level]
+                .keys()
+                .copied()
+                .filter(|&start| all || start + width <= limit)
+                .collect();
+            if ready.is_empty() {
+                continue;
+            }
+            let mut traffic = Batch::empty(Table::Rollup(tier).columns());
+            let mut hosts = Batch::empty(Table::Hosts(tier).columns());
+            for start in ready {
+                let b = self.open[level].remove(&start).unwrap_or_default();
+                traffic_rows(start, &b, &mut traffic);
+                host_rows(start, &b, self.top_k, &mut hosts);
+                for (up, coarser) in Tier::ALL.into_iter().enumerate().skip(level + 1) {
+                    // The 1-hour tier takes the 1-minute buckets directly, not twice.
+                    if level == 1 && up == 2 {
+                        continue;
+                    }
+                    let w = coarser.bucket_us();
+                    b.merge_into(self.open[up].entry(start.div_euclid(w) * w).or_default());
+                }
+            }
+            out.push((Table::Rollup(tier), traffic));
+            out.push((Table::Hosts(tier), hosts));
+        }
+        out
+    }
+
+    /// Whether no bucket is open.
+    pub fn is_empty(&self) -> bool {
+        self.open.iter().all(BTreeMap::is_empty)
+    }
+}
+
+/// Appends the traffic rows of the bucket starting at `start`, sorted by key.
+fn traffic_rows(start: i64, b: &Bucket, out: &mut Batch) {
+    let mut rows: Vec<(&TrafficKey, &Traffic)> = b.traffic.iter().collect();
+    rows.sort_unstable_by_key(|(k, _)| **k);
+    for (&(exporter, domain, protocol, port), t) in rows {
+        push(&mut out.columns[0], start);
+        push_addr(&mut out.columns[1], exporter);
+        push32(&mut out.columns[2], domain as i32);
+        push32(&mut out.columns[3], i32::from(protocol));
+        push32(&mut out.columns[4], i32::from(port));
+        for (k, v) in [
+            t.flows,
+            t.rev_flows,
+            t.packets,
+            t.bytes,
+            t.rev_packets,
+            t.rev_bytes,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            push(&mut out.columns[5 + k], v as i64);
+        }
+    }
+}
+
+/// Appends the top `k` senders and receivers of the bucket starting at `start`, by bytes
+/// (ties by address).
+fn host_rows(start: i64, b: &Bucket, k: usize, out: &mut Batch) {
+    for (side, hosts) in b.hosts.iter().enumerate() {
+        let mut rows: Vec<(&[u8; 16], &Host)> = hosts.iter().collect();
+        rows.sort_unstable_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(b.0)));
+        for (addr, h) in rows.into_iter().take(k) {
+            push(&mut out.columns[0], start);
+            push32(&mut out.columns[1], side as i32);
+            push_addr(&mut out.columns[2], *addr);
+            push(&mut out.columns[3], h.flows as i64);
+            push(&mut out.columns[4], h.packets as i64);
+            push(&mut out.columns[5], h.bytes as i64);
+        }
+    }
+}
+
+fn push(c: &mut Column, v: i64) {
+    if let Column::I64(c) = c {
+        c.push(v);
+    }
+}
+
+fn push32(c: &mut Column, v: i32) {
+    if let Column::I32(c) = c {
+        c.push(v);
+    }
+}
+
+fn push_addr(c: &mut Column, v: [u8; 16]) {
+    if let Column::Addr(c) = c {
+        c.push(v);
+    }
+}

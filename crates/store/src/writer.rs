@@ -1,0 +1,332 @@
+//! Writing one Parquet file of one table: created new as `NAME.parquet.part` (never through a
+//! link, mode 0640), written in row groups of at most `row_group_rows`, synced, then renamed to
+//! `NAME.parquet` and the directory synced. A failed write removes the `.part` and names the
+//! file in its error.
+//!
+//! Encodings: times are delta-encoded (`DELTA_BINARY_PACKED`: rows are sorted by the first
+//! column, so its deltas are small); every other column is dictionary-encoded with Parquet's
+//! fallback to plain pages when its dictionary grows past the page limit; pages are compressed
+//! with zstd. Min/max statistics are written per row group and per page (the page index).
+
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parquet::basic::Type as PhysicalType;
+use parquet::basic::{Compression, Encoding, LogicalType, Repetition, TimeUnit, ZstdLevel};
+use parquet::column::writer::ColumnWriter;
+use parquet::data_type::{ByteArray, FixedLenByteArray};
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::file::writer::SerializedFileWriter;
+use parquet::schema::types::{ColumnPath, Type};
+
+use crate::StoreError;
+use crate::batch::{Batch, Column};
+use crate::schema::ColumnType;
+
+/// Permission bits of every file the store writes: the owner reads and writes, the group reads.
+pub const FILE_MODE: u32 = 0o640;
+/// Permission bits of the directories it creates.
+pub const DIR_MODE: u32 = 0o750;
+
+/// How files are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileOptions {
+    /// The zstd level (1 to 22).
+    pub zstd_level: i32,
+    /// Rows per row group at most: the unit a reader skips by its statistics.
+    pub row_group_rows: usize,
+}
+
+impl Default for FileOptions {
+    fn default() -> Self {
+        FileOptions {
+            zstd_level: 9,
+            row_group_rows: 128 * 1024,
+        }
+    }
+}
+
+/// The Parquet schema of a table of `columns`.
+pub fn schema(columns: &[(&str, ColumnType)]) -> Result<Type, StoreError> {
+    let fields = columns
+        .iter()
+        .map(|&(name, t)| {
+            let (physical, logical) = match t {
+                ColumnType::TimestampMicros => (
+                    PhysicalType::INT64,
+                    Some(LogicalType::timestamp(true, TimeUnit::MICROS)),
+                ),
+                ColumnType::Addr16 => (PhysicalType::FIXED_LEN_BYTE_ARRAY, None),
+                ColumnType::U8 => (PhysicalType::INT32, Some(unsigned(8))),
+                ColumnType::U16 => (PhysicalType::INT32, Some(unsigned(16))),
+                ColumnType::U32 => (PhysicalType::INT32, Some(unsigned(32))),
+                ColumnType::U64 => (PhysicalType::INT64, Some(unsigned(64))),
+                ColumnType::Utf8 => (PhysicalType::BYTE_ARRAY, Some(LogicalType::String)),
+            };
+            let mut b = Type::primitive_type_builder(name, physical)
+                .with_repetition(Repetition::REQUIRED)
+                .with_logical_type(logical);
+            if t == ColumnType::Addr16 {
+                b = b.with_length(16);
+            }
+            b.build().map(Arc::new)
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| StoreError::Other(format!("parquet schema: {e}")))?;
+    Type::group_type_builder("schema")
+        .with_fields(fields)
+        .build()
+        .map_err(|e| StoreError::Other(format!("parquet schema: {e}")))
+}
+
+fn unsigned(bits: i8) -> LogicalType {
+    LogicalType::integer(bits, false)
+}
+
+/// The writer settings for a table of `columns`.
+fn properties(
+    columns: &[(&str, ColumnType)],
+    opts: &FileOptions,
+    metadata: Vec<KeyValue>,
+) -> Result<WriterProperties, StoreError> {
+    let level = ZstdLevel::try_new(opts.zstd_level)
+        .map_err(|e| StoreError::Other(format!("zstd level {}: {e}", opts.zstd_level)))?;
+    let mut b = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(level))
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_max_row_group_row_count(Some(opts.row_group_rows.max(1)))
+        .set_created_by(format!("tapflow {}", env!("CARGO_PKG_VERSION")))
+        .set_key_value_metadata((!metadata.is_empty()).then_some(metadata));
+    for &(name, t) in columns {
+        if t == ColumnType::TimestampMicros {
+            let path = ColumnPath::from(name);
+            b = b
+                .set_column_dictionary_enabled(path.clone(), false)
+                .set_column_encoding(path, Encoding::DELTA_BINARY_PACKED);
+        }
+    }
+    Ok(b.build())
+}
+
+/// Writes `batch` (rows of a table of `columns`) to `path` (which ends in `.parquet`), through
+/// `path.part`, with `metadata` as the file's key-value metadata. Returns the file's size.
+pub fn write_file(
+    path: &Path,
+    columns: &[(&str, ColumnType)],
+    batch: &Batch,
+    opts: &FileOptions,
+    metadata: Vec<KeyValue>,
+) -> Result<u64, StoreError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    create_dirs(dir)?;
+    let part = part_name(path);
+    let file = create_new(&part).map_err(|source| StoreError::Io {
+        what: "create",
+        path: part.clone(),
+        source,
+    })?;
+    let written = write_parquet(file, columns, batch, opts, metadata)
+        .map_err(|e| e.at(&part))
+        .and_then(|()| finish(&part, path));
+    match written {
+        Ok(size) => Ok(size),
+        Err(e) => {
+            let _ = std::fs::remove_file(&part);
+            Err(e)
+        }
+    }
+}
+
+/// `NAME.parquet.part` for `NAME.parquet`.
+pub fn part_name(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".part");
+    PathBuf::from(s)
+}
+
+/// Creates `dir` and its parents, mode [`DIR_MODE`].
+pub fn create_dirs(dir: &Path) -> Result<(), StoreError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(dir)
+        .map_err(|source| StoreError::Io {
+            what: "create directory",
+            path: dir.to_path_buf(),
+            source,
+        })
+}
+
+/// Creates `path`, which must not exist: a file or link planted there is refused, not
+/// followed; mode [`FILE_MODE`] whatever the umask.
+fn create_new(path: &Path) -> std::io::Result<File> {
+    let f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(FILE_MODE))?;
+    Ok(f)
+}
+
+/// Why a write failed, before the file's name is known to the error.
+#[derive(Debug)]
+enum WriteError {
+    Io(&'static str, std::io::Error),
+    Parquet(parquet::errors::ParquetError),
+}
+
+impl WriteError {
+    fn at(self, path: &Path) -> StoreError {
+        match self {
+            WriteError::Io(what, source) => StoreError::Io {
+                what,
+                path: path.to_path_buf(),
+                source,
+            },
+            // The Parquet writer wraps the I/O errors of the file it writes (a full disk).
+            WriteError::Parquet(parquet::errors::ParquetError::External(e)) => {
+                match e.downcast::<std::io::Error>() {
+                    Ok(source) => StoreError::Io {
+                        what: "write",
+                        path: path.to_path_buf(),
+                        source: *source,
+                    },
+                    Err(e) => StoreError::Other(format!("write {}: {e}", path.display())),
+                }
+            }
+            WriteError::Parquet(e) => StoreError::Other(format!("write {}: {e}", path.display())),
+        }
+    }
+}
+
+impl From<parquet::errors::ParquetError> for WriteError {
+    fn from(e: parquet::errors::ParquetError) -> Self {
+        WriteError::Parquet(e)
+    }
+}
+
+fn write_parquet(
+    file: File,
+    columns: &[(&str, ColumnType)],
+    batch: &Batch,
+    opts: &FileOptions,
+    metadata: Vec<KeyValue>,
+) -> Result<(), WriteError> {
+    let schema = schema(columns)
+        .map_err(|e| WriteError::Parquet(parquet::errors::ParquetError::General(e.to_string())))?;
+    let props = properties(columns, opts, metadata)
+        .map_err(|e| WriteError::Parquet(parquet::errors::ParquetError::General(e.to_string())))?;
+    let mut w = SerializedFileWriter::new(
+        std::io::BufWriter::with_capacity(1 << 20, file),
+        Arc::new(schema),
+        Arc::new(props),
+    )?;
+    let rows = batch.rows();
+    let step = opts.row_group_rows.max(1);
+    let mut at = 0;
+    while at < rows {
+        let n = step.min(rows - at);
+        let mut rg = w.next_row_group()?;
+        let mut k = 0;
+        while let Some(mut col) = rg.next_column()? {
+            write_column(col.untyped(), &batch.columns[k], at, n)?;
+            col.close()?;
+            k += 1;
+        }
+        rg.close()?;
+        at += n;
+    }
+    let buf = w.into_inner()?;
+    let mut file = buf
+        .into_inner()
+        .map_err(|e| WriteError::Io("write", e.into_error()))?;
+    file.flush().map_err(|e| WriteError::Io("write", e))?;
+    file.sync_all().map_err(|e| WriteError::Io("sync", e))
+}
+
+/// Writes values `at..at + n` of `column` into `w`.
+fn write_column(
+    w: &mut ColumnWriter<'_>,
+    column: &Column,
+    at: usize,
+    n: usize,
+) -> Result<(), WriteError> {
+    match (w, column) {
+        (ColumnWriter::Int32ColumnWriter(w), Column::I32(v)) => {
+            w.write_batch(&v[at..at + n], None, None)?;
+        }
+        (ColumnWriter::Int64ColumnWriter(w), Column::I64(v)) => {
+            w.write_batch(&v[at..at + n], None, None)?;
+        }
+        (ColumnWriter::FixedLenByteArrayColumnWriter(w), Column::Addr(v)) => {
+            // One buffer for the chunk; each value is a slice of it, not an allocation.
+            let all = bytes::Bytes::from(v[at..at + n].as_flattened().to_vec());
+            let values: Vec<FixedLenByteArray> = (0..n)
+                .map(|i| FixedLenByteArray::from(ByteArray::from(all.slice(i * 16..i * 16 + 16))))
+                .collect();
+            w.write_batch(&values, None, None)?;
+        }
+        (ColumnWriter::ByteArrayColumnWriter(w), Column::Text(v)) => {
+            let values: Vec<ByteArray> = v[at..at + n]
+                .iter()
+                .map(|s| ByteArray::from(s.as_bytes().to_vec()))
+                .collect();
+            w.write_batch(&values, None, None)?;
+        }
+        (_, c) => {
+            return Err(WriteError::Parquet(parquet::errors::ParquetError::General(
+                format!(
+                    "a column of {} values does not fit its Parquet type",
+                    c.len()
+                ),
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Renames the complete `part` to `path` and syncs the directory; returns the file's size.
+fn finish(part: &Path, path: &Path) -> Result<u64, StoreError> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Ok(_) => {
+            return Err(StoreError::Io {
+                what: "rename to",
+                path: path.to_path_buf(),
+                source: std::io::ErrorKind::AlreadyExists.into(),
+            });
+        }
+        Err(source) => {
+            return Err(StoreError::Io {
+                what: "stat",
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    }
+    std::fs::rename(part, path).map_err(|source| StoreError::Io {
+        what: "rename",
+        path: part.to_path_buf(),
+        source,
+    })?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))?;
+    let size = std::fs::metadata(path).map_or(0, |m| m.len());
+    Ok(size)
+}
+
+/// Makes a rename or removal in `dir` durable.
+pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|source| StoreError::Io {
+            what: "sync directory",
+            path: dir.to_path_buf(),
+            source,
+        })
+}

@@ -1,0 +1,499 @@
+//! The Parquet query engine against a plain count over the same flows read back row by row:
+//! top-N, aggregation, series, totals, listing and filters agree; a 15-minute window opens only
+//! its hour's files and skips row groups by their statistics.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use common::{H, day0_us, flows};
+use tapflow_store::partition::{Table, files_between};
+use tapflow_store::query::filter::{OneWay, parse};
+use tapflow_store::query::{
+    Counters, Filter, Key, Kind, Metric, ParquetEngine, Query, QueryEngine, QueryResult, Value,
+    Window,
+};
+use tapflow_store::reader::read_flows;
+use tapflow_store::schema::addr16;
+use tapflow_store::writer::FileOptions;
+use tapflow_store::{FlowStore, ParquetOptions, ParquetStore, StoredFlow};
+
+const N: usize = 12_000;
+
+/// A day of flows (every hour), written by the store in small row groups once for every test,
+/// and the same flows read back row by row.
+fn day_store() -> &'static (tempfile::TempDir, Vec<StoredFlow>) {
+    static STORE: OnceLock<(tempfile::TempDir, Vec<StoredFlow>)> = OnceLock::new();
+    STORE.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let flows = write_day(dir.path());
+        (dir, flows)
+    })
+}
+
+fn write_day(dir: &Path) -> Vec<StoredFlow> {
+    let opts = ParquetOptions {
+        flush_interval: Duration::from_secs(3600),
+        maintenance_interval: Duration::from_secs(3600),
+        file: FileOptions {
+            row_group_rows: 128,
+            zstd_level: 1,
+        },
+        ..ParquetOptions::default()
+    };
+    let mut store = Box::new(ParquetStore::open(dir, opts).unwrap());
+    let input = flows(7, N, day0_us(), 24 * H, 500);
+    for chunk in input.chunks(5000) {
+        store.insert(chunk).unwrap();
+        store.flush().unwrap();
+    }
+    store.close().unwrap();
+    let mut back = Vec::new();
+    for f in files_between(dir, Table::Flows, i64::MIN, i64::MAX).unwrap() {
+        back.extend(read_flows(&f).unwrap());
+    }
+    assert_eq!(back.len(), N);
+    back
+}
+
+/// The one-way flows of a stored row, as the query module documents them.
+fn one_way(s: &StoredFlow) -> Vec<OneWay> {
+    let f = &s.flow;
+    let fwd = OneWay {
+        start_us: (f.start_ns() / 1000) as i64,
+        end_us: (f.end_ns() / 1000) as i64,
+        src: addr16(f.ipv6, &f.src),
+        dst: addr16(f.ipv6, &f.dst),
+        sport: f.sport,
+        dport: f.dport,
+        ip_version: if f.ipv6 { 6 } else { 4 },
+        protocol: f.proto,
+        tcp_flags: f.fwd.tcp_flags,
+        packets: f.fwd.packets,
+        bytes: f.fwd.octets,
+        exporter: s.exporter,
+        in_if: f.interface,
+        out_if: s.egress,
+        vlan: f.vlan,
+        reverse: false,
+        flows: 1,
+    };
+    let mut v = vec![fwd];
+    if f.rev.packets > 0 {
+        v.push(OneWay {
+            src: fwd.dst,
+            dst: fwd.src,
+            sport: fwd.dport,
+            dport: fwd.sport,
+            tcp_flags: f.rev.tcp_flags,
+            packets: f.rev.packets,
+            bytes: f.rev.octets,
+            reverse: true,
+            ..fwd
+        });
+    }
+    v
+}
+
+fn kept<'a>(
+    all: &'a [StoredFlow],
+    window: Option<Window>,
+    filter: &'a Option<Filter>,
+) -> impl Iterator<Item = OneWay> + 'a {
+    all.iter().flat_map(one_way).filter(move |f| {
+        window.is_none_or(|w| w.contains(f.start_us))
+            && filter.as_ref().is_none_or(|x| x.matches(f))
+    })
+}
+
+fn run(dir: &Path, q: &Query) -> tapflow_store::query::Answer {
+    ParquetEngine::new(dir, 2).run(q).unwrap()
+}
+
+fn table_rows(r: &QueryResult) -> Vec<(Vec<Value>, u64, u64, u64)> {
+    let QueryResult::Table { rows, .. } = r else {
+        panic!("not a table: {r:?}")
+    };
+    rows.iter()
+        .map(|r| {
+            let c = r.counters;
+            (r.values.clone(), c.flows, c.packets, c.bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn a_15_minute_window_reads_only_its_hour_and_agrees_with_a_plain_count() {
+    let (dir, all) = day_store();
+    let t10 = day0_us() + 10 * H;
+    let window = Window {
+        start_us: t10 + 15 * 60_000_000,
+        end_us: t10 + 30 * 60_000_000,
+    };
+    let hour_files = files_between(dir.path(), Table::Flows, t10, t10 + H)
+        .unwrap()
+        .len() as u64;
+    let every_file = files_between(dir.path(), Table::Flows, i64::MIN, i64::MAX)
+        .unwrap()
+        .len() as u64;
+    assert!(every_file >= 24 && hour_files >= 1);
+
+    let filter = Some(parse("dst port 443 or proto udp").unwrap());
+    let q = Query {
+        window: Some(window),
+        filter: filter.clone(),
+        kind: Kind::Top {
+            key: Key::SrcAddr(None),
+            order_by: Metric::Bytes,
+            n: 0,
+        },
+    };
+    let a = run(dir.path(), &q);
+    assert_eq!(a.stats.files_opened, hour_files);
+    assert_eq!(a.stats.files_listed, every_file);
+    assert!(
+        a.stats.row_groups_read < a.stats.row_groups,
+        "{:?}",
+        a.stats
+    );
+
+    let mut want: HashMap<[u8; 16], (u64, u64, u64)> = HashMap::new();
+    for f in kept(&all, Some(window), &filter) {
+        let e = want.entry(f.src).or_default();
+        e.0 += 1;
+        e.1 += f.packets;
+        e.2 += f.bytes;
+    }
+    let got = table_rows(&a.result);
+    assert_eq!(got.len(), want.len());
+    assert!(!got.is_empty());
+    for (values, flows, packets, bytes) in &got {
+        let Value::Addr(a) = values[0] else { panic!() };
+        assert_eq!(want[&a], (*flows, *packets, *bytes));
+    }
+    assert!(
+        got.windows(2).all(|w| w[0].3 >= w[1].3),
+        "by bytes, largest first"
+    );
+}
+
+type Groups = HashMap<Vec<Value>, (u64, u64, u64)>;
+
+/// Counts the kept one-way flows under each group `key` puts them in.
+fn count(
+    all: &[StoredFlow],
+    window: Option<Window>,
+    filter: &Option<Filter>,
+    key: &dyn Fn(&OneWay) -> Vec<Vec<Value>>,
+) -> Groups {
+    let mut m = Groups::new();
+    for f in kept(all, window, filter) {
+        for k in key(&f) {
+            let e = m.entry(k).or_default();
+            e.0 += 1;
+            e.1 += f.packets;
+            e.2 += f.bytes;
+        }
+    }
+    m
+}
+
+fn v4_24(a: &[u8; 16]) -> Value {
+    let mut m = *a;
+    m[15] = 0;
+    Value::Addr(m)
+}
+
+#[test]
+fn every_kind_agrees_with_a_plain_count() {
+    let (dir, all) = day_store();
+    let check = |q: Query, key: &dyn Fn(&OneWay) -> Vec<Vec<Value>>| {
+        let got = table_rows(&run(dir.path(), &q).result);
+        let n = got.len();
+        let got: Groups = got.into_iter().map(|(v, a, b, c)| (v, (a, b, c))).collect();
+        assert_eq!(got.len(), n, "one row per group");
+        assert_eq!(got, count(&all, q.window, &q.filter, key), "{q:?}");
+    };
+    let num = |n: u16| Value::Num(n.into());
+    let day = Window {
+        start_us: day0_us() + 3 * H,
+        end_us: day0_us() + 9 * H + 123_456_789,
+    };
+
+    // Either address and either port: a flow under both of its values.
+    check(
+        Query {
+            window: None,
+            filter: Some(parse("ipv6").unwrap()),
+            kind: Kind::Top {
+                key: Key::Addr(None),
+                order_by: Metric::Flows,
+                n: 0,
+            },
+        },
+        &|f| vec![vec![Value::Addr(f.src)], vec![Value::Addr(f.dst)]],
+    );
+    check(
+        Query {
+            window: Some(day),
+            filter: None,
+            kind: Kind::Top {
+                key: Key::Port,
+                order_by: Metric::Packets,
+                n: 0,
+            },
+        },
+        &|f| vec![vec![num(f.sport)], vec![num(f.dport)]],
+    );
+    // -a srcip4/24,dstport,proto over IPv4 TCP flows with SYN seen.
+    check(
+        Query {
+            window: Some(day),
+            filter: Some(parse("ipv4 and tcp and flags S").unwrap()),
+            kind: Kind::Aggregate {
+                keys: vec![
+                    Key::SrcAddr(Some(tapflow_store::query::Prefixes { v4: 24, v6: 64 })),
+                    Key::DstPort,
+                    Key::Protocol,
+                ],
+                order_by: Metric::Bytes,
+                n: 0,
+            },
+        },
+        &|f| {
+            vec![vec![
+                v4_24(&f.src),
+                num(f.dport),
+                Value::Num(f.protocol.into()),
+            ]]
+        },
+    );
+    // Exporter, interfaces, VLAN.
+    check(
+        Query {
+            window: None,
+            filter: Some(parse("not vlan 1 and (in if 2 or out if 3)").unwrap()),
+            kind: Kind::Aggregate {
+                keys: vec![Key::Exporter, Key::InIf, Key::OutIf, Key::Vlan],
+                order_by: Metric::Flows,
+                n: 0,
+            },
+        },
+        &|f| {
+            vec![vec![
+                Value::Addr(f.exporter),
+                Value::Num(f.in_if),
+                Value::Num(f.out_if),
+                num(f.vlan),
+            ]]
+        },
+    );
+    // A series by protocol in 5-minute buckets.
+    let q = Query {
+        window: Some(day),
+        filter: Some(parse("bytes > 2k").unwrap()),
+        kind: Kind::Series {
+            every_us: 300_000_000,
+            key: Some(Key::Protocol),
+            order_by: Metric::Bytes,
+            n: 0,
+        },
+    };
+    let QueryResult::Table { rows, .. } = run(dir.path(), &q).result else {
+        panic!()
+    };
+    let mut got = Groups::new();
+    for r in &rows {
+        let t = r.time_us.unwrap();
+        assert_eq!(t % 300_000_000, 0);
+        let c = r.counters;
+        got.insert(
+            vec![Value::Num(t as u32 / 300), r.values[0]],
+            (c.flows, c.packets, c.bytes),
+        );
+    }
+    assert!(rows.windows(2).all(|w| w[0].time_us <= w[1].time_us));
+    let want = count(&all, q.window, &q.filter, &|f| {
+        let t = f.start_us - f.start_us % 300_000_000;
+        vec![vec![
+            Value::Num(t as u32 / 300),
+            Value::Num(f.protocol.into()),
+        ]]
+    });
+    assert_eq!(got, want);
+}
+
+#[test]
+fn top_n_keeps_the_largest_and_summary_totals_match() {
+    let (dir, all) = day_store();
+    let q = |kind| Query {
+        window: None,
+        filter: None,
+        kind,
+    };
+    let top = run(
+        dir.path(),
+        &q(Kind::Top {
+            key: Key::SrcAddr(None),
+            order_by: Metric::Bytes,
+            n: 10,
+        }),
+    )
+    .result;
+    let want = count(&all, None, &None, &|f| vec![vec![Value::Addr(f.src)]]);
+    let mut want: Vec<(u64, Vec<Value>)> = want.into_iter().map(|(k, v)| (v.2, k)).collect();
+    want.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let got: Vec<(u64, Vec<Value>)> = table_rows(&top)
+        .into_iter()
+        .map(|(k, _, _, b)| (b, k))
+        .collect();
+    assert_eq!(got, want[..10]);
+
+    // From the flows: the first and last times are the flows' own (a rollup's are its
+    // buckets' bounds).
+    let raw = ParquetEngine::new(dir.path(), 2).prefer_rollups(false);
+    let QueryResult::Summary(s) = raw.run(&q(Kind::Summary)).unwrap().result else {
+        panic!()
+    };
+    let mut total = Counters::EMPTY;
+    let mut tcp = Counters::EMPTY;
+    for f in kept(&all, None, &None) {
+        total.add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
+        if f.protocol == 6 {
+            tcp.add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
+        }
+    }
+    assert_eq!((s.total, s.tcp), (total, tcp));
+    let mut parts = s.udp;
+    for c in [s.tcp, s.icmp, s.other] {
+        parts.merge(&c);
+    }
+    assert_eq!(parts, s.total);
+}
+
+#[test]
+fn listing_is_by_time_and_limited() {
+    let (dir, all) = day_store();
+    let filter = Some(parse("src net 10.0.0.0/24").unwrap());
+    let QueryResult::Flows(rows) = run(
+        dir.path(),
+        &Query {
+            window: None,
+            filter: filter.clone(),
+            kind: Kind::List { limit: Some(100) },
+        },
+    )
+    .result
+    else {
+        panic!()
+    };
+    let mut want: Vec<i64> = kept(&all, None, &filter).map(|f| f.start_us).collect();
+    want.sort();
+    assert_eq!(rows.len(), 100);
+    assert_eq!(
+        rows.iter().map(|r| r.start_us).collect::<Vec<_>>(),
+        want[..100]
+    );
+}
+
+/// What the rollup tiers answer equals what the flows answer, and comes from the coarsest tier
+/// that can: totals and protocols from the hour tier, a 5-minute series from the 5-minute tier;
+/// a port filter or an unaligned window goes to the flows.
+#[test]
+fn rollup_tiers_answer_like_the_flows() {
+    let (dir, _) = day_store();
+    let day = Window {
+        start_us: day0_us() + 2 * H,
+        end_us: day0_us() + 20 * H,
+    };
+    let both = |q: Query, tier: u32| {
+        let from_tier = ParquetEngine::new(dir.path(), 2).run(&q).unwrap();
+        let raw = ParquetEngine::new(dir.path(), 2)
+            .prefer_rollups(false)
+            .run(&q)
+            .unwrap();
+        assert_eq!(from_tier.stats.tier_seconds, tier, "{q:?}");
+        assert_eq!(raw.stats.tier_seconds, 0);
+        match (&from_tier.result, &raw.result) {
+            (QueryResult::Summary(a), QueryResult::Summary(b)) => {
+                let c = |c: &Counters| (c.flows, c.packets, c.bytes);
+                assert_eq!(
+                    [a.total, a.tcp, a.udp, a.icmp, a.other].map(|x| c(&x)),
+                    [b.total, b.tcp, b.udp, b.icmp, b.other].map(|x| c(&x))
+                );
+            }
+            (a, b) => {
+                let QueryResult::Table { rows: ra, .. } = a else {
+                    panic!()
+                };
+                let QueryResult::Table { rows: rb, .. } = b else {
+                    panic!()
+                };
+                let key = |r: &tapflow_store::query::Row| {
+                    let c = r.counters;
+                    (r.time_us, r.values.clone(), c.flows, c.packets, c.bytes)
+                };
+                let mut ta: Vec<_> = ra.iter().map(key).collect();
+                let mut tb: Vec<_> = rb.iter().map(key).collect();
+                ta.sort();
+                tb.sort();
+                assert_eq!(ta, tb, "{q:?}");
+                assert!(!ra.is_empty());
+            }
+        }
+        from_tier.stats
+    };
+    let q = |window, filter: Option<&str>, kind| Query {
+        window,
+        filter: filter.map(|f| parse(f).unwrap()),
+        kind,
+    };
+    both(q(None, None, Kind::Summary), 3600);
+    both(q(Some(day), Some("not proto udp"), Kind::Summary), 3600);
+    both(
+        q(
+            Some(day),
+            None,
+            Kind::Top {
+                key: Key::Protocol,
+                order_by: Metric::Packets,
+                n: 3,
+            },
+        ),
+        3600,
+    );
+    both(
+        q(
+            None,
+            Some("exporter 198.51.100.0/24"),
+            Kind::Series {
+                every_us: 300_000_000,
+                key: Some(Key::Exporter),
+                order_by: Metric::Bytes,
+                n: 0,
+            },
+        ),
+        300,
+    );
+    let odd = Window {
+        start_us: day.start_us + 60_000_000,
+        end_us: day.end_us,
+    };
+    both(q(Some(odd), None, Kind::Summary), 60);
+    let raw = both(q(Some(odd), Some("dst port 443"), Kind::Summary), 0);
+    assert!(raw.rows_read > 0);
+    both(
+        q(
+            Some(Window {
+                start_us: day.start_us + 1,
+                end_us: day.end_us,
+            }),
+            None,
+            Kind::Summary,
+        ),
+        0,
+    );
+}
