@@ -4,6 +4,7 @@
 //! clickhouse_bench insert URL MILLIONS   # insert synthetic flows through the store, print rows/s
 //! clickhouse_bench write FILE MILLIONS   # the same rows as RowBinary, for clickhouse-client
 //! clickhouse_bench top URL RUNS          # top-10 sources by bytes through the query engine
+//! clickhouse_bench ddl legacy|current    # the statements creating database `t`, one a line
 //! ```
 //!
 //! The flows: 65,536 sources in 10.0.0.0/16 (a few heavy, many light), 4,096 destinations, 20
@@ -12,7 +13,9 @@
 use std::io::Write;
 use std::time::Instant;
 
-use tapflow_store::clickhouse::{ClickHouseConfig, ClickHouseEngine, ClickHouseStore, encode_flow};
+use tapflow_store::clickhouse::{
+    ClickHouseConfig, ClickHouseEngine, ClickHouseStore, Dialect, Layout, Schema, encode_flow,
+};
 use tapflow_store::query::{Key, Kind, Metric, Query, QueryEngine, QueryResult};
 use tapflow_store::schema::addr16;
 use tapflow_store::{FlowStore, StoredFlow};
@@ -71,7 +74,7 @@ fn flow(i: u64, x: u64) -> StoredFlow {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: clickhouse_bench insert URL MILLIONS [FILE] | top URL RUNS";
+    let usage = "usage: clickhouse_bench insert URL MILLIONS | write FILE MILLIONS | top URL RUNS | ddl legacy|current";
     match args.get(1).map(String::as_str) {
         Some(cmd @ ("insert" | "write")) if args.len() >= 4 => {
             let n: u64 = (args[3].parse::<f64>().expect(usage) * 1e6) as u64;
@@ -155,6 +158,20 @@ fn main() {
                     rows[0].counters.bytes
                 );
             }
+        }
+        Some("ddl") if args.len() >= 3 => {
+            let dialect = if args[2] == "legacy" {
+                Dialect::Legacy
+            } else {
+                Dialect::Current
+            };
+            let schema = Schema {
+                dialect,
+                layout: Layout::Single,
+                database: "t".into(),
+                retain_days: 30,
+            };
+            println!("{}", schema.statements().join(";\n"));
         }
         _ => {
             eprintln!("{usage}");

@@ -1,7 +1,8 @@
 //! The ClickHouse store against real servers: Debian's `clickhouse-server` (18.16) started by
 //! each test through `scripts/clickhouse.sh` on its own loopback ports and directory, stopped
 //! (also on failure) when the test ends; and `chdb` from PyPI (a current ClickHouse, in process)
-//! for the current servers' tables (that test prints one `skipped:` line without chdb).
+//! for the current servers' tables (that test prints one `skipped:` line without chdb); the
+//! Parquet store and its scan as the oracle for queries.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -12,7 +13,9 @@ use tapflow_store::clickhouse::{
     ClickHouseConfig, ClickHouseStore, Dialect, Layout, Schema, Server, encode_flow,
 };
 use tapflow_store::schema::{ColumnType, FLOW_COLUMNS, addr16};
-use tapflow_store::{ExporterStats, FlowStore, InterfaceName, StoreReport, StoredFlow};
+use tapflow_store::{
+    ExporterStats, FlowStore, InterfaceName, ParquetOptions, ParquetStore, StoreReport, StoredFlow,
+};
 use tapflow_wire::flowrecord::{Counters, EndReason, FlowRecord};
 
 /// Servers started for one test in their own directory; stopped when dropped.
@@ -526,6 +529,7 @@ fn chdb_takes_the_current_tables_and_answers_over_them() {
                 ColumnType::U16 => "UInt16",
                 ColumnType::U32 => "UInt32",
                 ColumnType::U64 => "UInt64",
+                ColumnType::Utf8 => "String",
             };
             format!("{n} {t}")
         })
@@ -578,88 +582,6 @@ fn chdb_takes_the_current_tables_and_answers_over_them() {
     assert_eq!(out, expected);
 }
 
-/// Writes `f` as the Parquet store's flow files (one per hour partition), columns as
-/// [`FLOW_COLUMNS`] says, the way any Parquet writer would.
-fn write_parquet(dir: &Path, f: &[StoredFlow]) {
-    use arrow_array::builder::{
-        FixedSizeBinaryBuilder, TimestampMicrosecondBuilder, UInt8Builder, UInt16Builder,
-        UInt32Builder, UInt64Builder,
-    };
-    use arrow_array::{ArrayRef, RecordBatch};
-    use std::sync::Arc;
-    let mut hours: std::collections::BTreeMap<i64, Vec<Vec<u8>>> = Default::default();
-    for s in f {
-        let mut row = Vec::new();
-        encode_flow(&mut row, s);
-        let hour = (s.flow.start_ns() / 1000) as i64 / 3_600_000_000;
-        hours.entry(hour).or_default().push(row);
-    }
-    for (hour, rows) in hours {
-        let mut arrays: Vec<(&str, ArrayRef)> = Vec::new();
-        let mut at = 0;
-        for (name, t) in FLOW_COLUMNS {
-            let w = match t {
-                ColumnType::TimestampMicros | ColumnType::U64 => 8,
-                ColumnType::Addr16 => 16,
-                ColumnType::U8 => 1,
-                ColumnType::U16 => 2,
-                ColumnType::U32 => 4,
-            };
-            let cell = |r: &Vec<u8>| r[at..at + w].to_vec();
-            let le = |r: &Vec<u8>| {
-                let mut b = [0u8; 8];
-                b[..w].copy_from_slice(&cell(r));
-                u64::from_le_bytes(b)
-            };
-            let a: ArrayRef = match t {
-                ColumnType::TimestampMicros => {
-                    let mut b = TimestampMicrosecondBuilder::new().with_timezone("UTC");
-                    rows.iter().for_each(|r| b.append_value(le(r) as i64));
-                    Arc::new(b.finish())
-                }
-                ColumnType::Addr16 => {
-                    let mut b = FixedSizeBinaryBuilder::new(16);
-                    rows.iter().for_each(|r| b.append_value(cell(r)).unwrap());
-                    Arc::new(b.finish())
-                }
-                ColumnType::U8 => {
-                    let mut b = UInt8Builder::new();
-                    rows.iter().for_each(|r| b.append_value(le(r) as u8));
-                    Arc::new(b.finish())
-                }
-                ColumnType::U16 => {
-                    let mut b = UInt16Builder::new();
-                    rows.iter().for_each(|r| b.append_value(le(r) as u16));
-                    Arc::new(b.finish())
-                }
-                ColumnType::U32 => {
-                    let mut b = UInt32Builder::new();
-                    rows.iter().for_each(|r| b.append_value(le(r) as u32));
-                    Arc::new(b.finish())
-                }
-                ColumnType::U64 => {
-                    let mut b = UInt64Builder::new();
-                    rows.iter().for_each(|r| b.append_value(le(r)));
-                    Arc::new(b.finish())
-                }
-            };
-            arrays.push((name, a));
-            at += w;
-        }
-        let batch = RecordBatch::try_from_iter(arrays).unwrap();
-        let (y, m, d) = tapflow_store::query::time::civil_from_days(hour.div_euclid(24));
-        let part = dir.join(format!(
-            "flows/date={y:04}-{m:02}-{d:02}/hour={:02}",
-            hour.rem_euclid(24)
-        ));
-        std::fs::create_dir_all(&part).unwrap();
-        let file = std::fs::File::create(part.join("0.parquet")).unwrap();
-        let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
-        w.write(&batch).unwrap();
-        w.close().unwrap();
-    }
-}
-
 #[test]
 fn the_same_queries_answer_the_same_over_clickhouse_and_parquet() {
     use tapflow_store::clickhouse::ClickHouseEngine;
@@ -673,9 +595,11 @@ fn the_same_queries_answer_the_same_over_clickhouse_and_parquet() {
     store.insert(&f).unwrap();
     assert_eq!(store.close().unwrap().stored, 60_000);
     let dir = tempfile::tempdir().unwrap();
-    write_parquet(dir.path(), &f);
+    let mut parquet = Box::new(ParquetStore::open(dir.path(), ParquetOptions::default()).unwrap());
+    parquet.insert(&f).unwrap();
+    assert_eq!(parquet.close().unwrap().stored, 60_000);
 
-    let parquet = ParquetEngine::new(dir.path(), 2);
+    let parquet = ParquetEngine::new(dir.path(), 2).prefer_rollups(false);
     let clickhouse = ClickHouseEngine::open(&url).unwrap();
     let t0 = (f[0].flow.start_ns() / 1000) as i64;
     let half_hour = Some(Window {

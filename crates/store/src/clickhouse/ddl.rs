@@ -98,13 +98,8 @@ impl Dialect {
             (Dialect::Current, ColumnType::U16) => "UInt16 CODEC(T64, ZSTD(1))",
             (Dialect::Current, ColumnType::U32) => "UInt32 CODEC(T64, ZSTD(1))",
             (Dialect::Current, ColumnType::U64) => "UInt64 CODEC(T64, ZSTD(1))",
-        }
-    }
-
-    fn string_type(self) -> &'static str {
-        match self {
-            Dialect::Legacy => "String",
-            Dialect::Current => "LowCardinality(String)",
+            (Dialect::Legacy, ColumnType::Utf8) => "String",
+            (Dialect::Current, ColumnType::Utf8) => "LowCardinality(String)",
         }
     }
 }
@@ -224,7 +219,7 @@ impl Schema {
              `index` UInt32, name {str}, description {str}) \
              ENGINE = ReplacingMergeTree(time_received) ORDER BY (exporter, domain, `index`)",
             self.local("interfaces"),
-            str = d.string_type(),
+            str = d.column_type(ColumnType::Utf8),
         ));
         s.push(format!(
             "CREATE TABLE IF NOT EXISTS {} (time {time}, exporter {addr}, domain UInt32, \

@@ -78,6 +78,7 @@ mod tests {
                 ColumnType::U8 => 1,
                 ColumnType::U16 => 2,
                 ColumnType::U32 => 4,
+                ColumnType::Utf8 => panic!("no strings among the flow columns"),
             })
             .sum();
         let mut buf = Vec::new();
