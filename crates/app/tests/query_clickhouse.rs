@@ -130,10 +130,10 @@ fn query_over_clickhouse_prints_what_it_prints_over_parquet() {
         &["-I"][..],
         &["-s", "srcip/bytes", "-n", "20"],
         &["-s", "ip/flows", "-n", "5", "proto", "tcp"],
-        &["-s", "dstport/packets", "-t", "2026-11-18T08:00/2h"],
+        &["-s", "dstport/packets", "-t", "2026-11-18T11:10/10m"],
         &["-s", "proto/bps"],
         &["-a", "srcip4/16,dstport", "-n", "0", "--csv"],
-        &["--every", "1h", "-s", "exporter/bytes", "-n", "2", "--json"],
+        &["--every", "5m", "-s", "exporter/bytes", "-n", "2", "--json"],
         &["-c", "30", "src net 10.1.0.0/16 and not dst port 53"],
     ] {
         let parquet = query(&[&["-R", store, "--raw"][..], args].concat());
