@@ -21,6 +21,9 @@ use tapflow_store::schema::addr16;
 use tapflow_store::{FlowStore, StoredFlow};
 use tapflow_wire::flowrecord::{Counters, FlowRecord};
 
+/// Where `insert` and `write` put each chunk of flows (an empty chunk ends the run).
+type Sink = Box<dyn FnMut(&[StoredFlow])>;
+
 fn flow(i: u64, x: u64) -> StoredFlow {
     let t = 1_795_000_000_000_000_000 + i * 360; // one hour over 10M flows
     // Skewed sources: the low bits of a hash, squared, so small indexes are frequent.
@@ -40,7 +43,7 @@ fn flow(i: u64, x: u64) -> StoredFlow {
         first_ns: t,
         last_ns: t + 1_000_000_000,
     };
-    let rev = if x % 3 == 0 {
+    let rev = if x.is_multiple_of(3) {
         Counters {
             packets: packets / 2 + 1,
             octets: (packets / 2 + 1) * 600,
@@ -54,7 +57,7 @@ fn flow(i: u64, x: u64) -> StoredFlow {
     StoredFlow {
         flow: FlowRecord {
             ipv6: false,
-            proto: if x % 5 == 0 { 17 } else { 6 },
+            proto: if x.is_multiple_of(5) { 17 } else { 6 },
             src,
             dst,
             sport: 1024 + (x % 60000) as u16,
@@ -79,7 +82,7 @@ fn main() {
         Some(cmd @ ("insert" | "write")) if args.len() >= 4 => {
             let n: u64 = (args[3].parse::<f64>().expect(usage) * 1e6) as u64;
             let start = Instant::now();
-            let mut out: Box<dyn FnMut(&[StoredFlow])> = if cmd == "insert" {
+            let mut out: Sink = if cmd == "insert" {
                 let store = ClickHouseStore::open(ClickHouseConfig::new(&args[2])).unwrap();
                 let mut store = Some(Box::new(store));
                 Box::new(move |chunk: &[StoredFlow]| {

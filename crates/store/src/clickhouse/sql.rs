@@ -491,7 +491,7 @@ fn hex16(s: &str) -> Result<[u8; 16], QueryError> {
             "ClickHouse: {s:?} is not an address"
         )))
     };
-    if s.len() != 32 {
+    if s.len() != 32 || !s.is_ascii() {
         return Err(bad());
     }
     let mut a = [0u8; 16];
@@ -563,6 +563,7 @@ mod tests {
         );
         assert_eq!(value("443").unwrap(), Value::Num(443));
         assert!(value("xyz").is_err());
+        assert!(value(&"é".repeat(16)).is_err());
         let r: Vec<String> = ["0", "0", "0", "0", "0"].map(String::from).to_vec();
         assert_eq!(counters(&r).unwrap(), Counters::EMPTY);
     }
