@@ -125,7 +125,11 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
         .and_then(|()| out.flush())
         .map_err(|e| Failure::Runtime(format!("writing the result: {e}")))?;
     if a.stats {
-        eprintln!("{}", stats_line(&answer.stats));
+        match &a.clickhouse {
+            // The server reads; it says what in its own query log.
+            Some(_) => eprintln!("read: ClickHouse, the flow table"),
+            None => eprintln!("{}", stats_line(&answer.stats)),
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
