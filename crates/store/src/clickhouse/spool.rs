@@ -282,3 +282,68 @@ impl Spool {
         self.entries.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(table: Table, rows: u64) -> Batch {
+        Batch {
+            table,
+            rows,
+            data: vec![rows as u8; rows as usize],
+        }
+    }
+
+    #[test]
+    fn batches_keep_their_order_across_memory_disk_and_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Spool::open(Some(dir.path()), 24, 10).unwrap();
+        // 10 bytes fit in memory, then 24 on disk; the rest is refused.
+        assert!(s.push(batch(Table::Flows, 6)).unwrap().is_none());
+        assert!(s.push(batch(Table::Interfaces, 4)).unwrap().is_none());
+        assert!(s.push(batch(Table::Flows, 7)).unwrap().is_none());
+        assert!(s.push(batch(Table::Flows, 8)).unwrap().is_none());
+        assert_eq!(s.push(batch(Table::Flows, 11)).unwrap().unwrap().rows, 11);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+        // The oldest is taken, fails, comes back first; the run ends.
+        let first = s.take_front().unwrap();
+        s.put_back(first);
+        // At the end the memory batches go to disk in their places while they fit: the 6-row one
+        // (15 + 6 bytes), not the 4-row one (25 > 24), which is dropped.
+        let (pending, dropped) = s.persist().unwrap();
+        assert_eq!(pending, 6 + 7 + 8);
+        assert_eq!(
+            dropped
+                .iter()
+                .map(|e| (e.table, e.rows))
+                .collect::<Vec<_>>(),
+            [(Table::Interfaces, 4)]
+        );
+        std::fs::write(
+            dir.path().join("0000000000000009-flows-3.rowbinary.part"),
+            b"xyz",
+        )
+        .unwrap();
+
+        let mut next = Spool::open(Some(dir.path()), 24, 10).unwrap();
+        let mut order = Vec::new();
+        while let Some(e) = next.take_front() {
+            assert!(e.resumed);
+            assert_eq!(
+                e.data().unwrap().as_ref(),
+                vec![e.rows as u8; e.rows as usize].as_slice()
+            );
+            order.push(e.rows);
+            next.done(e).unwrap();
+        }
+        assert_eq!(order, [6, 7, 8]);
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "files removed, .part too"
+        );
+        // Numbering goes on after the files found.
+        assert!(next.push(batch(Table::Flows, 20)).unwrap().is_none());
+    }
+}
