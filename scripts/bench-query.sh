@@ -4,8 +4,8 @@
 #
 #   scripts/bench-query.sh [PCAP] [WORKDIR] [RUNS] [COPIES]
 #
-# nfpcapd meters PCAP into nfcapd files (uncompressed), copied COPIES times (17: 10M flows for
-# a 1.13M-packet trace); `nfdump -o csv` of the same flows, each copy shifted by a day, goes into
+# nfpcapd meters PCAP into nfcapd files (uncompressed), copied COPIES times (19: 10.1M flows for
+# the 1.13M-packet bench trace); `nfdump -o csv` of the same flows, each copy shifted by a day, goes into
 # tapflow's store through `tapflow import`. Needs nfdump and a release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 pcap=${1:-/work/bench-data/big.pcap}
 work=${2:-/tmp/tapflow-bench-query}
 runs=${3:-5}
-copies=${4:-17}
+copies=${4:-19}
 tapflow=${CARGO_TARGET_DIR:-target}/release/tapflow
 [ -x "$tapflow" ] || { echo "no $tapflow: cargo build --release -p tapflow" >&2; exit 2; }
 export TZ=UTC

@@ -19,6 +19,7 @@ PKGS=(
     util-linux                 # taskset (CPU pinning in the benchmarks)
     procps                     # sysctl
     python3                    # benchmark harness, JSON oracle in tests (standard library only)
+    python3-venv               # the environment below for the store's outside readers
     nfdump                     # flow oracle and anchor: nfpcapd (pcap -> flows), nfcapd (IPFIX collector), nfdump
     softflowd                  # flow benchmark anchor (pcap -> NetFlow/IPFIX)
     argus-server               # flow benchmark anchor: argus (pcap -> bidirectional flow records)
@@ -27,7 +28,6 @@ PKGS=(
     nftables                   # nft: a collector that drops at its ingress (bench/forward.py)
     clickhouse-server          # the ClickHouse store's tests and benchmark (scripts/clickhouse.sh starts it)
     clickhouse-client          # clickhouse-client, for people looking at those servers
-    python3-pip                # pip, for chdb below
 )
 
 export DEBIAN_FRONTEND=noninteractive
@@ -72,15 +72,6 @@ if [[ -d /run/systemd/system ]]; then
     systemctl disable --now clickhouse-server.service >/dev/null 2>&1 || true
 fi
 
-# chdb (PyPI): a current ClickHouse in process, which checks the tables tapflow creates on current
-# servers. Its test prints one skipped: line where it cannot be installed.
-if ! python3 -c 'import chdb' >/dev/null 2>&1; then
-    echo "install-deps: installing chdb (pip)"
-    python3 -m pip install --quiet chdb </dev/null >/dev/null 2>&1 ||
-        python3 -m pip install --quiet --break-system-packages chdb </dev/null >/dev/null 2>&1 ||
-        echo "install-deps: chdb did not install; its test is skipped"
-fi
-
 # Rust comes from rustup on the image (rust-toolchain.toml pins the version), not from apt.
 if ! command -v cargo >/dev/null 2>&1; then
     for d in "${CARGO_HOME:-$HOME/.cargo}/bin" /root/.cargo/bin /usr/local/cargo/bin; do
@@ -93,6 +84,17 @@ fi
 if ! command -v cargo >/dev/null 2>&1; then
     echo "install-deps: cargo not found: install the Rust toolchain with rustup (see rust-toolchain.toml)" >&2
     exit 1
+fi
+
+# The flow store's outside readers (crates/store/tests/outside_readers.rs) and the check of the
+# ClickHouse store's tables for current servers (crates/store/tests/clickhouse.rs): chdb (ClickHouse in a
+# Python module) and DuckDB from PyPI, in their own environment. Offline, the test says skipped.
+PYENV=${TAPFLOW_PYENV:-/var/cache/tapflow/pyenv}
+if ! "$PYENV/bin/python3" -c 'import chdb, duckdb' >/dev/null 2>&1; then
+    echo "install-deps: installing chdb and duckdb from PyPI into $PYENV"
+    mkdir -p "$(dirname "$PYENV")"
+    { python3 -m venv "$PYENV" && "$PYENV/bin/pip" install -q chdb duckdb </dev/null; } ||
+        echo "install-deps: chdb/duckdb not installed (PyPI unreachable?): the tests that use them skip"
 fi
 
 first_line() { "$@" 2>&1 | head -n 1 || true; }
@@ -115,5 +117,6 @@ printf '  %-12s %s\n' \
     argus "$(argus -h 2>&1 | grep -m1 'Argus Version' || true)" \
     promtool "$(first_line promtool --version)" \
     clickhouse "$(dpkg-query -W -f='${Version}' clickhouse-server 2>/dev/null)" \
-    chdb "$(python3 -c 'import chdb; print(chdb.__version__)' 2>/dev/null || echo none)" \
-    python3 "$(first_line python3 --version)"
+    python3 "$(first_line python3 --version)" \
+    chdb "$("$PYENV/bin/python3" -c 'import chdb; print(chdb.__version__)' 2>/dev/null || true)" \
+    duckdb "$("$PYENV/bin/python3" -c 'import duckdb; print(duckdb.__version__)' 2>/dev/null || true)"

@@ -220,7 +220,14 @@ pub fn import(
                 f
             }
         };
-        let flow = parse_line(f, line).map_err(|why| at(done.lines, why))?;
+        let flow = match parse_line(f, line) {
+            Ok(flow) => flow,
+            Err(why) => {
+                // The lines before the bad one go into the store, as they would have anyway.
+                store.insert(&batch)?;
+                return Err(at(done.lines, why));
+            }
+        };
         batch.push(StoredFlow {
             flow,
             sampling: 1,

@@ -320,13 +320,13 @@ impl FlowStore for ParquetStore {
             let (now, later) = rest.split_at(room.min(rest.len()));
             self.flows.extend_from_slice(now);
             rest = later;
-            if self.flows.len() >= self.opts.max_buffered {
-                if let Err(e) = self.write_flows() {
-                    // The flows not yet buffered are dropped with the failed write's.
-                    self.report.pending -= rest.len() as u64;
-                    self.report.dropped += rest.len() as u64;
-                    return Err(e);
-                }
+            if self.flows.len() >= self.opts.max_buffered
+                && let Err(e) = self.write_flows()
+            {
+                // The flows not yet buffered are dropped with the failed write's.
+                self.report.pending -= rest.len() as u64;
+                self.report.dropped += rest.len() as u64;
+                return Err(e);
             }
         }
         if self.last_write.elapsed() >= self.opts.flush_interval {
@@ -414,5 +414,5 @@ fn micros(d: Duration) -> i64 {
 fn now_us() -> i64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| micros(d))
+        .map_or(0, micros)
 }

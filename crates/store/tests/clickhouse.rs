@@ -498,10 +498,14 @@ fn two_shards_share_the_rows_and_the_distributed_tables_add_up() {
 
 #[test]
 fn chdb_takes_the_current_tables_and_answers_over_them() {
-    let probe = Command::new("python3").args(["-c", "import chdb"]).output();
+    // The environment scripts/install-deps.sh makes, or $TAPFLOW_PYTHON.
+    let python = std::env::var("TAPFLOW_PYTHON")
+        .unwrap_or_else(|_| "/var/cache/tapflow/pyenv/bin/python3".to_owned());
+    let probe = Command::new(&python).args(["-c", "import chdb"]).output();
     if !probe.is_ok_and(|o| o.status.success()) {
         eprintln!(
-            "skipped: chdb_takes_the_current_tables_and_answers_over_them: python3 module chdb not installed (pip install chdb)"
+            "skipped: chdb_takes_the_current_tables_and_answers_over_them: no chdb in {python} \
+             (scripts/install-deps.sh installs it)"
         );
         return;
     }
@@ -549,7 +553,7 @@ fn chdb_takes_the_current_tables_and_answers_over_them() {
         TOP_SRC.replace('\n', " "),
         "SELECT engine_full LIKE '%TTL%' AND create_table_query LIKE '%CODEC(DoubleDelta%' FROM system.tables WHERE database = 't' AND name = 'flows'",
     );
-    let mut child = Command::new("python3")
+    let mut child = Command::new(&python)
         .args(["-c", &script])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

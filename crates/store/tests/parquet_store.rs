@@ -361,6 +361,12 @@ fn retention_by_size_deletes_the_oldest_flow_files_first() {
 /// rev_bytes) per bucket start.
 type Sums = BTreeMap<(i64, [u8; 16], u32, u8, u16), [u64; 6]>;
 
+/// An address and its (flows, packets, bytes).
+type HostRow = ([u8; 16], [u64; 3]);
+
+/// Per side: (bucket, address) → (flows, packets, bytes).
+type HostSums = [HashMap<(i64, [u8; 16]), [u64; 3]>; 2];
+
 #[test]
 fn rollups_equal_the_sums_of_the_raw_flows() {
     let dir = tempfile::tempdir().unwrap();
@@ -385,7 +391,7 @@ fn rollups_equal_the_sums_of_the_raw_flows() {
     for tier in Tier::ALL {
         let w = tier.bucket_us();
         let mut want = Sums::new();
-        let mut hosts: [HashMap<(i64, [u8; 16]), [u64; 3]>; 2] = Default::default();
+        let mut hosts: HostSums = Default::default();
         for s in &raw {
             let f = &s.flow;
             let t = (f.start_ns() / 1000) as i64;
@@ -459,7 +465,7 @@ fn rollups_equal_the_sums_of_the_raw_flows() {
         // Top hosts: the late flows were written as a second set of rows for their buckets,
         // so check the buckets they did not touch, whose rows are exact top-5s.
         let late_end = day0_us() + 10 * H + H / 6;
-        let mut got_hosts: BTreeMap<(i64, u8), Vec<([u8; 16], [u64; 3])>> = BTreeMap::new();
+        let mut got_hosts: BTreeMap<(i64, u8), Vec<HostRow>> = BTreeMap::new();
         for file in files_between(dir.path(), Table::Hosts(tier), i64::MIN, i64::MAX).unwrap() {
             let b = read_file(&file, Table::Hosts(tier).columns()).unwrap();
             let (t, side, addr) = match (&b.columns[0], &b.columns[1], &b.columns[2]) {
@@ -482,7 +488,7 @@ fn rollups_equal_the_sums_of_the_raw_flows() {
         }
         let mut checked = 0;
         for side in 0..2u8 {
-            let mut per_bucket: BTreeMap<i64, Vec<([u8; 16], [u64; 3])>> = BTreeMap::new();
+            let mut per_bucket: BTreeMap<i64, Vec<HostRow>> = BTreeMap::new();
             for (&(b, a), &v) in &hosts[side as usize] {
                 per_bucket.entry(b).or_default().push((a, v));
             }

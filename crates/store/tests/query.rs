@@ -161,7 +161,7 @@ fn a_15_minute_window_reads_only_its_hour_and_agrees_with_a_plain_count() {
     );
 
     let mut want: HashMap<[u8; 16], (u64, u64, u64)> = HashMap::new();
-    for f in kept(&all, Some(window), &filter) {
+    for f in kept(all, Some(window), &filter) {
         let e = want.entry(f.src).or_default();
         e.0 += 1;
         e.1 += f.packets;
@@ -215,7 +215,7 @@ fn every_kind_agrees_with_a_plain_count() {
         let n = got.len();
         let got: Groups = got.into_iter().map(|(v, a, b, c)| (v, (a, b, c))).collect();
         assert_eq!(got.len(), n, "one row per group");
-        assert_eq!(got, count(&all, q.window, &q.filter, key), "{q:?}");
+        assert_eq!(got, count(all, q.window, &q.filter, key), "{q:?}");
     };
     let num = |n: u16| Value::Num(n.into());
     let day = Window {
@@ -316,7 +316,7 @@ fn every_kind_agrees_with_a_plain_count() {
         );
     }
     assert!(rows.windows(2).all(|w| w[0].time_us <= w[1].time_us));
-    let want = count(&all, q.window, &q.filter, &|f| {
+    let want = count(all, q.window, &q.filter, &|f| {
         let t = f.start_us - f.start_us % 300_000_000;
         vec![vec![
             Value::Num(t as u32 / 300),
@@ -343,7 +343,7 @@ fn top_n_keeps_the_largest_and_summary_totals_match() {
         }),
     )
     .result;
-    let want = count(&all, None, &None, &|f| vec![vec![Value::Addr(f.src)]]);
+    let want = count(all, None, &None, &|f| vec![vec![Value::Addr(f.src)]]);
     let mut want: Vec<(u64, Vec<Value>)> = want.into_iter().map(|(k, v)| (v.2, k)).collect();
     want.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     let got: Vec<(u64, Vec<Value>)> = table_rows(&top)
@@ -360,7 +360,7 @@ fn top_n_keeps_the_largest_and_summary_totals_match() {
     };
     let mut total = Counters::EMPTY;
     let mut tcp = Counters::EMPTY;
-    for f in kept(&all, None, &None) {
+    for f in kept(all, None, &None) {
         total.add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
         if f.protocol == 6 {
             tcp.add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
@@ -390,7 +390,7 @@ fn listing_is_by_time_and_limited() {
     else {
         panic!()
     };
-    let mut want: Vec<i64> = kept(&all, None, &filter).map(|f| f.start_us).collect();
+    let mut want: Vec<i64> = kept(all, None, &filter).map(|f| f.start_us).collect();
     want.sort();
     assert_eq!(rows.len(), 100);
     assert_eq!(

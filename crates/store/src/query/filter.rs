@@ -116,16 +116,16 @@ impl Parser {
     fn and(&mut self) -> Result<Filter, QueryError> {
         let mut f = self.unary()?;
         loop {
-            if self.eat("and") || self.eat("&&") {
-                f = Filter::And(Box::new(f), Box::new(self.unary()?));
-            } else if self
-                .peek()
-                .is_some_and(|t| t != ")" && !t.eq_ignore_ascii_case("or"))
-            {
-                f = Filter::And(Box::new(f), Box::new(self.unary()?));
-            } else {
+            // `and`, or nothing between two terms.
+            let joined = self.eat("and")
+                || self.eat("&&")
+                || self
+                    .peek()
+                    .is_some_and(|t| t != ")" && t != "||" && !t.eq_ignore_ascii_case("or"));
+            if !joined {
                 return Ok(f);
             }
+            f = Filter::And(Box::new(f), Box::new(self.unary()?));
         }
     }
 

@@ -85,12 +85,17 @@ fn json_line<T: Serialize>(v: &T) -> Vec<String> {
 fn write_aligned(out: &mut dyn Write, lines: &[Vec<String>]) -> io::Result<()> {
     let cols = lines.iter().map(Vec::len).max().unwrap_or(0);
     let mut width = vec![0; cols];
-    for l in lines {
+    // A line of one cell (a footer, a blank) is printed as it is.
+    for l in lines.iter().filter(|l| l.len() > 1) {
         for (i, c) in l.iter().enumerate() {
             width[i] = width[i].max(c.chars().count());
         }
     }
     for l in lines {
+        if l.len() <= 1 {
+            writeln!(out, "{}", l.first().map_or("", String::as_str))?;
+            continue;
+        }
         let mut s = String::new();
         for (i, c) in l.iter().enumerate() {
             if i > 0 {
@@ -153,7 +158,7 @@ fn table_lines(
         ),
         None => (c.bps(), c.pps()),
     };
-    let times = |c: &Counters| (c.flows > 0).then(|| (c.first_us, c.last_us));
+    let times = |c: &Counters| (c.flows > 0).then_some((c.first_us, c.last_us));
     let mut lines = Vec::new();
     match format {
         Format::Table => {

@@ -1,0 +1,90 @@
+//! Measures the Parquet store on real flows: bytes per stored flow (flows table, rollups apart)
+//! and write throughput on one core. Used by `scripts/bench-store.sh`.
+//!
+//! `store_bench FLOWS.jsonl|FLOWS.csv DIR [ZSTD_LEVEL] [ROW_GROUP_ROWS]` prints one JSON object.
+
+use std::io::BufRead;
+use std::path::Path;
+use std::time::Instant;
+
+use tapflow_store::import::{CSV_HEADER, Format, parse_line};
+use tapflow_store::partition::{Table, files_between};
+use tapflow_store::{FlowStore, ParquetOptions, ParquetStore, StoredFlow};
+
+/// CPU time of this process so far (user + system), seconds, from `/proc/self/stat`.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |k: usize| f.get(k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // Fields 14 and 15 (utime, stime) are the 12th and 13th after the command name.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn table_bytes(dir: &Path, t: Table) -> (u64, usize) {
+    let files = files_between(dir, t, i64::MIN, i64::MAX).expect("list the store");
+    let bytes = files
+        .iter()
+        .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
+        .sum();
+    (bytes, files.len())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() < 3 {
+        eprintln!("usage: store_bench FLOWS.jsonl|FLOWS.csv DIR [ZSTD_LEVEL] [ROW_GROUP_ROWS]");
+        std::process::exit(2);
+    }
+    let input = std::io::BufReader::new(std::fs::File::open(&args[1]).expect("open the flows"));
+    let dir = Path::new(&args[2]);
+    let mut opts = ParquetOptions::default();
+    if let Some(l) = args.get(3) {
+        opts.file.zstd_level = l.parse().expect("a zstd level");
+    }
+    if let Some(r) = args.get(4) {
+        opts.file.row_group_rows = r.parse().expect("a row count");
+    }
+    let mut flows = Vec::new();
+    let mut format = None;
+    for line in input.lines() {
+        let line = line.expect("read a line");
+        if line == CSV_HEADER {
+            format = Some(Format::Csv);
+            continue;
+        }
+        let f = *format.get_or_insert(Format::JsonLines);
+        flows.push(StoredFlow {
+            flow: parse_line(f, &line).expect("a flow record"),
+            sampling: 1,
+            received_ns: 1_700_000_000_000_000_000,
+            ..StoredFlow::default()
+        });
+    }
+    let (cpu0, t0) = (cpu_seconds(), Instant::now());
+    let mut store = Box::new(ParquetStore::open(dir, opts.clone()).expect("open the store"));
+    for chunk in flows.chunks(8192) {
+        store.insert(chunk).expect("insert");
+    }
+    let report = store.close().expect("close");
+    let (cpu, wall) = (cpu_seconds() - cpu0, t0.elapsed().as_secs_f64());
+    assert_eq!(report.stored, flows.len() as u64);
+    let (flow_bytes, flow_files) = table_bytes(dir, Table::Flows);
+    let rollup_bytes: u64 = Table::ALL[1..7]
+        .iter()
+        .map(|&t| table_bytes(dir, t).0)
+        .sum();
+    let n = flows.len() as f64;
+    println!(
+        "{{\"flows\":{},\"flow_bytes\":{flow_bytes},\"flow_files\":{flow_files},\
+         \"bytes_per_flow\":{:.2},\"rollup_bytes\":{rollup_bytes},\
+         \"rollup_bytes_per_flow\":{:.2},\"zstd_level\":{},\"row_group_rows\":{},\
+         \"cpu_s\":{cpu:.3},\"wall_s\":{wall:.3},\"flows_per_cpu_s\":{:.0}}}",
+        flows.len(),
+        flow_bytes as f64 / n,
+        rollup_bytes as f64 / n,
+        opts.file.zstd_level,
+        opts.file.row_group_rows,
+        n / cpu.max(1e-9),
+    );
+}
