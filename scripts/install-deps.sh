@@ -38,6 +38,8 @@ PKGS=(
     systemd                    # systemd-analyze verify: checks the units scripts/install.sh installs
     man-db                     # man: finds the generated man pages (install test)
     dpkg-dev                   # dpkg-deb and dpkg-architecture for scripts/package-deb.sh
+    clickhouse-server          # the ClickHouse store's tests and benchmark (scripts/clickhouse.sh starts it)
+    clickhouse-client          # clickhouse-client, for people looking at those servers
 )
 
 export DEBIAN_FRONTEND=noninteractive
@@ -79,6 +81,8 @@ if [[ -d /run/systemd/system ]]; then
     systemctl disable --now pmacctd.service >/dev/null 2>&1 || true
     # Only promtool is needed, not a Prometheus server on port 9090.
     systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+    # Tests start their own ClickHouse servers on their own ports (scripts/clickhouse.sh).
+    systemctl disable --now clickhouse-server.service >/dev/null 2>&1 || true
 fi
 
 # Rust comes from rustup on the image (rust-toolchain.toml pins the version), not from apt.
@@ -95,14 +99,15 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
 fi
 
-# The flow store's outside readers (crates/store/tests/outside_readers.rs): chdb (ClickHouse in a
+# The flow store's outside readers (crates/store/tests/outside_readers.rs) and the check of the
+# ClickHouse store's tables for current servers (crates/store/tests/clickhouse.rs): chdb (ClickHouse in a
 # Python module) and DuckDB from PyPI, in their own environment. Offline, the test says skipped.
 PYENV=${TAPFLOW_PYENV:-/var/cache/tapflow/pyenv}
 if ! "$PYENV/bin/python3" -c 'import chdb, duckdb' >/dev/null 2>&1; then
     echo "install-deps: installing chdb and duckdb from PyPI into $PYENV"
     mkdir -p "$(dirname "$PYENV")"
     { python3 -m venv "$PYENV" && "$PYENV/bin/pip" install -q chdb duckdb </dev/null; } ||
-        echo "install-deps: chdb/duckdb not installed (PyPI unreachable?): the store's outside-reader test will skip"
+        echo "install-deps: chdb/duckdb not installed (PyPI unreachable?): the tests that use them skip"
 fi
 
 first_line() { "$@" 2>&1 | head -n 1 || true; }
@@ -124,6 +129,7 @@ printf '  %-12s %s\n' \
     softflowd "$(softflowd -h 2>&1 | grep -m1 -o 'version [0-9.]*[0-9]' || true)" \
     argus "$(argus -h 2>&1 | grep -m1 'Argus Version' || true)" \
     promtool "$(first_line promtool --version)" \
+    clickhouse "$(dpkg-query -W -f='${Version}' clickhouse-server 2>/dev/null)" \
     python3 "$(first_line python3 --version)" \
     chdb "$("$PYENV/bin/python3" -c 'import chdb; print(chdb.__version__)' 2>/dev/null || true)" \
     duckdb "$("$PYENV/bin/python3" -c 'import duckdb; print(duckdb.__version__)' 2>/dev/null || true)"

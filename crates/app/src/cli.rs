@@ -652,8 +652,18 @@ pub struct ConsoleArgs {
 #[derive(Debug, Args)]
 pub struct QueryArgs {
     /// The store directory (what `--store` of the collector wrote).
-    #[arg(short = 'R', long, value_name = "DIR")]
-    pub store: PathBuf,
+    #[arg(
+        short = 'R',
+        long,
+        value_name = "DIR",
+        required_unless_present = "clickhouse"
+    )]
+    pub store: Option<PathBuf>,
+    // ---- ClickHouse (docs/clickhouse.md) ----
+    /// Ask a ClickHouse server (or cluster) the collector inserts into instead of a directory:
+    /// `http://HOST:8123/DB`, or every shard's `HOST:PORT` and `?cluster=NAME`.
+    #[arg(long, value_name = "URL", conflicts_with = "store")]
+    pub clickhouse: Option<String>,
     /// The time window, UTC unless a zone is given: `2026-11-25T10:00/15m`, `START-END`,
     /// `START` (to the end), `last 1h`. A flow belongs to the window its start lies in.
     #[arg(short = 't', long, value_name = "WINDOW")]

@@ -103,7 +103,17 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
     let threads = a
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
-    let engine = ParquetEngine::new(&a.store, threads).prefer_rollups(!a.raw);
+    let engine: Box<dyn QueryEngine> = match (&a.clickhouse, &a.store) {
+        (Some(url), _) => {
+            tapflow_store::clickhouse::Target::parse(url)
+                .map_err(|e| Failure::Usage(e.to_string()))?;
+            let engine = tapflow_store::clickhouse::ClickHouseEngine::open(url)
+                .map_err(|e| Failure::Runtime(e.to_string()))?;
+            Box::new(engine)
+        }
+        (None, Some(dir)) => Box::new(ParquetEngine::new(dir, threads).prefer_rollups(!a.raw)),
+        (None, None) => return Err(Failure::Usage("query: -R DIR or --clickhouse URL".into())),
+    };
     let answer = engine.run(&q).map_err(usage)?;
     let format = if a.csv {
         Format::Csv
@@ -117,7 +127,11 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
         .and_then(|()| out.flush())
         .map_err(|e| Failure::Runtime(format!("writing the result: {e}")))?;
     if a.stats {
-        eprintln!("{}", stats_line(&answer.stats));
+        match &a.clickhouse {
+            // The server reads; it says what in its own query log.
+            Some(_) => eprintln!("read: ClickHouse, the flow table"),
+            None => eprintln!("{}", stats_line(&answer.stats)),
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod batch;
+pub mod clickhouse;
 pub mod compaction;
 pub mod import;
 pub mod parquet_store;

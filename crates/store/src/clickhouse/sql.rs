@@ -1,0 +1,570 @@
+//! A [`Query`] as SQL over the flow table, so `tapflow query --clickhouse URL` answers what the
+//! Parquet scan answers: the one-way view (the table `UNION ALL` its reverse directions), the
+//! filter as a `WHERE`, keys as `GROUP BY` (`arrayJoin` for either-address and either-port keys,
+//! counting a flow under both), ranking in SQL with `LIMIT`, then the same tie order as the scan
+//! (`top::rank`) on the rows returned.
+
+use super::{Dialect, Layout, Schema, Server, Target};
+use crate::StoreError;
+use crate::query::result::{
+    Answer, Counters, FlowRow, QueryResult, Row, ScanStats, Summary, Value,
+};
+use crate::query::top::rank;
+use crate::query::{
+    Filter, IfSide, Key, Kind, Metric, Net, Query, QueryEngine, QueryError, Side, Term,
+};
+
+/// Answers queries on a ClickHouse server (or a cluster's `Distributed` tables).
+#[derive(Debug)]
+pub struct ClickHouseEngine {
+    server: Server,
+    schema: Schema,
+}
+
+impl ClickHouseEngine {
+    /// Connects to the URL's first server and learns its dialect; the tables must exist (a
+    /// [`ClickHouseStore`](super::ClickHouseStore) created them).
+    pub fn open(url: &str) -> Result<ClickHouseEngine, StoreError> {
+        let target = Target::parse(url)?;
+        let server = target.servers().swap_remove(0);
+        let dialect = Dialect::for_version(server.version()?);
+        let layout = target
+            .cluster
+            .clone()
+            .map_or(Layout::Single, Layout::Cluster);
+        let schema = Schema {
+            dialect,
+            layout,
+            database: target.database.clone(),
+            retain_days: target.retain_days,
+        };
+        Ok(ClickHouseEngine { server, schema })
+    }
+
+    fn rows(&self, sql: &str) -> Result<Vec<Vec<String>>, QueryError> {
+        let text = self.server.query(&format!("{sql} FORMAT TabSeparated"))?;
+        Ok(text
+            .lines()
+            .map(|l| l.split('\t').map(str::to_string).collect())
+            .collect())
+    }
+}
+
+impl QueryEngine for ClickHouseEngine {
+    fn run(&self, q: &Query) -> Result<Answer, QueryError> {
+        let view = self.view(q);
+        let filter = q
+            .filter
+            .as_ref()
+            .map_or("1".to_string(), |f| self.filter(f));
+        let from = format!("FROM ({view}) WHERE {filter}");
+        let result = match &q.kind {
+            Kind::List { limit } => {
+                let limit = limit.map_or(String::new(), |l| format!(" LIMIT {l}"));
+                let sql = format!(
+                    "SELECT t0, t1, hex(src), hex(dst), sport, dport, proto, flags, pkts, octets, \
+                     hex(exp), iif, oif, vl, rev {from} \
+                     ORDER BY t0, t1, src, dst, sport, dport, rev{limit}"
+                );
+                let rows = self.rows(&sql)?;
+                QueryResult::Flows(rows.iter().map(|r| flow_row(r)).collect::<Result<_, _>>()?)
+            }
+            Kind::Top { key, order_by, n } => {
+                self.table(&from, std::slice::from_ref(key), *order_by, *n)?
+            }
+            Kind::Aggregate { keys, order_by, n } => self.table(&from, keys, *order_by, *n)?,
+            Kind::Series {
+                every_us,
+                key,
+                order_by,
+                n,
+            } => self.series(&from, *every_us, *key, *order_by, *n)?,
+            Kind::Summary => {
+                let sql = format!(
+                    "SELECT multiIf(proto = 6, 1, proto = 17, 2, proto IN (1, 58), 3, 4) AS c, \
+                     {COUNTERS} {from} GROUP BY c WITH TOTALS"
+                );
+                let mut s = Summary::default();
+                for r in self.rows(&sql)?.iter().filter(|r| r.len() > 1) {
+                    let c = counters(&r[1..])?;
+                    match r[0].as_str() {
+                        "1" => s.tcp = c,
+                        "2" => s.udp = c,
+                        "3" => s.icmp = c,
+                        "4" => s.other = c,
+                        // The totals row.
+                        _ => s.total = c,
+                    }
+                }
+                QueryResult::Summary(s)
+            }
+        };
+        Ok(Answer {
+            result,
+            stats: ScanStats::default(),
+        })
+    }
+}
+
+/// The counters of a group, in [`counters`]' order.
+const COUNTERS: &str = "count() AS c_flows, sum(pkts) AS c_pkts, sum(octets) AS c_bytes, \
+                        min(t0) AS c_first, max(t1) AS c_last";
+
+impl ClickHouseEngine {
+    /// The one-way view: the forward direction of every row in the window, and the reverse of
+    /// every row with reverse packets, addresses and ports swapped.
+    fn view(&self, q: &Query) -> String {
+        let d = self.schema.dialect;
+        let window = match q.window {
+            None => String::new(),
+            Some(w) => format!(
+                " AND time_start >= {} AND time_start < {}",
+                d.time_literal(w.start_us.max(0) as u64),
+                d.time_literal(w.end_us.max(0) as u64)
+            ),
+        };
+        let (t0, t1) = (d.micros("time_start"), d.micros("time_end"));
+        // Only the columns the query reads: a server may not prune a UNION's unused columns.
+        let needed = needed(q);
+        let (mut fwd, mut rev) = (Vec::new(), Vec::new());
+        for (name, forward, reverse) in [
+            ("t0", t0.as_str(), t0.as_str()),
+            ("t1", &t1, &t1),
+            ("ver", "ip_version", "ip_version"),
+            ("src", "src_addr", "dst_addr"),
+            ("dst", "dst_addr", "src_addr"),
+            ("sport", "src_port", "dst_port"),
+            ("dport", "dst_port", "src_port"),
+            ("proto", "protocol", "protocol"),
+            ("flags", "tcp_flags", "rev_tcp_flags"),
+            ("pkts", "packets", "rev_packets"),
+            ("octets", "bytes", "rev_bytes"),
+            ("exp", "exporter", "exporter"),
+            ("iif", "in_if", "in_if"),
+            ("oif", "out_if", "out_if"),
+            ("vl", "vlan", "vlan"),
+            ("rev", "toUInt8(0)", "toUInt8(1)"),
+        ] {
+            if needed.contains(&name) {
+                fwd.push(format!("{forward} AS {name}"));
+                rev.push(reverse.to_string());
+            }
+        }
+        let table = self.schema.table("flows");
+        format!(
+            "SELECT {} FROM {table} WHERE 1{window} UNION ALL \
+             SELECT {} FROM {table} WHERE rev_packets > 0{window}",
+            fwd.join(", "),
+            rev.join(", ")
+        )
+    }
+
+    fn filter(&self, f: &Filter) -> String {
+        match f {
+            Filter::And(a, b) => format!("({} AND {})", self.filter(a), self.filter(b)),
+            Filter::Or(a, b) => format!("({} OR {})", self.filter(a), self.filter(b)),
+            Filter::Not(a) => format!("NOT ({})", self.filter(a)),
+            Filter::Term(t) => self.term(t),
+        }
+    }
+
+    fn term(&self, t: &Term) -> String {
+        let either = |a: String, b: String| format!("({a} OR {b})");
+        match *t {
+            Term::Addr(Side::Src, n) => self.within("src", n),
+            Term::Addr(Side::Dst, n) => self.within("dst", n),
+            Term::Addr(Side::Any, n) => either(self.within("src", n), self.within("dst", n)),
+            Term::Port(side, op, p) => {
+                let c = |col| format!("{col} {} {p}", op.symbol());
+                match side {
+                    Side::Src => c("sport"),
+                    Side::Dst => c("dport"),
+                    Side::Any => either(c("sport"), c("dport")),
+                }
+            }
+            Term::Protocol(p) => format!("proto = {p}"),
+            Term::IpVersion(v) => format!("ver = {v}"),
+            Term::Exporter(n) => self.within("exp", n),
+            Term::Interface(IfSide::In, i) => format!("iif = {i}"),
+            Term::Interface(IfSide::Out, i) => format!("oif = {i}"),
+            Term::Interface(IfSide::Any, i) => either(format!("iif = {i}"), format!("oif = {i}")),
+            Term::Vlan(v) => format!("vl = {v}"),
+            Term::Packets(op, n) => format!("pkts {} {n}", op.symbol()),
+            Term::Bytes(op, n) => format!("octets {} {n}", op.symbol()),
+            Term::TcpFlags(m) => format!("bitAnd(flags, {m}) = {m}"),
+        }
+    }
+
+    /// `col` lies in `net`: between its first and last address, as 16-byte strings compare.
+    fn within(&self, col: &str, n: Net) -> String {
+        let mut last = n.addr;
+        for (i, b) in last.iter_mut().enumerate() {
+            let kept = u32::from(n.len).saturating_sub(i as u32 * 8).min(8);
+            *b |= (0xffu16 >> kept) as u8;
+        }
+        let d = self.schema.dialect;
+        format!(
+            "({col} >= {} AND {col} <= {})",
+            d.addr_literal(&n.addr),
+            d.addr_literal(&last)
+        )
+    }
+
+    /// The SQL of one key's value, and whether it is an address.
+    fn key(&self, k: Key) -> (String, bool) {
+        let d = self.schema.dialect;
+        let addr = |col: &str, p: Option<crate::query::Prefixes>| match p {
+            None => col.to_string(),
+            Some(p) => format!(
+                "if(ver = 6, {}, {})",
+                d.masked(col, p.v6),
+                d.masked(col, 96 + p.v4.min(32))
+            ),
+        };
+        match k {
+            Key::SrcAddr(p) => (addr("src", p), true),
+            Key::DstAddr(p) => (addr("dst", p), true),
+            Key::Addr(p) => (
+                format!("arrayJoin([{}, {}])", addr("src", p), addr("dst", p)),
+                true,
+            ),
+            Key::SrcPort => ("sport".into(), false),
+            Key::DstPort => ("dport".into(), false),
+            Key::Port => ("arrayJoin([sport, dport])".into(), false),
+            Key::Protocol => ("proto".into(), false),
+            Key::Exporter => ("exp".into(), true),
+            Key::InIf => ("iif".into(), false),
+            Key::OutIf => ("oif".into(), false),
+            Key::Vlan => ("vl".into(), false),
+        }
+    }
+
+    /// `SELECT` items for `keys` (each shown as hex or a number, its value named `k0`, `k1`, …
+    /// for `GROUP BY` and `ORDER BY`), and those names.
+    fn keys(&self, keys: &[Key]) -> (String, String) {
+        let mut select = Vec::new();
+        let mut names = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            let (expr, is_addr) = self.key(*k);
+            let show = if is_addr { "hex" } else { "toUInt32" };
+            select.push(format!("{show}({expr} AS k{i}) AS o{i}"));
+            names.push(format!("k{i}"));
+        }
+        (select.join(", "), names.join(", "))
+    }
+
+    /// Top-N and aggregation: one row per key tuple, the `n` largest (all if 0).
+    fn table(
+        &self,
+        from: &str,
+        keys: &[Key],
+        order_by: Metric,
+        n: usize,
+    ) -> Result<QueryResult, QueryError> {
+        let (select, names) = self.keys(keys);
+        let limit = if n > 0 {
+            format!(" LIMIT {n}")
+        } else {
+            String::new()
+        };
+        let either = keys.iter().any(|k| k.is_either());
+        let totals = if either { "" } else { " WITH TOTALS" };
+        let sql = format!(
+            "SELECT {select}, {COUNTERS} {from} GROUP BY {names}{totals} \
+             ORDER BY {} DESC, {names}{limit}",
+            metric(order_by)
+        );
+        let got = self.rows(&sql)?;
+        let mut groups = Vec::new();
+        let mut total = Counters::EMPTY;
+        let mut in_totals = false;
+        for r in &got {
+            if r.len() == 1 && r[0].is_empty() {
+                in_totals = true;
+                continue;
+            }
+            if r.len() != keys.len() + 5 {
+                return Err(answer_error(r));
+            }
+            let c = counters(&r[keys.len()..])?;
+            if in_totals {
+                total = c;
+                continue;
+            }
+            let values = r[..keys.len()]
+                .iter()
+                .map(|v| value(v))
+                .collect::<Result<Vec<_>, _>>()?;
+            groups.push((values, c));
+        }
+        if either {
+            let r = self.rows(&format!("SELECT {COUNTERS} {from}"))?;
+            total = counters(r.first().map_or(&[][..], |r| &r[..]))?;
+        }
+        let rows = rank(groups, order_by, n)
+            .into_iter()
+            .map(|(values, counters)| Row {
+                time_us: None,
+                values,
+                counters,
+            })
+            .collect();
+        Ok(QueryResult::Table {
+            keys: keys.to_vec(),
+            rows,
+            total,
+            order_by,
+        })
+    }
+
+    /// A time series in buckets of `every_us`, split by `key`, its `n` largest values shown.
+    fn series(
+        &self,
+        from: &str,
+        every_us: i64,
+        key: Option<Key>,
+        order_by: Metric,
+        n: usize,
+    ) -> Result<QueryResult, QueryError> {
+        let every = every_us.max(1);
+        let keys: Vec<Key> = key.into_iter().collect();
+        let (select, names) = self.keys(&keys);
+        let bucket = format!("t0 - t0 % {every} AS bucket");
+        let (select, group) = if keys.is_empty() {
+            (bucket, "bucket".to_string())
+        } else {
+            (format!("{bucket}, {select}"), format!("bucket, {names}"))
+        };
+        let shown = if keys.is_empty() || n == 0 {
+            String::new()
+        } else {
+            let (key, _) = self.key(keys[0]);
+            format!(
+                " HAVING k0 IN (SELECT k0 FROM (SELECT {key} AS k0, {COUNTERS} {from} \
+                 GROUP BY k0 ORDER BY {} DESC, k0 LIMIT {n}))",
+                metric(order_by)
+            )
+        };
+        let sql = format!("SELECT {select}, {COUNTERS} {from} GROUP BY {group}{shown}");
+        let mut buckets = Vec::new();
+        for r in self.rows(&sql)? {
+            if r.len() != keys.len() + 6 {
+                return Err(answer_error(&r));
+            }
+            let t: i64 = num(&r[0])?;
+            let values = r[1..=keys.len()]
+                .iter()
+                .map(|v| value(v))
+                .collect::<Result<Vec<_>, _>>()?;
+            buckets.push((t, values, counters(&r[keys.len() + 1..])?));
+        }
+        let r = self.rows(&format!("SELECT {COUNTERS} {from}"))?;
+        let total = counters(r.first().map_or(&[][..], |r| &r[..]))?;
+        // The shown keys' order: their totals over the window, ranked as the scan ranks them.
+        let mut per_key: std::collections::HashMap<Vec<Value>, Counters> = Default::default();
+        for (_, v, c) in &buckets {
+            per_key.entry(v.clone()).or_insert(Counters::EMPTY).merge(c);
+        }
+        let place: std::collections::HashMap<Vec<Value>, usize> =
+            rank(per_key.into_iter().collect(), order_by, 0)
+                .into_iter()
+                .enumerate()
+                .map(|(i, (v, _))| (v, i))
+                .collect();
+        buckets.sort_by(|a, b| {
+            a.0.cmp(&b.0).then_with(|| {
+                b.2.metric(order_by)
+                    .total_cmp(&a.2.metric(order_by))
+                    .then(place[&a.1].cmp(&place[&b.1]))
+            })
+        });
+        let rows = buckets
+            .into_iter()
+            .map(|(t, values, counters)| Row {
+                time_us: Some(t),
+                values,
+                counters,
+            })
+            .collect();
+        Ok(QueryResult::Table {
+            keys,
+            rows,
+            total,
+            order_by,
+        })
+    }
+}
+
+/// The one-way view's columns a query reads.
+fn needed(q: &Query) -> Vec<&'static str> {
+    let mut v = vec!["t0", "t1", "pkts", "octets"];
+    if let Some(f) = &q.filter {
+        filter_columns(f, &mut v);
+    }
+    let keys: &[Key] = match &q.kind {
+        Kind::List { .. } => {
+            v.extend([
+                "ver", "src", "dst", "sport", "dport", "proto", "flags", "exp", "iif", "oif", "vl",
+                "rev",
+            ]);
+            &[]
+        }
+        Kind::Top { key, .. } => std::slice::from_ref(key),
+        Kind::Aggregate { keys, .. } => keys,
+        Kind::Series { key, .. } => key.as_slice(),
+        Kind::Summary => {
+            v.push("proto");
+            &[]
+        }
+    };
+    for k in keys {
+        if let Key::SrcAddr(Some(_)) | Key::DstAddr(Some(_)) | Key::Addr(Some(_)) = k {
+            v.push("ver");
+        }
+        v.extend_from_slice(match k {
+            Key::SrcAddr(_) => &["src"][..],
+            Key::DstAddr(_) => &["dst"],
+            Key::Addr(_) => &["src", "dst"],
+            Key::SrcPort | Key::DstPort | Key::Port => &["sport", "dport"],
+            Key::Protocol => &["proto"],
+            Key::Exporter => &["exp"],
+            Key::InIf => &["iif"],
+            Key::OutIf => &["oif"],
+            Key::Vlan => &["vl"],
+        });
+    }
+    v
+}
+
+fn filter_columns(f: &Filter, v: &mut Vec<&'static str>) {
+    match f {
+        Filter::And(a, b) | Filter::Or(a, b) => {
+            filter_columns(a, v);
+            filter_columns(b, v);
+        }
+        Filter::Not(a) => filter_columns(a, v),
+        Filter::Term(t) => v.extend_from_slice(match t {
+            Term::Addr(..) => &["src", "dst"][..],
+            Term::Port(..) => &["sport", "dport"],
+            Term::Protocol(_) => &["proto"],
+            Term::IpVersion(_) => &["ver"],
+            Term::Exporter(_) => &["exp"],
+            Term::Interface(..) => &["iif", "oif"],
+            Term::Vlan(_) => &["vl"],
+            Term::Packets(..) | Term::Bytes(..) => &[],
+            Term::TcpFlags(_) => &["flags"],
+        }),
+    }
+}
+
+/// The SQL of a metric over [`COUNTERS`]' names, computed as [`Counters::metric`] computes it.
+fn metric(m: Metric) -> &'static str {
+    match m {
+        Metric::Flows => "c_flows",
+        Metric::Packets => "c_pkts",
+        Metric::Bytes => "c_bytes",
+        Metric::Bps => {
+            "if(c_last <= c_first, 0., toFloat64(c_bytes) * 8. * 1000000. / toFloat64(c_last - c_first))"
+        }
+        Metric::Pps => {
+            "if(c_last <= c_first, 0., toFloat64(c_pkts) * 1000000. / toFloat64(c_last - c_first))"
+        }
+    }
+}
+
+fn answer_error(r: &[String]) -> QueryError {
+    StoreError::Other(format!(
+        "ClickHouse: unexpected answer row {:?}",
+        r.join("\t")
+    ))
+    .into()
+}
+
+fn num<T: std::str::FromStr>(s: &str) -> Result<T, QueryError> {
+    s.parse()
+        .map_err(|_| StoreError::Other(format!("ClickHouse: {s:?} is not a number")).into())
+}
+
+fn hex16(s: &str) -> Result<[u8; 16], QueryError> {
+    let bad = || {
+        QueryError::from(StoreError::Other(format!(
+            "ClickHouse: {s:?} is not an address"
+        )))
+    };
+    if s.len() != 32 || !s.is_ascii() {
+        return Err(bad());
+    }
+    let mut a = [0u8; 16];
+    for (i, b) in a.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(a)
+}
+
+/// A key value: 32 hex digits are an address, anything else a number.
+fn value(s: &str) -> Result<Value, QueryError> {
+    if s.len() == 32 {
+        hex16(s).map(Value::Addr)
+    } else {
+        num(s).map(Value::Num)
+    }
+}
+
+/// Counters from `flows, packets, bytes, first, last` (empty when no flow).
+fn counters(r: &[String]) -> Result<Counters, QueryError> {
+    if r.len() < 5 {
+        return Err(answer_error(r));
+    }
+    let flows: u64 = num(&r[0])?;
+    if flows == 0 {
+        return Ok(Counters::EMPTY);
+    }
+    Ok(Counters {
+        flows,
+        packets: num(&r[1])?,
+        bytes: num(&r[2])?,
+        first_us: num(&r[3])?,
+        last_us: num(&r[4])?,
+    })
+}
+
+fn flow_row(r: &[String]) -> Result<FlowRow, QueryError> {
+    if r.len() != 15 {
+        return Err(answer_error(r));
+    }
+    Ok(FlowRow {
+        start_us: num(&r[0])?,
+        end_us: num(&r[1])?,
+        src: hex16(&r[2])?,
+        dst: hex16(&r[3])?,
+        sport: num(&r[4])?,
+        dport: num(&r[5])?,
+        protocol: num(&r[6])?,
+        tcp_flags: num(&r[7])?,
+        packets: num(&r[8])?,
+        bytes: num(&r[9])?,
+        exporter: hex16(&r[10])?,
+        in_if: num(&r[11])?,
+        out_if: num(&r[12])?,
+        vlan: num(&r[13])?,
+        reverse: r[14] == "1",
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_parse_back() {
+        assert_eq!(
+            value("00000000000000000000FFFF0A000001").unwrap(),
+            Value::Addr([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 255, 255, 10, 0, 0, 1])
+        );
+        assert_eq!(value("443").unwrap(), Value::Num(443));
+        assert!(value("xyz").is_err());
+        assert!(value(&"é".repeat(16)).is_err());
+        let r: Vec<String> = ["0", "0", "0", "0", "0"].map(String::from).to_vec();
+        assert_eq!(counters(&r).unwrap(), Counters::EMPTY);
+    }
+}
