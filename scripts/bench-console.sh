@@ -20,13 +20,9 @@ pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
 for _ in $(seq 100); do curl -s "http://127.0.0.1:$port/" >/dev/null && break; sleep 0.1; done
 
-# The whole store: from the first flow's start to the last one's.
-range=$("$tapflow" query -R "$work/store" -I --json | python3 -c '
-import json, sys
-t = json.loads(sys.stdin.readline())["total"]
-print(t["first_us"], t["last_us"] + 1)')
-from=${range% *}; to=${range#* }
-api="http://127.0.0.1:$port/api/v1/top?from=$from&to=$to&key=srcip&metric=bytes&n=10"
+# The whole store.
+view="window=2000-01-01T00:00-2100-01-01T00:00"
+api="http://127.0.0.1:$port/api/v1/top?$view&key=srcip&metric=bytes&n=10"
 nf=(nfdump -R "$work/nf" -q -s srcip/bytes -n 10 -o csv)
 
 diff <("${nf[@]}" | awk -F, 'NR > 1 && $5 != "" { print $5 "," $10 }') \
@@ -45,4 +41,4 @@ median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[int(
 ma=$(median "${a[@]}"); mb=$(median "${b[@]}")
 echo "runs: $runs; nfdump wall µs: ${a[*]}; API wall µs: ${b[*]}"
 awk -v a="$ma" -v b="$mb" 'BEGIN { printf "median wall: nfdump %.3f s, console API %.3f s, nfdump/API %.1f\n", a / 1e6, b / 1e6, a / b }'
-bench/console_timing.py "http://127.0.0.1:$port/?from=$from&to=$to&key=proto&metric=bytes" "$runs"
+bench/console_timing.py "http://127.0.0.1:$port/?$view&key=proto&metric=bytes" "$runs"

@@ -777,6 +777,22 @@ pub struct CollectArgs {
     /// Forget an exporter's templates and sequence numbers after this many silent seconds.
     #[arg(long, value_name = "SECS", default_value_t = 3600.0)]
     pub exporter_timeout: f64,
+    /// Also keep the flows in ClickHouse: `http://HOST:8123/DB`, or every shard's
+    /// `HOST:PORT` and `?cluster=NAME` (docs/clickhouse.md).
+    #[arg(long, value_name = "URL")]
+    pub clickhouse: Option<String>,
+    /// Where ClickHouse batches wait on disk while the server is away.
+    #[arg(long, value_name = "DIR", requires = "clickhouse")]
+    pub clickhouse_spool: Option<PathBuf>,
+    /// The most the spool directory holds; past it, batches are dropped and counted.
+    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = units::size, requires = "clickhouse_spool")]
+    pub clickhouse_spool_size: u64,
+    /// Also serve the web console over --store on this address (docs/console.md).
+    #[arg(long, value_name = "[HOST:]PORT", value_parser = units::listen_loopback, requires = "store")]
+    pub http: Option<std::net::SocketAddr>,
+    /// Credentials for the console (`user:hash` lines); required for a non-loopback --http.
+    #[arg(long, value_name = "FILE", requires = "http")]
+    pub http_auth: Option<PathBuf>,
     /// Stop after this many seconds.
     #[arg(long)]
     pub duration: Option<f64>,

@@ -17,6 +17,7 @@ use tapflow_engine::sink::flow::export::{ExportConfig, ExportTarget};
 use tapflow_engine::sink::flow::export_store::ExportStore;
 use tapflow_engine::source::datagrams::Cidr;
 use tapflow_engine::stop::Stop;
+use tapflow_store::clickhouse::{ClickHouseConfig, ClickHouseStore};
 use tapflow_store::{ParquetOptions, ParquetStore};
 use tapflow_wire::flowdecode::Limits;
 
@@ -84,7 +85,13 @@ pub fn run(a: CollectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
             writeln!(err, "{line}")
         };
     };
-    let summary = collector::run(cfg, stop, ready, tick).map_err(Failure::from_engine)?;
+    let console = console(&a, stop)?;
+    let summary = collector::run(cfg, stop, ready, tick).map_err(Failure::from_engine);
+    if let Some(c) = console {
+        stop.raise();
+        let _ = c.join();
+    }
+    let summary = summary?;
     drop(server);
     if tty && !quiet {
         eprint!("\r\x1b[K");
@@ -104,6 +111,41 @@ pub fn run(a: CollectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
         Some(why) => Err(Failure::Runtime(why)),
         None => Ok(code),
     }
+}
+
+/// The web console over the store (`--http`), on a thread of its own until the collector stops.
+fn console(
+    a: &CollectArgs,
+    stop: &Arc<Stop>,
+) -> Result<Option<std::thread::JoinHandle<()>>, Failure> {
+    let (Some(listen), Some(dir)) = (a.http, &a.store) else {
+        return Ok(None);
+    };
+    let config = tapflow_console::ConsoleConfig {
+        listen,
+        auth: a.http_auth.clone(),
+        tls: None,
+        probes: Vec::new(),
+        assets: tapflow_console::default_assets(),
+    };
+    tapflow_console::check(&config).map_err(|e| Failure::Usage(format!("--http: {e}")))?;
+    let engine = Arc::new(tapflow_store::query::scan::ParquetEngine::new(
+        dir.clone(),
+        2,
+    ));
+    let flag = Arc::clone(stop.flag());
+    let stopper = Arc::clone(stop);
+    eprintln!("tapflow: console on http://{listen}/");
+    std::thread::Builder::new()
+        .name("tapflow-console".into())
+        .spawn(move || {
+            if let Err(e) = tapflow_console::serve(config, engine, flag) {
+                eprintln!("tapflow: error: {e}");
+                stopper.raise();
+            }
+        })
+        .map(Some)
+        .map_err(|e| Failure::Runtime(format!("cannot start the console: {e}")))
 }
 
 fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
@@ -140,6 +182,16 @@ fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
         let store = ParquetStore::open(dir, opts).map_err(|e| bad(format!("--store {e}")))?;
         stores.push(NamedStore {
             name: format!("parquet:{}", dir.display()),
+            store: Box::new(store),
+        });
+    }
+    if let Some(url) = &a.clickhouse {
+        let mut ch = ClickHouseConfig::new(url);
+        ch.spool_dir = a.clickhouse_spool.clone();
+        ch.spool_limit = a.clickhouse_spool_size;
+        let store = ClickHouseStore::open(ch).map_err(|e| bad(format!("--clickhouse {e}")))?;
+        stores.push(NamedStore {
+            name: format!("clickhouse:{url}"),
             store: Box::new(store),
         });
     }

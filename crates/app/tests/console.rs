@@ -632,3 +632,68 @@ fn credentials_and_tls_guard_the_console() {
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["total"]["flows"], 0);
 }
+
+#[test]
+fn collect_serves_the_console_over_the_store_it_fills() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let trace = common::built_trace(dir.path(), "t.pcap", 40, 6, 1_000_000);
+    let port = free_port();
+    let udp = free_port();
+    let http = format!("127.0.0.1:{port}");
+    let listen = format!("ipfix://127.0.0.1:{udp}");
+    let child = tapflow([
+        "collect",
+        "--listen",
+        &listen,
+        "--store",
+        store.to_str().unwrap(),
+        "--flush-seconds",
+        "0.5",
+        "--http",
+        &http,
+        "-q",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut guard = ChildGuard::new(child, "tapflow collect --http");
+    guard.wait_until(Duration::from_secs(30), "serves the console", |_| {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    common::run_ok(&mut tapflow([
+        "flows",
+        "-r",
+        trace.to_str().unwrap(),
+        "--export",
+        &format!("ipfix://127.0.0.1:{udp}"),
+        "-q",
+    ]));
+    let window = "2000-01-01T00:00-2100-01-01T00:00";
+    let url = format!("http://{http}/api/v1/summary?window={window}");
+    let start = Instant::now();
+    let flows = loop {
+        let v = get(&url);
+        let n = v["total"]["flows"].as_u64().unwrap();
+        if n > 0 || start.elapsed() > Duration::from_secs(30) {
+            break n;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let out = common::run_ok(&mut tapflow([
+        "query",
+        "-R",
+        store.to_str().unwrap(),
+        "-t",
+        window,
+        "-I",
+        "--json",
+    ]));
+    let v: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert!(flows >= 40, "{flows}");
+    assert_eq!(flows, v["flows"].as_u64().unwrap());
+    guard.signal(libc::SIGINT);
+    let (status, err) = guard.wait_output(Duration::from_secs(30));
+    assert!(status.success(), "{err}");
+}
