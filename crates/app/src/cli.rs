@@ -793,6 +793,10 @@ pub struct CollectArgs {
     /// Credentials for the console (`user:hash` lines); required for a non-loopback --http.
     #[arg(long, value_name = "FILE", requires = "http")]
     pub http_auth: Option<PathBuf>,
+    /// Anonymise the flows' addresses with Crypto-PAn under the key in this file (32 bytes, or
+    /// 64 hex digits) before any store or output gets them (docs/anonymize.md).
+    #[arg(long, value_name = "KEYFILE")]
+    pub anonymize: Option<PathBuf>,
     /// Stop after this many seconds.
     #[arg(long)]
     pub duration: Option<f64>,

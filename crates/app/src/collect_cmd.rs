@@ -17,8 +17,10 @@ use tapflow_engine::sink::flow::export::{ExportConfig, ExportTarget};
 use tapflow_engine::sink::flow::export_store::ExportStore;
 use tapflow_engine::source::datagrams::Cidr;
 use tapflow_engine::stop::Stop;
+use tapflow_store::anonymized::AnonymizedStore;
 use tapflow_store::clickhouse::{ClickHouseConfig, ClickHouseStore};
 use tapflow_store::{ParquetOptions, ParquetStore};
+use tapflow_wire::cryptopan::Anonymizer;
 use tapflow_wire::flowdecode::Limits;
 
 use crate::Failure;
@@ -223,6 +225,16 @@ fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
             name,
             store: Box::new(export),
         });
+    }
+    if let Some(key) = &a.anonymize {
+        let pan = crate::anonymize_cmd::read_key(key)?;
+        stores = stores
+            .into_iter()
+            .map(|s| NamedStore {
+                name: s.name,
+                store: Box::new(AnonymizedStore::new(s.store, Anonymizer::new(pan.clone()))),
+            })
+            .collect();
     }
     if stores.is_empty() {
         return Err(bad(

@@ -5,6 +5,7 @@
 //! the [`FlowStore`] trait.
 #![forbid(unsafe_code)]
 
+pub mod anonymized;
 pub mod batch;
 pub mod clickhouse;
 pub mod compaction;
