@@ -105,10 +105,9 @@ pub fn parse_time(text: &str) -> Result<i64, QueryError> {
             None => (t, 0),
         }
     };
-    if t.len() < 10 {
+    let Some((date, clock)) = t.split_at_checked(10) else {
         return Err(bad());
-    }
-    let (date, clock) = t.split_at(10);
+    };
     let date: Vec<&str> = date.split(['-', '/']).collect();
     let [y, mo, d] = date[..] else {
         return Err(bad());
@@ -189,6 +188,7 @@ mod tests {
         assert_eq!(w("2026-11-25T10:00").end_us, i64::MAX);
         assert_eq!(w("2026-11-25").start_us, T10 - 10 * 3600 * US_PER_S);
         for bad in [
+            "2026-11-2Ś5T10:00",
             "2026-11-25T10:00/15",
             "yesterday",
             "2026-13-01",
