@@ -13,7 +13,9 @@ use tapflow_wire::flowrecord::{EndReason, FlowRecord};
 use crate::schema::StoredFlow;
 use crate::{FlowStore, StoreError};
 
-/// The CSV header `tapflow flows --csv` writes (the JSON keys are the same names).
+/// The columns of `tapflow flows --csv` the import reads (the JSON keys are the same names).
+/// `tapflow flows` writes these first, then columns derived from them (protocol name, ISO 8601
+/// times), which the import skips.
 pub const CSV_HEADER: &str = "proto,src,sport,dst,dport,vlan,interface,first_ns,last_ns,\
 packets,octets,tcp_flags,rev_first_ns,rev_last_ns,rev_packets,rev_octets,rev_tcp_flags,end_reason";
 
@@ -134,7 +136,7 @@ pub fn parse_line(format: Format, line: &str) -> Result<FlowRecord, String> {
 
 fn parse_csv(line: &str) -> Result<FlowRecord, String> {
     let f: Vec<&str> = line.split(',').collect();
-    if f.len() != 18 {
+    if f.len() < 18 {
         return Err(format!("{} fields, not the 18 of the header", f.len()));
     }
     let names: Vec<&str> = CSV_HEADER.split(',').collect();
@@ -207,7 +209,10 @@ pub fn import(
             None => {
                 let f = if line.starts_with('{') {
                     Format::JsonLines
-                } else if line == CSV_HEADER {
+                } else if line
+                    .strip_prefix(CSV_HEADER)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with(','))
+                {
                     format = Some(Format::Csv);
                     continue;
                 } else {
