@@ -132,6 +132,5 @@ printf '  %-12s %s\n' \
     clickhouse "$(dpkg-query -W -f='${Version}' clickhouse-server 2>/dev/null)" \
     python3 "$(first_line python3 --version)" \
     chdb "$("$PYENV/bin/python3" -c 'import chdb; print(chdb.__version__)' 2>/dev/null || true)" \
-    duckdb "$("$PYENV/bin/python3" -c 'import duckdb; print(duckdb.__version__)' 2>/dev/null || true)"
-    zstd "$(first_line zstd --version)" \
-    python3 "$(first_line python3 --version)"
+    duckdb "$("$PYENV/bin/python3" -c 'import duckdb; print(duckdb.__version__)' 2>/dev/null || true)" \
+    zstd "$(first_line zstd --version)"
