@@ -28,7 +28,7 @@ nf=(nfdump -R "$work/nf" -q -s srcip/bytes -n 10 -o csv)
 diff <("${nf[@]}" | awk -F, 'NR > 1 && $5 != "" { print $5 "," $10 }') \
      <(curl -s "$api" | python3 -c '
 import json, sys
-for r in json.load(sys.stdin)["rows"]: print(f"{r[\"value\"]},{r[\"bytes\"]}")') \
+for r in json.load(sys.stdin)["rows"]: print("%s,%s" % (r["value"], r["bytes"]))') \
     && echo "same answer: the API's top 10 source addresses and bytes equal nfdump's"
 
 wall() { local t0 t1; t0=$(date +%s%N); "$@" >/dev/null; t1=$(date +%s%N); echo $(( (t1 - t0) / 1000 )); }
