@@ -586,6 +586,27 @@ impl Decoder {
     }
 }
 
+/// The first `N` bytes of `msg`, a `protocol` header whose first 16 bits are `version`.
+pub(crate) fn versioned_header<'a, const N: usize>(
+    msg: &'a [u8],
+    protocol: &'static str,
+    what: &'static str,
+    version: u16,
+) -> Result<&'a [u8; N], DecodeError> {
+    let h = msg
+        .first_chunk::<N>()
+        .ok_or(DecodeError::Truncated { what, at: 0 })?;
+    let found = crate::bytes::read_u16(h);
+    if found != version {
+        return Err(DecodeError::BadVersion {
+            protocol,
+            expected: version,
+            found: u32::from(found),
+        });
+    }
+    Ok(h)
+}
+
 /// For IPFIX over TCP: the length of the message at the start of `buf` once its header is
 /// there (`None` before), or why the stream cannot be IPFIX.
 pub fn ipfix_message_len(buf: &[u8]) -> Option<Result<usize, DecodeError>> {

@@ -40,7 +40,7 @@
 
 use crate::bytes::Put;
 use crate::bytes::{get_u16, get_u32, read_u16, read_u32};
-use crate::flowdecode::{DecodeError, Emit, Exporter, MessageSummary};
+use crate::flowdecode::{DecodeError, Emit, Exporter, MessageSummary, versioned_header};
 use crate::flowexport::{MessageFormat, MessageHeader, TemplateEncoder, saturate, unix_secs};
 use crate::flowrecord::FlowRecord;
 use crate::template::{Budget, Clock, ipfix_field};
@@ -466,20 +466,7 @@ pub(crate) struct Header {
 impl Header {
     /// The header of `msg`, after checking the version, the length and the set framing.
     pub(crate) fn parse(msg: &[u8]) -> Result<Header, DecodeError> {
-        let Some(h) = msg.first_chunk::<HEADER_LEN>() else {
-            return Err(DecodeError::Truncated {
-                what: "IPFIX header",
-                at: 0,
-            });
-        };
-        let version = read_u16(h);
-        if version != VERSION {
-            return Err(DecodeError::BadVersion {
-                protocol: "IPFIX",
-                expected: VERSION,
-                found: u32::from(version),
-            });
-        }
+        let h = versioned_header::<HEADER_LEN>(msg, "IPFIX", "IPFIX header", VERSION)?;
         let len = usize::from(read_u16(&h[2..]));
         if len < HEADER_LEN || len > msg.len() {
             return Err(DecodeError::BadLength {

@@ -28,7 +28,7 @@
 //! [`Config::start_ns`], wrapping at 2^32 like a router's.
 
 use crate::bytes::{Put, read_u16, read_u32};
-use crate::flowdecode::{DecodeError, Emit, Exporter};
+use crate::flowdecode::{DecodeError, Emit, Exporter, versioned_header};
 use crate::flowexport::{saturate, unix_secs};
 use crate::flowrecord::{Counters, FlowRecord};
 use crate::netflow9::uptime_ms;
@@ -222,20 +222,7 @@ pub(crate) struct Header {
 impl Header {
     /// The header of `msg`, after checking the version and that its records are there.
     pub(crate) fn parse(msg: &[u8]) -> Result<Header, DecodeError> {
-        let Some(h) = msg.first_chunk::<HEADER_LEN>() else {
-            return Err(DecodeError::Truncated {
-                what: "NetFlow v5 header",
-                at: 0,
-            });
-        };
-        let version = read_u16(h);
-        if version != VERSION {
-            return Err(DecodeError::BadVersion {
-                protocol: "NetFlow v5",
-                expected: VERSION,
-                found: u32::from(version),
-            });
-        }
+        let h = versioned_header::<HEADER_LEN>(msg, "NetFlow v5", "NetFlow v5 header", VERSION)?;
         let count = usize::from(read_u16(&h[2..]));
         let room = (msg.len() - HEADER_LEN) / RECORD_LEN;
         if count > room {

@@ -30,7 +30,7 @@
 
 use crate::bytes::Put;
 use crate::bytes::{get_u16, read_u16, read_u32};
-use crate::flowdecode::{DecodeError, Emit, Exporter, MessageSummary};
+use crate::flowdecode::{DecodeError, Emit, Exporter, MessageSummary, versioned_header};
 use crate::flowexport::{MessageFormat, MessageHeader, SET_HEADER_LEN, TemplateEncoder, unix_secs};
 use crate::flowrecord::FlowRecord;
 use crate::ipfix::{MIN_DATA_SET_ID, check_sets, sets};
@@ -378,20 +378,7 @@ pub(crate) struct Header {
 impl Header {
     /// The header of `msg`, after checking the version and the FlowSet framing.
     pub(crate) fn parse(msg: &[u8]) -> Result<Header, DecodeError> {
-        let Some(h) = msg.first_chunk::<HEADER_LEN>() else {
-            return Err(DecodeError::Truncated {
-                what: "NetFlow v9 header",
-                at: 0,
-            });
-        };
-        let version = read_u16(h);
-        if version != VERSION {
-            return Err(DecodeError::BadVersion {
-                protocol: "NetFlow v9",
-                expected: VERSION,
-                found: u32::from(version),
-            });
-        }
+        let h = versioned_header::<HEADER_LEN>(msg, "NetFlow v9", "NetFlow v9 header", VERSION)?;
         check_sets(msg, HEADER_LEN, FLOWSET_HEADER_LEN)?;
         Ok(Header {
             sys_uptime_ms: read_u32(&h[4..]),
