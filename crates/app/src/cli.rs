@@ -159,6 +159,13 @@ pub struct StatsArgs {
     /// One JSON object (total and per worker) instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Stop after this many readings (with `--watch` or `--svg`).
+    #[arg(long, value_name = "N", value_parser = units::count)]
+    pub count: Option<u64>,
+    /// Draw the rates over time (received, recorded, filtered, each drop) as an SVG chart in
+    /// FILE, rewritten after every reading; reads every second unless `--watch` says otherwise.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
 }
 
 /// `tapflow check`.

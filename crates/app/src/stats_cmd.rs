@@ -15,6 +15,8 @@ use tapflow_engine::probe::{Stats, WorkerSnapshot};
 use crate::Failure;
 use crate::cli::{ProbeArgs, StatsArgs};
 use crate::report::json_line;
+use crate::svg;
+use tapflow_sys::outfile;
 
 /// The control socket the user means: `--control`, the interface's, or the only one there is.
 pub(crate) fn control_path(p: &ProbeArgs) -> Result<PathBuf, Failure> {
@@ -201,10 +203,96 @@ impl<'a> StatsJson<'a> {
     }
 }
 
+/// The counters `--svg` draws, as rates per second.
+const CHARTED: &[(&str, Value)] = &[
+    ("received", |w| w.totals.received as f64),
+    ("recorded", |w| w.totals.recorded as f64),
+    ("filtered", |w| w.totals.filtered as f64),
+    ("dropped by kernel", |w| w.totals.dropped_kernel as f64),
+    ("dropped by tapflow", |w| w.totals.dropped_ours as f64),
+];
+
+/// `--svg`: every reading's time and total counters, drawn as rates between readings.
+struct Chart {
+    path: PathBuf,
+    /// The file is a device or FIFO: written once, at the end, in place.
+    stream: bool,
+    readings: Vec<(f64, WorkerSnapshot)>,
+}
+
+impl Chart {
+    fn new(path: PathBuf) -> Result<Chart, Failure> {
+        let stream = outfile::target(&path)
+            .map_err(|e| Failure::Usage(format!("--svg {}: {e}", path.display())))?
+            == outfile::Target::Stream;
+        Ok(Chart {
+            path,
+            stream,
+            readings: Vec::new(),
+        })
+    }
+
+    /// The chart: one line per counter, its rate from each reading to the next.
+    fn svg(&self) -> String {
+        let lines: Vec<svg::Line> = CHARTED
+            .iter()
+            .map(|&(label, value)| svg::Line {
+                label: label.to_string(),
+                points: self
+                    .readings
+                    .windows(2)
+                    .map(|p| {
+                        let ((t0, a), (t1, b)) = (&p[0], &p[1]);
+                        (*t1, ((value(b) - value(a)) / (t1 - t0)).max(0.0))
+                    })
+                    .collect(),
+                dashed: label.starts_with("dropped"),
+            })
+            .collect();
+        let title = format!("Packets per second, {}", self.path.display());
+        svg::chart(&title, "time (s)", "packets/s", &lines)
+    }
+
+    /// Adds a reading and, for a regular file, puts the chart so far in its place (written
+    /// aside as `FILE.part`, then renamed: a reader never sees half a chart).
+    fn add(&mut self, seconds: f64, total: WorkerSnapshot) -> Result<(), Failure> {
+        self.readings.push((seconds, total));
+        if self.stream || self.readings.len() < 2 {
+            return Ok(());
+        }
+        let fail = |e: String| Failure::Runtime(format!("--svg {}: {e}", self.path.display()));
+        let mut part = self.path.clone().into_os_string();
+        part.push(".part");
+        let part = PathBuf::from(part);
+        if std::fs::symlink_metadata(&part).is_ok_and(|m| m.file_type().is_file()) {
+            std::fs::remove_file(&part).map_err(|e| fail(e.to_string()))?;
+        }
+        let mut f =
+            outfile::create_new(&part, 0).map_err(|e| fail(format!("{}: {e}", part.display())))?;
+        f.write_all(self.svg().as_bytes())
+            .map_err(|e| fail(e.to_string()))?;
+        drop(f);
+        outfile::check_replaceable(&self.path).map_err(|e| fail(e.to_string()))?;
+        std::fs::rename(&part, &self.path).map_err(|e| fail(e.to_string()))
+    }
+
+    /// At the end: a device or FIFO gets the chart now.
+    fn finish(&self) -> Result<(), Failure> {
+        if !self.stream {
+            return Ok(());
+        }
+        let fail = |e: String| Failure::Runtime(format!("--svg {}: {e}", self.path.display()));
+        let mut f = outfile::open_stream(&self.path).map_err(|e| fail(e.to_string()))?;
+        f.write_all(self.svg().as_bytes())
+            .map_err(|e| fail(e.to_string()))
+    }
+}
+
 /// Runs `tapflow stats`.
 pub fn run(a: StatsArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
     let path = control_path(&a.probe)?;
-    let every = match a.watch {
+    let watch = a.watch.or(a.svg.as_ref().map(|_| 1.0));
+    let every = match watch {
         None => None,
         Some(s) if s.is_finite() && s >= 0.1 => Some(Duration::from_secs_f64(s)),
         Some(s) => {
@@ -213,16 +301,44 @@ pub fn run(a: StatsArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
             )));
         }
     };
+    if a.count == Some(0) {
+        return Err(Failure::Usage(
+            "--count 0: give at least one reading".into(),
+        ));
+    }
+    let mut chart = a.svg.map(Chart::new).transpose()?;
+    let result = watch_loop(a.json, a.count, every, &path, chart.as_mut(), stop);
+    // The chart keeps every reading taken, also when the capture went away mid-way.
+    let drawn = chart.as_ref().map_or(Ok(()), Chart::finish);
+    let code = result?;
+    drawn?;
+    Ok(code)
+}
+
+fn watch_loop(
+    json: bool,
+    count: Option<u64>,
+    every: Option<Duration>,
+    path: &Path,
+    mut chart: Option<&mut Chart>,
+    stop: &Arc<AtomicBool>,
+) -> Result<ExitCode, Failure> {
     let mut before: Option<(Stats, Instant)> = None;
+    let started = Instant::now();
     // On a terminal, --watch redraws one table in place; elsewhere the tables follow each other.
-    let redraw = every.is_some() && !a.json && std::io::stdout().is_terminal();
+    let redraw = every.is_some() && !json && std::io::stdout().is_terminal();
     if redraw {
         print!("\x1b[2J");
     }
+    let mut readings = 0u64;
     loop {
-        let now = read(&path)?;
+        let now = read(path)?;
         let at = Instant::now();
-        if a.json {
+        readings += 1;
+        if let Some(c) = chart.as_deref_mut() {
+            c.add(at.duration_since(started).as_secs_f64(), now.total())?;
+        }
+        if json {
             print!("{}", json_line(&StatsJson::new(&now))?);
         } else {
             let prev = before
@@ -235,11 +351,14 @@ pub fn run(a: StatsArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
             } else {
                 print!("{text}");
             }
-            let _ = std::io::stdout().flush();
         }
+        let _ = std::io::stdout().flush();
         let Some(every) = every else {
             return Ok(ExitCode::SUCCESS);
         };
+        if count.is_some_and(|n| readings >= n) {
+            return Ok(ExitCode::SUCCESS);
+        }
         before = Some((now, at));
         let until = Instant::now() + every;
         while Instant::now() < until {
@@ -248,7 +367,7 @@ pub fn run(a: StatsArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        if !redraw {
+        if !redraw && !json {
             println!();
         }
     }
@@ -303,5 +422,34 @@ mod tests {
             v["total"]["traffic"]["mean_interarrival_seconds"],
             5.0 / 14.0
         );
+    }
+
+    #[test]
+    fn the_chart_draws_rates_between_readings() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.svg");
+        let mut c = Chart::new(path.clone()).unwrap();
+        c.add(0.0, worker(0, 0, 0)).unwrap();
+        assert!(!path.exists(), "one reading makes no line yet");
+        c.add(1.0, worker(100, 0, 0)).unwrap();
+        c.add(3.0, worker(500, 0, 0)).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(svg, c.svg());
+        // received: 100/s then 200/s; the y axis ticks to 200, so the second point is on top.
+        let received = svg.lines().find(|l| l.contains(">received<")).unwrap();
+        let pts: Vec<&str> = received
+            .split("points=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .split(' ')
+            .collect();
+        assert_eq!(pts.len(), 2, "{received}");
+        assert!(pts[1].ends_with(",40.0"), "{received}");
+        assert!(pts[0].ends_with(",195.0"), "{received}");
+        assert_eq!(svg.matches("<polyline").count(), CHARTED.len());
+        assert!(!dir.path().join("c.svg.part").exists());
     }
 }

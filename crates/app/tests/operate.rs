@@ -814,3 +814,71 @@ fn a_lost_carrier_is_a_gap_too() {
     assert_eq!(noted.len(), 1, "{noted:?}");
     assert!(noted[0][0].ends_with(" s (no carrier)"), "{noted:?}");
 }
+
+#[test]
+fn stats_svg_draws_the_rates_over_time() {
+    let p = VethPair::new("ssv");
+    let dir = tempfile::tempdir().unwrap();
+    let probe = Probe::start(&p, dir.path(), &["-w", "/dev/null"]);
+    let svg = dir.path().join("rates.svg");
+    // A directory is refused before the first reading, in one line.
+    let o = probe.ask(&["stats", "--svg", &s(dir.path())]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("--svg") && err.contains("a directory"),
+        "{err}"
+    );
+    let mut c = tapflow(&[
+        "stats",
+        "--svg",
+        &s(&svg),
+        "--watch",
+        "200ms",
+        "--count",
+        "25",
+    ]);
+    c.arg("--control").arg(&probe.control);
+    let mut stats = VethPair::spawn(&mut c);
+    let start = Instant::now();
+    while !svg.exists() {
+        assert!(start.elapsed() < Duration::from_secs(10), "no chart yet");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    p.send(&["-c", "4000", "--rate", "10k"], dir.path(), 4000);
+    let (status, err) = stats.wait_output(Duration::from_secs(30));
+    assert!(status.success(), "{err}");
+    let doc = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        doc.starts_with("<svg") && doc.ends_with("</svg>\n"),
+        "{doc}"
+    );
+    assert!(!dir.path().join("rates.svg.part").exists());
+    // One line per counter, a point per interval between the 25 readings.
+    let points = |label: &str| -> Vec<f64> {
+        let line = doc
+            .lines()
+            .find(|l| l.contains(&format!(">{label}<")))
+            .unwrap_or_else(|| panic!("no {label} line in {doc}"));
+        line.split("points=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .split(' ')
+            .map(|xy| xy.split(',').nth(1).unwrap().parse().unwrap())
+            .collect()
+    };
+    let received = points("received");
+    assert_eq!(received.len(), 24, "{doc}");
+    // The burst shows: some interval's rate is above the axis (y grows downwards from 350).
+    assert!(received.iter().any(|y| *y < 300.0), "{received:?}");
+    // Nothing was dropped: those lines lie on the axis.
+    assert!(
+        points("dropped by kernel").iter().all(|y| *y == 350.0),
+        "{doc}"
+    );
+    let (sum, _) = probe.stop();
+    assert_eq!(sum.received, 4000);
+}
