@@ -829,7 +829,7 @@ fn stats_svg_draws_the_rates_over_time() {
         err.contains("--svg") && err.contains("a directory"),
         "{err}"
     );
-    let mut c = tapflow(&[
+    let mut c = tapflow([
         "stats",
         "--svg",
         &s(&svg),
