@@ -324,7 +324,7 @@ fn summary_lines(s: &CollectSummary) -> Vec<String> {
         let bad: Vec<String> = c.bad.iter().map(|(w, n)| format!("{n} {w}")).collect();
         out.push(format!(
             "tapflow:   exporter {} domain {} ({}): {} records in {} messages, {} lost \
-             (sequence), {} without template, {} templates, {} bad messages{}",
+             (sequence){}, {} without template, {} templates, {} bad messages{}",
             k.address(),
             k.domain,
             if c.protocol.is_empty() {
@@ -335,6 +335,10 @@ fn summary_lines(s: &CollectSummary) -> Vec<String> {
             c.records,
             c.messages,
             c.sequence_lost,
+            match c.sequence_resets {
+                0 => String::new(),
+                n => format!(" across {n} sequence restarts"),
+            },
             c.template_missing,
             c.templates,
             c.bad_messages,
@@ -371,6 +375,7 @@ struct CollectJson<'a> {
     template_missing: u64,
     malformed: u64,
     sequence_lost: u64,
+    sequence_resets: u64,
     bad_messages: u64,
     socket_drops: u64,
     refused: u64,
@@ -409,6 +414,7 @@ impl<'a> CollectJson<'a> {
             template_missing: t.template_missing,
             malformed: t.malformed,
             sequence_lost: t.sequence_lost,
+            sequence_resets: t.sequence_resets,
             bad_messages: t.bad_messages,
             socket_drops: s.book.socket_drops,
             refused: s.book.refused,

@@ -768,6 +768,13 @@ fn hostile_datagrams_are_counted_by_reason_and_a_stop_reports() {
     assert!(got.n("bad_messages") > 100, "{}", got.err);
     assert_eq!(got.n("records"), 3, "the v5 flows: {}", got.err);
     assert_eq!(got.n("sequence_lost"), 999_999, "{}", got.err);
+    assert_eq!(got.n("sequence_resets"), 1, "{}", got.err);
+    assert!(
+        got.err
+            .contains("999999 lost (sequence) across 1 sequence restarts"),
+        "{}",
+        got.err
+    );
     assert_eq!(got.n("stores.0.stored"), 3);
     let reasons = json_at(&got.json, "exporters");
     let text = reasons.to_string();

@@ -87,6 +87,9 @@ pub struct MessageSummary {
     /// Records (IPFIX, v5, sFlow samples) or export packets (v9) the sequence numbers say were
     /// lost between the previous message of this exporter and domain and this one.
     pub sequence_lost: u64,
+    /// Times the sequence numbers started again (an exporter that restarted, or a jump too
+    /// long to be loss): what was lost across them cannot be known.
+    pub sequence_resets: u32,
     /// Data records skipped because their template is not known (yet).
     pub template_missing: u32,
     /// Template and options template records accepted (new, refreshed or withdrawn).
@@ -242,6 +245,24 @@ pub const MAX_SEQUENCE_GAP: u32 = 1 << 22;
 /// Samplers (IE 48 → interval) and sFlow data sources one exporter may hold.
 pub const MAX_SAMPLERS: usize = 64;
 
+/// What one message's sequence number says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[must_use]
+pub(crate) struct Gap {
+    /// Units lost before the message.
+    pub(crate) lost: u64,
+    /// The count started again at this message.
+    pub(crate) reset: bool,
+}
+
+impl Gap {
+    /// Adds the gap to a message's summary.
+    pub(crate) fn add_to(self, s: &mut MessageSummary) {
+        s.sequence_lost = s.sequence_lost.saturating_add(self.lost);
+        s.sequence_resets += u32::from(self.reset);
+    }
+}
+
 /// The sequence numbers of one exporter and domain (or sFlow data source).
 ///
 /// Exporters read the RFCs differently: RFC 7011 numbers a message by the data records sent
@@ -276,18 +297,18 @@ impl Sequence {
     /// behind is late (reordered) and counts nothing; a second one in a row, or a jump of more
     /// than [`MAX_SEQUENCE_GAP`] either way, means the exporter restarted: the count starts
     /// again from it.
-    pub(crate) fn observe(&mut self, seq: u32, count: u32, options: u32) -> u64 {
+    pub(crate) fn observe(&mut self, seq: u32, count: u32, options: u32) -> Gap {
         let options = options.min(count);
         let Some(last) = self.last else {
             self.last = Some((seq, count, options));
-            return 0;
+            return Gap::default();
         };
         let readings = Sequence::readings(last, count, options);
         if let Some(i) = readings.iter().position(|&r| r == seq) {
             self.reading = i as u8;
             self.last = Some((seq, count, options));
             self.behind = 0;
-            return 0;
+            return Gap::default();
         }
         let next = readings[usize::from(self.reading)];
         let ahead = seq.wrapping_sub(next);
@@ -295,14 +316,20 @@ impl Sequence {
         if ahead <= MAX_SEQUENCE_GAP {
             self.last = Some((seq, count, options));
             self.behind = 0;
-            u64::from(ahead)
+            Gap {
+                lost: u64::from(ahead),
+                reset: false,
+            }
         } else if behind <= MAX_SEQUENCE_GAP && self.behind == 0 {
             self.behind = 1;
-            0
+            Gap::default()
         } else {
             self.last = Some((seq, count, options));
             self.behind = 0;
-            0
+            Gap {
+                lost: 0,
+                reset: true,
+            }
         }
     }
 
@@ -339,6 +366,7 @@ impl MessageSummary {
             domain,
             records: 0,
             sequence_lost: 0,
+            sequence_resets: 0,
             template_missing: 0,
             templates: 0,
             malformed: 0,
@@ -837,42 +865,56 @@ mod tests {
     #[test]
     fn sequence_counts_gaps_and_survives_reorder_and_restart() {
         let mut s = Sequence::default();
-        assert_eq!(s.observe(100, 10, 0), 0, "the first message sets the count");
-        assert_eq!(s.observe(110, 10, 0), 0);
-        assert_eq!(s.observe(125, 5, 0), 5, "five lost");
-        assert_eq!(s.observe(120, 5, 0), 0, "late: counts nothing");
-        assert_eq!(s.observe(130, 5, 0), 0, "back in order");
-        assert_eq!(s.observe(3, 5, 0), 0, "behind");
-        assert_eq!(s.observe(8, 5, 0), 0, "behind twice: a restart");
-        assert_eq!(s.observe(15, 1, 0), 2);
+        assert_eq!(
+            s.observe(100, 10, 0).lost,
+            0,
+            "the first message sets the count"
+        );
+        assert_eq!(s.observe(110, 10, 0).lost, 0);
+        assert_eq!(s.observe(125, 5, 0).lost, 5, "five lost");
+        assert_eq!(s.observe(120, 5, 0), Gap::default(), "late: counts nothing");
+        assert_eq!(s.observe(130, 5, 0).lost, 0, "back in order");
+        assert_eq!(s.observe(3, 5, 0), Gap::default(), "behind");
+        assert_eq!(
+            s.observe(8, 5, 0),
+            Gap {
+                lost: 0,
+                reset: true
+            },
+            "behind twice: a restart"
+        );
+        assert_eq!(s.observe(15, 1, 0).lost, 2);
         assert_eq!(
             s.observe(16 + MAX_SEQUENCE_GAP + 1, 1, 0),
-            0,
+            Gap {
+                lost: 0,
+                reset: true
+            },
             "a huge jump resets"
         );
-        assert_eq!(s.observe(17 + MAX_SEQUENCE_GAP + 1, 1, 0), 0);
+        assert_eq!(s.observe(17 + MAX_SEQUENCE_GAP + 1, 1, 0), Gap::default());
         let mut w = Sequence::default();
-        w.observe(u32::MAX - 1, 1, 0);
-        assert_eq!(w.observe(1, 1, 0), 2, "wraps modulo 2^32");
+        let _ = w.observe(u32::MAX - 1, 1, 0);
+        assert_eq!(w.observe(1, 1, 0).lost, 2, "wraps modulo 2^32");
     }
 
     #[test]
     fn sequence_readings_of_other_exporters() {
         // softflowd: flow records up to and including the message, options records apart.
         let mut s = Sequence::default();
-        assert_eq!(s.observe(19, 20, 1), 0);
-        assert_eq!(s.observe(41, 22, 0), 0);
-        assert_eq!(s.observe(63, 22, 0), 0);
-        assert_eq!(s.observe(90, 22, 0), 5, "a gap in that reading");
+        assert_eq!(s.observe(19, 20, 1).lost, 0);
+        assert_eq!(s.observe(41, 22, 0).lost, 0);
+        assert_eq!(s.observe(63, 22, 0).lost, 0);
+        assert_eq!(s.observe(90, 22, 0).lost, 5, "a gap in that reading");
         // RFC 7011 with options records counted, and an exporter that leaves them out.
         let mut r = Sequence::default();
-        r.observe(0, 5, 2);
-        assert_eq!(r.observe(5, 4, 0), 0);
+        let _ = r.observe(0, 5, 2);
+        assert_eq!(r.observe(5, 4, 0).lost, 0);
         let mut o = Sequence::default();
-        o.observe(0, 5, 2);
-        assert_eq!(o.observe(3, 4, 0), 0);
-        assert_eq!(o.observe(7, 4, 0), 0);
-        assert_eq!(o.observe(14, 1, 0), 3);
+        let _ = o.observe(0, 5, 2);
+        assert_eq!(o.observe(3, 4, 0).lost, 0);
+        assert_eq!(o.observe(7, 4, 0).lost, 0);
+        assert_eq!(o.observe(14, 1, 0).lost, 3);
     }
 
     #[test]

@@ -555,9 +555,9 @@ pub(crate) fn decode(
         // Records of unknown templates were not counted: the next message restarts the count.
         ex.sequence.resync();
     } else {
-        emit.summary.sequence_lost = ex
-            .sequence
-            .observe(h.sequence, data_records, options_records);
+        ex.sequence
+            .observe(h.sequence, data_records, options_records)
+            .add_to(emit.summary);
     }
 }
 

@@ -289,7 +289,9 @@ pub(crate) fn decode(h: &Header, msg: &[u8], ex: &mut Exporter, emit: &mut Emit<
         r.fwd.last_ns = r.fwd.last_ns.max(r.fwd.first_ns);
         emit.flow(r, u32::from(read_u16(&rec[14..])), sampling);
     }
-    emit.summary.sequence_lost = ex.sequence.observe(h.flow_sequence, h.count as u32, 0);
+    ex.sequence
+        .observe(h.flow_sequence, h.count as u32, 0)
+        .add_to(emit.summary);
 }
 
 #[cfg(test)]

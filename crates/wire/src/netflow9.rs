@@ -413,7 +413,7 @@ pub(crate) fn decode(
         }
     }
     // v9 numbers export packets, not records (RFC 3954 §5.1).
-    emit.summary.sequence_lost = ex.sequence.observe(h.sequence, 1, 0);
+    ex.sequence.observe(h.sequence, 1, 0).add_to(emit.summary);
 }
 
 /// Reads a Template FlowSet body.

@@ -28,7 +28,7 @@ use std::collections::HashMap;
 
 use crate::LinkType;
 use crate::bytes::get_u32;
-use crate::flowdecode::{DecodeError, Emit, Exporter, Sequence};
+use crate::flowdecode::{DecodeError, Emit, Exporter, Gap, Sequence};
 use crate::flowkey::FlowFields;
 use crate::flowrecord::{Counters, FlowRecord};
 
@@ -159,10 +159,7 @@ pub(crate) fn decode(
         };
         match flow_sample(body, at, expanded, now_ns) {
             Ok((source, seq, flow)) => {
-                emit.summary.sequence_lost = emit
-                    .summary
-                    .sequence_lost
-                    .saturating_add(source_sequence(&mut ex.sources, source, seq));
+                source_sequence(&mut ex.sources, source, seq).add_to(emit.summary);
                 match flow {
                     Some((r, egress, rate)) => emit.flow(r, egress, rate),
                     None => emit.summary.skipped += 1,
@@ -174,12 +171,12 @@ pub(crate) fn decode(
 }
 
 /// The samples lost on data source `source` before sample `seq`.
-fn source_sequence(sources: &mut HashMap<u32, Sequence>, source: u32, seq: u32) -> u64 {
+fn source_sequence(sources: &mut HashMap<u32, Sequence>, source: u32, seq: u32) -> Gap {
     let n = sources.len();
     match sources.get_mut(&source) {
         Some(s) => s.observe(seq, 1, 0),
         None if n < MAX_SOURCES => sources.entry(source).or_default().observe(seq, 1, 0),
-        None => 0,
+        None => Gap::default(),
     }
 }
 

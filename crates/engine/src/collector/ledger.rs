@@ -46,6 +46,9 @@ pub struct ExporterCounts {
     /// Records (IPFIX, NetFlow v5, sFlow samples) or export packets (NetFlow v9) lost before
     /// the collector, from the sequence numbers.
     pub sequence_lost: u64,
+    /// Times its sequence numbers started again (a restart, or a jump too long to be loss):
+    /// what was lost across them is not in `sequence_lost`.
+    pub sequence_resets: u64,
     /// Data records dropped because their template was not known.
     pub template_missing: u64,
     /// Template and options template records taken.
@@ -68,6 +71,7 @@ impl ExporterCounts {
         self.messages += o.messages;
         self.records += o.records;
         self.sequence_lost = self.sequence_lost.saturating_add(o.sequence_lost);
+        self.sequence_resets += o.sequence_resets;
         self.template_missing += o.template_missing;
         self.templates += o.templates;
         self.malformed += o.malformed;
@@ -117,6 +121,7 @@ impl Book {
         e.messages += 1;
         e.records += u64::from(m.records);
         e.sequence_lost = e.sequence_lost.saturating_add(m.sequence_lost);
+        e.sequence_resets += u64::from(m.sequence_resets);
         e.template_missing += u64::from(m.template_missing);
         e.templates += u64::from(m.templates);
         e.malformed += u64::from(m.malformed);
@@ -235,6 +240,12 @@ pub fn metrics(b: &Book) -> Vec<SourceCounter> {
             samples: per(|c| c.sequence_lost),
         },
         SourceCounter {
+            name: "tapflow_collect_sequence_resets_total",
+            help: "Times an exporter's sequence numbers started again (a restart, or a jump too \
+                   long to be loss; what was lost across it is not counted).",
+            samples: per(|c| c.sequence_resets),
+        },
+        SourceCounter {
             name: "tapflow_collect_template_missing_total",
             help: "Data records dropped because their template was not known.",
             samples: per(|c| c.template_missing),
@@ -292,6 +303,7 @@ mod tests {
             domain,
             records,
             sequence_lost: lost,
+            sequence_resets: u32::from(lost > 0),
             template_missing: 2,
             templates: 1,
             malformed: 0,
@@ -320,7 +332,15 @@ mod tests {
             exporter: x,
             domain: 7,
         }];
-        assert_eq!((k7.records, k7.sequence_lost, k7.messages), (15, 3, 2));
+        assert_eq!(
+            (
+                k7.records,
+                k7.sequence_lost,
+                k7.sequence_resets,
+                k7.messages
+            ),
+            (15, 3, 1, 2)
+        );
         let t = all.totals();
         assert_eq!((t.records, t.template_missing, t.bad_messages), (16, 6, 1));
         assert_eq!(t.bad["truncated"], 1);
