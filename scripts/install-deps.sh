@@ -30,6 +30,7 @@ PKGS=(
     nftables                   # nft: a collector that drops at its ingress (bench/forward.py)
     chromium                   # the console's tests: a real browser
     chromium-driver            # chromedriver: WebDriver for those tests
+    firefox-esr                # the console in Firefox too (driven over Marionette)
     openssl                    # a self-signed certificate for the console's TLS test
     curl                       # reads the console over TLS in that test; fetches the charting library
     zstd                       # test oracle for .zst outputs; benchmark anchor (editcap + zstd)

@@ -1,7 +1,8 @@
 //! `tapflow console` in a real browser (Debian's chromium driven by chromedriver over WebDriver)
 //! over a store the test fills with known flows: the top tables and totals equal `tapflow
 //! query`'s, a click on a row filters every view, the chart is drawn, the page makes no
-//! request elsewhere and logs no error, it fits a phone, and follows the system's dark mode.
+//! request elsewhere and logs no error, it fits a phone, and follows the system's dark mode;
+//! the same page in Firefox (Debian's firefox-esr over Marionette).
 //! Also the server's manners without a browser: loopback only without credentials, Basic
 //! authentication, TLS.
 
@@ -696,4 +697,178 @@ fn collect_serves_the_console_over_the_store_it_fills() {
     guard.signal(libc::SIGINT);
     let (status, err) = guard.wait_output(Duration::from_secs(30));
     assert!(status.success(), "{err}");
+}
+
+/// Firefox driven over Marionette, its own remote protocol (length-prefixed JSON over TCP; no
+/// geckodriver in Debian), with a fresh profile whose every outbound connection goes to a
+/// closed port on loopback: the browser reaches the console and nothing else.
+struct Firefox {
+    stream: std::net::TcpStream,
+    id: u64,
+    _process: ChildGuard,
+    _profile: tempfile::TempDir,
+}
+
+impl Firefox {
+    fn start() -> Firefox {
+        let profile = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let prefs = [
+            format!("user_pref(\"marionette.port\", {port});"),
+            // Every proxy on a closed loopback port, no DNS: updates, telemetry and remote
+            // settings fail on the spot instead of leaving the host.
+            "user_pref(\"network.proxy.type\", 1);".into(),
+            "user_pref(\"network.proxy.http\", \"127.0.0.1\");".into(),
+            "user_pref(\"network.proxy.http_port\", 9);".into(),
+            "user_pref(\"network.proxy.ssl\", \"127.0.0.1\");".into(),
+            "user_pref(\"network.proxy.ssl_port\", 9);".into(),
+            "user_pref(\"network.proxy.socks\", \"127.0.0.1\");".into(),
+            "user_pref(\"network.proxy.socks_port\", 9);".into(),
+            "user_pref(\"network.proxy.socks_remote_dns\", true);".into(),
+            "user_pref(\"network.dns.disabled\", true);".into(),
+            "user_pref(\"network.trr.mode\", 5);".into(),
+        ];
+        std::fs::write(profile.path().join("user.js"), prefs.join("\n")).unwrap();
+        let child = Command::new("firefox-esr")
+            .args(["--headless", "--marionette", "--no-remote", "-profile"])
+            .arg(profile.path())
+            .arg("about:blank")
+            .env("MOZ_HEADLESS_WIDTH", "1280")
+            .env("MOZ_HEADLESS_HEIGHT", "800")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn firefox-esr");
+        let mut guard = ChildGuard::new(child, "firefox-esr");
+        guard.wait_until(Duration::from_secs(90), "serves Marionette", |_| {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(120)))
+            .unwrap();
+        let mut ff = Firefox {
+            stream,
+            id: 0,
+            _process: guard,
+            _profile: profile,
+        };
+        let hello = ff.read();
+        assert_eq!(hello["marionetteProtocol"], 3, "{hello}");
+        ff.call("WebDriver:NewSession", json!({ "capabilities": {} }));
+        ff
+    }
+
+    fn read(&mut self) -> Value {
+        use std::io::Read;
+        let mut len = Vec::new();
+        let mut b = [0u8; 1];
+        loop {
+            self.stream.read_exact(&mut b).expect("Marionette reply");
+            if b[0] == b':' {
+                break;
+            }
+            len.push(b[0]);
+        }
+        let n: usize = String::from_utf8(len).unwrap().parse().unwrap();
+        let mut body = vec![0u8; n];
+        self.stream.read_exact(&mut body).unwrap();
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    /// Sends a command; its result (the reply's error fails the test).
+    fn call(&mut self, command: &str, params: Value) -> Value {
+        use std::io::Write;
+        self.id += 1;
+        let msg = json!([0, self.id, command, params]).to_string();
+        write!(self.stream, "{}:{msg}", msg.len()).unwrap();
+        let reply = self.read();
+        assert_eq!(reply[1], self.id, "{reply}");
+        assert!(reply[2].is_null(), "{command}: {}", reply[2]);
+        reply[3].clone()
+    }
+
+    fn run(&mut self, script: &str) -> Value {
+        self.call(
+            "WebDriver:ExecuteScript",
+            json!({ "script": script, "args": [] }),
+        )["value"]
+            .clone()
+    }
+
+    fn until(&mut self, what: &str, script: &str) {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(90) {
+            if self.run(script) == Value::Bool(true) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let error = self.run("return document.getElementById('error')?.textContent");
+        panic!("Firefox: the page never {what}; errors: {error}");
+    }
+}
+
+#[test]
+fn the_console_works_in_firefox() {
+    if Command::new("firefox-esr")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!(
+            "skipped: console in Firefox: no firefox-esr (scripts/install-deps.sh installs it)"
+        );
+        return;
+    }
+    assert!(
+        assets_present(),
+        "run scripts/fetch-console-assets.sh first"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    fill_store(dir.path());
+    let (_console, base, _) = console(dir.path(), &[]);
+    let mut ff = Firefox::start();
+    ff.call(
+        "WebDriver:Navigate",
+        json!({ "url": format!("{base}/?window=last%201h") }),
+    );
+    ff.until(
+        "finished refreshing",
+        "return Number(document.body.dataset.refreshed || 0) > 0",
+    );
+    assert_eq!(
+        ff.run("return document.getElementById('error').hidden"),
+        Value::Bool(true)
+    );
+    // The module loaded and drew: the top senders equal tapflow query's, the chart is painted.
+    let want: Vec<(String, String)> = query_top(dir.path(), "srcip/bytes", None)
+        .into_iter()
+        .map(|(k, b)| (k, human_bytes(b)))
+        .collect();
+    let got = ff.run(
+        "return [...document.querySelectorAll('#top-srcip tbody tr')]\
+         .filter(r => r.dataset.filter)\
+         .map(r => [r.cells[0].textContent, r.cells[1].textContent])",
+    );
+    let got: Vec<(String, String)> = got
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| (r[0].as_str().unwrap().into(), r[1].as_str().unwrap().into()))
+        .collect();
+    assert!(!want.is_empty());
+    assert_eq!(got, want);
+    let painted = ff.run(
+        "const c = document.querySelector('#chart canvas');\
+         if (!c) return 0;\
+         const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;\
+         let n = 0; for (let i = 3; i < px.length; i += 4) if (px[i] > 0) n++;\
+         return n",
+    );
+    assert!(
+        painted.as_u64().unwrap_or(0) > 1000,
+        "blank chart in Firefox: {painted}"
+    );
+    let _ = ff.call("WebDriver:DeleteSession", json!({}));
 }
