@@ -39,5 +39,6 @@ pub mod tx;
 pub mod udp;
 pub mod xdp;
 pub mod xsk;
+pub mod xsk_pair;
 
 pub use error::SysError;
