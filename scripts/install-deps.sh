@@ -18,6 +18,7 @@ PKGS=(
     ethtool                    # test oracle for tapflow doctor (ethtool -k / -K / -l)
     iperf3                     # a TCP transfer through tapflow bridge (test and benchmark)
     iputils-ping               # ping across tapflow bridge (test)
+    bpftool                    # pins an XDP program to leave a stale one behind (doctor test)
     util-linux                 # taskset (CPU pinning in the benchmarks)
     procps                     # sysctl
     python3                    # benchmark harness, JSON oracle in tests (standard library only)

@@ -26,6 +26,7 @@ pub mod ethtool;
 pub mod iface;
 pub mod listener;
 pub mod mmap;
+pub mod netlink;
 pub mod netns;
 pub mod outfile;
 mod packet;
