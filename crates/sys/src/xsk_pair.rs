@@ -35,6 +35,13 @@ struct Shared {
     names: [String; 2],
 }
 
+// SAFETY: after set-up `Shared` is only read (the UMEM's address and length, the descriptors,
+// the names); the UMEM's bytes are written by one owner at a time, the crossing that holds the
+// frame, never through `Shared`.
+unsafe impl Send for Shared {}
+// SAFETY: as for `Send`: nothing in it is written through a shared reference.
+unsafe impl Sync for Shared {}
+
 /// What a crossing counted of the frames it sent, readable from another thread.
 #[derive(Debug, Default)]
 pub struct CrossingCounters {
