@@ -348,3 +348,66 @@ fn a_bridge_needs_two_interfaces() {
     assert_clean_error(&o, None, &["brgnosuch0"], "bridge to a missing interface");
     assert!(!l.middle_links().contains("xdp"), "{}", l.middle_links());
 }
+
+/// `-f` chooses what is recorded, not what crosses: with `-f icmp` a TCP transfer still
+/// completes, and the records are the pings, each request and reply once.
+#[test]
+fn a_filter_chooses_the_records_not_what_crosses() {
+    let l = Lane::new();
+    let dir = tempfile::tempdir().unwrap();
+    let [_, a, b, _] = &l.ifs;
+    let out = dir.path().join("f.pcapng");
+    let json = dir.path().join("f.json");
+    let mut bridge = VethPair::spawn(&mut in_ns(
+        &l.ns[1],
+        &s(&bin()),
+        &[
+            "bridge",
+            "-i",
+            a,
+            "-o",
+            b,
+            "-q",
+            "-f",
+            "icmp",
+            "-w",
+            &s(&out),
+            "--summary-json",
+            &s(&json),
+            "--control",
+            "none",
+        ],
+    ));
+    bridge.wait_until(Duration::from_secs(15), "attached its programs", |_| {
+        l.middle_links().matches("prog/xdp").count() == 2
+    });
+    let ping = run_ok(&mut l.cmd(0, "ping", &["-c", "3", "-i", "0.2", "-W", "2", &l.addr[1]]));
+    assert!(ping.contains("3 received"), "{ping}");
+    let mut server = VethPair::spawn(&mut l.cmd(2, "iperf3", &["-s", "-1", "-B", &l.addr[1]]));
+    std::thread::sleep(Duration::from_millis(500));
+    let client = run_limited(
+        &mut l.cmd(
+            0,
+            "iperf3",
+            &["-c", &l.addr[1], "-n", "2M", "--connect-timeout", "5000"],
+        ),
+        Duration::from_secs(60),
+    );
+    let text = String::from_utf8_lossy(&client.stdout);
+    assert!(
+        client.status.success() && text.contains("iperf Done"),
+        "iperf3: {text}"
+    );
+    server.wait_output(Duration::from_secs(20));
+    bridge.signal(libc::SIGINT);
+    let (st, err) = bridge.wait_output(Duration::from_secs(20));
+    assert!(st.success(), "{err}");
+    let sum = Summary::read(&json);
+    sum.assert_adds_up();
+    assert_eq!(sum.recorded, 6, "{}", sum.text);
+    assert!(sum.received > 1000, "{}", sum.text);
+    for (f, kind) in [("f-w0.pcapng", "8"), ("f-w1.pcapng", "0")] {
+        let rows = tshark_fields(&dir.path().join(f), &["icmp.type"]);
+        assert_eq!(rows, vec![vec![kind.to_string()]; 3], "{f}");
+    }
+}
