@@ -257,7 +257,17 @@ fn hosts_talk_through_the_bridge_and_it_records_what_crossed() {
         .unwrap();
     assert!(n > 1000.0, "{metrics}");
 
-    std::thread::sleep(Duration::from_millis(500));
+    // tcpdump writes each frame as it reads it (-U): stopped once its file has not grown for a
+    // second, it has read everything (on a loaded machine it can be seconds behind).
+    let mut size = 0;
+    loop {
+        std::thread::sleep(Duration::from_millis(1000));
+        let now = std::fs::metadata(&seen).unwrap().len();
+        if now == size {
+            break;
+        }
+        size = now;
+    }
     dump.signal(libc::SIGINT);
     let (st, dump_err) = dump.wait_output(Duration::from_secs(10));
     assert!(st.success(), "tcpdump: {dump_err}");
