@@ -16,6 +16,9 @@ PKGS=(
     tcpreplay                  # tcprewrite for scripts/make-trace.sh
     iproute2                   # ip netns / veth for tests, demo and benchmarks
     ethtool                    # test oracle for tapflow doctor (ethtool -k / -K / -l)
+    iperf3                     # a TCP transfer through tapflow bridge (test and benchmark)
+    iputils-ping               # ping across tapflow bridge (test)
+    bpftool                    # pins an XDP program to leave a stale one behind (doctor test)
     util-linux                 # taskset (CPU pinning in the benchmarks)
     procps                     # sysctl
     python3                    # benchmark harness, JSON oracle in tests (standard library only)
@@ -126,6 +129,7 @@ printf '  %-12s %s\n' \
     tcprewrite "$(tcprewrite -V 2>&1 | grep -m1 -i version || true)" \
     ip "$(first_line ip -V)" \
     ethtool "$(first_line ethtool --version)" \
+    iperf3 "$(first_line iperf3 --version)" \
     nfdump "$(first_line nfdump -V)" \
     softflowd "$(softflowd -h 2>&1 | grep -m1 -o 'version [0-9.]*[0-9]' || true)" \
     argus "$(argus -h 2>&1 | grep -m1 'Argus Version' || true)" \

@@ -41,13 +41,26 @@ const NS: u64 = 1_000_000_000;
 
 /// Runs `tapflow capture`, or `tapflow flows` when `flows` is set (metering always on, a
 /// table on stdout unless another flow output is given).
-pub fn run(mut a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Failure> {
+pub fn run(a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode, Failure> {
+    run_input(a, stop, flows, None)
+}
+
+/// Runs `capture` (or `flows`) on `input` instead of the one the arguments name, if given.
+pub(crate) fn run_input(
+    mut a: CaptureArgs,
+    stop: &Arc<Stop>,
+    flows: bool,
+    input: Option<Input>,
+) -> Result<ExitCode, Failure> {
     if a.list_interfaces {
         return list_interfaces();
     }
     let run_as = RunAs::choose(a.user.as_deref())?;
     let _stdin = stdin_input(&mut a)?;
     let mut cfg = config(&a)?;
+    if let Some(input) = input {
+        cfg.input = input;
+    }
     cfg.flows = flow_config(&a.flows, flows)?;
     if let Some(key) = &a.anonymize {
         anonymize(&mut cfg, crate::anonymize_cmd::read_key(key)?);
@@ -80,6 +93,10 @@ pub fn run(mut a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode
         ),
         Input::Datagrams(d) => (format!("receiving on {}", d.listen), None),
         Input::Xdp(x) => (format!("capturing on {}", x.ifname), None),
+        Input::Bridge(b) => (
+            format!("bridging {} <-> {}", b.ifnames[0], b.ifnames[1]),
+            None,
+        ),
     };
     let ring = match &cfg.input {
         Input::Live(r) => Some((r.ifname.clone(), r.threads, r.ring)),
@@ -167,7 +184,7 @@ pub fn run(mut a: CaptureArgs, stop: &Arc<Stop>, flows: bool) -> Result<ExitCode
         if let Some(l) = &summary.rules {
             eprintln!("{}", rules_line(l));
         }
-        if let Some(line) = source_line(&summary.source) {
+        for line in source_lines(&summary.source) {
             eprintln!("{line}");
         }
         if let Some(line) = summary
@@ -350,6 +367,40 @@ fn xdp_input(a: &CaptureArgs, ifname: &str) -> Result<Input, Failure> {
 }
 
 /// The source's own counters at the end, summed over their labels, on one line.
+/// The source's own counters: one line, or one per direction for counters labelled
+/// `direction="..."` (a bridge's), each as `received N, forwarded N, ...`.
+fn source_lines(counters: &[SourceCounter]) -> Vec<String> {
+    let mut directions: Vec<&str> = Vec::new();
+    for (label, _) in counters.iter().flat_map(|c| &c.samples) {
+        if let Some(d) = label.strip_prefix("direction=")
+            && !directions.contains(&d)
+        {
+            directions.push(d);
+        }
+    }
+    if directions.is_empty() {
+        return source_line(counters).into_iter().collect();
+    }
+    directions
+        .iter()
+        .map(|d| {
+            let parts: Vec<String> = counters
+                .iter()
+                .filter_map(|c| {
+                    let (_, v) = c.samples.iter().find(|(l, _)| l.ends_with(d))?;
+                    let name = c
+                        .name
+                        .trim_start_matches("tapflow_")
+                        .trim_end_matches("_total");
+                    let name = name.split_once('_').map_or(name, |(_, n)| n);
+                    Some(format!("{name} {v}"))
+                })
+                .collect();
+            format!("tapflow: {}: {}", d.trim_matches('"'), parts.join(", "))
+        })
+        .collect()
+}
+
 fn source_line(counters: &[SourceCounter]) -> Option<String> {
     if counters.is_empty() {
         return None;
@@ -739,6 +790,7 @@ pub(crate) fn first_part(base: &std::path::Path, cfg: &CaptureConfig) -> PathBuf
     let multi = match &cfg.input {
         Input::Live(r) => r.threads > 1,
         Input::Xdp(x) => !x.pass && xdp::rx_queues(&x.ifname) > 1,
+        Input::Bridge(_) => true,
         _ => false,
     };
     part_path(&output_path(

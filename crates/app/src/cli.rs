@@ -50,6 +50,10 @@ pub enum Command {
     /// Nagios/Icinga plugin: drop ratio and packet rate of a running capture against
     /// thresholds (exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).
     Check(CheckArgs),
+    /// Bridge two interfaces through AF_XDP (an inline tap): frames from each leave on the
+    /// other from the same memory, and their headers are recorded as `capture` records them.
+    /// Takes every option of `capture`; -i and -o are the two sides.
+    Bridge(BridgeArgs),
     /// Check the NIC settings that make a capture lie or drop (offloads, rx ring, MTU,
     /// promiscuous mode, queues); --fix changes the safe ones.
     Doctor(DoctorArgs),
@@ -538,6 +542,18 @@ pub struct GenArgs {
     /// Write what was sent as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
+}
+
+/// `tapflow bridge`.
+#[derive(Debug, Args)]
+pub struct BridgeArgs {
+    /// The second interface: frames from -i leave on it, and frames from it leave on -i.
+    #[arg(short = 'o', long = "out-interface", value_name = "INTERFACE")]
+    pub out_interface: String,
+    /// What is recorded, as for `capture` (-i is the first interface; --xdp-frames the UMEM
+    /// shared by both directions).
+    #[command(flatten)]
+    pub capture: CaptureArgs,
 }
 
 /// `tapflow doctor`.

@@ -8,6 +8,7 @@ use serde::{Serialize, Serializer};
 use tapflow_engine::tools::doctor::{
     self, Change, FeatureState, Finding, Intent, Outcome, Readings, Severity, warnings,
 };
+use tapflow_engine::tools::doctor_xdp::XdpReadings;
 use tapflow_sys::ethtool::Support;
 
 use crate::cli::DoctorArgs;
@@ -165,6 +166,7 @@ struct DoctorJson<'a> {
     channels: Answer<ChannelsJson>,
     #[serde(serialize_with = "features")]
     features: &'a [FeatureState],
+    xdp: &'a XdpReadings,
     findings: &'a [Finding],
     changes: &'a [Change],
     warnings: usize,
@@ -206,6 +208,7 @@ impl<'a> DoctorJson<'a> {
                 max_combined: c.max_combined,
             }),
             features: &r.features,
+            xdp: &r.xdp,
             findings,
             changes,
             warnings: warnings(findings),

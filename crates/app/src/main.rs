@@ -1,6 +1,7 @@
 //! `tapflow`: the command line. It parses, builds an engine, runs it, and reports.
 
 mod anonymize_cmd;
+mod bridge_cmd;
 mod capture_cmd;
 mod check_cmd;
 mod cli;
@@ -165,6 +166,7 @@ fn main() -> ExitCode {
         Command::Rules(args) => rules_cmd::run(args),
         Command::Stats(args) => stats_cmd::run(args, stop.flag()),
         Command::Check(args) => return check_cmd::run(&args),
+        Command::Bridge(args) => bridge_cmd::run(args, &stop),
         Command::Doctor(args) => doctor_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(&args),
         Command::Console(args) => console_cmd::run(args, stop.flag()),

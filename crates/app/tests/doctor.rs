@@ -297,3 +297,129 @@ fn problems_come_first_and_passing_checks_take_one_line_unless_verbose() {
     assert!(explained, "-v explains the passing checks: {long}");
     assert!(long.lines().count() > short.lines().count());
 }
+
+/// A bpffs mounted on a temporary directory; unmounted (and the pins with it) on drop.
+struct BpfFs {
+    dir: tempfile::TempDir,
+}
+
+impl BpfFs {
+    fn mount() -> BpfFs {
+        let dir = tempfile::tempdir().unwrap();
+        run_ok(
+            std::process::Command::new("mount")
+                .args(["-t", "bpf", "bpf"])
+                .arg(dir.path()),
+        );
+        BpfFs { dir }
+    }
+}
+
+impl Drop for BpfFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// The id of the XDP program on B's interface, if any (`ip link` as the oracle).
+fn xdp_prog_id(p: &VethPair) -> Option<String> {
+    let out = run_ok(
+        std::process::Command::new("ip").args(["-n", &p.ns_b, "link", "show", "dev", &p.if_b]),
+    );
+    let at = out.find("prog/xdp id ")? + "prog/xdp id ".len();
+    Some(out[at..].split_whitespace().next()?.to_string())
+}
+
+/// An XDP capture killed with SIGKILL leaves nothing (the kernel closes its BPF link); a
+/// tapflow program attached through netlink and left behind (pinned while the capture ran,
+/// re-attached with `ip link ... pinned` after it died) is a warning that names it, and
+/// `--fix` detaches it. A running capture's program is named with its holder and left alone.
+#[test]
+fn fix_detaches_a_stale_tapflow_xdp_program() {
+    let p = VethPair::new("dxs");
+    p.wait_link_up();
+    let fs = BpfFs::mount();
+    let pin = fs.dir.path().join("stale");
+    let mut g = VethPair::spawn(&mut p.tapflow_b(&[
+        "capture",
+        "-i",
+        &p.if_b,
+        "--source",
+        "xdp",
+        "-q",
+        "-w",
+        "/dev/null",
+        "--control",
+        "none",
+    ]));
+    g.wait_until(Duration::from_secs(15), "attached its XDP program", |_| {
+        xdp_prog_id(&p).is_some()
+    });
+    let id = xdp_prog_id(&p).unwrap();
+    let o = doctor(&p, &["--json"]);
+    let json = stdout(&o);
+    assert_eq!(
+        finding(&json, "xdp-attached", "severity"),
+        "advice",
+        "{json}"
+    );
+    assert!(
+        finding(&json, "xdp-attached", "what").contains("held by tapflow (pid"),
+        "{json}"
+    );
+    assert_eq!(py(&json, "d['xdp']['attached']['name']"), "tapflow_xdp");
+    assert_eq!(py(&json, "d['xdp']['source']"), "netlink");
+
+    run_ok(
+        std::process::Command::new("bpftool")
+            .args(["prog", "pin", "id", &id])
+            .arg(&pin),
+    );
+    g.signal(libc::SIGKILL);
+    g.wait_limited(Duration::from_secs(10));
+    let start = std::time::Instant::now();
+    while xdp_prog_id(&p).is_some() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the link outlived SIGKILL"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    run_ok(
+        std::process::Command::new("ip")
+            .args([
+                "-n", &p.ns_b, "link", "set", "dev", &p.if_b, "xdpdrv", "pinned",
+            ])
+            .arg(&pin),
+    );
+    assert_eq!(xdp_prog_id(&p).as_deref(), Some(id.as_str()));
+
+    let o = doctor(&p, &[]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    let want = format!("warning  stale tapflow XDP program tapflow_xdp (id {id}, native) attached");
+    assert!(
+        text.lines()
+            .next()
+            .is_some_and(|l| l.starts_with("tapflow doctor:")),
+        "{text}"
+    );
+    assert!(
+        text.lines().nth(1) == Some(want.as_str()),
+        "problems first: {text}"
+    );
+
+    let o = doctor(&p, &["--fix"]);
+    let text = stdout(&o);
+    assert!(
+        text.contains(&format!(
+            "changed  XDP program {id} detached (ip link set dev {} xdpdrv off)",
+            p.if_b
+        )),
+        "{text}"
+    );
+    assert!(text.contains("ok       no XDP program attached"), "{text}");
+    assert_eq!(xdp_prog_id(&p), None);
+}

@@ -25,6 +25,7 @@ use crate::sink::flow::meter::{FlowConfig, FlowSummary};
 use crate::sink::forward::{ForwardConfig, ForwardSink};
 use crate::sink::registry::{Sink, SinkReports};
 use crate::sink::text::TextSink;
+use crate::source::bridge::BridgeInput;
 use crate::source::datagrams::DatagramInput;
 use crate::source::ring::RingInput;
 use crate::source::xdp::XdpInput;
@@ -46,6 +47,8 @@ pub enum Input {
     Datagrams(DatagramInput),
     /// A live interface through AF_XDP.
     Xdp(XdpInput),
+    /// Two interfaces bridged through AF_XDP, each direction recorded.
+    Bridge(BridgeInput),
 }
 
 /// Everything a capture needs.
@@ -204,6 +207,13 @@ pub fn run(
         Input::Datagrams(d) => go!(source::datagrams::open(d)),
         Input::Xdp(x) => go!(source::xdp::open(
             x,
+            cfg.snaplen,
+            cfg.filter.as_deref(),
+            cfg.rules.clone(),
+            stop
+        )),
+        Input::Bridge(b) => go!(source::bridge::open(
+            b,
             cfg.snaplen,
             cfg.filter.as_deref(),
             cfg.rules.clone(),

@@ -26,6 +26,7 @@ pub mod ethtool;
 pub mod iface;
 pub mod listener;
 pub mod mmap;
+pub mod netlink;
 pub mod netns;
 pub mod outfile;
 mod packet;
@@ -39,5 +40,6 @@ pub mod tx;
 pub mod udp;
 pub mod xdp;
 pub mod xsk;
+pub mod xsk_pair;
 
 pub use error::SysError;

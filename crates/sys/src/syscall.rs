@@ -312,6 +312,28 @@ pub(crate) fn poll(
     }
 }
 
+/// `sendto(fd, NULL, 0, MSG_DONTWAIT, NULL, 0)`: asks the kernel to send what an AF_XDP
+/// socket's TX ring holds. `EAGAIN` means it stopped after a batch with more to send.
+pub(crate) fn kick_tx(fd: BorrowedFd<'_>, call: &'static str) -> io::Result<()> {
+    intercept!(call, Ok(()));
+    // SAFETY: no buffer and no address: the kernel reads nothing from us.
+    let r = unsafe {
+        libc::sendto(
+            fd.as_raw_fd(),
+            ptr::null(),
+            0,
+            libc::MSG_DONTWAIT,
+            ptr::null(),
+            0,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 /// `sendmmsg(fd, frames, 0)`: each of the first [`SENDMMSG_MAX`] frames one message on the
 /// bound socket (no address). Returns how many the kernel took, from the first.
 pub(crate) fn sendmmsg_frames(

@@ -302,6 +302,8 @@ const BPF_MAP_CREATE: i32 = 0;
 const BPF_MAP_LOOKUP_ELEM: i32 = 1;
 const BPF_MAP_UPDATE_ELEM: i32 = 2;
 const BPF_PROG_LOAD: i32 = 5;
+const BPF_PROG_GET_FD_BY_ID: i32 = 13;
+const BPF_OBJ_GET_INFO_BY_FD: i32 = 15;
 const BPF_LINK_CREATE: i32 = 28;
 const BPF_LINK_UPDATE: i32 = 29;
 const BPF_LINK_DETACH: i32 = 34;
@@ -570,6 +572,52 @@ impl Program {
             }
         }
     }
+}
+
+/// `union bpf_attr` for `BPF_PROG_GET_FD_BY_ID`.
+#[repr(C)]
+struct GetFdByIdAttr {
+    id: u32,
+    next_id: u32,
+    open_flags: u32,
+}
+
+/// `union bpf_attr` for `BPF_OBJ_GET_INFO_BY_FD`.
+#[repr(C)]
+struct InfoAttr {
+    fd: u32,
+    info_len: u32,
+    info: u64,
+}
+
+/// The name of loaded program `id` (`bpf_prog_info.name`, 15 bytes at most), as `ip link`
+/// and `bpftool` print it. Needs `CAP_SYS_ADMIN`.
+pub fn program_name(ifname: &str, id: u32) -> Result<String, SysError> {
+    const GET: &str = "bpf(BPF_PROG_GET_FD_BY_ID)";
+    const INFO: &str = "bpf(BPF_OBJ_GET_INFO_BY_FD)";
+    let mut attr = GetFdByIdAttr {
+        id,
+        next_id: 0,
+        open_flags: 0,
+    };
+    // SAFETY: the BPF_PROG_GET_FD_BY_ID member, with no pointers.
+    let fd = unsafe { syscall::bpf(BPF_PROG_GET_FD_BY_ID, &mut attr, GET) }
+        .map_err(|e| SysError::call_with(GET, ifname, format!("program {id}"), e))?;
+    let fd = owned(fd);
+    // `struct bpf_prog_info` up to its name, which ends at byte 80.
+    let mut info = [0u8; 80];
+    let mut attr = InfoAttr {
+        fd: fd.as_raw_fd() as u32,
+        info_len: info.len() as u32,
+        info: info.as_mut_ptr() as u64,
+    };
+    // SAFETY: the BPF_OBJ_GET_INFO_BY_FD member; `info` is writable for `info_len` bytes,
+    // all the kernel writes.
+    unsafe { syscall::bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr, INFO) }
+        .map_err(|e| SysError::call_with(INFO, ifname, format!("program {id}"), e))?;
+    let name = &info[64..80];
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    Ok(String::from_utf8_lossy(&name[..end]).into_owned())
 }
 
 /// How an XDP program runs on an interface.

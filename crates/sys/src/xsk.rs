@@ -9,7 +9,7 @@
 //! runs out of room.
 #![allow(unsafe_code)]
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -39,30 +39,41 @@ pub struct XskStatistics {
     pub rx_ring_full: u64,
     /// Times the kernel found the fill ring empty.
     pub rx_fill_ring_empty_descs: u64,
+    /// Descriptors put on the TX ring that the kernel refused (outside the UMEM, too long).
+    pub tx_invalid_descs: u64,
 }
 
 /// One side of a ring shared with the kernel: the producer and consumer words and the
 /// descriptor array, inside a mapping.
 #[derive(Debug)]
-struct RingMap {
+pub(crate) struct RingMap {
     /// Owns the memory the pointers below point into.
     _map: Mapping,
     producer: NonNull<AtomicU32>,
     consumer: NonNull<AtomicU32>,
-    descs: NonNull<u8>,
-    mask: u32,
+    pub(crate) descs: NonNull<u8>,
+    pub(crate) mask: u32,
+    /// The ring's flags word (`XDP_RING_NEED_WAKEUP`).
+    flags: NonNull<AtomicU32>,
 }
 
 impl RingMap {
-    fn producer(&self) -> &AtomicU32 {
+    pub(crate) fn producer(&self) -> &AtomicU32 {
         // SAFETY: points inside `self.map` (offset from XDP_MMAP_OFFSETS, 4-aligned), alive
         // as long as `self`; the kernel and we only ever access it atomically.
         unsafe { self.producer.as_ref() }
     }
 
-    fn consumer(&self) -> &AtomicU32 {
+    pub(crate) fn consumer(&self) -> &AtomicU32 {
         // SAFETY: as for `producer`.
         unsafe { self.consumer.as_ref() }
+    }
+
+    /// Whether the kernel asks to be woken (`XDP_RING_NEED_WAKEUP`) to work on this ring.
+    pub(crate) fn needs_wakeup(&self) -> bool {
+        // SAFETY: as for `producer`.
+        let flags = unsafe { self.flags.as_ref() };
+        flags.load(Ordering::Acquire) & libc::XDP_RING_NEED_WAKEUP != 0
     }
 }
 
@@ -154,7 +165,7 @@ impl XskSocket {
             s.push_fill(u64::from(f) * u64::from(FRAME_SIZE));
         }
         s.fill.producer().store(s.fill_prod, Ordering::Release);
-        s.mode = bind(s.fd.as_fd(), ifname, ifindex, queue, try_zero_copy)?;
+        s.mode = bind(s.fd.as_fd(), ifname, ifindex, queue, try_zero_copy, None)?;
         Ok(s)
     }
 
@@ -332,6 +343,14 @@ pub struct XskStatsHandle {
 }
 
 impl XskStatsHandle {
+    /// A handle on the socket `fd` (a second descriptor) of `ifname`.
+    pub(crate) fn new(fd: OwnedFd, ifname: &str) -> XskStatsHandle {
+        XskStatsHandle {
+            fd,
+            ifname: ifname.to_owned(),
+        }
+    }
+
     /// The kernel's drop counters (`XDP_STATISTICS`).
     pub fn statistics(&self) -> Result<XskStatistics, SysError> {
         statistics(self.fd.as_fd(), &self.ifname)
@@ -339,7 +358,7 @@ impl XskStatsHandle {
 }
 
 #[doc(alias = "XDP_STATISTICS")]
-fn statistics(fd: BorrowedFd<'_>, ifname: &str) -> Result<XskStatistics, SysError> {
+pub(crate) fn statistics(fd: BorrowedFd<'_>, ifname: &str) -> Result<XskStatistics, SysError> {
     const CALL: &str = "getsockopt(XDP_STATISTICS)";
     // SAFETY: xdp_statistics is six u64s, for which zero is valid.
     let mut s: libc::xdp_statistics = unsafe { std::mem::zeroed() };
@@ -349,11 +368,12 @@ fn statistics(fd: BorrowedFd<'_>, ifname: &str) -> Result<XskStatistics, SysErro
         rx_dropped: s.rx_dropped,
         rx_ring_full: s.rx_ring_full,
         rx_fill_ring_empty_descs: s.rx_fill_ring_empty_descs,
+        tx_invalid_descs: s.tx_invalid_descs,
     })
 }
 
 /// `socket(AF_XDP, SOCK_RAW, 0)`.
-fn open_socket(ifname: &str) -> Result<OwnedFd, SysError> {
+pub(crate) fn open_socket(ifname: &str) -> Result<OwnedFd, SysError> {
     const CALL: &str = "socket(AF_XDP)";
     syscall::socket(libc::AF_XDP, libc::SOCK_RAW, 0, CALL).map_err(|e| {
         let detail = match e.raw_os_error() {
@@ -366,7 +386,11 @@ fn open_socket(ifname: &str) -> Result<OwnedFd, SysError> {
 
 /// The UMEM: `frames` pages of anonymous memory, registered with the socket.
 #[doc(alias = "XDP_UMEM_REG")]
-fn register_umem(fd: BorrowedFd<'_>, ifname: &str, frames: u32) -> Result<Mapping, SysError> {
+pub(crate) fn register_umem(
+    fd: BorrowedFd<'_>,
+    ifname: &str,
+    frames: u32,
+) -> Result<Mapping, SysError> {
     const CALL: &str = "setsockopt(XDP_UMEM_REG)";
     let len = frames as usize * FRAME_SIZE as usize;
     let ptr = crate::mmap::anonymous(len)
@@ -397,7 +421,7 @@ fn register_umem(fd: BorrowedFd<'_>, ifname: &str, frames: u32) -> Result<Mappin
     Ok(umem)
 }
 
-fn set_ring_size(
+pub(crate) fn set_ring_size(
     fd: BorrowedFd<'_>,
     ifname: &str,
     ring: libc::c_int,
@@ -406,6 +430,7 @@ fn set_ring_size(
     let call = match ring {
         libc::XDP_UMEM_FILL_RING => "setsockopt(XDP_UMEM_FILL_RING)",
         libc::XDP_UMEM_COMPLETION_RING => "setsockopt(XDP_UMEM_COMPLETION_RING)",
+        libc::XDP_TX_RING => "setsockopt(XDP_TX_RING)",
         _ => "setsockopt(XDP_RX_RING)",
     };
     syscall::setsockopt(fd, libc::SOL_XDP, ring, &entries, call)
@@ -413,7 +438,10 @@ fn set_ring_size(
 }
 
 #[doc(alias = "XDP_MMAP_OFFSETS")]
-fn mmap_offsets(fd: BorrowedFd<'_>, ifname: &str) -> Result<libc::xdp_mmap_offsets, SysError> {
+pub(crate) fn mmap_offsets(
+    fd: BorrowedFd<'_>,
+    ifname: &str,
+) -> Result<libc::xdp_mmap_offsets, SysError> {
     const CALL: &str = "getsockopt(XDP_MMAP_OFFSETS)";
     // SAFETY: integers only, for which zero is valid.
     let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
@@ -422,7 +450,7 @@ fn mmap_offsets(fd: BorrowedFd<'_>, ifname: &str) -> Result<libc::xdp_mmap_offse
     Ok(off)
 }
 
-fn map_ring(
+pub(crate) fn map_ring(
     fd: BorrowedFd<'_>,
     ifname: &str,
     off: &libc::xdp_ring_offset,
@@ -444,6 +472,7 @@ fn map_ring(
         producer: at(off.producer).cast(),
         consumer: at(off.consumer).cast(),
         descs: at(off.desc),
+        flags: at(off.flags).cast(),
         mask: entries - 1,
         _map: map,
     })
@@ -451,23 +480,28 @@ fn map_ring(
 
 /// `bind(sockaddr_xdp)` to the queue, with `XDP_USE_NEED_WAKEUP`. Without `XDP_COPY` the
 /// kernel binds zero-copy where the driver has it and copy mode elsewhere; `XDP_OPTIONS` says
-/// which.
-fn bind(
+/// which. With `shared`, the socket uses the UMEM of that socket (`XDP_SHARED_UMEM`, which
+/// takes no other flag: the mode and wake-ups are the UMEM's).
+pub(crate) fn bind(
     fd: BorrowedFd<'_>,
     ifname: &str,
     ifindex: u32,
     queue: u32,
     try_zero_copy: bool,
+    shared: Option<BorrowedFd<'_>>,
 ) -> Result<BindMode, SysError> {
     const CALL: &str = "bind(AF_XDP)";
     const OPTIONS: &str = "getsockopt(XDP_OPTIONS)";
     let copy = if try_zero_copy { 0 } else { libc::XDP_COPY };
     let addr = libc::sockaddr_xdp {
         sxdp_family: libc::AF_XDP as u16,
-        sxdp_flags: copy | libc::XDP_USE_NEED_WAKEUP,
+        sxdp_flags: match shared {
+            Some(_) => libc::XDP_SHARED_UMEM,
+            None => copy | libc::XDP_USE_NEED_WAKEUP,
+        },
         sxdp_ifindex: ifindex,
         sxdp_queue_id: queue,
-        sxdp_shared_umem_fd: 0,
+        sxdp_shared_umem_fd: shared.map_or(0, |f| f.as_raw_fd() as u32),
     };
     syscall::bind_xdp(fd, &addr, CALL).map_err(|e| {
         let detail = match e.raw_os_error() {

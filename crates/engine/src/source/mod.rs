@@ -3,6 +3,7 @@
 //! that implements the trait and has an `open` function, and one line in
 //! [`crate::pipeline::run`] (or its own command) that calls it.
 
+pub mod bridge;
 pub mod datagrams;
 pub mod file;
 pub mod ring;

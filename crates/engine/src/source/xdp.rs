@@ -249,7 +249,7 @@ pub fn rx_queues(ifname: &str) -> u32 {
 
 /// `CLOCK_REALTIME - CLOCK_MONOTONIC` now: what turns the program's `bpf_ktime_get_ns()`
 /// stamps into times since 1970.
-fn clock_offset() -> u64 {
+pub(crate) fn clock_offset() -> u64 {
     let before = tapflow_sys::clock::realtime_ns();
     let mono = tapflow_sys::clock::monotonic_ns();
     let after = tapflow_sys::clock::realtime_ns();

@@ -12,6 +12,7 @@ use tapflow_sys::ethtool::{Channels, DriverInfo, Ethtool, Rings, Support};
 use tapflow_sys::iface;
 
 use crate::EngineError;
+use crate::tools::doctor_xdp::{self, XdpReadings};
 
 /// One offload feature as read; in JSON `{"active":…,"changeable":…}` under its name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -44,6 +45,8 @@ pub struct Readings {
     pub rings: Support<Rings>,
     /// Channels, i.e. RSS queues (`ethtool -l`).
     pub channels: Support<Channels>,
+    /// XDP support and the program attached.
+    pub xdp: XdpReadings,
 }
 
 impl Readings {
@@ -59,9 +62,13 @@ impl Readings {
                 changeable: f.changeable(),
             })
             .collect();
+        let driver = et.driver()?;
+        let name = driver.as_ref().supported().map(|d| d.driver.as_str());
+        let xdp = XdpReadings::read(ifname, name)?;
         Ok(Readings {
             ifname: ifname.to_owned(),
-            driver: et.driver()?,
+            driver,
+            xdp,
             speed_mbps: iface::speed_mbps(ifname),
             mtu: iface::mtu(ifname)?,
             flags: iface::flags(ifname)?,
@@ -125,6 +132,13 @@ pub enum Fix {
     },
     /// Raise the rx ring to this many descriptors.
     RxRing(u32),
+    /// Detach the stale tapflow XDP program with this id, attached in this mode.
+    DetachXdp {
+        /// The program's id.
+        id: u32,
+        /// `native`, `generic`, `offload` or `multi`.
+        mode: &'static str,
+    },
 }
 
 fn feature_names<S: Serializer>(
@@ -139,7 +153,7 @@ fn feature_names<S: Serializer>(
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
     /// A stable name for scripts: `link`, `promisc`, `gro`, `lro`, `gro-hw`, `gso`, `tso`,
-    /// `rxvlan`, `rx-ring`, `mtu`, `rss`.
+    /// `rxvlan`, `rx-ring`, `mtu`, `rss`, `xdp`, `xdp-queues`, `xdp-attached`, `xdp-blockers`.
     pub check: &'static str,
     /// How much it matters.
     pub severity: Severity,
@@ -156,7 +170,12 @@ pub struct Finding {
 }
 
 impl Finding {
-    fn new(check: &'static str, severity: Severity, what: String, why: String) -> Finding {
+    pub(crate) fn new(
+        check: &'static str,
+        severity: Severity,
+        what: String,
+        why: String,
+    ) -> Finding {
         Finding {
             check,
             severity,
@@ -248,7 +267,7 @@ const OFFLOADS: [Offload; 5] = [
 ];
 
 /// Turns the readings into findings, in a fixed order: link, promisc, the offloads, VLAN
-/// stripping, rx ring, MTU, RSS queues.
+/// stripping, rx ring, MTU, RSS queues, then XDP's.
 pub fn diagnose(r: &Readings, intent: &Intent) -> Vec<Finding> {
     let mut out = vec![link(r), promisc(r)];
     out.extend(OFFLOADS.iter().map(|o| offload(r, o)));
@@ -256,6 +275,7 @@ pub fn diagnose(r: &Readings, intent: &Intent) -> Vec<Finding> {
     out.push(rx_ring(r));
     out.push(mtu(r, intent));
     out.push(rss(r, intent));
+    out.extend(doctor_xdp::findings(r));
     out
 }
 
@@ -692,6 +712,7 @@ pub fn apply(ifname: &str, findings: &[Finding]) -> Result<Vec<Change>, EngineEr
                 changes.push(features_off(&et, f, label, features)?);
             }
             Some(Fix::RxRing(to)) => changes.push(raise_rx_ring(&et, f, *to)?),
+            Some(Fix::DetachXdp { id, .. }) => changes.push(detach_xdp(ifname, f, *id)?),
             None => {}
         }
         if !f.unchangeable.is_empty() {
@@ -749,6 +770,23 @@ fn features_off(
     })
 }
 
+fn detach_xdp(ifname: &str, f: &Finding, id: u32) -> Result<Change, EngineError> {
+    let outcome = match doctor_xdp::detach(ifname, id)? {
+        Err(why) => Outcome::Refused(why),
+        Ok(()) if doctor_xdp::still_attached(ifname, id)? => {
+            Outcome::Kept(format!("program {id} is still attached"))
+        }
+        Ok(()) => Outcome::Applied,
+    };
+    Ok(Change {
+        check: f.check,
+        what: format!("XDP program {id} detached"),
+        features: Vec::new(),
+        command: f.command.clone(),
+        outcome,
+    })
+}
+
 fn raise_rx_ring(et: &Ethtool, f: &Finding, to: u32) -> Result<Change, EngineError> {
     let outcome = match et.set_rx_ring(to) {
         Err(e) => Outcome::Refused(e.to_string()),
@@ -771,6 +809,105 @@ fn raise_rx_ring(et: &Ethtool, f: &Finding, to: u32) -> Result<Change, EngineErr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::doctor_xdp::{AttachedProgram, FeatureSource, Holder};
+    use tapflow_sys::netlink::{Attached, act};
+
+    fn program(name: &str, holders: Vec<Holder>) -> AttachedProgram {
+        AttachedProgram {
+            id: 42,
+            mode: Attached::Generic,
+            name: Some(name.into()),
+            holders,
+        }
+    }
+
+    #[test]
+    fn a_tapflow_program_nobody_holds_is_a_warning_that_fix_detaches() {
+        let mut r = nic();
+        r.xdp.attached = Some(program("tapflow_xdp", vec![]));
+        let fs = diagnose(&r, &ONE);
+        let f = find(&fs, "xdp-attached");
+        assert_eq!(f.severity, Severity::Warning);
+        assert!(
+            f.what.contains("stale") && f.what.contains("id 42"),
+            "{}",
+            f.what
+        );
+        assert_eq!(
+            f.fix,
+            Some(Fix::DetachXdp {
+                id: 42,
+                mode: "generic"
+            })
+        );
+        assert_eq!(
+            f.command.as_deref(),
+            Some("ip link set dev eth0 xdpgeneric off")
+        );
+        assert_eq!(
+            serde_json::to_string(&f.fix).unwrap(),
+            "{\"detach_xdp\":{\"id\":42,\"mode\":\"generic\"}}"
+        );
+    }
+
+    #[test]
+    fn a_running_tapflow_or_another_tool_is_left_alone() {
+        let mut r = nic();
+        let held = vec![Holder {
+            pid: 7,
+            command: "tapflow".into(),
+        }];
+        r.xdp.attached = Some(program("tapflow_bridge", held));
+        let fs = diagnose(&r, &ONE);
+        let f = find(&fs, "xdp-attached");
+        assert_eq!((f.severity, f.fix.is_none()), (Severity::Advice, true));
+        assert!(f.what.contains("tapflow (pid 7)"), "{}", f.what);
+        r.xdp.attached = Some(program("xdp_dispatcher", vec![]));
+        let fs = diagnose(&r, &ONE);
+        let f = find(&fs, "xdp-attached");
+        assert_eq!((f.severity, f.fix.is_none()), (Severity::Advice, true));
+        assert!(f.what.contains("another tool"), "{}", f.what);
+    }
+
+    #[test]
+    fn xdp_support_says_where_it_comes_from_and_what_blocks() {
+        let fs = diagnose(&nic(), &ONE);
+        let f = find(&fs, "xdp");
+        assert_eq!(f.severity, Severity::Ok);
+        assert!(
+            f.what.contains("zero-copy") && f.what.contains("netlink"),
+            "{}",
+            f.what
+        );
+        assert_eq!(
+            find(&fs, "xdp-queues").what,
+            "8 receive queues: 8 AF_XDP sockets and workers"
+        );
+        assert_eq!(find(&fs, "xdp-blockers").severity, Severity::Ok);
+        let mut r = nic();
+        r.xdp.features = act::BASIC | act::REDIRECT;
+        r.xdp.source = FeatureSource::KnownDriver;
+        r.mtu = 9000;
+        r.features.push(feature("rx-lro", true, true));
+        let fs = diagnose(&r, &ONE);
+        let f = find(&fs, "xdp");
+        assert!(
+            f.what.contains("copy mode") && f.what.contains("known drivers"),
+            "{}",
+            f.what
+        );
+        let b = find(&fs, "xdp-blockers");
+        assert_eq!(b.severity, Severity::Advice);
+        assert!(
+            b.what.contains("MTU 9000") && b.what.contains("LRO"),
+            "{}",
+            b.what
+        );
+        r.xdp.features = 0;
+        r.xdp.source = FeatureSource::Unknown;
+        let f = find(&diagnose(&r, &ONE), "xdp").clone();
+        assert!(f.what.contains("unknown"), "{}", f.what);
+    }
 
     #[test]
     fn findings_and_changes_as_json() {
@@ -869,6 +1006,11 @@ mod tests {
                 max_other: 1,
                 max_combined: 63,
             }),
+            xdp: XdpReadings {
+                features: act::BASIC | act::REDIRECT | act::XSK_ZEROCOPY,
+                source: FeatureSource::Netlink,
+                attached: None,
+            },
         }
     }
 
@@ -888,8 +1030,21 @@ mod tests {
         assert_eq!(
             checks,
             [
-                "link", "promisc", "gro", "lro", "gro-hw", "gso", "tso", "rxvlan", "rx-ring",
-                "mtu", "rss"
+                "link",
+                "promisc",
+                "gro",
+                "lro",
+                "gro-hw",
+                "gso",
+                "tso",
+                "rxvlan",
+                "rx-ring",
+                "mtu",
+                "rss",
+                "xdp",
+                "xdp-queues",
+                "xdp-attached",
+                "xdp-blockers"
             ]
         );
         // GRO and hardware GRO on.

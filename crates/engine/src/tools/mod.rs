@@ -2,5 +2,6 @@
 //! `tapflow plan`, and the traffic generator of `tapflow gen`.
 
 pub mod doctor;
+pub mod doctor_xdp;
 pub mod generator;
 pub mod plan;
