@@ -10,7 +10,7 @@
 //!
 //! The time is the local time of day, in ns; `length` is the packet's length on the wire. A
 //! capture on every interface (`-i any`) names the interface and the direction first, as
-//! tcpdump does (`veth0 In IP ...`, `lo Out IP ...`). Lines are gathered in a buffer and written
+//! tcpdump does (`veth0 In IP ...`, `lo Out IP ...`; `ifindex 2 In IP ...` from a file). Lines are gathered in a buffer and written
 //! once per block: no system call per packet (an interface's name is looked up once).
 
 use std::io::Write;
@@ -46,6 +46,9 @@ pub struct TextSink {
     linktypes: Vec<LinkType>,
     /// Interface names by index, for cooked frames.
     names: std::collections::HashMap<u32, String>,
+    /// Cooked frames' interfaces are named from this namespace (a live capture), not
+    /// printed as `ifindex N` (a file's, from wherever it was captured).
+    naming: bool,
     out: Vec<u8>,
     /// The local time's offset from UTC in seconds, read at each block's end.
     utc_offset: i64,
@@ -65,10 +68,20 @@ impl TextSink {
         }
     }
 
+    /// Names the interfaces of cooked frames from this network namespace.
+    pub fn naming_interfaces(mut self) -> TextSink {
+        self.naming = true;
+        self
+    }
+
     /// The name of interface `ifindex`, looked up in the namespace the first time it is seen
     /// (`if5` if it has none now).
     #[cold]
     fn lookup(&mut self, ifindex: u32) {
+        if !self.naming {
+            self.names.insert(ifindex, format!("ifindex {ifindex}"));
+            return;
+        }
         for n in tapflow_sys::iface::names().unwrap_or_default() {
             if let Ok(i) = tapflow_sys::iface::index(&n) {
                 self.names.insert(i, n);
