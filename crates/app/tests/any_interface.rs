@@ -584,3 +584,40 @@ fn list_interfaces_ends_with_any() {
         "{out}"
     );
 }
+
+#[test]
+fn forwarded_records_keep_the_cooked_link_type() {
+    let h = Hosts::new();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("recv.pcapng");
+    let mut recv = h.spawn_b(&["recv", "-q", "--listen", "127.0.0.1:5400", "-w", &s(&out)]);
+    wait_udp_bound(&mut recv, 5400);
+    // The datagrams to the receiver cross loopback too: the filter leaves them out.
+    let mut cap = h.spawn_b(&[
+        "capture",
+        "-i",
+        "any",
+        "-q",
+        "--forward",
+        "127.0.0.1:5400",
+        "udp",
+        "port",
+        "9",
+    ]);
+    wait_capturing_any(&mut cap, 1);
+    h.send(0, 10, 9, 1);
+    h.send(1, 6, 9, 1);
+    std::thread::sleep(Duration::from_millis(300));
+    let err = stop(cap);
+    assert!(err.contains("16 recorded"), "{err}");
+    std::thread::sleep(Duration::from_millis(300));
+    stop(recv);
+    let got = tally(tshark_fields(&out, &["sll.ifindex", "ip.src", "frame.len"]));
+    let want: BTreeMap<Vec<String>, u64> = [
+        (row(&[&h.b_index[0].to_string(), "10.71.1.1", "66"]), 10),
+        (row(&[&h.b_index[1].to_string(), "10.71.2.1", "66"]), 6),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(got, want);
+}

@@ -224,7 +224,8 @@ pub fn for_cooked_socket(prog: &[Insn]) -> Result<Vec<Insn>, HeaderLoad> {
             };
             let bad = HeaderLoad { at, offset: i.k };
             match i.code {
-                cbpf::LD_W_ABS | cbpf::LD_H_ABS | cbpf::LD_B_ABS if i.k >= SKF_AD_OFF => Ok(i),
+                // Ancillary loads already (as libpcap, whatever the mode).
+                _ if i.k >= SKF_AD_OFF => Ok(i),
                 cbpf::LD_W_ABS
                 | cbpf::LD_H_ABS
                 | cbpf::LD_B_ABS
