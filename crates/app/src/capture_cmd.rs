@@ -251,6 +251,18 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
         return Err(bad("--pass applies to --source xdp".into()));
     }
     let input = match (&a.interface, &a.read) {
+        (Some(ifname), None) if ifname == tapflow_sys::ring::ANY && a.source == SourceArg::Xdp => {
+            return Err(bad(
+                "--source xdp attaches to one interface: -i any needs --source packet".into(),
+            ));
+        }
+        (Some(ifname), None) if ifname == tapflow_sys::ring::ANY && snaplen <= SLL2_LEN => {
+            return Err(bad(format!(
+                "snaplen {snaplen} leaves nothing after the {SLL2_LEN}-byte cooked header of \
+                 -i any: give at least {}",
+                SLL2_LEN + 1
+            )));
+        }
         (Some(ifname), None) => {
             let speed = tapflow_sys::iface::speed_mbps(ifname).unwrap_or(10_000);
             let mut ring = RingGeometry::for_line_rate(speed, snaplen, HOLD, a.retire_ms);
@@ -745,7 +757,11 @@ fn stdout_is_null() -> bool {
     }
 }
 
-/// `-D`: every interface of this network namespace with its index and state.
+/// The Linux cooked v2 header of `-i any`, which the snaplen counts.
+const SLL2_LEN: u32 = tapflow_wire::sll::HEADER_LEN as u32;
+
+/// `-D`: every interface of this network namespace with its index and state, then `any`
+/// (index 0, which a socket binds to for all of them).
 fn list_interfaces() -> Result<ExitCode, Failure> {
     use tapflow_sys::iface;
     let names = iface::names().map_err(|e| Failure::Runtime(e.to_string()))?;
@@ -772,6 +788,7 @@ fn list_interfaces() -> Result<ExitCode, Failure> {
         let speed = iface::speed_mbps(name).map_or(String::new(), |s| format!(" {s} Mbit/s"));
         out.push_str(&format!("{i}.{name} [{}]{speed}\n", state.join(", ")));
     }
+    out.push_str("0.any (every interface, Linux cooked v2 headers) [Up, Running]\n");
     print!("{out}");
     Ok(ExitCode::SUCCESS)
 }

@@ -214,7 +214,8 @@ pub enum ProtoArg {
     clap::ArgGroup::new("input").required(true).args(["interface", "read", "list_interfaces"])
 ))]
 pub struct CaptureArgs {
-    /// Interface to capture on.
+    /// Interface to capture on (`any`: every interface of the network namespace, with Linux
+    /// cooked v2 headers naming the interface and direction; no promiscuous mode).
     #[arg(short = 'i', long)]
     pub interface: Option<String>,
     /// Capture file to read instead (pcap or pcapng; `-`: standard input, read to its end).

@@ -422,7 +422,13 @@ fn sinks_for(
         }));
     }
     if cfg.print {
-        sinks.push(Sink::Text(TextSink::new()));
+        let text = TextSink::new();
+        // Interface indexes name this namespace's interfaces only while capturing live.
+        sinks.push(Sink::Text(if write_ahead {
+            text.naming_interfaces()
+        } else {
+            text
+        }));
     }
     if let Some(fwd) = &cfg.forward {
         let mut fc = fwd.clone();

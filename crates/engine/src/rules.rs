@@ -22,6 +22,7 @@ use tapflow_wire::cbpf::{self, Insn};
 use tapflow_wire::rule_bpf::{self, Precision};
 use tapflow_wire::rule_match::Matcher;
 use tapflow_wire::rules::Rule;
+use tapflow_wire::sll;
 
 use crate::EngineError;
 use crate::stop::Stop;
@@ -156,6 +157,9 @@ struct History {
 pub struct LiveRules {
     workers: usize,
     snaplen: u32,
+    /// The kernel filter runs on a `SOCK_DGRAM` socket (`-i any`): programs are written for
+    /// Linux cooked v2 frames and moved to the network header.
+    cooked: bool,
     /// The `-f` expression's program, run before the rules.
     base: Option<Vec<Insn>>,
     current: Mutex<Arc<RuleTable>>,
@@ -247,9 +251,32 @@ impl LiveRules {
         snaplen: u32,
         base: Option<Vec<Insn>>,
     ) -> Result<Arc<LiveRules>, EngineError> {
+        LiveRules::build(rules, workers, snaplen, base, false)
+    }
+
+    /// [`LiveRules::new`] for rings on every interface (`-i any`): `base` is written for Linux
+    /// cooked v2 frames, and so are the rules' programs; the kernel gets them moved to the
+    /// network header ([`sll::for_cooked_socket`]). `snaplen` counts network-layer bytes.
+    pub fn new_cooked(
+        rules: Option<Vec<Rule>>,
+        workers: usize,
+        snaplen: u32,
+        base: Option<Vec<Insn>>,
+    ) -> Result<Arc<LiveRules>, EngineError> {
+        LiveRules::build(rules, workers, snaplen, base, true)
+    }
+
+    fn build(
+        rules: Option<Vec<Rule>>,
+        workers: usize,
+        snaplen: u32,
+        base: Option<Vec<Insn>>,
+        cooked: bool,
+    ) -> Result<Arc<LiveRules>, EngineError> {
         let live = LiveRules {
             workers,
             snaplen,
+            cooked,
             base,
             current: Mutex::new(Arc::new(RuleTable {
                 active: false,
@@ -279,7 +306,12 @@ impl LiveRules {
             return (prog, Precision::Exact);
         };
         let budget = cbpf::BPF_MAXINSNS - self.base.as_ref().map_or(0, Vec::len);
-        let compiled = rule_bpf::compile(rules, self.snaplen, budget);
+        let linktype = if self.cooked {
+            LinkType::LinuxSll2
+        } else {
+            LinkType::Ethernet
+        };
+        let compiled = rule_bpf::compile_for(linktype, rules, self.snaplen, budget);
         let prog = match &self.base {
             Some(b) => cbpf::and_then(b, &compiled.program),
             None => compiled.program,
@@ -304,9 +336,19 @@ impl LiveRules {
     }
 
     /// The kernel filter for the current rules.
-    pub fn kernel_program(&self) -> Vec<bpf::Instruction> {
+    pub fn kernel_program(&self) -> Result<Vec<bpf::Instruction>, EngineError> {
         let table = Arc::clone(&lock(&self.current));
-        to_sys(&self.program(table.active.then(|| table.matcher.rules())).0)
+        self.kernel(self.program(table.active.then(|| table.matcher.rules())).0)
+    }
+
+    /// A program as the kernel runs it: on a cooked socket, moved to the network header.
+    fn kernel(&self, prog: Vec<Insn>) -> Result<Vec<bpf::Instruction>, EngineError> {
+        if !self.cooked {
+            return Ok(to_sys(&prog));
+        }
+        sll::for_cooked_socket(&prog)
+            .map(|p| to_sys(&p))
+            .map_err(|e| EngineError::Config(format!("the filter cannot run on -i any: {e}")))
     }
 
     /// The rings whose kernel filters follow the rules from now on.
@@ -323,7 +365,7 @@ impl LiveRules {
     pub fn replace(&self, rules: Vec<Rule>) -> Result<RuleListing, EngineError> {
         let mut current = lock(&self.current);
         let table = Arc::new(self.table(rules)?);
-        let prog = to_sys(&self.program(Some(table.matcher.rules())).0);
+        let prog = self.kernel(self.program(Some(table.matcher.rules())).0)?;
         let old = std::mem::replace(&mut *current, Arc::clone(&table));
         lock(&self.history).retired.push(old);
         self.generation.fetch_add(1, Ordering::Release);
@@ -569,7 +611,7 @@ mod tests {
             Some(base),
         )
         .unwrap();
-        let prog = from_sys(&live.kernel_program());
+        let prog = from_sys(&live.kernel_program().unwrap());
         let f = udp(1);
         assert_eq!(cbpf::run(&prog, &f, 60), 64);
         assert_eq!(cbpf::run(&prog, &f, 40), 0);
@@ -582,7 +624,7 @@ mod tests {
         let mut r = live.reader(0);
         assert!(r.admit(LinkType::Ethernet, &udp(7), 60));
         assert_eq!(
-            from_sys(&live.kernel_program()),
+            from_sys(&live.kernel_program().unwrap()),
             vec![Insn::stmt(cbpf::RET_K, 64)]
         );
         assert!(!live.list().active);

@@ -28,9 +28,14 @@ pub(crate) fn phys_mem() -> usize {
 
 /// `socket(AF_PACKET, SOCK_RAW, 0)`: protocol 0, so nothing is queued before `bind`.
 pub(crate) fn open_socket(ifname: &str) -> Result<OwnedFd, SysError> {
+    open_socket_of(ifname, libc::SOCK_RAW)
+}
+
+/// `socket(AF_PACKET, ty, 0)`: `SOCK_RAW` gives packets from the link-layer header on,
+/// `SOCK_DGRAM` from the network header on.
+pub(crate) fn open_socket_of(ifname: &str, ty: libc::c_int) -> Result<OwnedFd, SysError> {
     const CALL: &str = "socket(AF_PACKET)";
-    syscall::socket(libc::AF_PACKET, libc::SOCK_RAW, 0, CALL)
-        .map_err(|e| SysError::call(CALL, ifname, e))
+    syscall::socket(libc::AF_PACKET, ty, 0, CALL).map_err(|e| SysError::call(CALL, ifname, e))
 }
 
 /// `PACKET_VERSION`: must precede the ring (the kernel answers `EBUSY` after).

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crate::bpf::{self, BPF_MAXINSNS};
 use crate::mmap::Mapping;
 use crate::packet::{
-    add_promiscuous, attach_filter, bind_to, map_ring, open_socket, page_size, phys_mem,
+    add_promiscuous, attach_filter, bind_to, map_ring, open_socket_of, page_size, phys_mem,
     set_version,
 };
 use crate::tpacket::{self, BD_STATUS};
@@ -34,6 +34,11 @@ pub use libc::{
 
 /// The packet was merged by GRO from TCP segments (`TP_STATUS_GSO_TCP`, not in libc).
 pub const TP_STATUS_GSO_TCP: u32 = 1 << 8;
+
+/// The name that captures on every interface of the network namespace at once, as tcpdump's
+/// `-i any`: a `SOCK_DGRAM` socket bound to interface index 0, whose packets the ring gives
+/// with a Linux cooked v2 header (`LINKTYPE_LINUX_SLL2`) in place of their link-layer header.
+pub const ANY: &str = "any";
 
 /// The largest block the kernel accepts: `tp_block_size` must be positive as an `int`, and a
 /// power of two below 2^31 is at most 2^30.
@@ -170,6 +175,8 @@ pub struct RxRing {
     /// Blocks currently lent out as `Block`s.
     held: Box<[Cell<bool>]>,
     hw_timestamps: bool,
+    /// Bound to every interface ([`ANY`]): blocks are cooked before they are lent out.
+    cooked: bool,
 }
 
 // SAFETY: the ring owns its socket and its mapping outright; moving it moves the only access to
@@ -180,24 +187,34 @@ impl RxRing {
     /// Opens a receive ring on `ifname`, in netsniff-ng's order: `socket` → `SO_ATTACH_FILTER` →
     /// `PACKET_VERSION` → (`PACKET_TIMESTAMP`) → `PACKET_RX_RING` → `mmap` → `bind` →
     /// (`PACKET_ADD_MEMBERSHIP`) → `PACKET_FANOUT`. Sizes are checked before any call.
+    ///
+    /// [`ANY`] opens a `SOCK_DGRAM` socket bound to every interface (index 0) and hands out
+    /// blocks of cooked frames (see [`crate::tpacket::cook_block`]); its filter sees packets
+    /// from the network header on, and neither promiscuous mode nor hardware timestamps apply.
     pub fn open(ifname: &str, cfg: &RxRingConfig) -> Result<RxRing, SysError> {
         check_geometry(ifname, cfg)?;
         if !cfg.filter.is_empty() {
             check_filter(ifname, &cfg.filter)?;
         }
-        let ifindex = iface::index(ifname)?;
-        let fd = open_socket(ifname)?;
+        let cooked = ifname == ANY;
+        let (ifindex, ty) = if cooked {
+            (0, libc::SOCK_DGRAM)
+        } else {
+            (iface::index(ifname)?, libc::SOCK_RAW)
+        };
+        let fd = open_socket_of(ifname, ty)?;
         if !cfg.filter.is_empty() {
             attach_filter(fd.as_fd(), ifname, &cfg.filter)?;
         }
         set_version(fd.as_fd(), ifname, libc::tpacket_versions::TPACKET_V3)?;
-        let hw_timestamps = cfg.hw_timestamps && enable_hw_timestamps(fd.as_fd(), ifname);
+        let hw_timestamps =
+            cfg.hw_timestamps && !cooked && enable_hw_timestamps(fd.as_fd(), ifname);
         set_rx_ring(fd.as_fd(), ifname, cfg)?;
         let block_size = cfg.block_size as usize;
         let block_count = cfg.block_count as usize;
         let map = map_ring(fd.as_fd(), ifname, block_size * block_count)?;
         bind_to(fd.as_fd(), ifname, ifindex, libc::ETH_P_ALL as u16)?;
-        if cfg.promiscuous {
+        if cfg.promiscuous && !cooked {
             add_promiscuous(fd.as_fd(), ifname, ifindex)?;
         }
         if let Some(fanout) = &cfg.fanout {
@@ -213,6 +230,7 @@ impl RxRing {
             next: Cell::new(0),
             held: (0..block_count).map(|_| Cell::new(false)).collect(),
             hw_timestamps,
+            cooked,
         })
     }
 
@@ -318,12 +336,16 @@ impl RxRing {
         }
         self.held[index].set(true);
         self.next.set((index + 1) % self.block_count);
-        Some(Block {
+        let mut block = Block {
             ring: self,
             index,
             base,
             status,
-        })
+        };
+        if self.cooked {
+            tpacket::cook_block(block.bytes_mut());
+        }
+        Some(block)
     }
 
     /// The pending socket error (`SO_ERROR`, cleared by reading it): `ENETDOWN` when the
@@ -388,7 +410,12 @@ impl RxRing {
         })
     }
 
-    /// The interface's index.
+    /// Whether the ring captures on every interface ([`ANY`]) and gives cooked frames.
+    pub fn cooked(&self) -> bool {
+        self.cooked
+    }
+
+    /// The interface's index (0 for [`ANY`]).
     pub fn ifindex(&self) -> u32 {
         self.ifindex
     }
@@ -451,6 +478,13 @@ impl<'a> Block<'a> {
         // TP_STATUS_USER (read with Acquire), so the kernel does not write it until our Drop
         // stores TP_STATUS_KERNEL, and the returned borrow ends before that.
         unsafe { std::slice::from_raw_parts(self.base.as_ptr(), self.ring.block_size) }
+    }
+
+    /// The whole block, writable: it is ours until it is handed back.
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as for `bytes`; `&mut self` makes this the only borrow of the block, and
+        // the kernel does not touch a block whose status is TP_STATUS_USER.
+        unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr(), self.ring.block_size) }
     }
 
     /// The kernel had dropped packets when it closed this block (`TP_STATUS_LOSING`; stays set
@@ -726,6 +760,33 @@ mod tests {
         let ring = RxRing::open("eth9", &c).unwrap();
         assert!(!ring.hw_timestamps());
         assert!(!fake.calls().contains(&"setsockopt(PACKET_TIMESTAMP)"));
+    }
+
+    #[test]
+    fn any_binds_every_interface_without_promiscuous_mode_or_hw_timestamps() {
+        let fake = Fake::install();
+        let c = RxRingConfig {
+            hw_timestamps: true,
+            promiscuous: true,
+            ..cfg()
+        };
+        let ring = RxRing::open(ANY, &c).unwrap();
+        assert_eq!(
+            fake.calls(),
+            [
+                "socket(AF_PACKET)",
+                "setsockopt(SO_ATTACH_FILTER)",
+                "setsockopt(PACKET_VERSION)",
+                "setsockopt(PACKET_RX_RING)",
+                "mmap(MAP_SHARED|MAP_LOCKED)",
+                "bind(AF_PACKET)",
+                "setsockopt(PACKET_FANOUT)",
+            ]
+        );
+        assert_eq!(
+            (ring.ifindex(), ring.cooked(), ring.hw_timestamps()),
+            (0, true, false)
+        );
     }
 
     #[test]

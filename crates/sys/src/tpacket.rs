@@ -38,6 +38,12 @@ const PH_SIZE: usize = size_of::<tpacket3_hdr>();
 /// `TPACKET_ALIGN(sizeof(struct tpacket3_hdr))`: where the `sockaddr_ll` starts.
 const PH_SLL: usize = (PH_SIZE + libc::TPACKET_ALIGNMENT - 1) & !(libc::TPACKET_ALIGNMENT - 1);
 const PH_PKTTYPE: usize = PH_SLL + offset_of!(sockaddr_ll, sll_pkttype);
+const PH_SLL_END: usize = PH_SLL + size_of::<sockaddr_ll>();
+const SLL_PROTOCOL: usize = PH_SLL + offset_of!(sockaddr_ll, sll_protocol);
+const SLL_IFINDEX: usize = PH_SLL + offset_of!(sockaddr_ll, sll_ifindex);
+const SLL_HATYPE: usize = PH_SLL + offset_of!(sockaddr_ll, sll_hatype);
+const SLL_HALEN: usize = PH_SLL + offset_of!(sockaddr_ll, sll_halen);
+const SLL_ADDR: usize = PH_SLL + offset_of!(sockaddr_ll, sll_addr);
 
 /// Bytes of `tpacket_block_desc` at the start of every block (`BLK_PLUS_PRIV(0)`): where the
 /// first slot may start.
@@ -83,6 +89,91 @@ pub(crate) fn block_num_pkts(block: &[u8]) -> u32 {
 /// `seq_num` of a block's header.
 pub(crate) fn block_seq_num(block: &[u8]) -> u64 {
     u64_at(block, BD_SEQ).unwrap_or(0)
+}
+
+/// Gives every packet of a block of a `SOCK_DGRAM` ring (whose packets start at the network
+/// header) a Linux cooked v2 header, built from the `sockaddr_ll` the kernel put before it, as
+/// libpcap does for `-i any`: the header goes into the gap the kernel leaves before the
+/// network header (`TPACKET_ALIGN(tp_hdrlen) + 16` bytes from the slot, past the
+/// `sockaddr_ll`), and the packet's `tp_mac`, `tp_snaplen` and `tp_len` are moved to take it
+/// in. A block read afterwards holds `LINKTYPE_LINUX_SLL2` frames.
+///
+/// A packet whose header or gap does not check out ends the block there (`num_pkts` is cut),
+/// so no packet is ever read uncooked. No allocation, no system call.
+pub fn cook_block(block: &mut [u8]) {
+    const HDR: usize = tapflow_wire::sll::HEADER_LEN;
+    let (Some(num), Some(first), Some(blk_len)) = (
+        u32_at(block, BD_NUM_PKTS),
+        u32_at(block, BD_FIRST),
+        u32_at(block, BD_BLK_LEN),
+    ) else {
+        return;
+    };
+    let used = match usize::try_from(blk_len) {
+        Ok(n) if (BD_SIZE..=block.len()).contains(&n) => n,
+        _ => block.len(),
+    };
+    let mut at = match usize::try_from(first) {
+        Ok(f) if f >= BD_SIZE && f < used => f,
+        _ => return,
+    };
+    for i in 0..num {
+        if !cook_packet(&mut block[..used], at) {
+            block[BD_NUM_PKTS..BD_NUM_PKTS + 4].copy_from_slice(&i.to_ne_bytes());
+            return;
+        }
+        let next = u32_at(block, at + PH_NEXT).unwrap_or(0);
+        match usize::try_from(next)
+            .ok()
+            .filter(|&n| n >= PH_SIZE)
+            .and_then(|n| at.checked_add(n))
+        {
+            Some(n) if n < used => at = n,
+            _ => return,
+        }
+    }
+
+    /// Cooks the packet whose header is at `h`; false if it does not check out.
+    fn cook_packet(b: &mut [u8], h: usize) -> bool {
+        let Some(head) = b.get(h..).and_then(<[u8]>::first_chunk::<PH_SLL_END>) else {
+            return false;
+        };
+        let u16_of = |at: usize| u16::from_ne_bytes([head[at], head[at + 1]]);
+        let u32_of =
+            |at: usize| u32::from_ne_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
+        let mac = usize::from(u16_of(PH_MAC));
+        let snaplen = u32_of(PH_SNAPLEN);
+        let fits = mac >= PH_SLL_END + HDR
+            && (h + mac)
+                .checked_add(snaplen as usize)
+                .is_some_and(|end| end <= b.len());
+        if !fits {
+            return false;
+        }
+        let mut addr = [0u8; 8];
+        addr.copy_from_slice(&head[SLL_ADDR..SLL_ADDR + 8]);
+        let cooked = tapflow_wire::sll::Repr {
+            // sll_protocol is in network order already.
+            protocol: u16::from_be_bytes([head[SLL_PROTOCOL], head[SLL_PROTOCOL + 1]]),
+            ifindex: u32_of(SLL_IFINDEX),
+            hatype: u16_of(SLL_HATYPE),
+            pkttype: head[PH_PKTTYPE],
+            halen: head[SLL_HALEN],
+            addr,
+        };
+        let len = u32_of(PH_LEN);
+        let start = h + mac - HDR;
+        let Some(out) = b[start..].first_chunk_mut::<HDR>() else {
+            return false;
+        };
+        cooked.emit(out);
+        let put =
+            |b: &mut [u8], at: usize, v: &[u8]| b[h + at..h + at + v.len()].copy_from_slice(v);
+        put(b, PH_MAC, &((mac - HDR) as u16).to_ne_bytes());
+        put(b, PH_SNAPLEN, &(snaplen + HDR as u32).to_ne_bytes());
+        put(b, PH_LEN, &len.saturating_add(HDR as u32).to_ne_bytes());
+        true
+    }
 }
 
 /// One packet in a ring block.
@@ -237,6 +328,20 @@ pub(crate) mod build {
         seq: u64,
         frames: &[(&[u8], u32, u64)],
     ) -> Vec<u8> {
+        block_at(size, status, seq, frames, MACOFF)
+    }
+
+    /// `macoff` on a SOCK_DGRAM socket with no reserve: `ALIGN16(68) + 16`.
+    pub(crate) const DGRAM_MACOFF: usize = 96;
+
+    /// [`block`] with the packets at `macoff` in their slots.
+    pub(crate) fn block_at(
+        size: usize,
+        status: u32,
+        seq: u64,
+        frames: &[(&[u8], u32, u64)],
+        macoff: usize,
+    ) -> Vec<u8> {
         let mut b = vec![0u8; size];
         let mut at = BD_SIZE.next_multiple_of(8);
         put(&mut b, 0, &3u32.to_ne_bytes());
@@ -245,7 +350,7 @@ pub(crate) mod build {
         put(&mut b, BD_FIRST, &(at as u32).to_ne_bytes());
         put(&mut b, BD_SEQ, &seq.to_ne_bytes());
         for (i, (data, len, ts)) in frames.iter().enumerate() {
-            let step = (MACOFF + data.len()).next_multiple_of(8);
+            let step = (macoff + data.len()).next_multiple_of(8);
             let next = if i + 1 == frames.len() {
                 0
             } else {
@@ -265,12 +370,12 @@ pub(crate) mod build {
             put(&mut b, at + PH_SNAPLEN, &(data.len() as u32).to_ne_bytes());
             put(&mut b, at + PH_LEN, &len.to_ne_bytes());
             put(&mut b, at + PH_STATUS, &libc::TP_STATUS_USER.to_ne_bytes());
-            put(&mut b, at + PH_MAC, &(MACOFF as u16).to_ne_bytes());
+            put(&mut b, at + PH_MAC, &(macoff as u16).to_ne_bytes());
             put(&mut b, at + PH_RXHASH, &(0xabc0 + i as u32).to_ne_bytes());
             put(&mut b, at + PH_VLAN_TCI, &(100 + i as u32).to_ne_bytes());
             put(&mut b, at + PH_VLAN_TPID, &0x8100u16.to_ne_bytes());
             b[at + PH_PKTTYPE] = libc::PACKET_BROADCAST;
-            put(&mut b, at + MACOFF, data);
+            put(&mut b, at + macoff, data);
             at += step;
         }
         put(&mut b, BD_BLK_LEN, &(at as u32).to_ne_bytes());
@@ -336,6 +441,51 @@ mod tests {
             assert_eq!(p.rxhash, 0xabc0 + i as u32);
             assert_eq!((p.vlan_tci, p.vlan_tpid), (100 + i as u16, 0x8100));
             assert_eq!(p.pkttype, libc::PACKET_BROADCAST);
+        }
+    }
+
+    #[test]
+    fn cooking_gives_every_packet_an_sll2_header() {
+        let ip = [[0x45u8; 40], [0x46; 40]];
+        let spec: Vec<(&[u8], u32, u64)> = ip.iter().map(|d| (d.as_slice(), 1500, 7)).collect();
+        let mut b = block_at(4096, libc::TP_STATUS_USER, 1, &spec, DGRAM_MACOFF);
+        // The sockaddr_ll of each: IPv4 from interface 5 (Ethernet), and the second going out.
+        for (i, pkttype) in [(0, libc::PACKET_HOST), (1, libc::PACKET_OUTGOING)] {
+            let h = BD_SIZE.next_multiple_of(8) + i * (DGRAM_MACOFF + 40).next_multiple_of(8);
+            b[SLL_PROTOCOL + h..SLL_PROTOCOL + h + 2].copy_from_slice(&[0x08, 0x00]);
+            b[SLL_IFINDEX + h..SLL_IFINDEX + h + 4].copy_from_slice(&5i32.to_ne_bytes());
+            b[SLL_HATYPE + h..SLL_HATYPE + h + 2].copy_from_slice(&1u16.to_ne_bytes());
+            b[PH_PKTTYPE + h] = pkttype;
+            b[SLL_HALEN + h] = 6;
+            b[SLL_ADDR + h..SLL_ADDR + h + 8].copy_from_slice(&[2, 0, 0, 0, 0, 9, 0xee, 0xee]);
+        }
+        cook_block(&mut b);
+        let got: Vec<RingPacket<'_>> = Packets::from_block_bytes(&b).collect();
+        assert_eq!(got.len(), 2);
+        for (p, (out, first)) in got.iter().zip([(0u8, 0x45u8), (4, 0x46)]) {
+            assert_eq!((p.len, p.data.len(), p.pkttype), (1520, 60, out));
+            let mut want = vec![0x08, 0x00, 0, 0, 0, 0, 0, 5, 0, 1, out, 6];
+            want.extend_from_slice(&[2, 0, 0, 0, 0, 9, 0xee, 0xee]);
+            assert_eq!(p.data[..20], want[..]);
+            assert_eq!(p.data[20..], [first; 40]);
+        }
+        // A slot with no room for the header (a raw socket's) ends the block before it.
+        let mut raw = block(4096, libc::TP_STATUS_USER, 1, &spec);
+        cook_block(&mut raw);
+        assert_eq!(block_num_pkts(&raw), 0);
+        assert_eq!(Packets::from_block_bytes(&raw).count(), 0);
+        // Junk never panics.
+        let mut x = 0x9e3779b9u32;
+        for n in [0, 47, 48, 100, 512] {
+            let mut junk: Vec<u8> = (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    x as u8
+                })
+                .collect();
+            cook_block(&mut junk);
         }
     }
 

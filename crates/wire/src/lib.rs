@@ -40,6 +40,7 @@ pub mod pcapng;
 pub mod rule_bpf;
 pub mod rule_match;
 pub mod rules;
+pub mod sll;
 
 pub use linktype::LinkType;
 pub use record::{ControlField, Direction, Flags, TsSource};

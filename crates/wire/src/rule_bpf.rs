@@ -1,4 +1,4 @@
-//! Rules compiled into one classic-BPF socket filter for Ethernet frames.
+//! Rules compiled into one classic-BPF socket filter for Ethernet or Linux cooked v2 frames.
 //!
 //! The program tests the EtherType once, then runs through the IPv4 (or IPv6) rules in order,
 //! each rule a straight run of loads and comparisons that falls through to the next rule on the
@@ -12,6 +12,7 @@
 
 use std::collections::HashSet;
 
+use crate::LinkType;
 use crate::cbpf::{self, Insn};
 use crate::rules::{Family, PORT_PROTOCOLS, PortRange, Prefix, Rule};
 
@@ -86,9 +87,17 @@ impl Entry {
     }
 }
 
-/// Compiles `rules` into a program of at most `budget` instructions (at most
-/// [`cbpf::BPF_MAXINSNS`]), as exact as fits. An empty rule set passes nothing.
+/// Compiles `rules` into a program for Ethernet frames of at most `budget` instructions (at
+/// most [`cbpf::BPF_MAXINSNS`]), as exact as fits. An empty rule set passes nothing.
 pub fn compile(rules: &[Rule], snaplen: u32, budget: usize) -> RuleProgram {
+    compile_for(LinkType::Ethernet, rules, snaplen, budget)
+}
+
+/// [`compile`] for frames of `linktype`: Ethernet, or Linux cooked v2 (whose program a
+/// `SOCK_DGRAM` socket runs after [`crate::sll::for_cooked_socket`]); any other link type is
+/// compiled as Ethernet.
+pub fn compile_for(linktype: LinkType, rules: &[Rule], snaplen: u32, budget: usize) -> RuleProgram {
+    let frame = Frame::of(linktype);
     let budget = budget.min(cbpf::BPF_MAXINSNS);
     let entries: Vec<Entry> = rules
         .iter()
@@ -116,7 +125,7 @@ pub fn compile(rules: &[Rule], snaplen: u32, budget: usize) -> RuleProgram {
             .map(|e| e.coarsened(precision))
             .filter(|e| seen.insert(*e))
             .collect();
-        let program = program(&kept, snaplen);
+        let program = program(frame, &kept, snaplen);
         if program.len() <= budget {
             return RuleProgram { program, precision };
         }
@@ -129,10 +138,29 @@ pub fn compile(rules: &[Rule], snaplen: u32, budget: usize) -> RuleProgram {
     })
 }
 
-const ETHERTYPE_AT: u32 = 12;
-const IP_AT: u32 = 14;
+/// Where a link type puts the EtherType and the IP header.
+#[derive(Debug, Clone, Copy)]
+struct Frame {
+    ethertype_at: u32,
+    ip_at: u32,
+}
 
-fn program(entries: &[Entry], snaplen: u32) -> Vec<Insn> {
+impl Frame {
+    fn of(linktype: LinkType) -> Frame {
+        match linktype {
+            LinkType::LinuxSll2 => Frame {
+                ethertype_at: 0,
+                ip_at: crate::sll::HEADER_LEN as u32,
+            },
+            _ => Frame {
+                ethertype_at: 12,
+                ip_at: 14,
+            },
+        }
+    }
+}
+
+fn program(frame: Frame, entries: &[Entry], snaplen: u32) -> Vec<Insn> {
     let section = |v6: bool| -> Vec<Insn> {
         let applies = |e: &&Entry| e.family.covers(v6);
         // A rule for the whole IP version passes everything the others could: the section is
@@ -142,7 +170,7 @@ fn program(entries: &[Entry], snaplen: u32) -> Vec<Insn> {
         }
         let mut code = Vec::new();
         for e in entries.iter().filter(applies) {
-            code.extend(resolve(entry_code(e, v6), snaplen));
+            code.extend(resolve(entry_code(frame.ip_at, e, v6), snaplen));
         }
         code.push(Insn::stmt(cbpf::RET_K, 0));
         code
@@ -153,7 +181,7 @@ fn program(entries: &[Entry], snaplen: u32) -> Vec<Insn> {
         return reject.to_vec();
     }
     let mut prog = vec![
-        Insn::stmt(cbpf::LD_H_ABS, ETHERTYPE_AT),
+        Insn::stmt(cbpf::LD_H_ABS, frame.ethertype_at),
         Insn::jump(cbpf::JEQ_K, 0x0800, 0, 1),
         Insn::stmt(cbpf::JA, 3),
         Insn::jump(cbpf::JEQ_K, 0x86dd, 0, 1),
@@ -188,9 +216,9 @@ fn jeq_or_fail(k: u32) -> Op {
 }
 
 /// The tests of one entry, ending in `ret #snaplen` (added by [`resolve`]).
-fn entry_code(e: &Entry, v6: bool) -> Vec<Op> {
+fn entry_code(ip_at: u32, e: &Entry, v6: bool) -> Vec<Op> {
     let mut ops = Vec::new();
-    let proto_at = if v6 { IP_AT + 6 } else { IP_AT + 9 };
+    let proto_at = if v6 { ip_at + 6 } else { ip_at + 9 };
     match (e.proto, v6) {
         (Some(p), true) if !e.has_ports() => {
             // As `ip6 proto P`: the next header, or the one after a fragment header.
@@ -202,7 +230,7 @@ fn entry_code(e: &Entry, v6: bool) -> Vec<Op> {
                 jf: Some(0),
             });
             ops.push(jeq_or_fail(44));
-            ops.push(Op::Stmt(Insn::stmt(cbpf::LD_B_ABS, IP_AT + 40)));
+            ops.push(Op::Stmt(Insn::stmt(cbpf::LD_B_ABS, ip_at + 40)));
             ops.push(jeq_or_fail(u32::from(p)));
         }
         (Some(p), _) => {
@@ -225,9 +253,9 @@ fn entry_code(e: &Entry, v6: bool) -> Vec<Op> {
         (None, _) => {}
     }
     let (src_at, dst_at) = if v6 {
-        (IP_AT + 8, IP_AT + 24)
+        (ip_at + 8, ip_at + 24)
     } else {
-        (IP_AT + 12, IP_AT + 16)
+        (ip_at + 12, ip_at + 16)
     };
     for (at, prefix) in [(src_at, e.src), (dst_at, e.dst)] {
         let Some(prefix) = prefix else { continue };
@@ -241,17 +269,17 @@ fn entry_code(e: &Entry, v6: bool) -> Vec<Op> {
     }
     if e.has_ports() {
         let (load, sport_at) = if v6 {
-            (cbpf::LD_H_ABS, IP_AT + 40)
+            (cbpf::LD_H_ABS, ip_at + 40)
         } else {
-            ops.push(Op::Stmt(Insn::stmt(cbpf::LD_H_ABS, IP_AT + 6)));
+            ops.push(Op::Stmt(Insn::stmt(cbpf::LD_H_ABS, ip_at + 6)));
             ops.push(Op::Jump {
                 code: cbpf::JSET_K,
                 k: 0x1fff,
                 jt: None,
                 jf: Some(0),
             });
-            ops.push(Op::Stmt(Insn::stmt(cbpf::LDX_MSH, IP_AT)));
-            (cbpf::LD_H_IND, IP_AT)
+            ops.push(Op::Stmt(Insn::stmt(cbpf::LDX_MSH, ip_at)));
+            (cbpf::LD_H_IND, ip_at)
         };
         for (at, range) in [(sport_at, e.sport), (sport_at + 2, e.dport)] {
             let Some(r) = range else { continue };
@@ -357,6 +385,32 @@ mod tests {
             assert!(verdict == 0 || verdict == 96);
             let t = Tuple::of_frame(LinkType::Ethernet, f).unwrap();
             assert_eq!(rules.iter().any(|r| r.matches(&t)), *want, "tuple case {i}");
+        }
+    }
+
+    #[test]
+    fn cooked_frames_get_the_same_verdicts() {
+        let rules = parse_rules(RULES).unwrap();
+        let eth = compile(&rules, 96, 4096);
+        let sll2 = compile_for(LinkType::LinuxSll2, &rules, 96, 4096);
+        assert_eq!(sll2.precision, Precision::Exact);
+        assert_eq!(sll2.program.len(), eth.program.len());
+        let a = v4([10, 1, 2, 3]);
+        let mut six = [0u8; 16];
+        six[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+        for f in [
+            frame(false, 6, v4([192, 0, 2, 1]), a, (5000, 443)),
+            frame(false, 6, a, a, (5000, 443)),
+            frame(false, 17, a, a, (5000, 53)),
+            frame(true, 17, six, a, (1, 2)),
+            frame(true, 6, six, a, (1, 2)),
+        ] {
+            // The EtherType first, then interface 3, ARPHRD_ETHER, PACKET_HOST, a MAC.
+            let mut cooked = f[12..14].to_vec();
+            cooked.extend_from_slice(&[0, 0, 0, 0, 0, 3, 0, 1, 0, 6, 2, 2, 2, 2, 2, 2, 0, 0]);
+            cooked.extend_from_slice(&f[14..]);
+            let want = cbpf::run(&eth.program, &f, f.len() as u32);
+            assert_eq!(cbpf::run(&sll2.program, &cooked, cooked.len() as u32), want);
         }
     }
 

@@ -8,8 +8,10 @@
 //! 22:10:01.300000000 ethertype 0x0806, length 42
 //! ```
 //!
-//! The time is the local time of day, in ns; `length` is the packet's length on the wire. Lines
-//! are gathered in a buffer and written once per block: no system call per packet.
+//! The time is the local time of day, in ns; `length` is the packet's length on the wire. A
+//! capture on every interface (`-i any`) names the interface and the direction first, as
+//! tcpdump does (`veth0 In IP ...`, `lo Out IP ...`; `ifindex 2 In IP ...` from a file). Lines are gathered in a buffer and written
+//! once per block: no system call per packet (an interface's name is looked up once).
 
 use std::io::Write;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -18,6 +20,7 @@ use tapflow_wire::LinkType;
 use tapflow_wire::flowkey::FlowFields;
 use tapflow_wire::ipv4::IpProtocol;
 use tapflow_wire::record::ControlField;
+use tapflow_wire::sll;
 
 use crate::EngineError;
 use crate::counters::Totals;
@@ -41,6 +44,11 @@ impl Outcome for TextReport {
 #[derive(Debug, Default)]
 pub struct TextSink {
     linktypes: Vec<LinkType>,
+    /// Interface names by index, for cooked frames.
+    names: std::collections::HashMap<u32, String>,
+    /// Cooked frames' interfaces are named from this namespace (a live capture), not
+    /// printed as `ifindex N` (a file's, from wherever it was captured).
+    naming: bool,
     out: Vec<u8>,
     /// The local time's offset from UTC in seconds, read at each block's end.
     utc_offset: i64,
@@ -58,6 +66,30 @@ impl TextSink {
             utc_offset: local_offset(),
             ..TextSink::default()
         }
+    }
+
+    /// Names the interfaces of cooked frames from this network namespace.
+    pub fn naming_interfaces(mut self) -> TextSink {
+        self.naming = true;
+        self
+    }
+
+    /// The name of interface `ifindex`, looked up in the namespace the first time it is seen
+    /// (`if5` if it has none now).
+    #[cold]
+    fn lookup(&mut self, ifindex: u32) {
+        if !self.naming {
+            self.names.insert(ifindex, format!("ifindex {ifindex}"));
+            return;
+        }
+        for n in tapflow_sys::iface::names().unwrap_or_default() {
+            if let Ok(i) = tapflow_sys::iface::index(&n) {
+                self.names.insert(i, n);
+            }
+        }
+        self.names
+            .entry(ifindex)
+            .or_insert_with(|| format!("if{ifindex}"));
     }
 
     fn flush(&mut self) -> Result<(), EngineError> {
@@ -83,8 +115,8 @@ fn local_offset() -> i64 {
 /// Writes the summary of one packet (without the time) to `out`.
 pub fn describe(out: &mut Vec<u8>, linktype: LinkType, data: &[u8], wire_len: u32) {
     let Some(f) = FlowFields::of_frame(linktype, data, wire_len) else {
-        let _ = match (linktype, data.get(12..14)) {
-            (LinkType::Ethernet, Some(t)) => write!(
+        let _ = match (linktype, data.get(12..14), data.get(..2)) {
+            (LinkType::LinuxSll2, _, Some(t)) | (LinkType::Ethernet, Some(t), _) => write!(
                 out,
                 "ethertype 0x{:04x}, length {wire_len}",
                 u16::from_be_bytes([t[0], t[1]])
@@ -179,6 +211,15 @@ impl RecordSink for TextSink {
             .get(interface as usize)
             .copied()
             .unwrap_or(LinkType::Ethernet);
+        if linktype == LinkType::LinuxSll2
+            && let Ok(h) = sll::Header::new_checked(data)
+        {
+            if !self.names.contains_key(&h.ifindex()) {
+                self.lookup(h.ifindex());
+            }
+            let name = self.names.get(&h.ifindex()).map_or("?", String::as_str);
+            let _ = write!(self.out, "{name} {} ", sll::direction_name(h.pkttype()));
+        }
         describe(&mut self.out, linktype, data, ctl.orig_len());
         self.out.push(b'\n');
         self.report.lines += 1;
@@ -215,6 +256,23 @@ mod tests {
         let mut out = Vec::new();
         describe(&mut out, linktype, frame, frame.len() as u32);
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn cooked_frames_read_like_ethernet_ones() {
+        let mut f = vec![
+            0x08, 0x00, 0, 0, 0, 0, 0, 2, 0, 1, 0, 6, 2, 0, 0, 0, 0, 1, 0, 0,
+        ];
+        f.extend_from_slice(&[
+            0x45, 0, 0, 32, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ]);
+        f.extend_from_slice(&[0x13, 0x88, 0, 9, 0, 12, 0, 0, 1, 2, 3, 4]);
+        assert_eq!(
+            line(LinkType::LinuxSll2, &f),
+            "IP 10.0.0.1.5000 > 10.0.0.2.9: UDP, length 52"
+        );
+        f[..2].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(line(LinkType::LinuxSll2, &f), "ethertype 0x0806, length 52");
     }
 
     #[test]

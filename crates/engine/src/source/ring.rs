@@ -45,6 +45,10 @@ pub struct RingInput {
 /// Opens one ring per worker on the interface, in one fanout group, each behind one kernel
 /// program: the tcpdump expression `filter` first, then the rules (which the control socket
 /// can change later). A stop raised later wakes a worker waiting on its ring.
+///
+/// On [`ring::ANY`] the frames are Linux cooked v2 (`LINKTYPE_LINUX_SLL2`): the expression and
+/// the rules are compiled for them and moved to the network header, where the kernel's filter
+/// starts on that socket, and `snaplen` counts the 20-byte header as tcpdump does.
 pub fn open(
     input: &RingInput,
     snaplen: u32,
@@ -52,16 +56,34 @@ pub fn open(
     rules: Option<Vec<Rule>>,
     stop: &Arc<Stop>,
 ) -> Result<Opened<LiveSource>, EngineError> {
+    let cooked = input.ifname == ring::ANY;
+    let (linktype, kernel_snaplen) = if cooked {
+        let header = tapflow_wire::sll::HEADER_LEN as u32;
+        (LinkType::LinuxSll2, snaplen.saturating_sub(header).max(1))
+    } else {
+        (LinkType::Ethernet, snaplen)
+    };
     let base = match filter {
         Some(expr) => {
-            let prog = rules::compile_expr(expr, LinkType::Ethernet, snaplen, stop)?;
-            bpf::check_kernel_len(expr, &rules::to_sys(&prog))?;
+            let prog = rules::compile_expr(expr, linktype, kernel_snaplen, stop)?;
+            let kernel = if cooked {
+                tapflow_wire::sll::for_cooked_socket(&prog).map_err(|e| {
+                    EngineError::Config(format!("filter '{expr}' cannot run on -i any: {e}"))
+                })?
+            } else {
+                prog.clone()
+            };
+            bpf::check_kernel_len(expr, &rules::to_sys(&kernel))?;
             Some(prog)
         }
         None => None,
     };
-    let rules = LiveRules::new(rules, input.threads, snaplen, base)?;
-    let rings = open_rings(input, &rules.kernel_program())?;
+    let rules = if cooked {
+        LiveRules::new_cooked(rules, input.threads, kernel_snaplen, base)?
+    } else {
+        LiveRules::new(rules, input.threads, snaplen, base)?
+    };
+    let rings = open_rings(input, &rules.kernel_program()?)?;
     rules.attach(
         rings
             .iter()
@@ -82,7 +104,7 @@ pub fn open(
     Ok(Opened {
         sources,
         input: input.ifname.clone(),
-        linktype: LinkType::Ethernet,
+        linktype,
         ring: Some(input.ring),
         mode: None,
         hw_timestamps,
@@ -188,9 +210,18 @@ pub struct LiveSource {
 }
 
 impl LiveSource {
-    /// A source over an open ring on `ifname`.
+    /// A source over an open ring on `ifname` (Linux cooked v2 frames on [`ring::ANY`]).
     pub fn new(ring: RxRing, ifname: &str, snaplen: u32, filter: Option<String>) -> LiveSource {
-        let max_frame = tapflow_sys::iface::mtu(ifname).ok().map(|m| m + 18);
+        let linktype = if ring.cooked() {
+            LinkType::LinuxSll2
+        } else {
+            LinkType::Ethernet
+        };
+        let max_frame = if ring.cooked() {
+            None
+        } else {
+            tapflow_sys::iface::mtu(ifname).ok().map(|m| m + 18)
+        };
         let link = LinkCounters::open(ifname);
         LiveSource {
             ring,
@@ -204,7 +235,7 @@ impl LiveSource {
             logs: true,
             settle: settle_time(10),
             interfaces: [InterfaceInfo {
-                linktype: LinkType::Ethernet,
+                linktype,
                 snaplen,
                 name: Some(ifname.to_string()),
                 filter,
@@ -324,6 +355,10 @@ impl LiveSource {
     /// no packet coming (a packet is proof of a link that no flag outweighs), from the first
     /// look that saw it.
     fn check_carrier(&mut self) {
+        if self.ring.cooked() {
+            // On every interface: one link's carrier is no gap in the capture.
+            return;
+        }
         let (due, blocks) = self.carrier_check;
         let now = Instant::now();
         if now < due {
