@@ -305,7 +305,13 @@ impl LiveRules {
                 .unwrap_or_else(|| vec![Insn::stmt(cbpf::RET_K, self.snaplen)]);
             return (prog, Precision::Exact);
         };
-        let budget = cbpf::BPF_MAXINSNS - self.base.as_ref().map_or(0, Vec::len);
+        let budget = cbpf::BPF_MAXINSNS
+            - self.base.as_ref().map_or(0, Vec::len)
+            - if self.cooked {
+                sll::LOOPBACK_OUTGOING_SKIPPED.len()
+            } else {
+                0
+            };
         let linktype = if self.cooked {
             LinkType::LinuxSll2
         } else {

@@ -194,6 +194,21 @@ const SKF_AD_PROTOCOL: u32 = 0;
 const SKF_AD_PKTTYPE: u32 = 4;
 /// `SKF_AD_IFINDEX`: `skb->dev->ifindex`.
 const SKF_AD_IFINDEX: u32 = 8;
+/// `SKF_AD_HATYPE`: `skb->dev->type`, the interface's `ARPHRD_` type.
+const SKF_AD_HATYPE: u32 = 28;
+/// `ARPHRD_LOOPBACK`.
+const ARPHRD_LOOPBACK: u32 = 772;
+
+/// What every cooked socket's program starts with: the copy of a loopback packet going out is
+/// refused. Loopback hands each packet to `any` twice, going out and coming in; tcpdump shows
+/// it once (libpcap drops the outgoing copy in user space), and so does tapflow, in the kernel.
+pub const LOOPBACK_OUTGOING_SKIPPED: [Insn; 5] = [
+    Insn::stmt(cbpf::LD_W_ABS, SKF_AD_OFF + SKF_AD_PKTTYPE),
+    Insn::jump(cbpf::JEQ_K, PACKET_OUTGOING as u32, 0, 3),
+    Insn::stmt(cbpf::LD_W_ABS, SKF_AD_OFF + SKF_AD_HATYPE),
+    Insn::jump(cbpf::JEQ_K, ARPHRD_LOOPBACK, 0, 1),
+    Insn::stmt(cbpf::RET_K, 0),
+];
 
 /// A load a socket filter on a cooked socket cannot make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -212,10 +227,12 @@ pub struct HeaderLoad {
 /// socket runs, where the packet starts at the network header: loads of the payload move 20
 /// bytes down, and loads of the protocol, interface index and packet type become the kernel's
 /// ancillary loads (`SKF_AD_PROTOCOL`, `SKF_AD_IFINDEX`, `SKF_AD_PKTTYPE`), as libpcap does for
-/// `-i any`. Any other read of the header cannot run in the kernel: an error names it.
+/// `-i any`. Any other read of the header cannot run in the kernel: an error names it. The
+/// result starts with [`LOOPBACK_OUTGOING_SKIPPED`].
 pub fn for_cooked_socket(prog: &[Insn]) -> Result<Vec<Insn>, HeaderLoad> {
     let header = HEADER_LEN as u32;
-    prog.iter()
+    let moved: Result<Vec<Insn>, HeaderLoad> = prog
+        .iter()
         .enumerate()
         .map(|(at, &i)| {
             let moved = |i: Insn| Insn {
@@ -254,7 +271,8 @@ pub fn for_cooked_socket(prog: &[Insn]) -> Result<Vec<Insn>, HeaderLoad> {
                 _ => Ok(i),
             }
         })
-        .collect()
+        .collect();
+    Ok([&LOOPBACK_OUTGOING_SKIPPED[..], &moved?].concat())
 }
 
 fn ancillary(i: Insn, what: u32) -> Insn {
@@ -360,6 +378,8 @@ mod tests {
         // On the frame itself, as a file reader runs it.
         assert_eq!(cbpf::run(&prog, &UDP_IN, 53), 96);
         let kernel = for_cooked_socket(&prog).unwrap();
+        let (skip, kernel) = kernel.split_at(LOOPBACK_OUTGOING_SKIPPED.len());
+        assert_eq!(skip, LOOPBACK_OUTGOING_SKIPPED);
         assert_eq!(kernel[0].k, SKF_AD_OFF + SKF_AD_PROTOCOL);
         assert_eq!(
             kernel[2..9].iter().map(|i| i.k).collect::<Vec<_>>(),
@@ -368,7 +388,7 @@ mod tests {
         assert_eq!(kernel[9..], prog[9..]);
         // The ancillary load is the only change that depends on the socket: with it made a
         // constant, the program accepts the bare IP packet.
-        let mut bare = kernel.clone();
+        let mut bare = kernel.to_vec();
         bare[0] = Insn::stmt(cbpf::LD_IMM, 0x0800);
         assert_eq!(cbpf::run(&bare, &UDP_IN[20..], 33), 96);
     }
@@ -381,8 +401,7 @@ mod tests {
             Insn::stmt(cbpf::LD_W_ABS, SKF_AD_OFF + 32),
             Insn::stmt(cbpf::RET_K, 1),
         ];
-        let k: Vec<u32> = for_cooked_socket(&prog)
-            .unwrap()
+        let k: Vec<u32> = for_cooked_socket(&prog).unwrap()[LOOPBACK_OUTGOING_SKIPPED.len()..]
             .iter()
             .map(|i| i.k)
             .collect();
@@ -402,5 +421,23 @@ mod tests {
                 "{code:#x} [{offset}]"
             );
         }
+    }
+
+    #[test]
+    fn loopback_copies_going_out_are_refused_first() {
+        let pass = [Insn::stmt(cbpf::RET_K, 96)];
+        let k = for_cooked_socket(&pass).unwrap();
+        assert_eq!(k.len(), LOOPBACK_OUTGOING_SKIPPED.len() + 1);
+        // The ancillary loads made constants: (packet type, ARPHRD_ type) → verdict.
+        let verdict = |pkttype: u32, hatype: u32| {
+            let mut p = k.clone();
+            p[0] = Insn::stmt(cbpf::LD_IMM, pkttype);
+            p[2] = Insn::stmt(cbpf::LD_IMM, hatype);
+            cbpf::run(&p, &UDP_IN[20..], 33)
+        };
+        assert_eq!(verdict(4, 772), 0, "loopback, going out");
+        assert_eq!(verdict(0, 772), 96, "loopback, coming in");
+        assert_eq!(verdict(4, 1), 96, "Ethernet, going out");
+        assert_eq!(verdict(3, 1), 96, "Ethernet, to another host");
     }
 }
