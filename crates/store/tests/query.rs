@@ -570,9 +570,12 @@ fn incomplete_hosts_leave_the_answer_to_the_flows() {
     // One more sender row in the first hour, with no totals row beside it.
     let table = Table::Hosts(Tier::Hour);
     let mut extra = Batch::empty(table.columns());
-    let cols = &mut extra.columns;
-    let (Column::I64(t), Column::I32(side), Column::Addr(addr)) =
-        (&mut cols[0], &mut cols[1], &mut cols[2])
+    let [
+        Column::I64(t),
+        Column::I32(side),
+        Column::Addr(addr),
+        counts @ ..,
+    ] = &mut extra.columns[..]
     else {
         panic!("hosts columns")
     };
@@ -582,7 +585,7 @@ fn incomplete_hosts_leave_the_answer_to_the_flows() {
         false,
         &[203, 0, 113, 77, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
     ));
-    for c in &mut cols[3..6] {
+    for c in counts {
         let Column::I64(v) = c else { panic!() };
         v.push(1 << 40);
     }

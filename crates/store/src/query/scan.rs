@@ -17,7 +17,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::file::statistics::Statistics;
 
 use super::filter::OneWay;
-use super::result::{Answer, ScanStats};
+use super::result::{Answer, QueryResult, ScanStats};
 use super::series::SeriesSink;
 use super::sink::{ListSink, Sink, SummarySink};
 use super::tier::{self, Pick, Tally};
@@ -119,9 +119,28 @@ impl ParquetEngine {
                 key,
                 order_by,
                 n,
-            } => self.scan(&t, pick_feed(pick), || {
-                SeriesSink::new(*every_us, *key, *order_by, *n)
-            })?,
+            } => {
+                // From the hosts table (every address of every hour), the top `n` first, then
+                // the buckets of those alone rather than of every address.
+                let only = match (pick.map(|p| p.table), key) {
+                    (Some(crate::partition::Table::Hosts(_)), Some(k)) if *n > 0 => {
+                        let top =
+                            self.scan(&t, pick_feed(pick), || TopSink::new(*k, *order_by, *n))?;
+                        match top.result {
+                            QueryResult::Table { rows, .. } => Some(
+                                rows.into_iter()
+                                    .filter_map(|r| r.values.first().copied())
+                                    .collect(),
+                            ),
+                            _ => None,
+                        }
+                    }
+                    _ => None,
+                };
+                self.scan(&t, pick_feed(pick), || {
+                    SeriesSink::new(*every_us, *key, *order_by, *n).only(only.clone())
+                })?
+            }
             Kind::Summary => self.scan(&t, pick_feed(pick), SummarySink::default)?,
         };
         answer.stats.files_listed = listed;
