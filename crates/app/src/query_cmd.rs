@@ -137,10 +137,11 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
 }
 
 fn stats_line(s: &ScanStats) -> String {
+    let table = if s.hosts { "hosts" } else { "rollup" };
     let tier = match s.tier_seconds {
         0 => "flows".to_string(),
-        t if t % 3600 == 0 => format!("rollup_{}h", t / 3600),
-        t => format!("rollup_{}m", t / 60),
+        t if t % 3600 == 0 => format!("{table}_{}h", t / 3600),
+        t => format!("{table}_{}m", t / 60),
     };
     format!(
         "read: tier {tier}, {} of {} files opened, {} of {} row groups read, {} rows",

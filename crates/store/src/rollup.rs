@@ -1,5 +1,6 @@
 //! The rollup tiers: traffic per bucket by exporter, domain, protocol and service port, and the
-//! top hosts of each bucket, for 1-minute, 5-minute and 1-hour buckets (the rows of
+//! hosts of each bucket (the top K of a 1- or 5-minute bucket, every one of a 1-hour bucket, and
+//! the bucket's totals beside them), for 1-minute, 5-minute and 1-hour buckets (the rows of
 //! [`crate::schema::ROLLUP_COLUMNS`] and [`crate::schema::HOSTS_COLUMNS`]).
 //!
 //! Only the open 1-minute buckets are updated per flow. A bucket closes once the store's clock
@@ -175,7 +176,12 @@ impl Rollups {
             for start in ready {
                 let b = self.open[level].remove(&start).unwrap_or_default();
                 traffic_rows(start, &b, &mut traffic);
-                host_rows(start, &b, self.top_k, &mut hosts);
+                let k = if tier == Tier::Hour {
+                    usize::MAX
+                } else {
+                    self.top_k
+                };
+                host_rows(start, &b, k, &mut hosts);
                 for (up, coarser) in Tier::ALL.into_iter().enumerate().skip(level + 1) {
                     // The 1-hour tier takes the 1-minute buckets directly, not twice.
                     if level == 1 && up == 2 {
@@ -218,20 +224,38 @@ fn traffic_rows(start: i64, b: &Bucket, out: &mut Batch) {
     }
 }
 
+/// `side` of the row holding a bucket's totals over every one-way flow.
+pub const TOTAL_SIDE: u8 = 2;
+
 /// Appends the top `k` senders and receivers of the bucket starting at `start`, by bytes
-/// (ties by address).
+/// (ties by address), then the bucket's totals as side [`TOTAL_SIDE`] (the unspecified
+/// address): a reader summing a side's rows to these totals knows it has every host.
 fn host_rows(start: i64, b: &Bucket, k: usize, out: &mut Batch) {
-    for (side, hosts) in b.hosts.iter().enumerate() {
+    let mut row = |side: u8, addr: [u8; 16], h: &Host| {
+        push(&mut out.columns[0], start);
+        push32(&mut out.columns[1], i32::from(side));
+        push_addr(&mut out.columns[2], addr);
+        push(&mut out.columns[3], h.flows as i64);
+        push(&mut out.columns[4], h.packets as i64);
+        push(&mut out.columns[5], h.bytes as i64);
+    };
+    for (side, hosts) in (0u8..).zip(&b.hosts) {
         let mut rows: Vec<(&[u8; 16], &Host)> = hosts.iter().collect();
         rows.sort_unstable_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(b.0)));
         for (addr, h) in rows.into_iter().take(k) {
-            push(&mut out.columns[0], start);
-            push32(&mut out.columns[1], side as i32);
-            push_addr(&mut out.columns[2], *addr);
-            push(&mut out.columns[3], h.flows as i64);
-            push(&mut out.columns[4], h.packets as i64);
-            push(&mut out.columns[5], h.bytes as i64);
+            row(side, *addr, h);
         }
+    }
+    let mut total = Host::default();
+    for t in b.traffic.values() {
+        total.add(
+            t.flows + t.rev_flows,
+            t.packets + t.rev_packets,
+            t.bytes + t.rev_bytes,
+        );
+    }
+    if total.flows > 0 {
+        row(TOTAL_SIDE, [0; 16], &total);
     }
 }
 

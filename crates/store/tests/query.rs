@@ -10,7 +10,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::{H, day0_us, flows};
-use tapflow_store::partition::{Table, files_between};
+use tapflow_store::batch::{Batch, Column};
+use tapflow_store::partition::{Table, Tier, files_between, partition_dir};
 use tapflow_store::query::filter::{OneWay, parse};
 use tapflow_store::query::{
     Counters, Filter, Key, Kind, Metric, ParquetEngine, Query, QueryEngine, QueryResult, Value,
@@ -18,7 +19,7 @@ use tapflow_store::query::{
 };
 use tapflow_store::reader::read_flows;
 use tapflow_store::schema::addr16;
-use tapflow_store::writer::FileOptions;
+use tapflow_store::writer::{FileOptions, write_file};
 use tapflow_store::{FlowStore, ParquetOptions, ParquetStore, StoredFlow};
 
 const N: usize = 12_000;
@@ -496,4 +497,108 @@ fn rollup_tiers_answer_like_the_flows() {
         ),
         0,
     );
+
+    // Senders and receivers from the 1-hour hosts table, which keeps all of them; a filter or
+    // an unaligned window goes to the flows.
+    let top = |key| Kind::Top {
+        key,
+        order_by: Metric::Bytes,
+        n: 10,
+    };
+    both(q(None, None, top(Key::SrcAddr(None))), 3600);
+    both(q(Some(day), None, top(Key::DstAddr(None))), 3600);
+    both(
+        q(
+            Some(day),
+            None,
+            Kind::Aggregate {
+                keys: vec![Key::DstAddr(None)],
+                order_by: Metric::Flows,
+                n: 0,
+            },
+        ),
+        3600,
+    );
+    both(
+        q(
+            Some(day),
+            None,
+            Kind::Series {
+                every_us: 2 * H,
+                key: Some(Key::SrcAddr(None)),
+                order_by: Metric::Packets,
+                n: 5,
+            },
+        ),
+        3600,
+    );
+    both(
+        q(
+            Some(day),
+            None,
+            Kind::Series {
+                every_us: H,
+                key: None,
+                order_by: Metric::Bytes,
+                n: 0,
+            },
+        ),
+        3600,
+    );
+    both(q(Some(day), Some("proto tcp"), top(Key::SrcAddr(None))), 0);
+    both(q(Some(odd), None, top(Key::SrcAddr(None))), 0);
+    both(q(None, None, top(Key::Addr(None))), 0);
+}
+
+/// A 1-hour hosts table that does not hold every host (as stores written when it kept only the
+/// top hosts): its side no longer sums to the buckets' totals, and the flows answer.
+#[test]
+fn incomplete_hosts_leave_the_answer_to_the_flows() {
+    let dir = tempfile::tempdir().unwrap();
+    write_day(dir.path());
+    let top = Query {
+        window: None,
+        filter: None,
+        kind: Kind::Top {
+            key: Key::SrcAddr(None),
+            order_by: Metric::Bytes,
+            n: 10,
+        },
+    };
+    let before = ParquetEngine::new(dir.path(), 2).run(&top).unwrap();
+    assert_eq!(before.stats.tier_seconds, 3600);
+    // One more sender row in the first hour, with no totals row beside it.
+    let table = Table::Hosts(Tier::Hour);
+    let mut extra = Batch::empty(table.columns());
+    let [
+        Column::I64(t),
+        Column::I32(side),
+        Column::Addr(addr),
+        counts @ ..,
+    ] = &mut extra.columns[..]
+    else {
+        panic!("hosts columns")
+    };
+    t.push(day0_us());
+    side.push(0);
+    addr.push(addr16(
+        false,
+        &[203, 0, 113, 77, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+    ));
+    for c in counts {
+        let Column::I64(v) = c else { panic!() };
+        v.push(1 << 40);
+    }
+    let path = partition_dir(dir.path(), table, day0_us()).join("w-extra.parquet");
+    write_file(
+        &path,
+        table.columns(),
+        &extra,
+        &FileOptions::default(),
+        Vec::new(),
+    )
+    .unwrap();
+    let after = ParquetEngine::new(dir.path(), 2).run(&top).unwrap();
+    assert_eq!(after.stats.tier_seconds, 0, "answered from the flows");
+    assert_eq!(table_rows(&after.result), table_rows(&before.result));
 }

@@ -229,6 +229,8 @@ pub struct ScanStats {
     pub rows_read: u64,
     /// The tier that answered: 0 for the flows themselves, else the rollup's bucket in seconds.
     pub tier_seconds: u32,
+    /// Whether the tier's hosts table answered, rather than its traffic table.
+    pub hosts: bool,
 }
 
 /// The answer to a query.

@@ -17,14 +17,14 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::file::statistics::Statistics;
 
 use super::filter::OneWay;
-use super::result::{Answer, ScanStats};
+use super::result::{Answer, QueryResult, ScanStats};
 use super::series::SeriesSink;
 use super::sink::{ListSink, Sink, SummarySink};
-use super::tier;
+use super::tier::{self, Pick, Tally};
 use super::top::{AggregateSink, TopSink, key_columns};
 use super::{Kind, Query, QueryEngine, QueryError, Window};
 use crate::StoreError;
-use crate::partition::{Tier, files, partitions};
+use crate::partition::{files, partitions};
 
 /// Queries a store directory (`DIR/flows/date=YYYY-MM-DD/hour=HH/*.parquet` and the rollup
 /// tiers beside it).
@@ -60,6 +60,8 @@ pub struct Read<'a> {
     pub query: &'a Query,
     /// The width of a rollup row's bucket (0 for flows).
     pub bucket_us: i64,
+    /// What a hosts scan counts to check it saw every host.
+    pub tally: Option<&'a Tally>,
 }
 
 /// Turns one decoded batch into one-way flows for the sink.
@@ -74,33 +76,42 @@ impl QueryEngine for ParquetEngine {
             ))
             .into());
         }
-        let tier = if self.rollups {
-            tier::pick(&self.dir, q)?
-        } else {
-            None
-        };
-        let table = tier.map_or(
-            crate::partition::Table::Flows,
-            crate::partition::Table::Rollup,
-        );
+        if self.rollups {
+            for p in tier::pick(&self.dir, q)? {
+                let tally = Tally::default();
+                let answer = self.answer(q, Some(p), &tally)?;
+                if tally.complete() {
+                    return Ok(answer);
+                }
+            }
+        }
+        self.answer(q, None, &Tally::default())
+    }
+}
+
+impl ParquetEngine {
+    /// Answers `q` from the table `pick` names, or from the flows.
+    fn answer(&self, q: &Query, pick: Option<Pick>, tally: &Tally) -> Result<Answer, QueryError> {
+        let table = pick.map_or(crate::partition::Table::Flows, |p| p.table);
         let (files, listed) = table_files(&self.dir, table, q.window)?;
         let t = Table {
             files: &files,
-            cols: match tier {
-                Some(_) => tier::COLUMNS.to_vec(),
+            cols: match pick {
+                Some(p) => p.columns(&columns(q)),
                 None => columns(q),
             },
             read: Read {
                 query: q,
-                bucket_us: tier.map_or(0, |t| t.bucket_us()),
+                bucket_us: pick.map_or(0, |p| p.tier.bucket_us()),
+                tally: Some(tally),
             },
         };
         let mut answer = match &q.kind {
             Kind::List { limit } => self.scan(&t, feed, || ListSink::new(*limit))?,
             Kind::Top { key, order_by, n } => {
-                self.scan(&t, pick_feed(tier), || TopSink::new(*key, *order_by, *n))?
+                self.scan(&t, pick_feed(pick), || TopSink::new(*key, *order_by, *n))?
             }
-            Kind::Aggregate { keys, order_by, n } => self.scan(&t, pick_feed(tier), || {
+            Kind::Aggregate { keys, order_by, n } => self.scan(&t, pick_feed(pick), || {
                 AggregateSink::new(keys.clone(), *order_by, *n)
             })?,
             Kind::Series {
@@ -108,13 +119,34 @@ impl QueryEngine for ParquetEngine {
                 key,
                 order_by,
                 n,
-            } => self.scan(&t, pick_feed(tier), || {
-                SeriesSink::new(*every_us, *key, *order_by, *n)
-            })?,
-            Kind::Summary => self.scan(&t, pick_feed(tier), SummarySink::default)?,
+            } => {
+                // From the hosts table (every address of every hour), the top `n` first, then
+                // the buckets of those alone rather than of every address.
+                let only = match (pick.map(|p| p.table), key) {
+                    (Some(crate::partition::Table::Hosts(_)), Some(k)) if *n > 0 => {
+                        let top =
+                            self.scan(&t, pick_feed(pick), || TopSink::new(*k, *order_by, *n))?;
+                        match top.result {
+                            QueryResult::Table { rows, .. } => Some(
+                                rows.into_iter()
+                                    .filter_map(|r| r.values.first().copied())
+                                    .collect(),
+                            ),
+                            _ => None,
+                        }
+                    }
+                    _ => None,
+                };
+                self.scan(&t, pick_feed(pick), || {
+                    SeriesSink::new(*every_us, *key, *order_by, *n).only(only.clone())
+                })?
+            }
+            Kind::Summary => self.scan(&t, pick_feed(pick), SummarySink::default)?,
         };
         answer.stats.files_listed = listed;
-        answer.stats.tier_seconds = tier.map_or(0, |t| (t.bucket_us() / 1_000_000) as u32);
+        answer.stats.tier_seconds = pick.map_or(0, |p| (p.tier.bucket_us() / 1_000_000) as u32);
+        answer.stats.hosts =
+            pick.is_some_and(|p| matches!(p.table, crate::partition::Table::Hosts(_)));
         Ok(answer)
     }
 }
@@ -126,8 +158,9 @@ struct Table<'a> {
     read: Read<'a>,
 }
 
-fn pick_feed<S: Sink>(tier: Option<Tier>) -> Feed<S> {
-    match tier {
+fn pick_feed<S: Sink>(pick: Option<Pick>) -> Feed<S> {
+    match pick.map(|p| p.table) {
+        Some(crate::partition::Table::Hosts(_)) => tier::host_feed::<S>,
         Some(_) => tier::feed::<S>,
         None => feed::<S>,
     }
@@ -165,18 +198,22 @@ impl ParquetEngine {
                 })
                 .collect()
         });
-        let mut sink = make();
+        // The first thread's groups are the base the others merge into.
+        let mut sink: Option<S> = None;
         let mut stats = ScanStats::default();
         for part in parts {
             let (s, st) = part?;
-            sink.merge(s);
+            match &mut sink {
+                Some(base) => base.merge(s),
+                None => sink = Some(s),
+            }
             stats.files_opened += st.files_opened;
             stats.row_groups += st.row_groups;
             stats.row_groups_read += st.row_groups_read;
             stats.rows_read += st.rows_read;
         }
         Ok(Answer {
-            result: sink.finish(),
+            result: sink.unwrap_or_else(make).finish(),
             stats,
         })
     }

@@ -17,6 +17,8 @@ pub struct SeriesSink {
     order_by: Metric,
     n: usize,
     buckets: HashMap<(i64, Value), Counters>,
+    /// The only key values counted, if known beforehand (the whole window's top `n`).
+    only: Option<Vec<Value>>,
     total: Counters,
 }
 
@@ -29,8 +31,16 @@ impl SeriesSink {
             order_by,
             n,
             buckets: HashMap::new(),
+            only: None,
             total: Counters::EMPTY,
         }
+    }
+
+    /// Counts only the key values in `only` (a few: they are searched one by one), so the
+    /// buckets hold no others; the totals still count every flow.
+    pub fn only(mut self, only: Option<Vec<Value>>) -> SeriesSink {
+        self.only = only;
+        self
     }
 }
 
@@ -41,7 +51,11 @@ impl Sink for SeriesSink {
             .add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
         let t = f.start_us - f.start_us.rem_euclid(self.every_us);
         let buckets = &mut self.buckets;
+        let only = self.only.as_deref();
         let mut count = |v| {
+            if only.is_some_and(|o| !o.contains(&v)) {
+                return;
+            }
             buckets
                 .entry((t, v))
                 .or_insert(Counters::EMPTY)

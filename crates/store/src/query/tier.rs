@@ -14,9 +14,16 @@
 //! - a window whose ends fall on bucket boundaries;
 //! - and the tier has caught up: its last bucket reaches the last flow the window holds.
 //!
+//! The 1-hour hosts table keeps every sender and receiver of each hour and the hour's totals
+//! (side 2), so it answers `-s srcip|dstip`, `-a` of one of them, and `--every` (whole hours)
+//! by one of them or by nothing (from the totals) exactly, with no filter, over whole hours; the
+//! scan sums a side (the one it reads, or senders) and the totals, and the flows answer instead
+//! if the two differ (a store written when that tier kept only the top hosts).
+//!
 //! First and last times of a group are then its buckets' bounds.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow_array::RecordBatch;
 use arrow_array::types::{TimestampMicrosecondType, UInt8Type, UInt64Type};
@@ -26,12 +33,53 @@ use super::scan::{Read, addrs, at, max_time, prim};
 use super::sink::Sink;
 use super::{Filter, Key, Kind, Metric, Query, QueryError, Term};
 use crate::partition::{Table, Tier, files, partitions};
+use crate::rollup::TOTAL_SIDE;
 
-/// The rollup columns a query reads.
-pub const COLUMNS: &[&str] = &[
+/// The hosts columns a query reads.
+pub const HOST_COLUMNS: &[&str] = &["time", "side", "addr", "flows", "packets", "bytes"];
+
+/// The table that answers a query instead of the flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pick {
+    /// A rollup or hosts table.
+    pub table: Table,
+    /// Its tier.
+    pub tier: Tier,
+}
+
+impl Pick {
+    /// The columns read from it for a query that would read `flow_columns` of the flows.
+    pub fn columns(self, flow_columns: &[&'static str]) -> Vec<&'static str> {
+        if let Table::Hosts(_) = self.table {
+            return HOST_COLUMNS.to_vec();
+        }
+        let mut c = COLUMNS.to_vec();
+        c.extend(
+            ["exporter", "protocol"]
+                .into_iter()
+                .filter(|k| flow_columns.contains(k)),
+        );
+        c
+    }
+}
+
+/// One-way flows counted by a hosts scan: on the side it reads, and in the buckets' totals.
+#[derive(Debug, Default)]
+pub struct Tally {
+    side: AtomicU64,
+    totals: AtomicU64,
+}
+
+impl Tally {
+    /// Whether the side read summed to the totals: every host of the window was there.
+    pub fn complete(&self) -> bool {
+        self.side.load(Ordering::Relaxed) == self.totals.load(Ordering::Relaxed)
+    }
+}
+
+/// The rollup columns every query reads; `exporter` and `protocol` are read when it needs them.
+const COLUMNS: &[&str] = &[
     "time",
-    "exporter",
-    "protocol",
     "flows",
     "rev_flows",
     "packets",
@@ -104,8 +152,75 @@ fn last_time(
     Ok(None)
 }
 
-/// The coarsest tier that answers `q` exactly, if any.
-pub fn pick(dir: &Path, q: &Query) -> Result<Option<Tier>, QueryError> {
+/// The side of the hosts table holding `key`'s values: 0 senders, 1 receivers.
+fn host_side(key: Key) -> Option<u8> {
+    match key {
+        Key::SrcAddr(None) => Some(0),
+        Key::DstAddr(None) => Some(1),
+        _ => None,
+    }
+}
+
+/// The hosts side whose rows answer `q` exactly at `bucket_us`, if any.
+fn host_answerable(q: &Query, bucket_us: i64) -> Option<u8> {
+    let aligned = |t: i64| t == i64::MAX || t.rem_euclid(bucket_us) == 0;
+    let side = match &q.kind {
+        Kind::Top { key, order_by, .. } if order_answerable(*order_by) => host_side(*key),
+        Kind::Aggregate { keys, order_by, .. } if order_answerable(*order_by) => match keys[..] {
+            [k] => host_side(k),
+            _ => None,
+        },
+        Kind::Series {
+            every_us,
+            key,
+            order_by,
+            ..
+        } if every_us % bucket_us == 0 && order_answerable(*order_by) => match key {
+            Some(k) => host_side(*k),
+            None => Some(TOTAL_SIDE),
+        },
+        _ => None,
+    };
+    side.filter(|_| {
+        q.filter.is_none()
+            && q.window
+                .is_none_or(|w| aligned(w.start_us) && aligned(w.end_us))
+    })
+}
+
+/// The last flow's start in the window, or the window's end; `None` if the store has no flows.
+fn flows_last(dir: &Path, end: i64) -> Result<Option<i64>, QueryError> {
+    Ok(last_time(dir, Table::Flows, "time_start", end)?.map(|t| t.min(end - 1)))
+}
+
+/// The tables that answer `q` exactly, best first: the 1-hour hosts for an address key or the
+/// totals, then the coarsest rollup tier.
+pub fn pick(dir: &Path, q: &Query) -> Result<Vec<Pick>, QueryError> {
+    let end = q.window.map_or(i64::MAX, |w| w.end_us);
+    let hour = Tier::Hour;
+    let mut out = Vec::new();
+    if host_answerable(q, hour.bucket_us()).is_some() {
+        let Some(target) = flows_last(dir, end)? else {
+            return Ok(out);
+        };
+        if last_time(dir, Table::Hosts(hour), "time", end)?
+            .is_some_and(|t| t + hour.bucket_us() > target)
+        {
+            out.push(Pick {
+                table: Table::Hosts(hour),
+                tier: hour,
+            });
+        }
+    }
+    out.extend(pick_rollup(dir, q)?.map(|tier| Pick {
+        table: Table::Rollup(tier),
+        tier,
+    }));
+    Ok(out)
+}
+
+/// The coarsest rollup tier that answers `q` exactly, if any.
+fn pick_rollup(dir: &Path, q: &Query) -> Result<Option<Tier>, QueryError> {
     let end = q.window.map_or(i64::MAX, |w| w.end_us);
     let mut flows_last = None;
     for tier in Tier::ALL.into_iter().rev() {
@@ -113,8 +228,8 @@ pub fn pick(dir: &Path, q: &Query) -> Result<Option<Tier>, QueryError> {
             continue;
         }
         if flows_last.is_none() {
-            match last_time(dir, Table::Flows, "time_start", end)? {
-                Some(t) => flows_last = Some(t.min(end - 1)),
+            match self::flows_last(dir, end)? {
+                Some(t) => flows_last = Some(t),
                 None => return Ok(None),
             }
         }
@@ -168,6 +283,56 @@ pub fn feed<S: Sink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Result<()
         if f.flows > 0 && pass(&f) {
             sink.add(&f);
         }
+    }
+    Ok(())
+}
+
+/// Hands a hosts batch's rows of the side `q` ranks to the sink, each as a one-way flow of
+/// that address, and tallies that side and the buckets' totals into `read.tally`.
+pub fn host_feed<S: Sink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Result<(), String> {
+    let q = read.query;
+    let col = |name: &str| format!("hosts column {name} missing");
+    let side = host_answerable(q, read.bucket_us).ok_or("the hosts table cannot answer")?;
+    let time = prim::<TimestampMicrosecondType>(b, "time")?.ok_or_else(|| col("time"))?;
+    let sides = prim::<UInt8Type>(b, "side")?.ok_or_else(|| col("side"))?;
+    let addr = addrs(b, "addr")?.ok_or_else(|| col("addr"))?;
+    let flows = prim::<UInt64Type>(b, "flows")?.ok_or_else(|| col("flows"))?;
+    let pkts = prim::<UInt64Type>(b, "packets")?;
+    let bytes = prim::<UInt64Type>(b, "bytes")?;
+    // The side summed against the totals: the one read, or senders when the totals are read.
+    let checked = if side == TOTAL_SIDE { 0 } else { side };
+    let (mut on_side, mut totals) = (0u64, 0u64);
+    for (i, &t) in time.iter().enumerate() {
+        if q.window.is_some_and(|w| !w.contains(t)) {
+            continue;
+        }
+        let s = sides[i];
+        if s == TOTAL_SIDE {
+            totals += flows[i];
+        } else if s == checked {
+            on_side += flows[i];
+        }
+        if s != side {
+            continue;
+        }
+        let mut f = OneWay {
+            start_us: t,
+            end_us: t + read.bucket_us,
+            flows: flows[i],
+            packets: at(pkts, i),
+            bytes: at(bytes, i),
+            ..OneWay::default()
+        };
+        match side {
+            0 => f.src = addr[i],
+            1 => f.dst = addr[i],
+            _ => {}
+        }
+        sink.add(&f);
+    }
+    if let Some(tally) = read.tally {
+        tally.side.fetch_add(on_side, Ordering::Relaxed);
+        tally.totals.fetch_add(totals, Ordering::Relaxed);
     }
     Ok(())
 }
