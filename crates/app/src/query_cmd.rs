@@ -109,7 +109,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
                 .map_err(|e| Failure::Usage(e.to_string()))?;
             let engine = tapflow_store::clickhouse::ClickHouseEngine::open(url)
                 .map_err(|e| Failure::Runtime(e.to_string()))?;
-            Box::new(engine)
+            Box::new(engine.prefer_rollups(!a.raw))
         }
         (None, Some(dir)) => Box::new(ParquetEngine::new(dir, threads).prefer_rollups(!a.raw)),
         (None, None) => return Err(Failure::Usage("query: -R DIR or --clickhouse URL".into())),
@@ -129,7 +129,14 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
     if a.stats {
         match &a.clickhouse {
             // The server reads; it says what in its own query log.
-            Some(_) => eprintln!("read: ClickHouse, the flow table"),
+            Some(_) => eprintln!(
+                "read: ClickHouse, {}",
+                match answer.stats.tier_seconds {
+                    0 => "the flow table".to_string(),
+                    t if t % 3600 == 0 => format!("rollup_{}h", t / 3600),
+                    t => format!("rollup_{}m", t / 60),
+                }
+            ),
             None => eprintln!("{}", stats_line(&answer.stats)),
         }
     }

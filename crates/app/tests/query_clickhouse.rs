@@ -137,11 +137,31 @@ fn query_over_clickhouse_prints_what_it_prints_over_parquet() {
         &["-c", "30", "src net 10.1.0.0/16 and not dst port 53"],
     ] {
         let parquet = query(&[&["-R", store, "--raw"][..], args].concat());
-        let clickhouse = query(&[&["--clickhouse", &url][..], args].concat());
+        let clickhouse = query(&[&["--clickhouse", &url, "--raw"][..], args].concat());
         assert!(
             parquet.lines().count() > 2,
             "{args:?} selects something:\n{parquet}"
         );
+        assert_eq!(clickhouse, parquet, "{args:?}");
+    }
+
+    // What the rollups answer exactly, both stores answer from them (first and last times are
+    // then the buckets' bounds), and say so under -v.
+    for args in [
+        &["-I"][..],
+        &["-s", "proto/packets"],
+        &["--every", "5m", "-s", "exporter/bytes", "-n", "2", "--json"],
+    ] {
+        let parquet = query(&[&["-R", store][..], args].concat());
+        let out = tapflow(["query", "-v", "--clickhouse", &url])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {err}");
+        assert!(err.contains("read: ClickHouse, rollup_"), "{args:?}: {err}");
+        let clickhouse = String::from_utf8(out.stdout).unwrap();
+        assert!(parquet.lines().count() > 2, "{args:?}:\n{parquet}");
         assert_eq!(clickhouse, parquet, "{args:?}");
     }
 

@@ -604,7 +604,7 @@ fn the_same_queries_answer_the_same_over_clickhouse_and_parquet() {
     assert_eq!(parquet.close().unwrap().stored, 60_000);
 
     let parquet = ParquetEngine::new(dir.path(), 2).prefer_rollups(false);
-    let clickhouse = ClickHouseEngine::open(&url).unwrap();
+    let clickhouse = ClickHouseEngine::open(&url).unwrap().prefer_rollups(false);
     let t0 = (f[0].flow.start_ns() / 1000) as i64;
     let half_hour = Some(Window {
         start_us: t0 + 600_000_000,

@@ -2,13 +2,17 @@
 //! Parquet scan answers: the one-way view (the table `UNION ALL` its reverse directions), the
 //! filter as a `WHERE`, keys as `GROUP BY` (`arrayJoin` for either-address and either-port keys,
 //! counting a flow under both), ranking in SQL with `LIMIT`, then the same tie order as the scan
-//! (`top::rank`) on the rows returned.
+//! (`top::rank`) on the rows returned. A query the rollups answer exactly (the same rule as the
+//! Parquet tiers: protocol, exporter and time at the bucket's width) reads the coarsest rollup
+//! table instead: its materialized views keep it level with the flows.
 
 use super::{Dialect, Layout, Schema, Server, Target};
 use crate::StoreError;
+use crate::partition::Tier;
 use crate::query::result::{
     Answer, Counters, FlowRow, QueryResult, Row, ScanStats, Summary, Value,
 };
+use crate::query::tier;
 use crate::query::top::rank;
 use crate::query::{
     Filter, IfSide, Key, Kind, Metric, Net, Query, QueryEngine, QueryError, Side, Term,
@@ -19,6 +23,7 @@ use crate::query::{
 pub struct ClickHouseEngine {
     server: Server,
     schema: Schema,
+    rollups: bool,
 }
 
 impl ClickHouseEngine {
@@ -38,7 +43,31 @@ impl ClickHouseEngine {
             database: target.database.clone(),
             retain_days: target.retain_days,
         };
-        Ok(ClickHouseEngine { server, schema })
+        Ok(ClickHouseEngine {
+            server,
+            schema,
+            rollups: true,
+        })
+    }
+
+    /// Whether queries the rollups answer exactly read them (the default) or the flows.
+    pub fn prefer_rollups(mut self, yes: bool) -> ClickHouseEngine {
+        self.rollups = yes;
+        self
+    }
+
+    /// The coarsest rollup table that answers `q` exactly, and its bucket in µs.
+    fn rollup(&self, q: &Query) -> Option<(Tier, &'static str)> {
+        if !self.rollups {
+            return None;
+        }
+        [
+            (Tier::Hour, "rollup_1h"),
+            (Tier::FiveMinutes, "rollup_5m"),
+            (Tier::Minute, "rollup_1m"),
+        ]
+        .into_iter()
+        .find(|(t, _)| tier::answerable(q, t.bucket_us()))
     }
 
     fn rows(&self, sql: &str) -> Result<Vec<Vec<String>>, QueryError> {
@@ -52,7 +81,11 @@ impl ClickHouseEngine {
 
 impl QueryEngine for ClickHouseEngine {
     fn run(&self, q: &Query) -> Result<Answer, QueryError> {
-        let view = self.view(q);
+        let rollup = self.rollup(q);
+        let view = match rollup {
+            Some((tier, table)) => self.rollup_view(q, tier, table),
+            None => self.view(q),
+        };
         let filter = q
             .filter
             .as_ref()
@@ -101,13 +134,17 @@ impl QueryEngine for ClickHouseEngine {
         };
         Ok(Answer {
             result,
-            stats: ScanStats::default(),
+            stats: ScanStats {
+                tier_seconds: rollup.map_or(0, |(t, _)| (t.bucket_us() / 1_000_000) as u32),
+                ..ScanStats::default()
+            },
         })
     }
 }
 
-/// The counters of a group, in [`counters`]' order.
-const COUNTERS: &str = "count() AS c_flows, sum(pkts) AS c_pkts, sum(octets) AS c_bytes, \
+/// The counters of a group, in [`counters`]' order (`n`: the one-way flows a view's row
+/// stands for, 1 for a flow, the count of a rollup's row).
+const COUNTERS: &str = "sum(n) AS c_flows, sum(pkts) AS c_pkts, sum(octets) AS c_bytes, \
                         min(t0) AS c_first, max(t1) AS c_last";
 
 impl ClickHouseEngine {
@@ -144,6 +181,7 @@ impl ClickHouseEngine {
             ("oif", "out_if", "out_if"),
             ("vl", "vlan", "vlan"),
             ("rev", "toUInt8(0)", "toUInt8(1)"),
+            ("n", "toUInt64(1)", "toUInt64(1)"),
         ] {
             if needed.contains(&name) {
                 fwd.push(format!("{forward} AS {name}"));
@@ -156,6 +194,32 @@ impl ClickHouseEngine {
              SELECT {} FROM {table} WHERE rev_packets > 0{window}",
             fwd.join(", "),
             rev.join(", ")
+        )
+    }
+
+    /// The one-way view of a rollup table: each row's forward and reverse sums, timed by their
+    /// bucket's bounds. It has only the columns a rollup-answerable query reads.
+    fn rollup_view(&self, q: &Query, tier: Tier, table: &str) -> String {
+        let d = self.schema.dialect;
+        let window = match q.window {
+            None => String::new(),
+            Some(w) => format!(
+                " AND time >= {} AND time < {}",
+                d.time_literal(w.start_us.max(0) as u64),
+                d.time_literal(w.end_us.max(0) as u64)
+            ),
+        };
+        let t0 = d.micros("time");
+        let common = format!(
+            "{t0} AS t0, {t0} + {} AS t1, protocol AS proto, exporter AS exp",
+            tier.bucket_us()
+        );
+        let table = self.schema.table(table);
+        format!(
+            "SELECT {common}, flows AS n, packets AS pkts, bytes AS octets FROM {table} \
+             WHERE flows > 0{window} UNION ALL \
+             SELECT {common}, rev_flows AS n, rev_packets AS pkts, rev_bytes AS octets \
+             FROM {table} WHERE rev_flows > 0{window}"
         )
     }
 
@@ -397,7 +461,7 @@ impl ClickHouseEngine {
 
 /// The one-way view's columns a query reads.
 fn needed(q: &Query) -> Vec<&'static str> {
-    let mut v = vec!["t0", "t1", "pkts", "octets"];
+    let mut v = vec!["t0", "t1", "pkts", "octets", "n"];
     if let Some(f) = &q.filter {
         filter_columns(f, &mut v);
     }

@@ -105,7 +105,7 @@ fn order_answerable(m: Metric) -> bool {
 }
 
 /// Whether a tier of `bucket_us` answers `q` exactly, its coverage aside.
-fn answerable(q: &Query, bucket_us: i64) -> bool {
+pub(crate) fn answerable(q: &Query, bucket_us: i64) -> bool {
     let aligned = |t: i64| t == i64::MAX || t.rem_euclid(bucket_us) == 0;
     let kind = match &q.kind {
         Kind::List { .. } => false,
