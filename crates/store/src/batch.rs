@@ -47,6 +47,19 @@ impl Column {
         self.len() == 0
     }
 
+    /// Whether every value is the first one (an empty column is).
+    pub fn is_constant(&self) -> bool {
+        fn same<T: PartialEq>(v: &[T]) -> bool {
+            v.first().is_none_or(|a| v.iter().all(|b| b == a))
+        }
+        match self {
+            Column::I32(v) => same(v),
+            Column::I64(v) => same(v),
+            Column::Addr(v) => same(v),
+            Column::Text(v) => same(v),
+        }
+    }
+
     /// Appends `other`'s values (of the same type).
     fn append(&mut self, other: &Column) {
         match (self, other) {
@@ -177,7 +190,16 @@ fn ns(us: i64) -> u64 {
 
 /// `flows` as rows of [`crate::schema::FLOW_COLUMNS`], in the order given.
 pub fn from_flows(flows: &[StoredFlow]) -> Batch {
-    let n = flows.len();
+    rows_of_flows(flows.len(), flows.iter())
+}
+
+/// The flows `flows[order[0]], flows[order[1]], ...` as rows of
+/// [`crate::schema::FLOW_COLUMNS`]: a sorted file's rows without moving the flows themselves.
+pub fn from_flows_in(flows: &[StoredFlow], order: &[u32]) -> Batch {
+    rows_of_flows(order.len(), order.iter().map(|&i| &flows[i as usize]))
+}
+
+fn rows_of_flows<'a>(n: usize, flows: impl Iterator<Item = &'a StoredFlow>) -> Batch {
     let (mut t_start, mut t_end, mut t_recv) = (vec(n), vec(n), vec(n));
     let (mut version, mut sport, mut dport, mut proto) = (vec(n), vec(n), vec(n), vec(n));
     let (mut src, mut dst, mut exporter) = (vec(n), vec(n), vec(n));

@@ -4,7 +4,8 @@
 //! [`ParquetStore::insert`] copies flows into a buffer; the buffer is written when it holds
 //! `max_buffered` flows, when `flush_interval` has passed since the last write (checked on each
 //! insert and flush), and on [`FlowStore::flush`] and close: sorted by `time_start`, one file per
-//! hour partition. A flow counts as stored once its file is renamed; a write that fails (a full
+//! hour partition, the files of one flush renamed together and each directory synced once. A
+//! flow counts as stored once its file is renamed; a write that fails (a full
 //! disk) drops the flows it held, counted, and leaves every file already written intact.
 //! Stored flows feed the rollups ([`crate::rollup`]). Every `maintenance_interval` (and at close)
 //! the partitions written into that are closed (`compact_after` past their end), or that hold
@@ -21,7 +22,7 @@ use crate::partition::{self, MERGED_PREFIX, Table, partition_dir, partition_star
 use crate::retention;
 use crate::rollup::Rollups;
 use crate::schema::{ExporterStats, InterfaceName, StoredFlow};
-use crate::writer::{FileOptions, create_dirs, write_file};
+use crate::writer::{FileOptions, create_dirs, publish, write_staged};
 use crate::{FlowStore, StoreError, StoreReport};
 
 /// How a [`ParquetStore`] writes, merges and deletes.
@@ -161,53 +162,81 @@ impl ParquetStore {
         file_name(prefix, self.seq)
     }
 
-    /// Writes the buffered flows, one file per hour partition.
+    /// Writes the buffered flows, one file per hour partition, rows sorted by `time_start`;
+    /// the files of one flush are renamed together ([`publish`]).
     fn write_flows(&mut self) -> Result<(), StoreError> {
         self.last_write = Instant::now();
         if self.flows.is_empty() {
             return Ok(());
         }
-        let mut flows = std::mem::take(&mut self.flows);
-        flows.sort_by_key(|f| f.flow.start_ns());
+        let flows = std::mem::take(&mut self.flows);
+        // Sort (start, index) pairs, not the flows: the order is stable and nothing large moves.
+        let mut keys: Vec<(u64, u32)> = flows
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.flow.start_ns(), i as u32))
+            .collect();
+        keys.sort_unstable();
+        let order: Vec<u32> = keys.iter().map(|&(_, i)| i).collect();
         let mut first_error = None;
+        let mut staged = Vec::new();
+        let mut groups = Vec::new();
         let mut at = 0;
-        while at < flows.len() {
-            let hour = partition_start(Table::Flows, us(flows[at].flow.start_ns()));
-            let n = flows[at..]
+        while at < keys.len() {
+            let hour = partition_start(Table::Flows, us(keys[at].0));
+            let n = keys[at..]
                 .iter()
-                .take_while(|f| partition_start(Table::Flows, us(f.flow.start_ns())) == hour)
+                .take_while(|k| partition_start(Table::Flows, us(k.0)) == hour)
                 .count();
-            let group = &flows[at..at + n];
+            let group = &order[at..at + n];
             at += n;
-            self.report.pending -= n as u64;
             let dir = partition_dir(&self.dir, Table::Flows, hour);
             let path = dir.join(self.file_name("w-"));
-            match write_file(
+            let rows = batch::from_flows_in(&flows, group);
+            match write_staged(
                 &path,
                 Table::Flows.columns(),
-                &batch::from_flows(group),
+                &rows,
                 &self.opts.file,
                 Vec::new(),
             ) {
-                Ok(_) => {
-                    self.report.stored += n as u64;
-                    self.rollups.add(group, now_us());
-                    self.dirty
-                        .insert((Table::Flows, dir, hour + partition::HOUR_US));
+                Ok(s) => {
+                    staged.push(s);
+                    groups.push((group, dir, hour));
                 }
                 Err(e) => {
+                    self.report.pending -= n as u64;
                     self.report.dropped += n as u64;
                     first_error.get_or_insert(e);
                 }
             }
         }
+        let now = now_us();
+        for (done, (group, dir, hour)) in publish(staged).into_iter().zip(groups) {
+            let n = group.len() as u64;
+            self.report.pending -= n;
+            match done {
+                Ok(()) => {
+                    self.report.stored += n;
+                    self.rollups
+                        .add(group.iter().map(|&i| &flows[i as usize]), now);
+                    self.dirty
+                        .insert((Table::Flows, dir, hour + partition::HOUR_US));
+                }
+                Err(e) => {
+                    self.report.dropped += n;
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        let mut flows = flows;
         flows.clear();
         self.flows = flows;
         first_error.map_or(Ok(()), Err)
     }
 
     /// Writes closed rollup buckets (all of them if `all`), interface names and exporter
-    /// counters. Rows whose write fails are kept and tried again.
+    /// counters, renamed together. Rows whose write fails are kept and tried again.
     fn write_tables(&mut self, all: bool) -> Result<(), StoreError> {
         let closed = self.rollups.close(all);
         self.rollup_rows.extend(closed);
@@ -220,7 +249,12 @@ impl ParquetStore {
             self.rollup_rows.push((Table::ExporterStats, rows));
         }
         let mut first_error = None;
+        let mut staged = Vec::new();
+        let mut parts = Vec::new();
         for (table, rows) in std::mem::take(&mut self.rollup_rows) {
+            if rows.rows() == 0 {
+                continue;
+            }
             let rows = rows.sorted_by_time();
             let times = rows.times().to_vec();
             let mut at = 0;
@@ -234,14 +268,26 @@ impl ParquetStore {
                 at += n;
                 let dir = partition_dir(&self.dir, table, start);
                 let path = dir.join(self.file_name("w-"));
-                match write_file(&path, table.columns(), &part, &self.opts.file, Vec::new()) {
-                    Ok(_) => {
-                        self.dirty.insert((table, dir, start + table.span().us()));
+                match write_staged(&path, table.columns(), &part, &self.opts.file, Vec::new()) {
+                    Ok(s) => {
+                        staged.push(s);
+                        parts.push((table, part, dir, start));
                     }
                     Err(e) => {
                         self.rollup_rows.push((table, part));
                         first_error.get_or_insert(e);
                     }
+                }
+            }
+        }
+        for (done, (table, part, dir, start)) in publish(staged).into_iter().zip(parts) {
+            match done {
+                Ok(()) => {
+                    self.dirty.insert((table, dir, start + table.span().us()));
+                }
+                Err(e) => {
+                    self.rollup_rows.push((table, part));
+                    first_error.get_or_insert(e);
                 }
             }
         }

@@ -9,7 +9,9 @@
 //! 5-minute and 1-hour buckets around it, which close the same way. A flow that arrives after
 //! its bucket closed opens it again; the rows written then add to the earlier ones.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use hashbrown::HashMap;
 
 use crate::batch::{Batch, Column};
 use crate::partition::{Table, Tier};
@@ -111,7 +113,7 @@ impl Rollups {
     /// Adds flows (already stored) to their 1-minute buckets. The clock follows their start
     /// times up to `now_us` at most, so a flow from a wrong clock far in the future does not
     /// close every open bucket.
-    pub fn add(&mut self, flows: &[StoredFlow], now_us: i64) {
+    pub fn add<'a>(&mut self, flows: impl IntoIterator<Item = &'a StoredFlow>, now_us: i64) {
         for s in flows {
             self.add_one(s, now_us);
         }

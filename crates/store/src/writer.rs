@@ -1,11 +1,13 @@
-//! Writing one Parquet file of one table: created new as `NAME.parquet.part` (never through a
-//! link, mode 0640), written in row groups of at most `row_group_rows`, synced, then renamed to
-//! `NAME.parquet` and the directory synced. A failed write removes the `.part` and names the
-//! file in its error.
+//! Writing Parquet files of one table: each created new as `NAME.parquet.part` (never through a
+//! link, mode 0640), written in row groups of at most `row_group_rows` and its data synced
+//! ([`write_staged`]); then the files of one flush are renamed to `NAME.parquet` together and
+//! each directory they are in synced once ([`publish`]). A failed write removes the `.part` and
+//! names the file in its error.
 //!
 //! Encodings ([`properties`]): the sorted first column delta-encoded, wide columns split by
-//! bytes, few-valued columns in dictionaries; pages compressed with zstd. Min/max statistics
-//! per row group on the columns a reader prunes by, and per page in files of several groups.
+//! bytes, few-valued columns in dictionaries, a column of one value uncompressed; other pages
+//! compressed with zstd. Min/max statistics per row group on the columns a reader prunes by, and
+//! per page in files of several groups.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
@@ -101,22 +103,35 @@ const SPLIT_COLUMNS: &[&str] = &[
 /// Columns whose dictionary would be nearly as large as the values (responders' addresses).
 const PLAIN_COLUMNS: &[&str] = &["dst_addr"];
 
-/// Columns no reader prunes by: no statistics.
-const NO_STATISTICS: &[&str] = &["time_received", "tcp_flags", "rev_tcp_flags", "end_reason"];
+/// Columns no reader prunes by (a file's counters span nearly their whole range): no
+/// statistics, which would only lengthen the footer.
+const NO_STATISTICS: &[&str] = &[
+    "time_received",
+    "tcp_flags",
+    "rev_tcp_flags",
+    "packets",
+    "bytes",
+    "rev_packets",
+    "rev_bytes",
+    "end_reason",
+];
 
-/// The writer settings for a file of `rows` rows of a table of `columns`. The first column
-/// (the time rows are sorted by) is delta-encoded; `U64` counters and the columns of
-/// [`SPLIT_COLUMNS`] are split by bytes; [`PLAIN_COLUMNS`] are plain; the rest take a
-/// dictionary. A file of one row group gets chunk statistics only; a larger one a page index.
+/// The writer settings for `batch`, rows of a table of `columns`. The first column (the time
+/// rows are sorted by) is delta-encoded; `U64` counters and the columns of [`SPLIT_COLUMNS`]
+/// are split by bytes; [`PLAIN_COLUMNS`] are plain; the rest take a dictionary. A column of one
+/// value in this file (an exporter's, a VLAN, a sampling rate) takes a dictionary and is not
+/// compressed: its one run of indices is smaller than a zstd frame's header, and skipping the
+/// codec spares creating its contexts. A file of one row group gets chunk statistics only; a
+/// larger one a page index.
 fn properties(
     columns: &[(&str, ColumnType)],
-    rows: usize,
+    batch: &Batch,
     opts: &FileOptions,
     metadata: Vec<KeyValue>,
 ) -> Result<WriterProperties, StoreError> {
     let level = ZstdLevel::try_new(opts.zstd_level)
         .map_err(|e| StoreError::Other(format!("zstd level {}: {e}", opts.zstd_level)))?;
-    let one_group = rows <= opts.row_group_rows;
+    let one_group = batch.rows() <= opts.row_group_rows;
     let mut b = WriterProperties::builder()
         .set_compression(Compression::ZSTD(level))
         .set_statistics_enabled(if one_group {
@@ -128,9 +143,12 @@ fn properties(
         .set_max_row_group_row_count(Some(opts.row_group_rows.max(1)))
         .set_created_by(format!("tapflow {}", env!("CARGO_PKG_VERSION")))
         .set_key_value_metadata((!metadata.is_empty()).then_some(metadata));
-    for (k, &(name, t)) in columns.iter().enumerate() {
+    for (k, (&(name, t), values)) in columns.iter().zip(&batch.columns).enumerate() {
         let path = ColumnPath::from(name);
-        let encoding = if k == 0 {
+        let encoding = if values.is_constant() {
+            b = b.set_column_compression(path.clone(), Compression::UNCOMPRESSED);
+            None
+        } else if k == 0 {
             Some(Encoding::DELTA_BINARY_PACKED)
         } else if t == ColumnType::U64 || SPLIT_COLUMNS.contains(&name) {
             Some(Encoding::BYTE_STREAM_SPLIT)
@@ -152,14 +170,35 @@ fn properties(
 }
 
 /// Writes `batch` (rows of a table of `columns`) to `path` (which ends in `.parquet`), through
-/// `path.part`, with `metadata` as the file's key-value metadata. Returns the file's size.
+/// `path.part`, with `metadata` as the file's key-value metadata: [`write_staged`], then
+/// [`publish`] of that one file.
 pub fn write_file(
     path: &Path,
     columns: &[(&str, ColumnType)],
     batch: &Batch,
     opts: &FileOptions,
     metadata: Vec<KeyValue>,
-) -> Result<u64, StoreError> {
+) -> Result<(), StoreError> {
+    let staged = write_staged(path, columns, batch, opts, metadata)?;
+    publish(vec![staged]).pop().unwrap_or(Ok(()))
+}
+
+/// A complete, synced `NAME.parquet.part`, not yet renamed to `NAME.parquet`.
+#[derive(Debug)]
+pub struct Staged {
+    part: PathBuf,
+    path: PathBuf,
+}
+
+/// Writes `batch` to `path.part` and syncs its data; [`publish`] renames it. A failed write
+/// removes the `.part` and names it in its error.
+pub fn write_staged(
+    path: &Path,
+    columns: &[(&str, ColumnType)],
+    batch: &Batch,
+    opts: &FileOptions,
+    metadata: Vec<KeyValue>,
+) -> Result<Staged, StoreError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     if !dir.is_dir() {
         create_dirs(dir)?;
@@ -170,16 +209,49 @@ pub fn write_file(
         path: part.clone(),
         source,
     })?;
-    let written = write_parquet(file, columns, batch, opts, metadata)
-        .map_err(|e| e.at(&part))
-        .and_then(|()| finish(&part, path));
-    match written {
-        Ok(size) => Ok(size),
+    match write_parquet(file, columns, batch, opts, metadata) {
+        Ok(()) => Ok(Staged {
+            part,
+            path: path.to_path_buf(),
+        }),
         Err(e) => {
             let _ = std::fs::remove_file(&part);
-            Err(e)
+            Err(e.at(&part))
         }
     }
+}
+
+/// Renames each staged file to its name, then syncs each directory they are in once (a flush
+/// that writes several files into one directory syncs it once). One result per file, in
+/// order; a file whose rename fails is removed.
+pub fn publish(staged: Vec<Staged>) -> Vec<Result<(), StoreError>> {
+    let mut out: Vec<Result<(), StoreError>> = staged
+        .iter()
+        .map(|s| {
+            rename_new(&s.part, &s.path).inspect_err(|_| {
+                let _ = std::fs::remove_file(&s.part);
+            })
+        })
+        .collect();
+    let mut synced: Vec<(&Path, Result<(), String>)> = Vec::new();
+    for (s, r) in staged.iter().zip(out.iter_mut()) {
+        if r.is_err() {
+            continue;
+        }
+        let dir = s.path.parent().unwrap_or(Path::new("."));
+        let done = match synced.iter().find(|(d, _)| *d == dir) {
+            Some((_, done)) => done.clone(),
+            None => {
+                let done = sync_dir(dir).map_err(|e| e.to_string());
+                synced.push((dir, done.clone()));
+                done
+            }
+        };
+        if let Err(e) = done {
+            *r = Err(StoreError::Other(e));
+        }
+    }
+    out
 }
 
 /// `NAME.parquet.part` for `NAME.parquet`.
@@ -261,7 +333,7 @@ fn write_parquet(
 ) -> Result<(), WriteError> {
     let schema = schema(columns)
         .map_err(|e| WriteError::Parquet(parquet::errors::ParquetError::General(e.to_string())))?;
-    let props = properties(columns, batch.rows(), opts, metadata)
+    let props = properties(columns, batch, opts, metadata)
         .map_err(|e| WriteError::Parquet(parquet::errors::ParquetError::General(e.to_string())))?;
     let mut w = SerializedFileWriter::new(
         std::io::BufWriter::with_capacity(1 << 20, file),
@@ -288,7 +360,7 @@ fn write_parquet(
         .into_inner()
         .map_err(|e| WriteError::Io("write", e.into_error()))?;
     file.flush().map_err(|e| WriteError::Io("write", e))?;
-    file.sync_all().map_err(|e| WriteError::Io("sync", e))
+    file.sync_data().map_err(|e| WriteError::Io("sync", e))
 }
 
 /// Writes values `at..at + n` of `column` into `w`.
@@ -332,8 +404,8 @@ fn write_column(
     Ok(())
 }
 
-/// Renames the complete `part` to `path` and syncs the directory; returns the file's size.
-fn finish(part: &Path, path: &Path) -> Result<u64, StoreError> {
+/// Renames the complete `part` to `path`, which must not exist.
+fn rename_new(part: &Path, path: &Path) -> Result<(), StoreError> {
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Ok(_) => {
@@ -355,10 +427,7 @@ fn finish(part: &Path, path: &Path) -> Result<u64, StoreError> {
         what: "rename",
         path: part.to_path_buf(),
         source,
-    })?;
-    sync_dir(path.parent().unwrap_or(Path::new(".")))?;
-    let size = std::fs::metadata(path).map_or(0, |m| m.len());
-    Ok(size)
+    })
 }
 
 /// Makes a rename or removal in `dir` durable.
