@@ -64,6 +64,34 @@ impl Lane {
                 &["-K", i, "tx", "off", "tso", "off", "gso", "off"],
             ));
         }
+        // Each host knows the other's MAC for good: no ARP request (nor its retries, which
+        // would outlast the first ping tried without a bridge) crosses at a moment tcpdump on
+        // host 1 and the bridge do not both see.
+        let mac = |ns: &str, i: &str| {
+            run_ok(&mut in_ns(
+                ns,
+                "cat",
+                &[&format!("/sys/class/net/{i}/address")],
+            ))
+            .trim()
+            .to_string()
+        };
+        let (m1, m2) = (mac(h1, i1), mac(h2, i2));
+        for (ns, i, peer, m) in [(h1, i1, &l.addr[1], &m2), (h2, i2, &l.addr[0], &m1)] {
+            ip(&[
+                "-n",
+                ns,
+                "neigh",
+                "replace",
+                peer,
+                "lladdr",
+                m,
+                "nud",
+                "permanent",
+                "dev",
+                i,
+            ]);
+        }
         l
     }
 
