@@ -125,7 +125,7 @@ pub(crate) fn bind_to(
         sll_halen: 0,
         sll_addr: [0; 8],
     };
-    syscall::bind_ll(fd, &addr, CALL).map_err(|e| match e.raw_os_error() {
+    syscall::bind(fd, &addr, CALL).map_err(|e| match e.raw_os_error() {
         Some(libc::ENODEV | libc::ENXIO) => SysError::call_with(
             CALL,
             ifname,

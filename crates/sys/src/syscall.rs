@@ -168,37 +168,25 @@ pub(crate) fn shutdown(fd: BorrowedFd<'_>, call: &'static str) -> io::Result<()>
     check(unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) }).map(drop)
 }
 
-/// `bind(fd, sockaddr_ll)`.
-pub(crate) fn bind_ll(
-    fd: BorrowedFd<'_>,
-    addr: &libc::sockaddr_ll,
-    call: &'static str,
-) -> io::Result<()> {
-    intercept!(call, Ok(()));
-    // SAFETY: `addr` is a live sockaddr_ll and the length passed is its size.
-    check(unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            ptr::from_ref(addr).cast(),
-            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    })
-    .map(drop)
-}
+/// A socket address `bind` takes as it is: a packet socket's or an AF_XDP socket's.
+pub(crate) trait SockAddr {}
+impl SockAddr for libc::sockaddr_ll {}
+impl SockAddr for libc::sockaddr_xdp {}
 
-/// `bind(fd, sockaddr_xdp)`.
-pub(crate) fn bind_xdp(
+/// `bind(fd, addr)` for a `sockaddr_ll` or `sockaddr_xdp`.
+pub(crate) fn bind<A: SockAddr>(
     fd: BorrowedFd<'_>,
-    addr: &libc::sockaddr_xdp,
+    addr: &A,
     call: &'static str,
 ) -> io::Result<()> {
     intercept!(call, Ok(()));
-    // SAFETY: `addr` is a live sockaddr_xdp and the length passed is its size.
+    // SAFETY: `addr` is a live socket address of one of the kinds above and the length passed
+    // is its size.
     check(unsafe {
         libc::bind(
             fd.as_raw_fd(),
             ptr::from_ref(addr).cast(),
-            size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+            size_of::<A>() as libc::socklen_t,
         )
     })
     .map(drop)

@@ -503,7 +503,7 @@ pub(crate) fn bind(
         sxdp_queue_id: queue,
         sxdp_shared_umem_fd: shared.map_or(0, |f| f.as_raw_fd() as u32),
     };
-    syscall::bind_xdp(fd, &addr, CALL).map_err(|e| {
+    syscall::bind(fd, &addr, CALL).map_err(|e| {
         let detail = match e.raw_os_error() {
             Some(libc::EBUSY) => format!(
                 "queue {queue} is taken by another AF_XDP socket: another XDP capture runs on \
