@@ -189,6 +189,32 @@ fn wait_capturing_any(g: &mut ChildGuard, n: usize) {
     std::thread::sleep(Duration::from_millis(300));
 }
 
+/// Waits (up to 20 s) until the capture's control socket counts at least `n` packets received:
+/// on a loaded machine the kernel may still hold frames a sender has already written.
+fn wait_received(h: &Hosts, g: &ChildGuard, n: u64) {
+    let control = control_of(g);
+    let start = std::time::Instant::now();
+    loop {
+        let o = run_limited(
+            &mut h.tapflow_b(&["stats", "--json", "--control", &control]),
+            Duration::from_secs(20),
+        );
+        let got = o
+            .status
+            .success()
+            .then(|| json_u64(&String::from_utf8_lossy(&o.stdout), "total.received"));
+        if got.is_some_and(|r| r >= n) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{}: {got:?} received, waited for {n}",
+            g.what
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Stops a capture with SIGINT and returns its stderr, which must show a clean end.
 fn stop(mut g: ChildGuard) -> String {
     g.signal(libc::SIGINT);
@@ -250,7 +276,9 @@ fn any_records_every_interface_with_its_index_and_direction() {
     h.send(0, 30, 9, 1);
     h.send(1, 20, 9, 1);
     h.send_lo(5);
-    std::thread::sleep(Duration::from_millis(300));
+    for c in &caps {
+        wait_received(&h, c, 55);
+    }
     let [c1, c2, c3] = caps;
     let errs = [stop(c1), stop(c2), stop(c3)];
     for e in &errs {
@@ -411,7 +439,9 @@ fn filters_on_any_see_the_network_header_and_the_cooked_fields() {
         h.send(k, 7, 10, 1);
     }
     h.send_lo(4);
-    std::thread::sleep(Duration::from_millis(300));
+    for (c, n) in caps.iter().zip([24, 17, 38, 7]) {
+        wait_received(&h, c, n);
+    }
     for c in caps {
         stop(c);
     }
@@ -474,6 +504,7 @@ fn flows_on_any_are_the_flows_of_each_interface() {
     }
     h.send(0, 40, 9, 4);
     h.send(1, 24, 53, 3);
+    wait_received(&h, &caps[0], 64);
     std::thread::sleep(Duration::from_millis(300));
     for c in caps {
         stop(c);
@@ -547,7 +578,7 @@ fn any_streams_into_tshark() {
     wait_capturing_any(&mut cap, 1);
     h.send(0, 5, 9, 1);
     h.send(1, 7, 9, 1);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_received(&h, &cap, 12);
     let err = stop(cap);
     assert!(err.contains("12 received, 12 recorded"), "{err}");
     tshark.wait_limited(Duration::from_secs(30));
@@ -602,7 +633,7 @@ fn forwarded_records_keep_the_cooked_link_type() {
     wait_capturing_any(&mut cap, 1);
     h.send(0, 10, 9, 1);
     h.send(1, 6, 9, 1);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_received(&h, &cap, 16);
     let err = stop(cap);
     assert!(err.contains("16 recorded"), "{err}");
     std::thread::sleep(Duration::from_millis(300));
