@@ -120,10 +120,13 @@ impl ParquetEngine {
                 order_by,
                 n,
             } => {
-                // From the hosts table (every address of every hour), the top `n` first, then
-                // the buckets of those alone rather than of every address.
+                // From the hosts or ports table (every address or port of every hour), the top
+                // `n` first, then the buckets of those alone rather than of every value.
                 let only = match (pick.map(|p| p.table), key) {
-                    (Some(crate::partition::Table::Hosts(_)), Some(k)) if *n > 0 => {
+                    (
+                        Some(crate::partition::Table::Hosts(_) | crate::partition::Table::Ports),
+                        Some(k),
+                    ) if *n > 0 => {
                         let top =
                             self.scan(&t, pick_feed(pick), || TopSink::new(*k, *order_by, *n))?;
                         match top.result {
@@ -145,8 +148,7 @@ impl ParquetEngine {
         };
         answer.stats.files_listed = listed;
         answer.stats.tier_seconds = pick.map_or(0, |p| (p.tier.bucket_us() / 1_000_000) as u32);
-        answer.stats.hosts =
-            pick.is_some_and(|p| matches!(p.table, crate::partition::Table::Hosts(_)));
+        answer.stats.table = pick.map_or("flows", |p| p.table.dir_name());
         Ok(answer)
     }
 }
@@ -161,6 +163,7 @@ struct Table<'a> {
 fn pick_feed<S: Sink>(pick: Option<Pick>) -> Feed<S> {
     match pick.map(|p| p.table) {
         Some(crate::partition::Table::Hosts(_)) => tier::host_feed::<S>,
+        Some(crate::partition::Table::Ports) => tier::port_feed::<S>,
         Some(_) => tier::feed::<S>,
         None => feed::<S>,
     }
@@ -453,6 +456,17 @@ fn feed<S: Sink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Result<(), St
 
 /// The largest value of the time column `col` in the file's row-group statistics.
 pub(crate) fn max_time(path: &Path, col: &str) -> Result<Option<i64>, QueryError> {
+    Ok(time_bounds(path, col)?.map(|(_, hi)| hi))
+}
+
+/// The smallest value of the time column `col` in the file's row-group statistics.
+pub(crate) fn min_time(path: &Path, col: &str) -> Result<Option<i64>, QueryError> {
+    Ok(time_bounds(path, col)?.map(|(lo, _)| lo))
+}
+
+/// The smallest and largest values of the time column `col` in the file's row-group
+/// statistics.
+fn time_bounds(path: &Path, col: &str) -> Result<Option<(i64, i64)>, QueryError> {
     let file = File::open(path).map_err(|source| StoreError::Io {
         what: "open",
         path: path.to_path_buf(),
@@ -468,13 +482,14 @@ pub(crate) fn max_time(path: &Path, col: &str) -> Result<Option<i64>, QueryError
     else {
         return Ok(None);
     };
-    Ok(builder
-        .metadata()
-        .row_groups()
-        .iter()
-        .filter_map(|g| match g.column(at).statistics() {
-            Some(Statistics::Int64(s)) => s.max_opt().copied(),
-            _ => None,
-        })
-        .max())
+    let bounds =
+        builder
+            .metadata()
+            .row_groups()
+            .iter()
+            .filter_map(|g| match g.column(at).statistics() {
+                Some(Statistics::Int64(s)) => Some((*s.min_opt()?, *s.max_opt()?)),
+                _ => None,
+            });
+    Ok(bounds.reduce(|a, b| (a.0.min(b.0), a.1.max(b.1))))
 }
