@@ -427,12 +427,24 @@ fn rollup_tiers_answer_like_the_flows() {
                 );
             }
             (a, b) => {
-                let QueryResult::Table { rows: ra, .. } = a else {
+                let QueryResult::Table {
+                    rows: ra,
+                    total: xa,
+                    ..
+                } = a
+                else {
                     panic!()
                 };
-                let QueryResult::Table { rows: rb, .. } = b else {
+                let QueryResult::Table {
+                    rows: rb,
+                    total: xb,
+                    ..
+                } = b
+                else {
                     panic!()
                 };
+                let c = |c: &Counters| (c.flows, c.packets, c.bytes);
+                assert_eq!(c(xa), c(xb), "totals of {q:?}");
                 let key = |r: &tapflow_store::query::Row| {
                     let c = r.counters;
                     (r.time_us, r.values.clone(), c.flows, c.packets, c.bytes)

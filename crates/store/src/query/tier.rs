@@ -31,23 +31,70 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use arrow_array::RecordBatch;
 use arrow_array::types::{TimestampMicrosecondType, UInt8Type, UInt16Type, UInt64Type};
+use arrow_array::{BooleanArray, RecordBatch};
 
 use super::filter::OneWay;
 use super::scan::{Read, addrs, at, max_time, min_time, prim};
 use super::sink::Sink;
-use super::{Filter, Key, Kind, Metric, Query, QueryError, Term};
+use super::{Filter, Key, Kind, Metric, Query, QueryError, Term, Value};
 use crate::partition::{HOUR_US, Table, Tier, files, partitions};
 use crate::rollup::TOTAL_SIDE;
 
 /// The hosts columns a query reads.
 pub const HOST_COLUMNS: &[&str] = &["time", "side", "addr", "flows", "packets", "bytes"];
 
-/// The ports columns a query reads.
-pub const PORT_COLUMNS: &[&str] = &[
-    "time", "side", "protocol", "port", "flows", "packets", "bytes",
-];
+/// The ports columns every query reads; `protocol` is read when it needs it.
+pub const PORT_COLUMNS: &[&str] = &["time", "side", "port", "flows", "packets", "bytes"];
+
+/// The rows of a hosts or ports table a scan reads: those of `side` whose `column` holds one of
+/// `values`.
+#[derive(Debug, Clone, Copy)]
+pub struct Select<'a> {
+    /// The side.
+    pub side: u8,
+    /// `addr` or `port`.
+    pub column: &'static str,
+    /// The values kept.
+    pub values: &'a [Value],
+}
+
+/// The rows of `table` (the hosts or ports one) that answer `q` for the key values `values`
+/// alone, if `q` reads them by side and value.
+pub fn select<'a>(table: Table, q: &Query, values: &'a [Value]) -> Option<Select<'a>> {
+    let (side, column) = match table {
+        Table::Hosts(t) => (host_answerable(q, t.bucket_us())?, "addr"),
+        Table::Ports => (port_answerable(q)?, "port"),
+        _ => return None,
+    };
+    (side != TOTAL_SIDE).then_some(Select {
+        side,
+        column,
+        values,
+    })
+}
+
+/// Which rows of a batch of `side` and `column` (an address or a port) are of `side` and hold
+/// one of `values` (a few: searched one by one); every row if the columns are not as expected.
+pub fn selected(b: &RecordBatch, side: u8, column: &str, values: &[Value]) -> BooleanArray {
+    let sides = prim::<UInt8Type>(b, "side").ok().flatten();
+    let keep: Vec<bool> = match (sides, column) {
+        (Some(sides), "addr") => match addrs(b, "addr").ok().flatten() {
+            Some(a) => (0..b.num_rows())
+                .map(|i| sides[i] == side && values.contains(&Value::Addr(a[i])))
+                .collect(),
+            None => vec![true; b.num_rows()],
+        },
+        (Some(sides), _) => match prim::<UInt16Type>(b, column).ok().flatten() {
+            Some(p) => (0..b.num_rows())
+                .map(|i| sides[i] == side && values.contains(&Value::Num(p[i].into())))
+                .collect(),
+            None => vec![true; b.num_rows()],
+        },
+        (None, _) => vec![true; b.num_rows()],
+    };
+    BooleanArray::from(keep)
+}
 
 /// The table that answers a query instead of the flows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +110,11 @@ impl Pick {
     pub fn columns(self, flow_columns: &[&'static str]) -> Vec<&'static str> {
         match self.table {
             Table::Hosts(_) => return HOST_COLUMNS.to_vec(),
-            Table::Ports => return PORT_COLUMNS.to_vec(),
+            Table::Ports => {
+                let mut c = PORT_COLUMNS.to_vec();
+                c.extend(flow_columns.iter().filter(|k| **k == "protocol"));
+                return c;
+            }
             _ => {}
         }
         let mut c = COLUMNS.to_vec();
@@ -455,7 +506,7 @@ pub fn port_feed<S: Sink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Resu
     let side = port_answerable(q).ok_or("the ports table cannot answer")?;
     let time = prim::<TimestampMicrosecondType>(b, "time")?.ok_or_else(|| col("time"))?;
     let sides = prim::<UInt8Type>(b, "side")?.ok_or_else(|| col("side"))?;
-    let proto = prim::<UInt8Type>(b, "protocol")?.ok_or_else(|| col("protocol"))?;
+    let proto = prim::<UInt8Type>(b, "protocol")?;
     let port = prim::<UInt16Type>(b, "port")?.ok_or_else(|| col("port"))?;
     let flows = prim::<UInt64Type>(b, "flows")?.ok_or_else(|| col("flows"))?;
     let pkts = prim::<UInt64Type>(b, "packets")?;
@@ -467,7 +518,7 @@ pub fn port_feed<S: Sink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Resu
         let mut f = OneWay {
             start_us: t,
             end_us: t + read.bucket_us,
-            protocol: proto[i],
+            protocol: at(proto, i),
             flows: flows[i],
             packets: at(pkts, i),
             bytes: at(bytes, i),
