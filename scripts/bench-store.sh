@@ -36,7 +36,8 @@ for level in (3, 9, 15):
     d = json.load(open(f"{w}/store{level}.json"))
     print(f"{'tapflow zstd ' + str(level):<24}{d['flows']:>9}{d['flow_bytes']:>11}"
           f"{d['bytes_per_flow']:>10.2f}{d['flow_bytes'] / nf_flows:>15.2f}{d['flows_per_cpu_s']:>18.0f}")
-    print(f"{'  + rollups, top hosts':<24}{'':>9}{d['rollup_bytes']:>11}{d['rollup_bytes_per_flow']:>10.2f}")
+    print(f"{'  + rollups, hosts, ports':<24}{'':>9}{d['rollup_bytes']:>11}{d['rollup_bytes_per_flow']:>10.2f}")
+    print(f"{'    of which ports_1h':<24}{'':>9}{d['ports_bytes']:>11}{d['ports_bytes_per_flow']:>10.2f}")
 for name, f in (("nfdump uncompressed", "nf.raw"), ("nfdump LZ4 (-y)", "nf.lz4"), ("nfdump LZO (-z)", "nf.lzo")):
     size = os.path.getsize(f"{w}/{f}")
     print(f"{name:<24}{nf_flows:>9}{size:>11}{size / nf_flows:>10.2f}{size / nf_flows:>15.2f}")

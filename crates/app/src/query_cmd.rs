@@ -144,14 +144,8 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
 }
 
 fn stats_line(s: &ScanStats) -> String {
-    let table = if s.hosts { "hosts" } else { "rollup" };
-    let tier = match s.tier_seconds {
-        0 => "flows".to_string(),
-        t if t % 3600 == 0 => format!("{table}_{}h", t / 3600),
-        t => format!("{table}_{}m", t / 60),
-    };
     format!(
-        "read: tier {tier}, {} of {} files opened, {} of {} row groups read, {} rows",
-        s.files_opened, s.files_listed, s.row_groups_read, s.row_groups, s.rows_read
+        "read: tier {}, {} of {} files opened, {} of {} row groups read, {} rows",
+        s.table, s.files_opened, s.files_listed, s.row_groups_read, s.row_groups, s.rows_read
     )
 }

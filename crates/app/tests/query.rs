@@ -223,6 +223,17 @@ fn agrees_with_nfdump(pcap: &Path) {
             );
         }
     }
+    // The port tables above came from the 1-hour ports table, the address ones from the hosts.
+    for (stat, table) in [("dstport/bytes", "ports_1h"), ("srcip/bytes", "hosts_1h")] {
+        let o = tapflow(["query", "-R", store.to_str().unwrap(), "-s", stat, "-v"])
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            said.contains(&format!("tier {table},")),
+            "-s {stat}: {said}"
+        );
+    }
     // Protocols: nfdump names them in the value column by number.
     let ours: Vec<(u8, u64, u64, u64)> = tapflow_top(&store, "proto/bytes", "0")
         .into_iter()

@@ -70,19 +70,22 @@ fn main() {
     let (cpu, wall) = (cpu_seconds() - cpu0, t0.elapsed().as_secs_f64());
     assert_eq!(report.stored, flows.len() as u64);
     let (flow_bytes, flow_files) = table_bytes(dir, Table::Flows);
-    let rollup_bytes: u64 = Table::ALL[1..7]
+    let rollup_bytes: u64 = Table::ALL[1..8]
         .iter()
         .map(|&t| table_bytes(dir, t).0)
         .sum();
+    let ports_bytes = table_bytes(dir, Table::Ports).0;
     let n = flows.len() as f64;
     println!(
         "{{\"flows\":{},\"flow_bytes\":{flow_bytes},\"flow_files\":{flow_files},\
          \"bytes_per_flow\":{:.2},\"rollup_bytes\":{rollup_bytes},\
-         \"rollup_bytes_per_flow\":{:.2},\"zstd_level\":{},\"row_group_rows\":{},\
+         \"rollup_bytes_per_flow\":{:.2},\"ports_bytes\":{ports_bytes},\
+         \"ports_bytes_per_flow\":{:.2},\"zstd_level\":{},\"row_group_rows\":{},\
          \"cpu_s\":{cpu:.3},\"wall_s\":{wall:.3},\"flows_per_cpu_s\":{:.0}}}",
         flows.len(),
         flow_bytes as f64 / n,
         rollup_bytes as f64 / n,
+        ports_bytes as f64 / n,
         opts.file.zstd_level,
         opts.file.row_group_rows,
         n / cpu.max(1e-9),

@@ -10,6 +10,7 @@
 //! DIR/hosts_1m/date=YYYY-MM-DD/hour=HH/*.parquet        HOSTS_COLUMNS
 //! DIR/hosts_5m/date=YYYY-MM-DD/hour=HH/*.parquet        HOSTS_COLUMNS
 //! DIR/hosts_1h/date=YYYY-MM-DD/*.parquet                HOSTS_COLUMNS
+//! DIR/ports_1h/date=YYYY-MM-DD/*.parquet                PORTS_COLUMNS
 //! DIR/interfaces/date=YYYY-MM-DD/*.parquet              INTERFACE_COLUMNS, by time_received
 //! DIR/exporter_stats/date=YYYY-MM-DD/*.parquet          EXPORTER_STATS_COLUMNS, by time
 //! ```
@@ -24,7 +25,8 @@ use std::path::{Path, PathBuf};
 use crate::StoreError;
 use crate::schema::ColumnType;
 use crate::schema::{
-    EXPORTER_STATS_COLUMNS, FLOW_COLUMNS, HOSTS_COLUMNS, INTERFACE_COLUMNS, ROLLUP_COLUMNS,
+    EXPORTER_STATS_COLUMNS, FLOW_COLUMNS, HOSTS_COLUMNS, INTERFACE_COLUMNS, PORTS_COLUMNS,
+    ROLLUP_COLUMNS,
 };
 
 /// Microseconds in an hour.
@@ -75,6 +77,8 @@ pub enum Table {
     Rollup(Tier),
     /// The top hosts per bucket ([`HOSTS_COLUMNS`]).
     Hosts(Tier),
+    /// Every port of each side per hour ([`PORTS_COLUMNS`]).
+    Ports,
     /// Interface names ([`INTERFACE_COLUMNS`]).
     Interfaces,
     /// Per-exporter counters ([`EXPORTER_STATS_COLUMNS`]).
@@ -102,7 +106,7 @@ impl Span {
 
 impl Table {
     /// Every table, flows first.
-    pub const ALL: [Table; 9] = [
+    pub const ALL: [Table; 10] = [
         Table::Flows,
         Table::Rollup(Tier::Minute),
         Table::Rollup(Tier::FiveMinutes),
@@ -110,6 +114,7 @@ impl Table {
         Table::Hosts(Tier::Minute),
         Table::Hosts(Tier::FiveMinutes),
         Table::Hosts(Tier::Hour),
+        Table::Ports,
         Table::Interfaces,
         Table::ExporterStats,
     ];
@@ -124,6 +129,7 @@ impl Table {
             Table::Hosts(Tier::Minute) => "hosts_1m",
             Table::Hosts(Tier::FiveMinutes) => "hosts_5m",
             Table::Hosts(Tier::Hour) => "hosts_1h",
+            Table::Ports => "ports_1h",
             Table::Interfaces => "interfaces",
             Table::ExporterStats => "exporter_stats",
         }
@@ -135,6 +141,7 @@ impl Table {
             Table::Flows => FLOW_COLUMNS,
             Table::Rollup(_) => ROLLUP_COLUMNS,
             Table::Hosts(_) => HOSTS_COLUMNS,
+            Table::Ports => PORTS_COLUMNS,
             Table::Interfaces => INTERFACE_COLUMNS,
             Table::ExporterStats => EXPORTER_STATS_COLUMNS,
         }
@@ -148,6 +155,7 @@ impl Table {
             | Table::Hosts(Tier::Minute | Tier::FiveMinutes) => Span::Hour,
             Table::Rollup(Tier::Hour)
             | Table::Hosts(Tier::Hour)
+            | Table::Ports
             | Table::Interfaces
             | Table::ExporterStats => Span::Day,
         }

@@ -1,7 +1,8 @@
 //! The rollup tiers: traffic per bucket by exporter, domain, protocol and service port, and the
 //! hosts of each bucket (the top K of a 1- or 5-minute bucket, every one of a 1-hour bucket, and
 //! the bucket's totals beside them), for 1-minute, 5-minute and 1-hour buckets (the rows of
-//! [`crate::schema::ROLLUP_COLUMNS`] and [`crate::schema::HOSTS_COLUMNS`]).
+//! [`crate::schema::ROLLUP_COLUMNS`] and [`crate::schema::HOSTS_COLUMNS`]); and every source and
+//! destination port of each 1-hour bucket ([`crate::schema::PORTS_COLUMNS`]).
 //!
 //! Only the open 1-minute buckets are updated per flow. A bucket closes once the store's clock
 //! (the latest `time_start` it has stored) is `delay` past the bucket's end: its rows are
@@ -58,16 +59,33 @@ impl Host {
     }
 }
 
+/// (side, protocol, port) of a ports row as one integer: side 0 source port, 1 destination port.
+fn port_key(side: u8, protocol: u8, port: u16) -> u32 {
+    u32::from(side) << 24 | u32::from(protocol) << 16 | u32::from(port)
+}
+
 /// One open bucket.
 #[derive(Debug, Default)]
 struct Bucket {
     traffic: HashMap<TrafficKey, Traffic>,
     /// Index 0: by sender, 1: by receiver.
     hosts: [HashMap<[u8; 16], Host>; 2],
+    /// By [`port_key`]; kept in 1-minute buckets only to reach the 1-hour ones.
+    ports: HashMap<u32, Host>,
 }
 
 impl Bucket {
-    fn merge_into(&self, other: &mut Bucket) {
+    /// Adds this bucket's sums to `other`'s, its ports too if `ports`.
+    fn merge_into(&self, other: &mut Bucket, ports: bool) {
+        if ports {
+            for (k, h) in &self.ports {
+                other
+                    .ports
+                    .entry(*k)
+                    .or_default()
+                    .add(h.flows, h.packets, h.bytes);
+            }
+        }
         for (k, t) in &self.traffic {
             other.traffic.entry(*k).or_default().add(t);
         }
@@ -137,6 +155,19 @@ impl Rollups {
                 rev_packets: f.rev.packets,
                 rev_bytes: f.rev.octets,
             });
+        let ports = &mut b.ports;
+        let mut port = |side, p, packets, octets| {
+            ports
+                .entry(port_key(side, f.proto, p))
+                .or_default()
+                .add(1, packets, octets);
+        };
+        port(0, f.sport, f.fwd.packets, f.fwd.octets);
+        port(1, f.dport, f.fwd.packets, f.fwd.octets);
+        if rev {
+            port(0, f.dport, f.rev.packets, f.rev.octets);
+            port(1, f.sport, f.rev.packets, f.rev.octets);
+        }
         let (src, dst) = (addr16(f.ipv6, &f.src), addr16(f.ipv6, &f.dst));
         b.hosts[0]
             .entry(src)
@@ -175,6 +206,7 @@ impl Rollups {
             }
             let mut traffic = Batch::empty(Table::Rollup(tier).columns());
             let mut hosts = Batch::empty(Table::Hosts(tier).columns());
+            let mut ports = Batch::empty(Table::Ports.columns());
             for start in ready {
                 let b = self.open[level].remove(&start).unwrap_or_default();
                 traffic_rows(start, &b, &mut traffic);
@@ -184,17 +216,26 @@ impl Rollups {
                     self.top_k
                 };
                 host_rows(start, &b, k, &mut hosts);
+                if tier == Tier::Hour {
+                    port_rows(start, &b, &mut ports);
+                }
                 for (up, coarser) in Tier::ALL.into_iter().enumerate().skip(level + 1) {
                     // The 1-hour tier takes the 1-minute buckets directly, not twice.
                     if level == 1 && up == 2 {
                         continue;
                     }
                     let w = coarser.bucket_us();
-                    b.merge_into(self.open[up].entry(start.div_euclid(w) * w).or_default());
+                    b.merge_into(
+                        self.open[up].entry(start.div_euclid(w) * w).or_default(),
+                        coarser == Tier::Hour,
+                    );
                 }
             }
             out.push((Table::Rollup(tier), traffic));
             out.push((Table::Hosts(tier), hosts));
+            if tier == Tier::Hour {
+                out.push((Table::Ports, ports));
+            }
         }
         out
     }
@@ -258,6 +299,21 @@ fn host_rows(start: i64, b: &Bucket, k: usize, out: &mut Batch) {
     }
     if total.flows > 0 {
         row(TOTAL_SIDE, [0; 16], &total);
+    }
+}
+
+/// Appends every (side, protocol, port) of the bucket starting at `start`, sorted by key.
+fn port_rows(start: i64, b: &Bucket, out: &mut Batch) {
+    let mut rows: Vec<(&u32, &Host)> = b.ports.iter().collect();
+    rows.sort_unstable_by_key(|(k, _)| **k);
+    for (&k, h) in rows {
+        push(&mut out.columns[0], start);
+        push32(&mut out.columns[1], (k >> 24) as i32);
+        push32(&mut out.columns[2], (k >> 16 & 0xff) as i32);
+        push32(&mut out.columns[3], (k & 0xffff) as i32);
+        push(&mut out.columns[4], h.flows as i64);
+        push(&mut out.columns[5], h.packets as i64);
+        push(&mut out.columns[6], h.bytes as i64);
     }
 }
 

@@ -146,6 +146,21 @@ pub const HOSTS_COLUMNS: &[(&str, ColumnType)] = &[
     ("bytes", ColumnType::U64),
 ];
 
+/// The 1-hour ports table (`ports_1h`): per hour, every (protocol, port) that sent (`side` 0:
+/// the source port) or received (`side` 1: the destination port) one-way flows (a row's forward
+/// direction, and its reverse when `rev_packets > 0`, whose destination port is the row's
+/// `src_port`), with the `flows`, `packets` and `bytes` of those one-way flows. Several rows may
+/// share a key (written at different times): readers sum them.
+pub const PORTS_COLUMNS: &[(&str, ColumnType)] = &[
+    ("time", ColumnType::TimestampMicros),
+    ("side", ColumnType::U8),
+    ("protocol", ColumnType::U8),
+    ("port", ColumnType::U16),
+    ("flows", ColumnType::U64),
+    ("packets", ColumnType::U64),
+    ("bytes", ColumnType::U64),
+];
+
 /// Interface names exporters announced ([`InterfaceName`]); the newest row per exporter,
 /// domain and index holds.
 pub const INTERFACE_COLUMNS: &[(&str, ColumnType)] = &[

@@ -95,10 +95,13 @@ const SPLIT_COLUMNS: &[&str] = &[
     "time_end",
     "src_port",
     "dst_port",
-    "port",
     "tcp_flags",
     "rev_tcp_flags",
 ];
+
+/// Columns sorted within runs of rows (a bucket's ports, by key), whose small steps delta
+/// encoding packs in a few bits.
+const DELTA_COLUMNS: &[&str] = &["port"];
 
 /// Columns whose dictionary would be nearly as large as the values (responders' addresses).
 const PLAIN_COLUMNS: &[&str] = &["dst_addr"];
@@ -148,7 +151,7 @@ fn properties(
         let encoding = if values.is_constant() {
             b = b.set_column_compression(path.clone(), Compression::UNCOMPRESSED);
             None
-        } else if k == 0 {
+        } else if k == 0 || DELTA_COLUMNS.contains(&name) {
             Some(Encoding::DELTA_BINARY_PACKED)
         } else if t == ColumnType::U64 || SPLIT_COLUMNS.contains(&name) {
             Some(Encoding::BYTE_STREAM_SPLIT)

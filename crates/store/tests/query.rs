@@ -427,12 +427,24 @@ fn rollup_tiers_answer_like_the_flows() {
                 );
             }
             (a, b) => {
-                let QueryResult::Table { rows: ra, .. } = a else {
+                let QueryResult::Table {
+                    rows: ra,
+                    total: xa,
+                    ..
+                } = a
+                else {
                     panic!()
                 };
-                let QueryResult::Table { rows: rb, .. } = b else {
+                let QueryResult::Table {
+                    rows: rb,
+                    total: xb,
+                    ..
+                } = b
+                else {
                     panic!()
                 };
+                let c = |c: &Counters| (c.flows, c.packets, c.bytes);
+                assert_eq!(c(xa), c(xb), "totals of {q:?}");
                 let key = |r: &tapflow_store::query::Row| {
                     let c = r.counters;
                     (r.time_us, r.values.clone(), c.flows, c.packets, c.bytes)
@@ -548,6 +560,131 @@ fn rollup_tiers_answer_like_the_flows() {
     both(q(Some(day), Some("proto tcp"), top(Key::SrcAddr(None))), 0);
     both(q(Some(odd), None, top(Key::SrcAddr(None))), 0);
     both(q(None, None, top(Key::Addr(None))), 0);
+
+    // Source and destination ports from the 1-hour ports table, which keeps every one of each
+    // hour with its protocol: a filter of protocols still, any other filter, an unaligned
+    // window or either port goes to the flows.
+    let ports = |q: Query| assert_eq!(both(q, 3600).table, "ports_1h");
+    ports(q(None, None, top(Key::DstPort)));
+    ports(q(Some(day), None, top(Key::SrcPort)));
+    ports(q(Some(day), Some("proto tcp"), top(Key::DstPort)));
+    ports(q(
+        Some(day),
+        Some("not (proto udp or proto icmp)"),
+        Kind::Aggregate {
+            keys: vec![Key::Protocol, Key::DstPort],
+            order_by: Metric::Packets,
+            n: 0,
+        },
+    ));
+    ports(q(
+        None,
+        None,
+        Kind::Series {
+            every_us: 24 * H,
+            key: Some(Key::DstPort),
+            order_by: Metric::Bytes,
+            n: 10,
+        },
+    ));
+    ports(q(
+        Some(day),
+        Some("proto udp"),
+        Kind::Series {
+            every_us: 3 * H,
+            key: Some(Key::SrcPort),
+            order_by: Metric::Flows,
+            n: 0,
+        },
+    ));
+    for (window, filter, kind) in [
+        (Some(odd), None, top(Key::DstPort)),
+        (Some(day), Some("dst port 443"), top(Key::DstPort)),
+        (None, Some("exporter 198.51.100.0/24"), top(Key::SrcPort)),
+        (None, Some("src ip 10.0.0.0/8"), top(Key::DstPort)),
+        (None, None, top(Key::Port)),
+        (
+            Some(day),
+            None,
+            Kind::Aggregate {
+                keys: vec![Key::SrcPort, Key::DstPort],
+                order_by: Metric::Bytes,
+                n: 10,
+            },
+        ),
+        (
+            Some(day),
+            None,
+            Kind::Series {
+                every_us: 300_000_000,
+                key: Some(Key::DstPort),
+                order_by: Metric::Bytes,
+                n: 5,
+            },
+        ),
+    ] {
+        assert_eq!(both(q(window, filter, kind), 0).table, "flows");
+    }
+}
+
+/// A ports table that starts after the first flows (as in a store written before it existed)
+/// leaves a window reaching back past its first hour to the flows, and answers the windows it
+/// covers.
+#[test]
+fn ports_written_after_the_first_flows_leave_the_answer_to_the_flows() {
+    let dir = tempfile::tempdir().unwrap();
+    write_day(dir.path());
+    let top = |window| Query {
+        window,
+        filter: None,
+        kind: Kind::Top {
+            key: Key::DstPort,
+            order_by: Metric::Bytes,
+            n: 10,
+        },
+    };
+    let whole = run(dir.path(), &top(None));
+    assert_eq!(whole.stats.table, "ports_1h");
+    // The ports table without its first three hours.
+    let table = Table::Ports;
+    let mut kept = Batch::empty(table.columns());
+    let listed = files_between(dir.path(), table, i64::MIN, i64::MAX).unwrap();
+    for f in &listed {
+        let b = tapflow_store::reader::read_file(f, table.columns())
+            .unwrap()
+            .sorted_by_time();
+        let from = b.times().partition_point(|&t| t < day0_us() + 3 * H);
+        kept.append(&b.slice(from, b.rows() - from));
+        std::fs::remove_file(f).unwrap();
+    }
+    assert!(kept.rows() > 0);
+    let kept = kept.sorted_by_time();
+    let path = partition_dir(dir.path(), table, day0_us()).join("w-later.parquet");
+    write_file(
+        &path,
+        table.columns(),
+        &kept,
+        &FileOptions::default(),
+        Vec::new(),
+    )
+    .unwrap();
+
+    let after = run(dir.path(), &top(None));
+    assert_eq!(after.stats.table, "flows");
+    assert_eq!(table_rows(&after.result), table_rows(&whole.result));
+    for (start, from) in [(2, "flows"), (3, "ports_1h"), (5, "ports_1h")] {
+        let w = Window {
+            start_us: day0_us() + start * H,
+            end_us: day0_us() + 20 * H,
+        };
+        let got = run(dir.path(), &top(Some(w)));
+        let raw = ParquetEngine::new(dir.path(), 2)
+            .prefer_rollups(false)
+            .run(&top(Some(w)))
+            .unwrap();
+        assert_eq!(got.stats.table, from, "from hour {start}");
+        assert_eq!(table_rows(&got.result), table_rows(&raw.result));
+    }
 }
 
 /// A 1-hour hosts table that does not hold every host (as stores written when it kept only the

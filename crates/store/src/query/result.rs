@@ -229,8 +229,9 @@ pub struct ScanStats {
     pub rows_read: u64,
     /// The tier that answered: 0 for the flows themselves, else the rollup's bucket in seconds.
     pub tier_seconds: u32,
-    /// Whether the tier's hosts table answered, rather than its traffic table.
-    pub hosts: bool,
+    /// The name of the table that answered (`flows`, `rollup_1h`, `hosts_1h`, `ports_1h`…;
+    /// empty when the store does not say).
+    pub table: &'static str,
 }
 
 /// The answer to a query.

@@ -13,14 +13,14 @@ use arrow_array::types::{
 };
 use arrow_array::{Array, RecordBatch};
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::{ArrowPredicateFn, ParquetRecordBatchReaderBuilder, RowFilter};
 use parquet::file::statistics::Statistics;
 
 use super::filter::OneWay;
 use super::result::{Answer, QueryResult, ScanStats};
 use super::series::SeriesSink;
 use super::sink::{ListSink, Sink, SummarySink};
-use super::tier::{self, Pick, Tally};
+use super::tier::{self, Pick, Select, Tally};
 use super::top::{AggregateSink, TopSink, key_columns};
 use super::{Kind, Query, QueryEngine, QueryError, Window};
 use crate::StoreError;
@@ -62,6 +62,8 @@ pub struct Read<'a> {
     pub bucket_us: i64,
     /// What a hosts scan counts to check it saw every host.
     pub tally: Option<&'a Tally>,
+    /// The only rows of a hosts or ports table decoded past their side and value.
+    pub select: Option<Select<'a>>,
 }
 
 /// Turns one decoded batch into one-way flows for the sink.
@@ -104,6 +106,7 @@ impl ParquetEngine {
                 query: q,
                 bucket_us: pick.map_or(0, |p| p.tier.bucket_us()),
                 tally: Some(tally),
+                select: None,
             },
         };
         let mut answer = match &q.kind {
@@ -120,33 +123,55 @@ impl ParquetEngine {
                 order_by,
                 n,
             } => {
-                // From the hosts table (every address of every hour), the top `n` first, then
-                // the buckets of those alone rather than of every address.
-                let only = match (pick.map(|p| p.table), key) {
-                    (Some(crate::partition::Table::Hosts(_)), Some(k)) if *n > 0 => {
+                // From the hosts or ports table (every address or port of every hour), the top
+                // `n` first, then the buckets of those alone rather than of every value: only
+                // their rows decoded past the side and value columns, the totals from the first.
+                let first = match (pick, key) {
+                    (Some(p), Some(k)) if *n > 0 && tier::select(p.table, q, &[]).is_some() => {
                         let top =
                             self.scan(&t, pick_feed(pick), || TopSink::new(*k, *order_by, *n))?;
                         match top.result {
-                            QueryResult::Table { rows, .. } => Some(
+                            QueryResult::Table { rows, total, .. } => Some((
                                 rows.into_iter()
                                     .filter_map(|r| r.values.first().copied())
-                                    .collect(),
-                            ),
+                                    .collect::<Vec<_>>(),
+                                total,
+                                p.table,
+                            )),
                             _ => None,
                         }
                     }
                     _ => None,
                 };
-                self.scan(&t, pick_feed(pick), || {
-                    SeriesSink::new(*every_us, *key, *order_by, *n).only(only.clone())
-                })?
+                match first {
+                    Some((only, total, table)) => {
+                        let second = Table {
+                            files: t.files,
+                            cols: t.cols.clone(),
+                            read: Read {
+                                select: tier::select(table, q, &only),
+                                tally: None,
+                                ..t.read
+                            },
+                        };
+                        let mut a = self.scan(&second, pick_feed(pick), || {
+                            SeriesSink::new(*every_us, *key, *order_by, *n).only(Some(only.clone()))
+                        })?;
+                        if let QueryResult::Table { total: t, .. } = &mut a.result {
+                            *t = total;
+                        }
+                        a
+                    }
+                    None => self.scan(&t, pick_feed(pick), || {
+                        SeriesSink::new(*every_us, *key, *order_by, *n)
+                    })?,
+                }
             }
             Kind::Summary => self.scan(&t, pick_feed(pick), SummarySink::default)?,
         };
         answer.stats.files_listed = listed;
         answer.stats.tier_seconds = pick.map_or(0, |p| (p.tier.bucket_us() / 1_000_000) as u32);
-        answer.stats.hosts =
-            pick.is_some_and(|p| matches!(p.table, crate::partition::Table::Hosts(_)));
+        answer.stats.table = pick.map_or("flows", |p| p.table.dir_name());
         Ok(answer)
     }
 }
@@ -161,6 +186,7 @@ struct Table<'a> {
 fn pick_feed<S: Sink>(pick: Option<Pick>) -> Feed<S> {
     match pick.map(|p| p.table) {
         Some(crate::partition::Table::Hosts(_)) => tier::host_feed::<S>,
+        Some(crate::partition::Table::Ports) => tier::port_feed::<S>,
         Some(_) => tier::feed::<S>,
         None => feed::<S>,
     }
@@ -338,6 +364,25 @@ fn scan_file<S: Sink>(
         return Ok(());
     }
     let mask = ProjectionMask::leaves(schema, leaves);
+    let builder = match read.select {
+        Some(s) => {
+            let at = |name: &str| schema.columns().iter().position(|c| c.name() == name);
+            let (Some(side), Some(value)) = (at("side"), at(s.column)) else {
+                return Err(parquet_error(
+                    path,
+                    "no side or value column to select rows by",
+                ));
+            };
+            let wanted = s.values.to_vec();
+            let (side_value, column) = (s.side, s.column);
+            let predicate = ArrowPredicateFn::new(
+                ProjectionMask::leaves(schema, [side, value]),
+                move |b: RecordBatch| Ok(tier::selected(&b, side_value, column, &wanted)),
+            );
+            builder.with_row_filter(RowFilter::new(vec![Box::new(predicate)]))
+        }
+        None => builder,
+    };
     let reader = builder
         .with_projection(mask)
         .with_row_groups(groups)
@@ -453,6 +498,17 @@ fn feed<S: Sink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Result<(), St
 
 /// The largest value of the time column `col` in the file's row-group statistics.
 pub(crate) fn max_time(path: &Path, col: &str) -> Result<Option<i64>, QueryError> {
+    Ok(time_bounds(path, col)?.map(|(_, hi)| hi))
+}
+
+/// The smallest value of the time column `col` in the file's row-group statistics.
+pub(crate) fn min_time(path: &Path, col: &str) -> Result<Option<i64>, QueryError> {
+    Ok(time_bounds(path, col)?.map(|(lo, _)| lo))
+}
+
+/// The smallest and largest values of the time column `col` in the file's row-group
+/// statistics.
+fn time_bounds(path: &Path, col: &str) -> Result<Option<(i64, i64)>, QueryError> {
     let file = File::open(path).map_err(|source| StoreError::Io {
         what: "open",
         path: path.to_path_buf(),
@@ -468,13 +524,14 @@ pub(crate) fn max_time(path: &Path, col: &str) -> Result<Option<i64>, QueryError
     else {
         return Ok(None);
     };
-    Ok(builder
-        .metadata()
-        .row_groups()
-        .iter()
-        .filter_map(|g| match g.column(at).statistics() {
-            Some(Statistics::Int64(s)) => s.max_opt().copied(),
-            _ => None,
-        })
-        .max())
+    let bounds =
+        builder
+            .metadata()
+            .row_groups()
+            .iter()
+            .filter_map(|g| match g.column(at).statistics() {
+                Some(Statistics::Int64(s)) => Some((*s.min_opt()?, *s.max_opt()?)),
+                _ => None,
+            });
+    Ok(bounds.reduce(|a, b| (a.0.min(b.0), a.1.max(b.1))))
 }

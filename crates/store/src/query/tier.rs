@@ -20,23 +20,81 @@
 //! scan sums a side (the one it reads, or senders) and the totals, and the flows answer instead
 //! if the two differ (a store written when that tier kept only the top hosts).
 //!
+//! The 1-hour ports table keeps every source and destination port (with its protocol) of each
+//! hour, so it answers `-s srcport|dstport`, `-a` of one of them (with `proto` beside it or not)
+//! and `--every` (whole hours) by one of them exactly, with no filter but one of protocols, over
+//! whole hours; and only if it reaches back as far as the window's flows (a store written before
+//! it existed has flows older than its first hour: the flows answer).
+//!
 //! First and last times of a group are then its buckets' bounds.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use arrow_array::RecordBatch;
-use arrow_array::types::{TimestampMicrosecondType, UInt8Type, UInt64Type};
+use arrow_array::types::{TimestampMicrosecondType, UInt8Type, UInt16Type, UInt64Type};
+use arrow_array::{BooleanArray, RecordBatch};
 
 use super::filter::OneWay;
-use super::scan::{Read, addrs, at, max_time, prim};
+use super::scan::{Read, addrs, at, max_time, min_time, prim};
 use super::sink::Sink;
-use super::{Filter, Key, Kind, Metric, Query, QueryError, Term};
-use crate::partition::{Table, Tier, files, partitions};
+use super::{Filter, Key, Kind, Metric, Query, QueryError, Term, Value};
+use crate::partition::{HOUR_US, Table, Tier, files, partitions};
 use crate::rollup::TOTAL_SIDE;
 
 /// The hosts columns a query reads.
 pub const HOST_COLUMNS: &[&str] = &["time", "side", "addr", "flows", "packets", "bytes"];
+
+/// The ports columns every query reads; `protocol` is read when it needs it.
+pub const PORT_COLUMNS: &[&str] = &["time", "side", "port", "flows", "packets", "bytes"];
+
+/// The rows of a hosts or ports table a scan reads: those of `side` whose `column` holds one of
+/// `values`.
+#[derive(Debug, Clone, Copy)]
+pub struct Select<'a> {
+    /// The side.
+    pub side: u8,
+    /// `addr` or `port`.
+    pub column: &'static str,
+    /// The values kept.
+    pub values: &'a [Value],
+}
+
+/// The rows of `table` (the hosts or ports one) that answer `q` for the key values `values`
+/// alone, if `q` reads them by side and value.
+pub fn select<'a>(table: Table, q: &Query, values: &'a [Value]) -> Option<Select<'a>> {
+    let (side, column) = match table {
+        Table::Hosts(t) => (host_answerable(q, t.bucket_us())?, "addr"),
+        Table::Ports => (port_answerable(q)?, "port"),
+        _ => return None,
+    };
+    (side != TOTAL_SIDE).then_some(Select {
+        side,
+        column,
+        values,
+    })
+}
+
+/// Which rows of a batch of `side` and `column` (an address or a port) are of `side` and hold
+/// one of `values` (a few: searched one by one); every row if the columns are not as expected.
+pub fn selected(b: &RecordBatch, side: u8, column: &str, values: &[Value]) -> BooleanArray {
+    let sides = prim::<UInt8Type>(b, "side").ok().flatten();
+    let keep: Vec<bool> = match (sides, column) {
+        (Some(sides), "addr") => match addrs(b, "addr").ok().flatten() {
+            Some(a) => (0..b.num_rows())
+                .map(|i| sides[i] == side && values.contains(&Value::Addr(a[i])))
+                .collect(),
+            None => vec![true; b.num_rows()],
+        },
+        (Some(sides), _) => match prim::<UInt16Type>(b, column).ok().flatten() {
+            Some(p) => (0..b.num_rows())
+                .map(|i| sides[i] == side && values.contains(&Value::Num(p[i].into())))
+                .collect(),
+            None => vec![true; b.num_rows()],
+        },
+        (None, _) => vec![true; b.num_rows()],
+    };
+    BooleanArray::from(keep)
+}
 
 /// The table that answers a query instead of the flows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,8 +108,14 @@ pub struct Pick {
 impl Pick {
     /// The columns read from it for a query that would read `flow_columns` of the flows.
     pub fn columns(self, flow_columns: &[&'static str]) -> Vec<&'static str> {
-        if let Table::Hosts(_) = self.table {
-            return HOST_COLUMNS.to_vec();
+        match self.table {
+            Table::Hosts(_) => return HOST_COLUMNS.to_vec(),
+            Table::Ports => {
+                let mut c = PORT_COLUMNS.to_vec();
+                c.extend(flow_columns.iter().filter(|k| **k == "protocol"));
+                return c;
+            }
+            _ => {}
         }
         let mut c = COLUMNS.to_vec();
         c.extend(
@@ -188,17 +252,114 @@ fn host_answerable(q: &Query, bucket_us: i64) -> Option<u8> {
     })
 }
 
+/// The side of the ports table holding `key`'s values: 0 source ports, 1 destination ports.
+fn port_side(key: Key) -> Option<u8> {
+    match key {
+        Key::SrcPort => Some(0),
+        Key::DstPort => Some(1),
+        _ => None,
+    }
+}
+
+fn protocol_only(f: &Filter) -> bool {
+    match f {
+        Filter::And(a, b) | Filter::Or(a, b) => protocol_only(a) && protocol_only(b),
+        Filter::Not(a) => protocol_only(a),
+        Filter::Term(t) => matches!(t, Term::Protocol(_)),
+    }
+}
+
+/// The ports side whose rows answer `q` exactly, if any.
+fn port_answerable(q: &Query) -> Option<u8> {
+    let hour = Tier::Hour.bucket_us();
+    let aligned = |t: i64| t == i64::MAX || t.rem_euclid(hour) == 0;
+    let side = match &q.kind {
+        Kind::Top { key, order_by, .. } if order_answerable(*order_by) => port_side(*key),
+        Kind::Aggregate { keys, order_by, .. } if order_answerable(*order_by) => {
+            // One port key, and the protocol beside it or not.
+            let mut side = None;
+            for &k in keys {
+                match (k, port_side(k)) {
+                    (Key::Protocol, _) => {}
+                    (_, Some(s)) if side.is_none_or(|x| x == s) => side = Some(s),
+                    _ => return None,
+                }
+            }
+            side
+        }
+        Kind::Series {
+            every_us,
+            key: Some(k),
+            order_by,
+            ..
+        } if every_us % hour == 0 && order_answerable(*order_by) => port_side(*k),
+        _ => None,
+    };
+    side.filter(|_| {
+        q.filter.as_ref().is_none_or(protocol_only)
+            && q.window
+                .is_none_or(|w| aligned(w.start_us) && aligned(w.end_us))
+    })
+}
+
+/// The smallest time in the first partition of `table` that ends after `after_us`.
+fn first_time(
+    dir: &Path,
+    table: Table,
+    col: &str,
+    after_us: i64,
+) -> Result<Option<i64>, QueryError> {
+    for p in partitions(dir, table)? {
+        if p.end_us <= after_us {
+            continue;
+        }
+        let mut first: Option<i64> = None;
+        for f in files(&p.path)? {
+            if let Some(t) = min_time(&f, col)? {
+                first = Some(first.map_or(t, |x| x.min(t)));
+            }
+        }
+        if first.is_some() {
+            return Ok(first);
+        }
+    }
+    Ok(None)
+}
+
+/// Whether the ports table reaches back to the hour of the window's first flow.
+fn ports_reach_back(dir: &Path, q: &Query) -> Result<bool, QueryError> {
+    let start = q.window.map_or(i64::MIN, |w| w.start_us);
+    let Some(flow) = first_time(dir, Table::Flows, "time_start", start)? else {
+        return Ok(true);
+    };
+    let hour = flow.max(start).div_euclid(HOUR_US) * HOUR_US;
+    Ok(first_time(dir, Table::Ports, "time", i64::MIN)?.is_some_and(|t| t <= hour))
+}
+
 /// The last flow's start in the window, or the window's end; `None` if the store has no flows.
 fn flows_last(dir: &Path, end: i64) -> Result<Option<i64>, QueryError> {
     Ok(last_time(dir, Table::Flows, "time_start", end)?.map(|t| t.min(end - 1)))
 }
 
 /// The tables that answer `q` exactly, best first: the 1-hour hosts for an address key or the
-/// totals, then the coarsest rollup tier.
+/// totals, or the 1-hour ports for a port key; then the coarsest rollup tier.
 pub fn pick(dir: &Path, q: &Query) -> Result<Vec<Pick>, QueryError> {
     let end = q.window.map_or(i64::MAX, |w| w.end_us);
     let hour = Tier::Hour;
     let mut out = Vec::new();
+    if port_answerable(q).is_some() {
+        let Some(target) = flows_last(dir, end)? else {
+            return Ok(out);
+        };
+        if last_time(dir, Table::Ports, "time", end)?.is_some_and(|t| t + hour.bucket_us() > target)
+            && ports_reach_back(dir, q)?
+        {
+            out.push(Pick {
+                table: Table::Ports,
+                tier: hour,
+            });
+        }
+    }
     if host_answerable(q, hour.bucket_us()).is_some() {
         let Some(target) = flows_last(dir, end)? else {
             return Ok(out);
@@ -333,6 +494,43 @@ pub fn host_feed<S: Sink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Resu
     if let Some(tally) = read.tally {
         tally.side.fetch_add(on_side, Ordering::Relaxed);
         tally.totals.fetch_add(totals, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Hands a ports batch's rows of the side `q` ranks to the sink, each as a one-way flow from
+/// (side 0) or to (side 1) that port, of that protocol.
+pub fn port_feed<S: Sink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Result<(), String> {
+    let q = read.query;
+    let col = |name: &str| format!("ports column {name} missing");
+    let side = port_answerable(q).ok_or("the ports table cannot answer")?;
+    let time = prim::<TimestampMicrosecondType>(b, "time")?.ok_or_else(|| col("time"))?;
+    let sides = prim::<UInt8Type>(b, "side")?.ok_or_else(|| col("side"))?;
+    let proto = prim::<UInt8Type>(b, "protocol")?;
+    let port = prim::<UInt16Type>(b, "port")?.ok_or_else(|| col("port"))?;
+    let flows = prim::<UInt64Type>(b, "flows")?.ok_or_else(|| col("flows"))?;
+    let pkts = prim::<UInt64Type>(b, "packets")?;
+    let bytes = prim::<UInt64Type>(b, "bytes")?;
+    for (i, &t) in time.iter().enumerate() {
+        if sides[i] != side || q.window.is_some_and(|w| !w.contains(t)) {
+            continue;
+        }
+        let mut f = OneWay {
+            start_us: t,
+            end_us: t + read.bucket_us,
+            protocol: at(proto, i),
+            flows: flows[i],
+            packets: at(pkts, i),
+            bytes: at(bytes, i),
+            ..OneWay::default()
+        };
+        match side {
+            0 => f.sport = port[i],
+            _ => f.dport = port[i],
+        }
+        if q.filter.as_ref().is_none_or(|x| x.matches(&f)) {
+            sink.add(&f);
+        }
     }
     Ok(())
 }
