@@ -248,8 +248,8 @@ impl Line {
             s[5..7].copy_from_slice(&pair(m));
             s[8..10].copy_from_slice(&pair(d));
             s[11..13].copy_from_slice(&pair(sod / 3600));
-            s[14..16].copy_from_slice(&pair(sod / 60));
-            s[17..19].copy_from_slice(&pair(sod));
+            s[14..16].copy_from_slice(&pair(sod / 60 % 60));
+            s[17..19].copy_from_slice(&pair(sod % 60));
         }
         let s = &mut self.time;
         s[20] = b'0' + (frac / 100_000_000) as u8;
