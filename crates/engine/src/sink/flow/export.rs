@@ -1005,9 +1005,14 @@ impl TextSink {
     }
 }
 
-/// The complete lines in `bytes`.
+/// The complete lines in `bytes`, counted 255 bytes at a time in 8-bit sums, which the
+/// compiler turns into wide compares (a count in 64-bit lanes took an eighth of a CSV
+/// output's CPU).
 fn lines(bytes: &[u8]) -> u64 {
-    bytes.iter().filter(|&&b| b == b'\n').count() as u64
+    bytes
+        .chunks(255)
+        .map(|c| u64::from(c.iter().fold(0u8, |n, &b| n + u8::from(b == b'\n'))))
+        .sum()
 }
 
 impl std::fmt::Debug for Output {
@@ -1265,6 +1270,22 @@ mod tests {
                 c.error
             );
         }
+    }
+
+    #[test]
+    fn lines_are_counted_across_the_8_bit_sums() {
+        let text: Vec<u8> = (0..3000)
+            .flat_map(|i| {
+                [b'x'; 7]
+                    .into_iter()
+                    .chain([if i % 3 == 0 { b'y' } else { b'\n' }])
+            })
+            .collect();
+        let want = text.iter().filter(|&&b| b == b'\n').count() as u64;
+        assert_eq!(want, 2000);
+        assert_eq!(lines(&text), want);
+        assert_eq!(lines(&[b'\n'; 1000]), 1000);
+        assert_eq!(lines(&[]), 0);
     }
 
     #[test]

@@ -4,19 +4,19 @@ use tapflow_wire::flowexport::{ConfigError, Stats};
 use tapflow_wire::flowrecord::FlowRecord;
 
 use super::{EncoderConfig, FlowEncoder};
-use crate::sink::flow::text::{CSV_HEADER_LINE, values};
+use crate::sink::flow::text::{CSV_HEADER_LINE, Line, values};
 
 /// The CSV encoder: one reused line buffer.
 #[derive(Debug)]
 pub struct Csv {
-    line: Vec<u8>,
+    line: Box<Line>,
     stats: Stats,
 }
 
 /// A CSV encoder (it takes no settings).
 pub fn build(_: &EncoderConfig) -> Result<Box<dyn FlowEncoder>, ConfigError> {
     Ok(Box::new(Csv {
-        line: Vec::with_capacity(512),
+        line: Box::default(),
         stats: Stats::default(),
     }))
 }
@@ -37,12 +37,12 @@ impl FlowEncoder for Csv {
             self.line.clear();
             for (k, v) in values(r).into_iter().enumerate() {
                 if k > 0 {
-                    self.line.push(b',');
+                    self.line.byte(b',');
                 }
-                v.push_to(&mut self.line);
+                self.line.value(v);
             }
-            self.line.push(b'\n');
-            out(&self.line);
+            self.line.byte(b'\n');
+            out(self.line.as_bytes());
         }
         self.stats.records += records.len() as u64;
     }

@@ -5,19 +5,19 @@ use tapflow_wire::flowexport::{ConfigError, Stats};
 use tapflow_wire::flowrecord::FlowRecord;
 
 use super::{EncoderConfig, FlowEncoder};
-use crate::sink::flow::text::{COLUMNS, Value, values};
+use crate::sink::flow::text::{COLUMNS, Line, Value, values};
 
 /// The JSON lines encoder: one reused line buffer.
 #[derive(Debug)]
 pub struct JsonLines {
-    line: Vec<u8>,
+    line: Box<Line>,
     stats: Stats,
 }
 
 /// A JSON lines encoder (it takes no settings).
 pub fn build(_: &EncoderConfig) -> Result<Box<dyn FlowEncoder>, ConfigError> {
     Ok(Box::new(JsonLines {
-        line: Vec::with_capacity(768),
+        line: Box::default(),
         stats: Stats::default(),
     }))
 }
@@ -33,26 +33,26 @@ impl FlowEncoder for JsonLines {
         for r in records {
             let line = &mut self.line;
             line.clear();
-            line.push(b'{');
+            line.byte(b'{');
             for (k, (name, v)) in COLUMNS.iter().zip(values(r)).enumerate() {
                 if k > 0 {
-                    line.push(b',');
+                    line.byte(b',');
                 }
                 // Column names need no escaping, and neither do addresses or reasons.
-                line.push(b'"');
-                line.extend_from_slice(name.as_bytes());
-                line.extend_from_slice(b"\":");
+                line.byte(b'"');
+                line.bytes(name.as_bytes());
+                line.bytes(b"\":");
                 let quoted = !matches!(v, Value::Num(_));
                 if quoted {
-                    line.push(b'"');
+                    line.byte(b'"');
                 }
-                v.push_to(line);
+                line.value(v);
                 if quoted {
-                    line.push(b'"');
+                    line.byte(b'"');
                 }
             }
-            line.extend_from_slice(b"}\n");
-            out(line);
+            line.bytes(b"}\n");
+            out(line.as_bytes());
         }
         self.stats.records += records.len() as u64;
     }
