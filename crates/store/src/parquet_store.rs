@@ -4,12 +4,15 @@
 //! [`ParquetStore::insert`] copies flows into a buffer; the buffer is written when it holds
 //! `max_buffered` flows, when `flush_interval` has passed since the last write (checked on each
 //! insert and flush), and on [`FlowStore::flush`] and close: sorted by `time_start`, one file per
-//! hour partition, the files of one flush renamed together and each directory synced once. A
-//! flow counts as stored once its file is renamed; a write that fails (a full
-//! disk) drops the flows it held, counted, and leaves every file already written intact.
-//! Stored flows feed the rollups ([`crate::rollup`]). Every `maintenance_interval` (and at close)
-//! the partitions written into that are closed (`compact_after` past their end), or that hold
-//! [`MERGE_OPEN_AT`] files, are compacted, and retention runs. One process owns a directory at a time (a lock on `DIR/lock`).
+//! hour partition, the files of one flush synced and renamed together ([`publish`]). A flush
+//! writes fresh files at the fast `fresh_zstd_level`; compaction merges them at the store's
+//! level, and the last write at close is at that level already. A flow counts as stored once
+//! its file is renamed; a write that fails (a full disk) drops the flows it held, counted, and
+//! leaves every file already written intact. Stored flows feed the rollups ([`crate::rollup`]).
+//! Every `maintenance_interval` (and at close) the partitions written into that are closed
+//! (`compact_after` past their end) are compacted, and the fresh files of those that hold
+//! [`MERGE_OPEN_AT`] of them are merged; then retention runs. One process owns a directory at
+//! a time (a lock on `DIR/lock`).
 
 use std::collections::{BTreeSet, HashSet};
 use std::fs::File;

@@ -362,7 +362,7 @@ fn write_parquet(
                 let mut chunk = TrackedWrite::new(Vec::new());
                 let pages = ZstdPages {
                     inner: SerializedPageWriter::new(&mut chunk),
-                    zstd: (compress).then(|| (&mut *zstd, opts.zstd_level)),
+                    zstd: compress.then_some((&mut *zstd, opts.zstd_level)),
                 };
                 let mut col = get_column_writer(descrs[k].clone(), props.clone(), Box::new(pages));
                 write_column(&mut col, values, at, n)?;
