@@ -6,9 +6,10 @@
 //! insert and flush), and on [`FlowStore::flush`] and close: sorted by `time_start`, one file per
 //! hour partition, the files of one flush synced and renamed together ([`publish`]). A flush
 //! writes fresh files at the fast `fresh_zstd_level`; compaction merges them at the store's
-//! level, and the last write at close is at that level already. A flow counts as stored once
-//! its file is renamed; a write that fails (a full disk) drops the flows it held, counted, and
-//! leaves every file already written intact. Stored flows feed the rollups ([`crate::rollup`]).
+//! level, and the last write at close is at that level already where no fresh file waits. A
+//! flow counts as stored once its file is renamed; a write that fails (a full disk) drops the
+//! flows it held, counted, and leaves every file already written intact. Stored flows feed the
+//! rollups ([`crate::rollup`]).
 //! Every `maintenance_interval` (and at close) the partitions written into that are closed
 //! (`compact_after` past their end) are compacted, and the fresh files of those that hold
 //! [`MERGE_OPEN_AT`] of them are merged; then retention runs. One process owns a directory at
@@ -170,10 +171,14 @@ impl ParquetStore {
         file_name(prefix, self.seq)
     }
 
-    /// The options and name prefix of the files a write makes: fresh ones at the fast level,
-    /// or at the store's level when it is closing (`last`).
-    fn file_kind(&self, last: bool) -> (FileOptions, &'static str) {
-        if last {
+    /// The options and name prefix of a file a write makes in partition `dir`: a fresh one at
+    /// the fast level, or one at the store's level when it is closing (`last`) and `dir` holds
+    /// no fresh file (which the merge at close would rewrite it with).
+    fn file_kind(&self, last: bool, dir: &Path) -> (FileOptions, &'static str) {
+        let merged_anyway = || {
+            partition::all_files(dir).is_ok_and(|f| f.iter().any(|p| compaction::is_fresh(p)))
+        };
+        if last && !merged_anyway() {
             (self.opts.file, MERGED_PREFIX)
         } else {
             let file = FileOptions {
@@ -200,7 +205,6 @@ impl ParquetStore {
             .collect();
         keys.sort_unstable();
         let order: Vec<u32> = keys.iter().map(|&(_, i)| i).collect();
-        let (file, prefix) = self.file_kind(last);
         let mut first_error = None;
         let mut staged = Vec::new();
         let mut groups = Vec::new();
@@ -214,6 +218,7 @@ impl ParquetStore {
             let group = &order[at..at + n];
             at += n;
             let dir = partition_dir(&self.dir, Table::Flows, hour);
+            let (file, prefix) = self.file_kind(last, &dir);
             let path = dir.join(self.file_name(prefix));
             let rows = batch::from_flows_in(&flows, group);
             match write_staged(&path, Table::Flows.columns(), &rows, &file, Vec::new()) {
@@ -265,7 +270,6 @@ impl ParquetStore {
             let rows = batch::from_exporter_stats(&std::mem::take(&mut self.exporter_stats));
             self.rollup_rows.push((Table::ExporterStats, rows));
         }
-        let (file, prefix) = self.file_kind(all);
         let mut first_error = None;
         let mut staged = Vec::new();
         let mut parts = Vec::new();
@@ -285,6 +289,7 @@ impl ParquetStore {
                 let part = rows.slice(at, n);
                 at += n;
                 let dir = partition_dir(&self.dir, table, start);
+                let (file, prefix) = self.file_kind(all, &dir);
                 let path = dir.join(self.file_name(prefix));
                 match write_staged(&path, table.columns(), &part, &file, Vec::new()) {
                     Ok(s) => {
