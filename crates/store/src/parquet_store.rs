@@ -175,9 +175,8 @@ impl ParquetStore {
     /// the fast level, or one at the store's level when it is closing (`last`) and `dir` holds
     /// no fresh file (which the merge at close would rewrite it with).
     fn file_kind(&self, last: bool, dir: &Path) -> (FileOptions, &'static str) {
-        let merged_anyway = || {
-            partition::all_files(dir).is_ok_and(|f| f.iter().any(|p| compaction::is_fresh(p)))
-        };
+        let merged_anyway =
+            || partition::all_files(dir).is_ok_and(|f| f.iter().any(|p| compaction::is_fresh(p)));
         if last && !merged_anyway() {
             (self.opts.file, MERGED_PREFIX)
         } else {
