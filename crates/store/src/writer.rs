@@ -6,8 +6,8 @@
 //!
 //! Encodings ([`properties`]): the sorted first column delta-encoded, wide columns split by
 //! bytes, few-valued columns in dictionaries, a column of one value uncompressed; other pages
-//! compressed with zstd, through one context per thread. Min/max statistics per row group on the columns a reader prunes by, and
-//! per page in files of several groups.
+//! compressed with zstd, through one context per thread. Min/max statistics per row group on
+//! the columns a reader prunes by, and per page in files of several groups.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
@@ -122,8 +122,8 @@ const NO_STATISTICS: &[&str] = &[
 /// are split by bytes; [`PLAIN_COLUMNS`] are plain; the rest take a dictionary. A column of one
 /// value in this file (an exporter's, a VLAN, a sampling rate) takes a dictionary and is not
 /// compressed ([`write_parquet`]): its one run of indices is smaller than a zstd frame's
-/// header. Parquet's own column writers compress nothing: [`ZstdPages`] does. A file of one row group gets chunk statistics only; a
-/// larger one a page index.
+/// header. Parquet's own column writers compress nothing: [`ZstdPages`] does. A file of one
+/// row group gets chunk statistics only; a larger one a page index.
 fn properties(
     columns: &[(&str, ColumnType)],
     batch: &Batch,
