@@ -846,7 +846,8 @@ pub struct StoreArgs {
     /// Keep the store under this size, deleting the oldest flow files first (`50G`).
     #[arg(long, value_parser = units::size, value_name = "SIZE")]
     pub retain_size: Option<u64>,
-    /// zstd level of the files (1 to 22).
+    /// zstd level of the files once merged, and of those written at exit (1 to 22); a flush
+    /// writes at level 1, which compaction rewrites at this one.
     #[arg(long, default_value_t = 9, value_parser = clap::value_parser!(i32).range(1..=22), value_name = "N")]
     pub zstd_level: i32,
 }

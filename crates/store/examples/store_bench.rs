@@ -1,7 +1,12 @@
 //! Measures the Parquet store on real flows: bytes per stored flow (flows table, rollups apart)
 //! and write throughput on one core. Used by `scripts/bench-store.sh`.
 //!
-//! `store_bench FLOWS.jsonl|FLOWS.csv DIR [ZSTD_LEVEL] [ROW_GROUP_ROWS]` prints one JSON object.
+//! `store_bench FLOWS.jsonl|FLOWS.csv DIR [ZSTD_LEVEL] [ROW_GROUP_ROWS] [live:FLUSH_ROWS:COPIES]`
+//! prints one JSON object. By default the flows, whatever hours they span, are inserted and
+//! written at close, as `tapflow import` does. `live:` stores them as a live collector would:
+//! every flow moved into the current hour (its start's offset in the trace modulo 50 minutes),
+//! the set inserted `COPIES` times, a flush every `FLUSH_ROWS` flows (a collector flushes every
+//! 5 s), maintenance after each flush, compaction at close.
 
 use std::io::BufRead;
 use std::path::Path;
@@ -30,6 +35,29 @@ fn table_bytes(dir: &Path, t: Table) -> (u64, usize) {
     (bytes, files.len())
 }
 
+/// Moves every flow into the current hour, keeping its duration: its start becomes the hour's
+/// start plus its start's offset from the earliest one modulo 50 minutes.
+fn into_this_hour(flows: &mut [StoredFlow]) {
+    const HOUR_NS: u64 = 3_600_000_000_000;
+    const SPAN_NS: u64 = 3_000_000_000_000;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_nanos() as u64;
+    let hour = now / HOUR_NS * HOUR_NS;
+    let first = flows.iter().map(|f| f.flow.start_ns()).min().unwrap_or(0);
+    for f in flows {
+        let start = f.flow.start_ns();
+        let shift = (hour + (start - first) % SPAN_NS).wrapping_sub(start);
+        for side in [&mut f.flow.fwd, &mut f.flow.rev] {
+            if side.packets > 0 {
+                side.first_ns = side.first_ns.wrapping_add(shift);
+                side.last_ns = side.last_ns.wrapping_add(shift);
+            }
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 3 {
@@ -45,7 +73,15 @@ fn main() {
     if let Some(r) = args.get(4) {
         opts.file.row_group_rows = r.parse().expect("a row count");
     }
-    let mut flows = Vec::new();
+    let live: Option<(usize, usize)> = args.get(5).map(|a| {
+        let mut it = a
+            .strip_prefix("live:")
+            .expect("live:FLUSH_ROWS:COPIES")
+            .split(':')
+            .map(|v| v.parse::<usize>().expect("a count"));
+        (it.next().expect("FLUSH_ROWS"), it.next().unwrap_or(1))
+    });
+    let mut flows: Vec<StoredFlow> = Vec::new();
     let mut format = None;
     for line in input.lines() {
         let line = line.expect("read a line");
@@ -61,28 +97,46 @@ fn main() {
             ..StoredFlow::default()
         });
     }
+    let mut copies = 1;
+    if let Some((_, n)) = live {
+        into_this_hour(&mut flows);
+        copies = n;
+        opts.maintenance_interval = std::time::Duration::ZERO;
+        opts.flush_interval = std::time::Duration::from_secs(3600);
+    }
     let (cpu0, t0) = (cpu_seconds(), Instant::now());
     let mut store = Box::new(ParquetStore::open(dir, opts.clone()).expect("open the store"));
-    for chunk in flows.chunks(8192) {
-        store.insert(chunk).expect("insert");
+    let mut since_flush = 0;
+    for _ in 0..copies {
+        for chunk in flows.chunks(8192) {
+            store.insert(chunk).expect("insert");
+            since_flush += chunk.len();
+            if let Some((every, _)) = live
+                && since_flush >= every
+            {
+                store.flush().expect("flush");
+                since_flush = 0;
+            }
+        }
     }
     let report = store.close().expect("close");
+    let total = flows.len() * copies;
     let (cpu, wall) = (cpu_seconds() - cpu0, t0.elapsed().as_secs_f64());
-    assert_eq!(report.stored, flows.len() as u64);
+    assert_eq!(report.stored, total as u64);
     let (flow_bytes, flow_files) = table_bytes(dir, Table::Flows);
     let rollup_bytes: u64 = Table::ALL[1..8]
         .iter()
         .map(|&t| table_bytes(dir, t).0)
         .sum();
     let ports_bytes = table_bytes(dir, Table::Ports).0;
-    let n = flows.len() as f64;
+    let n = total as f64;
     println!(
         "{{\"flows\":{},\"flow_bytes\":{flow_bytes},\"flow_files\":{flow_files},\
          \"bytes_per_flow\":{:.2},\"rollup_bytes\":{rollup_bytes},\
          \"rollup_bytes_per_flow\":{:.2},\"ports_bytes\":{ports_bytes},\
          \"ports_bytes_per_flow\":{:.2},\"zstd_level\":{},\"row_group_rows\":{},\
          \"cpu_s\":{cpu:.3},\"wall_s\":{wall:.3},\"flows_per_cpu_s\":{:.0}}}",
-        flows.len(),
+        total,
         flow_bytes as f64 / n,
         rollup_bytes as f64 / n,
         ports_bytes as f64 / n,

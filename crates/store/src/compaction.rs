@@ -1,11 +1,16 @@
-//! Merging the small files of a partition into fewer, larger ones, so a query opens few files.
+//! Merging the small files of a partition into fewer, larger ones, so a query opens few files,
+//! and rewriting fresh files at the store's zstd level.
 //!
-//! Files with fewer than half `max_rows` rows are small; runs of them (in name order, so in the
-//! order they were written) are merged, up to `max_rows` rows per new file, rows sorted by
-//! time. The merged file is written as `.part`, renamed, and only then are its sources removed;
-//! its key-value metadata `tapflow.replaces` lists them, so a crash between the rename and the
-//! removals is repaired by [`repair`] at the next start. A write that fails (a full disk) leaves
-//! the sources in place: nothing stored is lost.
+//! A flush writes fresh files ([`FRESH_PREFIX`]) at a fast zstd level; a merge writes
+//! [`MERGED_PREFIX`] files at the store's level. Files with fewer than half `max_rows` rows are
+//! small; runs of them (in name order, so in the order they were written) are merged, up to
+//! `max_rows` rows per new file, rows sorted by time. In a partition still being written into
+//! only the fresh files are merged, so each row is merged once there, not at every round; once
+//! it is closed every small file is, and a lone fresh file is rewritten. The merged files of a
+//! round are written as `.part`, synced and renamed together, and only then are their sources
+//! removed; each one's key-value metadata `tapflow.replaces` lists its sources, so a crash
+//! between the rename and the removals is repaired by [`repair`] at the next start. A write
+//! that fails (a full disk) leaves the sources in place: nothing stored is lost.
 
 use std::path::{Path, PathBuf};
 
@@ -15,9 +20,9 @@ use parquet::file::serialized_reader::SerializedFileReader;
 
 use crate::StoreError;
 use crate::batch::Batch;
-use crate::partition::{self, MERGED_PREFIX, REPLACES, Table};
+use crate::partition::{self, FRESH_PREFIX, MERGED_PREFIX, REPLACES, Table};
 use crate::reader::{metadata_value, read_file};
-use crate::writer::{FileOptions, sync_dir, write_file};
+use crate::writer::{FileOptions, Staged, publish, sync_dirs, write_staged};
 
 /// What one compaction did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -40,18 +45,36 @@ pub fn file_rows(path: &Path) -> Result<u64, StoreError> {
     Ok(u64::try_from(r.metadata().file_metadata().num_rows()).unwrap_or(0))
 }
 
-/// Merges the small files of the partition directory `dir` of `table`; `name` gives each new
-/// file's name.
-pub fn compact(
+/// A merged file written but not yet published, and the files it replaces.
+#[derive(Debug)]
+pub struct Merge {
+    staged: Staged,
+    sources: Vec<PathBuf>,
+}
+
+/// Whether `path` is a fresh file (written by a flush at the fast level).
+pub fn is_fresh(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with(FRESH_PREFIX))
+}
+
+/// Writes the merges of the partition directory `dir` of `table` (only its fresh files if it
+/// is `open`); `name` gives each new file's name. [`publish_merges`] makes them take effect.
+pub fn stage(
     dir: &Path,
     table: Table,
     opts: &FileOptions,
     max_rows: usize,
+    open: bool,
     name: &mut dyn FnMut() -> String,
-) -> Result<Compacted, StoreError> {
+) -> Result<Vec<Merge>, StoreError> {
     let max_rows = max_rows.max(2) as u64;
     let mut runs: Vec<Vec<(PathBuf, u64)>> = vec![Vec::new()];
     for f in partition::files(dir)? {
+        if open && !is_fresh(&f) {
+            continue;
+        }
         let rows = file_rows(&f)?;
         let run = runs.last_mut().expect("one run at least");
         if rows >= max_rows / 2 {
@@ -63,8 +86,12 @@ pub fn compact(
         }
         runs.last_mut().expect("one run at least").push((f, rows));
     }
-    let mut done = Compacted::default();
-    for run in runs.into_iter().filter(|r| r.len() >= 2) {
+    let mut out = Vec::new();
+    for run in runs {
+        let rewrite = run.len() >= 2 || (!open && run.len() == 1 && is_fresh(&run[0].0));
+        if !rewrite {
+            continue;
+        }
         let mut all = Batch::empty(table.columns());
         for (f, _) in &run {
             all.append(&read_file(f, table.columns())?);
@@ -73,22 +100,53 @@ pub fn compact(
             .iter()
             .filter_map(|(f, _)| f.file_name().and_then(|n| n.to_str()))
             .collect();
-        let merged = dir.join(name());
-        write_file(
-            &merged,
+        let staged = write_staged(
+            &dir.join(name()),
             table.columns(),
             &all.sorted_by_time(),
             opts,
             vec![KeyValue::new(REPLACES.to_owned(), names.join(","))],
         )?;
-        for (f, _) in &run {
-            remove(f)?;
+        out.push(Merge {
+            staged,
+            sources: run.into_iter().map(|(f, _)| f).collect(),
+        });
+    }
+    Ok(out)
+}
+
+/// Publishes `merges` together ([`publish`]), then removes the sources of each one published
+/// and syncs once more. A merge that fails to publish leaves its sources; the first error is
+/// returned after the others are done.
+pub fn publish_merges(merges: Vec<Merge>) -> Result<Compacted, StoreError> {
+    let (staged, sources): (Vec<Staged>, Vec<Vec<PathBuf>>) =
+        merges.into_iter().map(|m| (m.staged, m.sources)).unzip();
+    let mut done = Compacted::default();
+    let mut first_error = None;
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for (r, sources) in publish(staged).into_iter().zip(sources) {
+        if let Err(e) = r {
+            first_error.get_or_insert(e);
+            continue;
         }
-        sync_dir(dir)?;
-        done.files_in += run.len();
+        for f in &sources {
+            if let Err(e) = remove(f) {
+                first_error.get_or_insert(e);
+            }
+        }
+        if let Some(d) = sources.first().and_then(|f| f.parent())
+            && !dirs.iter().any(|x| x == d)
+        {
+            dirs.push(d.to_path_buf());
+        }
+        done.files_in += sources.len();
         done.files_out += 1;
     }
-    Ok(done)
+    let dirs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+    if let Err(e) = sync_dirs(&dirs) {
+        first_error.get_or_insert(e);
+    }
+    first_error.map_or(Ok(done), Err)
 }
 
 /// Removes the sources a merged file in partition `dir` replaced that are still there (a crash
@@ -122,7 +180,7 @@ pub fn repair(dir: &Path) -> Result<usize, StoreError> {
         }
     }
     if removed > 0 {
-        sync_dir(dir)?;
+        sync_dirs(&[dir])?;
     }
     Ok(removed)
 }

@@ -4,12 +4,16 @@
 //! [`ParquetStore::insert`] copies flows into a buffer; the buffer is written when it holds
 //! `max_buffered` flows, when `flush_interval` has passed since the last write (checked on each
 //! insert and flush), and on [`FlowStore::flush`] and close: sorted by `time_start`, one file per
-//! hour partition, the files of one flush renamed together and each directory synced once. A
-//! flow counts as stored once its file is renamed; a write that fails (a full
-//! disk) drops the flows it held, counted, and leaves every file already written intact.
-//! Stored flows feed the rollups ([`crate::rollup`]). Every `maintenance_interval` (and at close)
-//! the partitions written into that are closed (`compact_after` past their end), or that hold
-//! [`MERGE_OPEN_AT`] files, are compacted, and retention runs. One process owns a directory at a time (a lock on `DIR/lock`).
+//! hour partition, the files of one flush synced and renamed together ([`publish`]). A flush
+//! writes fresh files at the fast `fresh_zstd_level`; compaction merges them at the store's
+//! level, and the last write at close is at that level already where no fresh file waits. A
+//! flow counts as stored once its file is renamed; a write that fails (a full disk) drops the
+//! flows it held, counted, and leaves every file already written intact. Stored flows feed the
+//! rollups ([`crate::rollup`]).
+//! Every `maintenance_interval` (and at close) the partitions written into that are closed
+//! (`compact_after` past their end) are compacted, and the fresh files of those that hold
+//! [`MERGE_OPEN_AT`] of them are merged; then retention runs. One process owns a directory at
+//! a time (a lock on `DIR/lock`).
 
 use std::collections::{BTreeSet, HashSet};
 use std::fs::File;
@@ -18,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::batch::{self, Batch};
 use crate::compaction;
-use crate::partition::{self, MERGED_PREFIX, Table, partition_dir, partition_start};
+use crate::partition::{self, FRESH_PREFIX, MERGED_PREFIX, Table, partition_dir, partition_start};
 use crate::retention;
 use crate::rollup::Rollups;
 use crate::schema::{ExporterStats, InterfaceName, StoredFlow};
@@ -32,8 +36,11 @@ pub struct ParquetOptions {
     pub flush_interval: Duration,
     /// Flows buffered at most before a write.
     pub max_buffered: usize,
-    /// zstd level and row-group size.
+    /// zstd level (of merged files, and of those written at close) and row-group size.
     pub file: FileOptions,
+    /// The zstd level of the files a flush writes, which compaction merges or rewrites at
+    /// `file.zstd_level`.
+    pub fresh_zstd_level: i32,
     /// Delete partitions that ended longer ago than this.
     pub retain: Option<Duration>,
     /// Keep the store's files under this many bytes (oldest flow files go first).
@@ -56,6 +63,7 @@ impl Default for ParquetOptions {
             flush_interval: Duration::from_secs(5),
             max_buffered: 1 << 20,
             file: FileOptions::default(),
+            fresh_zstd_level: 1,
             retain: None,
             retain_size: None,
             compact_after: Duration::from_secs(600),
@@ -67,7 +75,7 @@ impl Default for ParquetOptions {
     }
 }
 
-/// Files in a partition still being written into at which its small files are merged anyway
+/// Fresh files in a partition still being written into at which they are merged anyway
 /// (every flush of a live store adds one).
 const MERGE_OPEN_AT: usize = 32;
 
@@ -126,7 +134,8 @@ impl ParquetStore {
             for p in partition::partitions(dir, table)? {
                 remove_stale_parts(&p.path)?;
                 compaction::repair(&p.path)?;
-                if partition::files(&p.path)?.len() > 1 {
+                let files = partition::files(&p.path)?;
+                if files.len() > 1 || files.iter().any(|f| compaction::is_fresh(f)) {
                     dirty.insert((table, p.path, p.end_us));
                 }
             }
@@ -162,9 +171,26 @@ impl ParquetStore {
         file_name(prefix, self.seq)
     }
 
+    /// The options and name prefix of a file a write makes in partition `dir`: a fresh one at
+    /// the fast level, or one at the store's level when it is closing (`last`) and `dir` holds
+    /// no fresh file (which the merge at close would rewrite it with).
+    fn file_kind(&self, last: bool, dir: &Path) -> (FileOptions, &'static str) {
+        let merged_anyway =
+            || partition::all_files(dir).is_ok_and(|f| f.iter().any(|p| compaction::is_fresh(p)));
+        if last && !merged_anyway() {
+            (self.opts.file, MERGED_PREFIX)
+        } else {
+            let file = FileOptions {
+                zstd_level: self.opts.fresh_zstd_level,
+                ..self.opts.file
+            };
+            (file, FRESH_PREFIX)
+        }
+    }
+
     /// Writes the buffered flows, one file per hour partition, rows sorted by `time_start`;
-    /// the files of one flush are renamed together ([`publish`]).
-    fn write_flows(&mut self) -> Result<(), StoreError> {
+    /// the files of one flush are renamed together ([`publish`]). `last`: the store is closing.
+    fn write_flows(&mut self, last: bool) -> Result<(), StoreError> {
         self.last_write = Instant::now();
         if self.flows.is_empty() {
             return Ok(());
@@ -191,15 +217,10 @@ impl ParquetStore {
             let group = &order[at..at + n];
             at += n;
             let dir = partition_dir(&self.dir, Table::Flows, hour);
-            let path = dir.join(self.file_name("w-"));
+            let (file, prefix) = self.file_kind(last, &dir);
+            let path = dir.join(self.file_name(prefix));
             let rows = batch::from_flows_in(&flows, group);
-            match write_staged(
-                &path,
-                Table::Flows.columns(),
-                &rows,
-                &self.opts.file,
-                Vec::new(),
-            ) {
+            match write_staged(&path, Table::Flows.columns(), &rows, &file, Vec::new()) {
                 Ok(s) => {
                     staged.push(s);
                     groups.push((group, dir, hour));
@@ -267,8 +288,9 @@ impl ParquetStore {
                 let part = rows.slice(at, n);
                 at += n;
                 let dir = partition_dir(&self.dir, table, start);
-                let path = dir.join(self.file_name("w-"));
-                match write_staged(&path, table.columns(), &part, &self.opts.file, Vec::new()) {
+                let (file, prefix) = self.file_kind(all, &dir);
+                let path = dir.join(self.file_name(prefix));
+                match write_staged(&path, table.columns(), &part, &file, Vec::new()) {
                     Ok(s) => {
                         staged.push(s);
                         parts.push((table, part, dir, start));
@@ -294,19 +316,25 @@ impl ParquetStore {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Merges the closed partitions written into (every one written into if `all`).
+    /// Merges the partitions written into: the closed ones (every one if `all`) wholly, and
+    /// the fresh files of those holding [`MERGE_OPEN_AT`] of them; the merged files of all
+    /// partitions are published together ([`compaction::publish_merges`]).
     fn compact(&mut self, all: bool) -> Result<(), StoreError> {
         let limit = now_us().saturating_sub(micros(self.opts.compact_after));
-        let ready: Vec<(Table, PathBuf, i64)> = self
-            .dirty
-            .iter()
-            .filter(|(_, dir, end)| {
-                all || *end <= limit
-                    || partition::all_files(dir).is_ok_and(|f| f.len() >= MERGE_OPEN_AT)
-            })
-            .cloned()
-            .collect();
-        for key in ready {
+        let mut ready: Vec<((Table, PathBuf, i64), bool)> = Vec::new();
+        for key in &self.dirty {
+            let (_, dir, end) = key;
+            if all || *end <= limit {
+                ready.push((key.clone(), false));
+            } else if partition::all_files(dir).is_ok_and(|f| {
+                f.iter().filter(|p| compaction::is_fresh(p)).count() >= MERGE_OPEN_AT
+            }) {
+                ready.push((key.clone(), true));
+            }
+        }
+        let mut merges = Vec::new();
+        let mut first_error = None;
+        for (key, open) in ready {
             let (table, dir, _) = &key;
             if dir.exists() {
                 let mut seq = self.seq;
@@ -314,19 +342,34 @@ impl ParquetStore {
                     seq += 1;
                     file_name(MERGED_PREFIX, seq)
                 };
-                let done = compaction::compact(
+                let staged = compaction::stage(
                     dir,
                     *table,
                     &self.opts.file,
                     self.opts.compact_rows,
+                    open,
                     &mut name,
                 );
                 self.seq = seq;
-                done?;
+                match staged {
+                    Ok(m) => merges.extend(m),
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                        continue;
+                    }
+                }
             }
-            self.dirty.remove(&key);
+            // A partition still open stays listed, for its last merge once it closes.
+            if !open {
+                self.dirty.remove(&key);
+            }
         }
-        Ok(())
+        if !merges.is_empty()
+            && let Err(e) = compaction::publish_merges(merges)
+        {
+            first_error.get_or_insert(e);
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     fn retention(&mut self) -> Result<(), StoreError> {
@@ -348,7 +391,7 @@ impl ParquetStore {
 
     /// Writes everything due: flows, closed rollups, small tables; then maintenance.
     fn write_all(&mut self, all: bool) -> Result<(), StoreError> {
-        let flows = self.write_flows();
+        let flows = self.write_flows(all);
         let tables = self.write_tables(all);
         let maintenance = if all {
             self.compact(true).and_then(|()| self.retention())
@@ -374,7 +417,7 @@ impl FlowStore for ParquetStore {
             self.flows.extend_from_slice(now);
             rest = later;
             if self.flows.len() >= self.opts.max_buffered
-                && let Err(e) = self.write_flows()
+                && let Err(e) = self.write_flows(false)
             {
                 // The flows not yet buffered are dropped with the failed write's.
                 self.report.pending -= rest.len() as u64;

@@ -239,8 +239,13 @@ pub fn partitions(dir: &Path, table: Table) -> Result<Vec<Partition>, StoreError
     Ok(out)
 }
 
-/// The prefix of the names of files merged from others ([`crate::compaction`]).
+/// The prefix of the names of files merged from others, or written at the store's zstd level
+/// when it closes ([`crate::compaction`]).
 pub const MERGED_PREFIX: &str = "m-";
+
+/// The prefix of the names of files a flush writes at the fast zstd level, to be merged or
+/// rewritten ([`crate::compaction`]).
+pub const FRESH_PREFIX: &str = "w-";
 
 /// The key-value metadata key of a merged file naming the files it replaces (comma-separated
 /// names in the same partition).

@@ -1,27 +1,28 @@
 //! Writing Parquet files of one table: each created new as `NAME.parquet.part` (never through a
-//! link, mode 0640), written in row groups of at most `row_group_rows` and its data synced
-//! ([`write_staged`]); then the files of one flush are renamed to `NAME.parquet` together and
-//! each directory they are in synced once ([`publish`]). A failed write removes the `.part` and
-//! names the file in its error.
+//! link, mode 0640) and written in row groups of at most `row_group_rows` ([`write_staged`]);
+//! then the files of one flush made durable and renamed to `NAME.parquet` together: a sync of
+//! the filesystem, the renames, a second sync ([`publish`]). A failed write removes the `.part`
+//! and names the file in its error.
 //!
 //! Encodings ([`properties`]): the sorted first column delta-encoded, wide columns split by
 //! bytes, few-valued columns in dictionaries, a column of one value uncompressed; other pages
-//! compressed with zstd. Min/max statistics per row group on the columns a reader prunes by, and
-//! per page in files of several groups.
+//! compressed with zstd, through one context per thread. Min/max statistics per row group on
+//! the columns a reader prunes by, and per page in files of several groups.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parquet::basic::Type as PhysicalType;
 use parquet::basic::{Compression, Encoding, LogicalType, Repetition, TimeUnit, ZstdLevel};
-use parquet::column::writer::ColumnWriter;
+use parquet::column::page::{CompressedPage, Page, PageWriteSpec, PageWriter};
+use parquet::column::writer::{ColumnWriter, get_column_writer};
 use parquet::data_type::{ByteArray, FixedLenByteArray};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
-use parquet::file::writer::SerializedFileWriter;
+use parquet::file::writer::{SerializedFileWriter, SerializedPageWriter, TrackedWrite};
 use parquet::schema::types::{ColumnPath, Type};
 
 use crate::StoreError;
@@ -123,20 +124,18 @@ const NO_STATISTICS: &[&str] = &[
 /// rows are sorted by) is delta-encoded; `U64` counters and the columns of [`SPLIT_COLUMNS`]
 /// are split by bytes; [`PLAIN_COLUMNS`] are plain; the rest take a dictionary. A column of one
 /// value in this file (an exporter's, a VLAN, a sampling rate) takes a dictionary and is not
-/// compressed: its one run of indices is smaller than a zstd frame's header, and skipping the
-/// codec spares creating its contexts. A file of one row group gets chunk statistics only; a
-/// larger one a page index.
+/// compressed ([`write_parquet`]): its one run of indices is smaller than a zstd frame's
+/// header. Parquet's own column writers compress nothing: [`ZstdPages`] does. A file of one
+/// row group gets chunk statistics only; a larger one a page index.
 fn properties(
     columns: &[(&str, ColumnType)],
     batch: &Batch,
     opts: &FileOptions,
     metadata: Vec<KeyValue>,
-) -> Result<WriterProperties, StoreError> {
-    let level = ZstdLevel::try_new(opts.zstd_level)
-        .map_err(|e| StoreError::Other(format!("zstd level {}: {e}", opts.zstd_level)))?;
+) -> WriterProperties {
     let one_group = batch.rows() <= opts.row_group_rows;
     let mut b = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(level))
+        .set_compression(Compression::UNCOMPRESSED)
         .set_statistics_enabled(if one_group {
             EnabledStatistics::Chunk
         } else {
@@ -149,7 +148,6 @@ fn properties(
     for (k, (&(name, t), values)) in columns.iter().zip(&batch.columns).enumerate() {
         let path = ColumnPath::from(name);
         let encoding = if values.is_constant() {
-            b = b.set_column_compression(path.clone(), Compression::UNCOMPRESSED);
             None
         } else if k == 0 || DELTA_COLUMNS.contains(&name) {
             Some(Encoding::DELTA_BINARY_PACKED)
@@ -169,7 +167,7 @@ fn properties(
             b = b.set_column_statistics_enabled(path, EnabledStatistics::None);
         }
     }
-    Ok(b.build())
+    b.build()
 }
 
 /// Writes `batch` (rows of a table of `columns`) to `path` (which ends in `.parquet`), through
@@ -186,15 +184,15 @@ pub fn write_file(
     publish(vec![staged]).pop().unwrap_or(Ok(()))
 }
 
-/// A complete, synced `NAME.parquet.part`, not yet renamed to `NAME.parquet`.
+/// A complete `NAME.parquet.part`, not yet synced nor renamed to `NAME.parquet`.
 #[derive(Debug)]
 pub struct Staged {
     part: PathBuf,
     path: PathBuf,
 }
 
-/// Writes `batch` to `path.part` and syncs its data; [`publish`] renames it. A failed write
-/// removes the `.part` and names it in its error.
+/// Writes `batch` to `path.part`; [`publish`] syncs and renames it. A failed write removes
+/// the `.part` and names it in its error.
 pub fn write_staged(
     path: &Path,
     columns: &[(&str, ColumnType)],
@@ -224,10 +222,26 @@ pub fn write_staged(
     }
 }
 
-/// Renames each staged file to its name, then syncs each directory they are in once (a flush
-/// that writes several files into one directory syncs it once). One result per file, in
-/// order; a file whose rename fails is removed.
+/// Makes the staged files durable and names them: one sync of the filesystem for the data of
+/// them all, then each renamed to its name, then a second sync for the renames (and the
+/// directories made for them). A `.parquet` name thus never stands for data a crash could
+/// lose, and a file is durable under its name when its result is `Ok`. One result per file, in
+/// order; a file whose sync or rename fails is removed.
 pub fn publish(staged: Vec<Staged>) -> Vec<Result<(), StoreError>> {
+    let dirs: Vec<&Path> = staged
+        .iter()
+        .map(|s| s.path.parent().unwrap_or(Path::new(".")))
+        .collect();
+    if let Err(e) = sync_dirs(&dirs) {
+        let e = e.to_string();
+        return staged
+            .iter()
+            .map(|s| {
+                let _ = std::fs::remove_file(&s.part);
+                Err(StoreError::Other(e.clone()))
+            })
+            .collect();
+    }
     let mut out: Vec<Result<(), StoreError>> = staged
         .iter()
         .map(|s| {
@@ -236,22 +250,10 @@ pub fn publish(staged: Vec<Staged>) -> Vec<Result<(), StoreError>> {
             })
         })
         .collect();
-    let mut synced: Vec<(&Path, Result<(), String>)> = Vec::new();
-    for (s, r) in staged.iter().zip(out.iter_mut()) {
-        if r.is_err() {
-            continue;
-        }
-        let dir = s.path.parent().unwrap_or(Path::new("."));
-        let done = match synced.iter().find(|(d, _)| *d == dir) {
-            Some((_, done)) => done.clone(),
-            None => {
-                let done = sync_dir(dir).map_err(|e| e.to_string());
-                synced.push((dir, done.clone()));
-                done
-            }
-        };
-        if let Err(e) = done {
-            *r = Err(StoreError::Other(e));
+    if let Err(e) = sync_dirs(&dirs) {
+        let e = e.to_string();
+        for r in out.iter_mut().filter(|r| r.is_ok()) {
+            *r = Err(StoreError::Other(e.clone()));
         }
     }
     out
@@ -334,36 +336,129 @@ fn write_parquet(
     opts: &FileOptions,
     metadata: Vec<KeyValue>,
 ) -> Result<(), WriteError> {
-    let schema = schema(columns)
-        .map_err(|e| WriteError::Parquet(parquet::errors::ParquetError::General(e.to_string())))?;
-    let props = properties(columns, batch, opts, metadata)
-        .map_err(|e| WriteError::Parquet(parquet::errors::ParquetError::General(e.to_string())))?;
+    let general = |e: StoreError| parquet::errors::ParquetError::General(e.to_string());
+    let schema = schema(columns).map_err(general)?;
+    let level = ZstdLevel::try_new(opts.zstd_level).map_err(|e| {
+        general(StoreError::Other(format!(
+            "zstd level {}: {e}",
+            opts.zstd_level
+        )))
+    })?;
+    let props = Arc::new(properties(columns, batch, opts, metadata));
     let mut w = SerializedFileWriter::new(
         std::io::BufWriter::with_capacity(1 << 20, file),
         Arc::new(schema),
-        Arc::new(props),
+        props.clone(),
     )?;
+    let descrs: Vec<_> = (0..columns.len())
+        .map(|k| w.schema_descr().column(k))
+        .collect();
     let rows = batch.rows();
     let step = opts.row_group_rows.max(1);
     let mut at = 0;
-    while at < rows {
-        let n = step.min(rows - at);
-        let mut rg = w.next_row_group()?;
-        let mut k = 0;
-        while let Some(mut col) = rg.next_column()? {
-            write_column(col.untyped(), &batch.columns[k], at, n)?;
-            col.close()?;
-            k += 1;
+    COMPRESSOR.with_borrow_mut(|zstd| -> Result<(), WriteError> {
+        while at < rows {
+            let n = step.min(rows - at);
+            let mut rg = w.next_row_group()?;
+            for (k, values) in batch.columns.iter().enumerate() {
+                let compress = !values.is_constant();
+                let mut chunk = TrackedWrite::new(Vec::new());
+                let pages = ZstdPages {
+                    inner: SerializedPageWriter::new(&mut chunk),
+                    zstd: compress.then_some((&mut *zstd, opts.zstd_level)),
+                };
+                let mut col = get_column_writer(descrs[k].clone(), props.clone(), Box::new(pages));
+                write_column(&mut col, values, at, n)?;
+                let mut done = col.close()?;
+                if compress {
+                    done.metadata = done
+                        .metadata
+                        .into_builder()
+                        .set_compression(Compression::ZSTD(level))
+                        .build()?;
+                }
+                let chunk = bytes::Bytes::from(chunk.into_inner()?);
+                rg.append_column(&chunk, done)?;
+            }
+            rg.close()?;
+            at += n;
         }
-        rg.close()?;
-        at += n;
-    }
+        Ok(())
+    })?;
     let buf = w.into_inner()?;
     let mut file = buf
         .into_inner()
         .map_err(|e| WriteError::Io("write", e.into_error()))?;
-    file.flush().map_err(|e| WriteError::Io("write", e))?;
-    file.sync_data().map_err(|e| WriteError::Io("sync", e))
+    file.flush().map_err(|e| WriteError::Io("write", e))
+}
+
+thread_local! {
+    /// One zstd compression context per thread, for every page it writes: `parquet`'s own
+    /// column writers would make a compression and a decompression context per column chunk,
+    /// which cost more than compressing the chunk on the small files of a sparse hour.
+    static COMPRESSOR: std::cell::RefCell<zstd::bulk::Compressor<'static>> =
+        std::cell::RefCell::new(zstd::bulk::Compressor::default());
+}
+
+/// Compresses each page of one column chunk with zstd through a context it borrows, then
+/// writes it (`zstd: None`: as it comes). The chunk's metadata then names the codec
+/// ([`write_parquet`]).
+struct ZstdPages<'a> {
+    inner: SerializedPageWriter<'a, Vec<u8>>,
+    zstd: Option<(&'a mut zstd::bulk::Compressor<'static>, i32)>,
+}
+
+impl PageWriter for ZstdPages<'_> {
+    fn write_page(&mut self, page: CompressedPage) -> parquet::errors::Result<PageWriteSpec> {
+        let Some((zstd, level)) = self.zstd.as_mut() else {
+            return self.inner.write_page(page);
+        };
+        let raw = page.uncompressed_size();
+        let squeeze = |zstd: &mut zstd::bulk::Compressor<'static>, buf: &[u8]| {
+            zstd.set_compression_level(*level)
+                .and_then(|()| zstd.compress(buf))
+                .map(bytes::Bytes::from)
+                .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
+        };
+        let page = match page.compressed_page().clone() {
+            Page::DataPage {
+                buf,
+                num_values,
+                encoding,
+                def_level_encoding,
+                rep_level_encoding,
+                statistics,
+            } => Page::DataPage {
+                buf: squeeze(zstd, &buf)?,
+                num_values,
+                encoding,
+                def_level_encoding,
+                rep_level_encoding,
+                statistics,
+            },
+            Page::DictionaryPage {
+                buf,
+                num_values,
+                encoding,
+                is_sorted,
+            } => Page::DictionaryPage {
+                buf: squeeze(zstd, &buf)?,
+                num_values,
+                encoding,
+                is_sorted,
+            },
+            Page::DataPageV2 { .. } => {
+                return Err(parquet::errors::ParquetError::General(
+                    "version 2 data pages are not written".into(),
+                ));
+            }
+        };
+        self.inner.write_page(CompressedPage::new(page, raw))
+    }
+
+    fn close(&mut self) -> parquet::errors::Result<()> {
+        self.inner.close()
+    }
 }
 
 /// Writes values `at..at + n` of `column` into `w`.
@@ -433,13 +528,23 @@ fn rename_new(part: &Path, path: &Path) -> Result<(), StoreError> {
     })
 }
 
-/// Makes a rename or removal in `dir` durable.
-pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|source| StoreError::Io {
-            what: "sync directory",
+/// Makes everything written, renamed, made or removed in `dirs` durable: one `syncfs` per
+/// filesystem they are on.
+pub fn sync_dirs(dirs: &[&Path]) -> Result<(), StoreError> {
+    let mut done: Vec<u64> = Vec::new();
+    for &dir in dirs {
+        let err = |what, source| StoreError::Io {
+            what,
             path: dir.to_path_buf(),
             source,
-        })
+        };
+        let d = File::open(dir).map_err(|e| err("open", e))?;
+        let dev = d.metadata().map_err(|e| err("stat", e))?.dev();
+        if !done.contains(&dev) {
+            tapflow_sys::outfile::sync_filesystem(&d)
+                .map_err(|e| err("sync the filesystem of", e))?;
+            done.push(dev);
+        }
+    }
+    Ok(())
 }

@@ -621,9 +621,65 @@ fn a_partition_being_written_keeps_few_files() {
         store.flush().unwrap();
     }
     for p in partitions(dir.path(), Table::Flows).unwrap() {
-        let n = tapflow_store::partition::all_files(&p.path).unwrap().len();
-        assert!(n < 32, "{n} files in {}", p.path.display());
+        let files = tapflow_store::partition::all_files(&p.path).unwrap();
+        assert!(
+            files.len() < 32,
+            "{} files in {}",
+            files.len(),
+            p.path.display()
+        );
+        // Each merge took fresh files only: no row was merged twice while the hour was open.
+        for f in files.iter().filter(|f| name(f).starts_with("m-")) {
+            let list = tapflow_store::reader::metadata_value(f, "tapflow.replaces")
+                .unwrap()
+                .unwrap();
+            assert!(list.split(',').all(|n| n.starts_with("w-")), "{list}");
+        }
     }
     assert_eq!(all_flows(dir.path()).len(), 8000);
     store.close().unwrap();
+}
+
+fn name(path: &Path) -> &str {
+    path.file_name().unwrap().to_str().unwrap()
+}
+
+/// The codec of every column chunk of a file.
+fn codecs(path: &Path) -> Vec<parquet::basic::Compression> {
+    let r = SerializedFileReader::new(std::fs::File::open(path).unwrap()).unwrap();
+    let rg = r.metadata().row_group(0);
+    rg.columns().iter().map(|c| c.compression()).collect()
+}
+
+#[test]
+fn a_lone_fresh_file_is_rewritten_at_the_store_level_when_its_hour_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = flows(7, 5000, day0_us() + 10 * H, H, 300);
+    let mut store = Box::new(ParquetStore::open(dir.path(), quiet()).unwrap());
+    store.insert(&input).unwrap();
+    store.flush().unwrap();
+    let p = &partitions(dir.path(), Table::Flows).unwrap()[0].path;
+    let fresh = tapflow_store::partition::files(p).unwrap();
+    assert_eq!(fresh.len(), 1);
+    assert!(name(&fresh[0]).starts_with("w-"), "{fresh:?}");
+    let fresh_codecs = codecs(&fresh[0]);
+    let fresh_size = std::fs::metadata(&fresh[0]).unwrap().len();
+    store.close().unwrap();
+    let merged = tapflow_store::partition::all_files(p).unwrap();
+    assert_eq!(merged.len(), 1, "{merged:?}");
+    assert!(name(&merged[0]).starts_with("m-"), "{merged:?}");
+    // Compressed columns stay zstd (columns of one value are stored plain in both); level 9
+    // writes fewer bytes than level 1.
+    assert_eq!(codecs(&merged[0]), fresh_codecs);
+    assert!(
+        fresh_codecs
+            .iter()
+            .any(|c| matches!(c, parquet::basic::Compression::ZSTD(_)))
+    );
+    assert!(std::fs::metadata(&merged[0]).unwrap().len() < fresh_size);
+    let mut got: Vec<_> = all_flows(dir.path()).iter().map(key).collect();
+    let mut want: Vec<_> = input.iter().map(as_stored).map(|f| key(&f)).collect();
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want);
 }

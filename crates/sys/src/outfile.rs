@@ -2,7 +2,7 @@
 //! link another user planted, never put in the place of something that is not a regular file
 //! (a device, a directory, a FIFO: those are written in place or refused), and with the same
 //! permission bits whatever the umask.
-#![allow(unsafe_code)] // geteuid, and umask in the tests.
+#![allow(unsafe_code)] // geteuid, syncfs, and umask in the tests.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -109,6 +109,20 @@ pub fn unnamed(dir: &Path) -> io::Result<File> {
         .mode(0o600)
         .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
         .open(dir)
+}
+
+/// Writes every dirty page and inode of the filesystem that holds `file` to the device and
+/// waits for them (`syncfs`): one call makes the data of many new files, and the renames and
+/// directories made after them, durable at once, where a sync per file and per directory
+/// would each wait for the device separately.
+pub fn sync_filesystem(file: &File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid fd borrowed from `file` for the call; no memory is passed.
+    if unsafe { libc::syncfs(file.as_raw_fd()) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Opens a [`Target::Stream`] for writing, in place (a FIFO waits for its reader).
