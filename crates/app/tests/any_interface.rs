@@ -156,7 +156,7 @@ impl Drop for Hosts {
 }
 
 /// Waits until `g`'s process has `n` packet sockets bound to every interface (`/proc/net/packet`
-/// shows them with interface index 0), and a little more for the filter.
+/// shows them running, with interface index 0), and a little more for the filter.
 fn wait_capturing_any(g: &mut ChildGuard, n: usize) {
     g.wait_until(
         Duration::from_secs(15),
@@ -174,13 +174,18 @@ fn wait_capturing_any(g: &mut ChildGuard, n: usize) {
             }
             let table =
                 std::fs::read_to_string(format!("/proc/{pid}/net/packet")).unwrap_or_default();
-            // sk RefCnt Type Proto Iface R Rmem User Inode; Type 2 is SOCK_DGRAM.
+            // sk RefCnt Type Proto Iface R Rmem User Inode; Type 2 is SOCK_DGRAM. A socket not
+            // bound yet shows interface 0 too: R=1 (hooked into the receive path) tells them apart.
             table
                 .lines()
                 .skip(1)
                 .map(|l| l.split_whitespace().collect::<Vec<_>>())
                 .filter(|f| {
-                    f.len() >= 9 && f[2] == "2" && f[4] == "0" && inodes.iter().any(|i| i == f[8])
+                    f.len() >= 9
+                        && f[2] == "2"
+                        && f[4] == "0"
+                        && f[5] == "1"
+                        && inodes.iter().any(|i| i == f[8])
                 })
                 .count()
                 >= n
