@@ -17,7 +17,7 @@ use parquet::arrow::arrow_reader::{ArrowPredicateFn, ParquetRecordBatchReaderBui
 use parquet::file::statistics::Statistics;
 
 use super::filter::OneWay;
-use super::result::{Answer, QueryResult, ScanStats};
+use super::result::{Answer, QueryResult, ScanStats, Value};
 use super::series::SeriesSink;
 use super::sink::{ListSink, Sink, SummarySink};
 use super::tier::{self, Pick, Select, Tally};
@@ -106,7 +106,7 @@ impl ParquetEngine {
                 query: q,
                 bucket_us: pick.map_or(0, |p| p.tier.bucket_us()),
                 tally: Some(tally),
-                select: None,
+                select: pick.and_then(|p| tier::side_rows(p.table, q)),
             },
         };
         let mut answer = match &q.kind {
@@ -373,11 +373,24 @@ fn scan_file<S: Sink>(
                     "no side or value column to select rows by",
                 ));
             };
-            let wanted = s.values.to_vec();
-            let (side_value, column) = (s.side, s.column);
+            // The value column is read first only if values are picked.
+            let leaves = match s.values {
+                Some(_) => vec![side, value],
+                None => vec![side],
+            };
+            let wanted = s.values.map(<[Value]>::to_vec);
+            let (side_value, column, totals) = (s.side, s.column, s.totals);
             let predicate = ArrowPredicateFn::new(
-                ProjectionMask::leaves(schema, [side, value]),
-                move |b: RecordBatch| Ok(tier::selected(&b, side_value, column, &wanted)),
+                ProjectionMask::leaves(schema, leaves),
+                move |b: RecordBatch| {
+                    let s = Select {
+                        side: side_value,
+                        column,
+                        values: wanted.as_deref(),
+                        totals,
+                    };
+                    Ok(tier::selected(&b, &s))
+                },
             );
             builder.with_row_filter(RowFilter::new(vec![Box::new(predicate)]))
         }

@@ -17,6 +17,9 @@ pub struct SeriesSink {
     order_by: Metric,
     n: usize,
     buckets: HashMap<(i64, Value), Counters>,
+    /// The group the last flow counted went to, not yet in `buckets`: a rollup's rows come
+    /// sorted by exporter and protocol within a bucket, so runs of them fall in one group.
+    run: Option<((i64, Value), Counters)>,
     /// The only key values counted, if known beforehand (the whole window's top `n`).
     only: Option<Vec<Value>>,
     total: Counters,
@@ -31,6 +34,7 @@ impl SeriesSink {
             order_by,
             n,
             buckets: HashMap::new(),
+            run: None,
             only: None,
             total: Counters::EMPTY,
         }
@@ -50,16 +54,22 @@ impl Sink for SeriesSink {
         self.total
             .add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
         let t = f.start_us - f.start_us.rem_euclid(self.every_us);
-        let buckets = &mut self.buckets;
+        let (buckets, run) = (&mut self.buckets, &mut self.run);
         let only = self.only.as_deref();
         let mut count = |v| {
             if only.is_some_and(|o| !o.contains(&v)) {
                 return;
             }
-            buckets
-                .entry((t, v))
-                .or_insert(Counters::EMPTY)
-                .add(f.flows, f.packets, f.bytes, f.start_us, f.end_us)
+            let c = match run {
+                Some((k, c)) if *k == (t, v) => c,
+                _ => {
+                    if let Some((k, c)) = run.take() {
+                        buckets.entry(k).or_insert(Counters::EMPTY).merge(&c);
+                    }
+                    &mut run.insert(((t, v), Counters::EMPTY)).1
+                }
+            };
+            c.add(f.flows, f.packets, f.bytes, f.start_us, f.end_us)
         };
         match self.key {
             Some(k) => key_values(k, f, count),
@@ -69,12 +79,15 @@ impl Sink for SeriesSink {
 
     fn merge(&mut self, o: SeriesSink) {
         self.total.merge(&o.total);
-        for (k, c) in o.buckets {
+        for (k, c) in o.buckets.into_iter().chain(o.run) {
             self.buckets.entry(k).or_insert(Counters::EMPTY).merge(&c);
         }
     }
 
-    fn finish(self) -> QueryResult {
+    fn finish(mut self) -> QueryResult {
+        if let Some((k, c)) = self.run.take() {
+            self.buckets.entry(k).or_insert(Counters::EMPTY).merge(&c);
+        }
         // The keys shown: the n largest over the whole window.
         let mut per_key: HashMap<Value, Counters> = HashMap::new();
         for ((_, v), c) in &self.buckets {

@@ -48,50 +48,79 @@ pub const HOST_COLUMNS: &[&str] = &["time", "side", "addr", "flows", "packets", 
 pub const PORT_COLUMNS: &[&str] = &["time", "side", "port", "flows", "packets", "bytes"];
 
 /// The rows of a hosts or ports table a scan reads: those of `side` whose `column` holds one of
-/// `values`.
+/// `values` (any value if `None`), and the buckets' totals if `totals`.
 #[derive(Debug, Clone, Copy)]
 pub struct Select<'a> {
     /// The side.
     pub side: u8,
     /// `addr` or `port`.
     pub column: &'static str,
-    /// The values kept.
-    pub values: &'a [Value],
+    /// The values kept, or every one.
+    pub values: Option<&'a [Value]>,
+    /// Whether the rows of [`TOTAL_SIDE`] are kept too (what a hosts scan tallies).
+    pub totals: bool,
 }
 
-/// The rows of `table` (the hosts or ports one) that answer `q` for the key values `values`
-/// alone, if `q` reads them by side and value.
-pub fn select<'a>(table: Table, q: &Query, values: &'a [Value]) -> Option<Select<'a>> {
+/// The side and column of `table` (the hosts or ports one) whose rows answer `q`, if `q`
+/// reads them by side and value.
+fn side_column(table: Table, q: &Query) -> Option<(u8, &'static str)> {
     let (side, column) = match table {
         Table::Hosts(t) => (host_answerable(q, t.bucket_us())?, "addr"),
         Table::Ports => (port_answerable(q)?, "port"),
         _ => return None,
     };
-    (side != TOTAL_SIDE).then_some(Select {
+    (side != TOTAL_SIDE).then_some((side, column))
+}
+
+/// The rows of `table` (the hosts or ports one) that answer `q` for the key values `values`
+/// alone, if `q` reads them by side and value.
+pub fn select<'a>(table: Table, q: &Query, values: &'a [Value]) -> Option<Select<'a>> {
+    let (side, column) = side_column(table, q)?;
+    Some(Select {
         side,
         column,
-        values,
+        values: Some(values),
+        totals: false,
     })
 }
 
-/// Which rows of a batch of `side` and `column` (an address or a port) are of `side` and hold
-/// one of `values` (a few: searched one by one); every row if the columns are not as expected.
-pub fn selected(b: &RecordBatch, side: u8, column: &str, values: &[Value]) -> BooleanArray {
-    let sides = prim::<UInt8Type>(b, "side").ok().flatten();
-    let keep: Vec<bool> = match (sides, column) {
-        (Some(sides), "addr") => match addrs(b, "addr").ok().flatten() {
-            Some(a) => (0..b.num_rows())
-                .map(|i| sides[i] == side && values.contains(&Value::Addr(a[i])))
+/// The rows of `table` (the hosts or ports one) a scan of `q` over every value reads: its side's
+/// and, for the hosts, the buckets' totals it checks them against; the other side's rows are
+/// then skipped undecoded.
+pub fn side_rows(table: Table, q: &Query) -> Option<Select<'static>> {
+    let (side, column) = side_column(table, q)?;
+    Some(Select {
+        side,
+        column,
+        values: None,
+        totals: matches!(table, Table::Hosts(_)),
+    })
+}
+
+/// Which rows of a batch of `side` and `column` (an address or a port) `s` keeps (its values are
+/// a few: searched one by one); every row if the columns are not as expected.
+pub fn selected(b: &RecordBatch, s: &Select<'_>) -> BooleanArray {
+    let n = b.num_rows();
+    let Some(sides) = prim::<UInt8Type>(b, "side").ok().flatten() else {
+        return BooleanArray::from(vec![true; n]);
+    };
+    let total = |i: usize| s.totals && sides[i] == TOTAL_SIDE;
+    let keep: Vec<bool> = match (s.values, s.column) {
+        (None, _) => (0..n).map(|i| sides[i] == s.side || total(i)).collect(),
+        (Some(values), "addr") => match addrs(b, "addr").ok().flatten() {
+            Some(a) => (0..n)
+                .map(|i| sides[i] == s.side && values.contains(&Value::Addr(a[i])) || total(i))
                 .collect(),
-            None => vec![true; b.num_rows()],
+            None => vec![true; n],
         },
-        (Some(sides), _) => match prim::<UInt16Type>(b, column).ok().flatten() {
-            Some(p) => (0..b.num_rows())
-                .map(|i| sides[i] == side && values.contains(&Value::Num(p[i].into())))
+        (Some(values), column) => match prim::<UInt16Type>(b, column).ok().flatten() {
+            Some(p) => (0..n)
+                .map(|i| {
+                    sides[i] == s.side && values.contains(&Value::Num(p[i].into())) || total(i)
+                })
                 .collect(),
-            None => vec![true; b.num_rows()],
+            None => vec![true; n],
         },
-        (None, _) => vec![true; b.num_rows()],
     };
     BooleanArray::from(keep)
 }
@@ -109,7 +138,15 @@ impl Pick {
     /// The columns read from it for a query that would read `flow_columns` of the flows.
     pub fn columns(self, flow_columns: &[&'static str]) -> Vec<&'static str> {
         match self.table {
-            Table::Hosts(_) => return HOST_COLUMNS.to_vec(),
+            // The addresses only for an address key (the totals need none).
+            Table::Hosts(_) => {
+                let by_addr = flow_columns.contains(&"src_addr");
+                return HOST_COLUMNS
+                    .iter()
+                    .copied()
+                    .filter(|c| by_addr || *c != "addr")
+                    .collect();
+            }
             Table::Ports => {
                 let mut c = PORT_COLUMNS.to_vec();
                 c.extend(flow_columns.iter().filter(|k| **k == "protocol"));
@@ -456,7 +493,10 @@ pub fn host_feed<S: Sink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Resu
     let side = host_answerable(q, read.bucket_us).ok_or("the hosts table cannot answer")?;
     let time = prim::<TimestampMicrosecondType>(b, "time")?.ok_or_else(|| col("time"))?;
     let sides = prim::<UInt8Type>(b, "side")?.ok_or_else(|| col("side"))?;
-    let addr = addrs(b, "addr")?.ok_or_else(|| col("addr"))?;
+    let addr = addrs(b, "addr")?;
+    if addr.is_none() && side != TOTAL_SIDE {
+        return Err(col("addr"));
+    }
     let flows = prim::<UInt64Type>(b, "flows")?.ok_or_else(|| col("flows"))?;
     let pkts = prim::<UInt64Type>(b, "packets")?;
     let bytes = prim::<UInt64Type>(b, "bytes")?;
@@ -485,8 +525,8 @@ pub fn host_feed<S: Sink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Resu
             ..OneWay::default()
         };
         match side {
-            0 => f.src = addr[i],
-            1 => f.dst = addr[i],
+            0 => f.src = at(addr, i),
+            1 => f.dst = at(addr, i),
             _ => {}
         }
         sink.add(&f);

@@ -79,6 +79,16 @@ fn packed(v: Value) -> u128 {
     }
 }
 
+/// How many values `key` takes if it is a number of at most 16 bits (a port, protocol or VLAN):
+/// its groups are then an array indexed by the value rather than a hash table.
+fn small_range(key: Key) -> Option<usize> {
+    match key {
+        Key::SrcPort | Key::DstPort | Key::Port | Key::Vlan => Some(1 << 16),
+        Key::Protocol => Some(1 << 8),
+        _ => None,
+    }
+}
+
 /// `-s KEY/ORDER -n N`.
 #[derive(Debug)]
 pub struct TopSink {
@@ -86,6 +96,8 @@ pub struct TopSink {
     order_by: Metric,
     n: usize,
     groups: HashMap<u128, Counters>,
+    /// The groups of a key of [`small_range`], by value (`None`: not seen).
+    small: Vec<Option<Counters>>,
     total: Counters,
 }
 
@@ -97,7 +109,15 @@ impl TopSink {
             order_by,
             n,
             groups: HashMap::new(),
+            small: vec![None; small_range(key).unwrap_or(0)],
             total: Counters::EMPTY,
+        }
+    }
+
+    fn group(&mut self, v: u128) -> &mut Counters {
+        match self.small.get_mut(v as usize) {
+            Some(slot) if v < 1 << 16 => slot.get_or_insert(Counters::EMPTY),
+            _ => self.groups.entry(v).or_insert(Counters::EMPTY),
         }
     }
 }
@@ -107,19 +127,16 @@ impl Sink for TopSink {
     fn add(&mut self, f: &OneWay) {
         self.total
             .add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
-        let groups = &mut self.groups;
         key_values(self.key, f, |v| {
-            groups
-                .entry(packed(v))
-                .or_insert(Counters::EMPTY)
+            self.group(packed(v))
                 .add(f.flows, f.packets, f.bytes, f.start_us, f.end_us)
         });
     }
 
     fn merge(&mut self, o: TopSink) {
         self.total.merge(&o.total);
-        for (v, c) in o.groups {
-            self.groups.entry(v).or_insert(Counters::EMPTY).merge(&c);
+        for (v, c) in o.groups.into_iter().chain(smalls(o.small)) {
+            self.group(v).merge(&c);
         }
     }
 
@@ -138,6 +155,7 @@ impl Sink for TopSink {
         let groups = self
             .groups
             .into_iter()
+            .chain(smalls(self.small))
             .map(|(k, c)| (unpack(k), c))
             .collect();
         let rows = rank(groups, self.order_by, self.n)
@@ -155,6 +173,11 @@ impl Sink for TopSink {
             order_by: self.order_by,
         }
     }
+}
+
+/// The groups seen in a [`TopSink`]'s array, with their values.
+fn smalls(small: Vec<Option<Counters>>) -> impl Iterator<Item = (u128, Counters)> {
+    (0u128..).zip(small).filter_map(|(v, c)| Some((v, c?)))
 }
 
 /// `-a KEYS`.
