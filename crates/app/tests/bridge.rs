@@ -443,7 +443,10 @@ fn a_filter_chooses_the_records_not_what_crosses() {
     let sum = Summary::read(&json);
     sum.assert_adds_up();
     assert_eq!(sum.recorded, 6, "{}", sum.text);
-    assert!(sum.received > 1000, "{}", sum.text);
+    // The transfer's frames crossed and were counted: 2 MiB is more than 32 frames of any size
+    // a veth carries. How many frames it takes varies with what the kernel coalesces (829 in
+    // one run, below the ~2,200 full-size segments and their acknowledgements).
+    assert!(sum.received > 6 + 32, "{}", sum.text);
     for (f, kind) in [("f-w0.pcapng", "8"), ("f-w1.pcapng", "0")] {
         let rows = tshark_fields(&dir.path().join(f), &["icmp.type"]);
         assert_eq!(rows, vec![vec![kind.to_string()]; 3], "{f}");
