@@ -106,7 +106,7 @@ impl ParquetEngine {
                 query: q,
                 bucket_us: pick.map_or(0, |p| p.tier.bucket_us()),
                 tally: Some(tally),
-                select: pick.and_then(|p| tier::side_rows(p.table, q)),
+                select: pick.and_then(|p| tier::select(p.table, q, None)),
             },
         };
         let mut answer = match &q.kind {
@@ -127,7 +127,9 @@ impl ParquetEngine {
                 // `n` first, then the buckets of those alone rather than of every value: only
                 // their rows decoded past the side and value columns, the totals from the first.
                 let first = match (pick, key) {
-                    (Some(p), Some(k)) if *n > 0 && tier::select(p.table, q, &[]).is_some() => {
+                    (Some(p), Some(k))
+                        if *n > 0 && tier::select(p.table, q, Some(&[])).is_some() =>
+                    {
                         let top =
                             self.scan(&t, pick_feed(pick), || TopSink::new(*k, *order_by, *n))?;
                         match top.result {
@@ -149,7 +151,7 @@ impl ParquetEngine {
                             files: t.files,
                             cols: t.cols.clone(),
                             read: Read {
-                                select: tier::select(table, q, &only),
+                                select: tier::select(table, q, Some(&only)),
                                 tally: None,
                                 ..t.read
                             },

@@ -72,28 +72,17 @@ fn side_column(table: Table, q: &Query) -> Option<(u8, &'static str)> {
     (side != TOTAL_SIDE).then_some((side, column))
 }
 
-/// The rows of `table` (the hosts or ports one) that answer `q` for the key values `values`
-/// alone, if `q` reads them by side and value.
-pub fn select<'a>(table: Table, q: &Query, values: &'a [Value]) -> Option<Select<'a>> {
+/// The rows of `table` (the hosts or ports one) a scan of `q` reads, if `q` reads them by side
+/// and value: its side's rows holding one of `values`; or, with `None`, every row of its side
+/// and, for the hosts, the buckets' totals it checks them against. The other rows are then
+/// skipped undecoded.
+pub fn select<'a>(table: Table, q: &Query, values: Option<&'a [Value]>) -> Option<Select<'a>> {
     let (side, column) = side_column(table, q)?;
     Some(Select {
         side,
         column,
-        values: Some(values),
-        totals: false,
-    })
-}
-
-/// The rows of `table` (the hosts or ports one) a scan of `q` over every value reads: its side's
-/// and, for the hosts, the buckets' totals it checks them against; the other side's rows are
-/// then skipped undecoded.
-pub fn side_rows(table: Table, q: &Query) -> Option<Select<'static>> {
-    let (side, column) = side_column(table, q)?;
-    Some(Select {
-        side,
-        column,
-        values: None,
-        totals: matches!(table, Table::Hosts(_)),
+        values,
+        totals: values.is_none() && matches!(table, Table::Hosts(_)),
     })
 }
 

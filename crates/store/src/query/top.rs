@@ -115,9 +115,9 @@ impl TopSink {
     }
 
     fn group(&mut self, v: u128) -> &mut Counters {
-        match self.small.get_mut(v as usize) {
-            Some(slot) if v < 1 << 16 => slot.get_or_insert(Counters::EMPTY),
-            _ => self.groups.entry(v).or_insert(Counters::EMPTY),
+        match usize::try_from(v).ok().and_then(|i| self.small.get_mut(i)) {
+            Some(slot) => slot.get_or_insert(Counters::EMPTY),
+            None => self.groups.entry(v).or_insert(Counters::EMPTY),
         }
     }
 }
