@@ -15,6 +15,7 @@
 
 use std::io::Write as _;
 
+use tapflow_store::partition::civil_from_days;
 use tapflow_wire::flowrecord::FlowRecord;
 use tapflow_wire::ipv4::IpProtocol;
 
@@ -273,19 +274,6 @@ const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
 fn pair(n: u32) -> [u8; 2] {
     let at = (n % 100) as usize * 2;
     [PAIRS[at], PAIRS[at + 1]]
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
-pub(crate) fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 #[cfg(test)]
