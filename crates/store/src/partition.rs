@@ -73,7 +73,7 @@ impl Tier {
 pub enum Table {
     /// The flows ([`FLOW_COLUMNS`]).
     Flows,
-    /// Traffic per bucket, exporter, protocol and port ([`ROLLUP_COLUMNS`]).
+    /// Traffic per bucket, exporter, domain and protocol ([`ROLLUP_COLUMNS`]).
     Rollup(Tier),
     /// The top hosts per bucket ([`HOSTS_COLUMNS`]).
     Hosts(Tier),

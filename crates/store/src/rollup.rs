@@ -1,4 +1,4 @@
-//! The rollup tiers: traffic per bucket by exporter, domain, protocol and service port, and the
+//! The rollup tiers: traffic per bucket by exporter, domain and protocol, and the
 //! hosts of each bucket (the top K of a 1- or 5-minute bucket, every one of a 1-hour bucket, and
 //! the bucket's totals beside them), for 1-minute, 5-minute and 1-hour buckets (the rows of
 //! [`crate::schema::ROLLUP_COLUMNS`] and [`crate::schema::HOSTS_COLUMNS`]); and every source and
@@ -18,7 +18,7 @@ use crate::batch::{Batch, Column};
 use crate::partition::{Table, Tier};
 use crate::schema::{StoredFlow, addr16};
 
-/// The totals of one exporter, domain, protocol and service port in a bucket.
+/// The totals of one exporter, domain and protocol in a bucket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Traffic {
     flows: u64,
@@ -40,8 +40,8 @@ impl Traffic {
     }
 }
 
-/// (exporter, domain, protocol, port).
-type TrafficKey = ([u8; 16], u32, u8, u16);
+/// (exporter, domain, protocol).
+type TrafficKey = ([u8; 16], u32, u8);
 
 /// What one address sent or received in a bucket, over one-way flows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -145,7 +145,7 @@ impl Rollups {
         let b = self.open[0].entry(t.div_euclid(width) * width).or_default();
         let rev = f.rev.packets > 0;
         b.traffic
-            .entry((s.exporter, s.domain, f.proto, f.dport))
+            .entry((s.exporter, s.domain, f.proto))
             .or_default()
             .add(&Traffic {
                 flows: 1,
@@ -245,12 +245,11 @@ impl Rollups {
 fn traffic_rows(start: i64, b: &Bucket, out: &mut Batch) {
     let mut rows: Vec<(&TrafficKey, &Traffic)> = b.traffic.iter().collect();
     rows.sort_unstable_by_key(|(k, _)| **k);
-    for (&(exporter, domain, protocol, port), t) in rows {
+    for (&(exporter, domain, protocol), t) in rows {
         push(&mut out.columns[0], start);
         push_addr(&mut out.columns[1], exporter);
         push32(&mut out.columns[2], domain as i32);
         push32(&mut out.columns[3], i32::from(protocol));
-        push32(&mut out.columns[4], i32::from(port));
         for (k, v) in [
             t.flows,
             t.rev_flows,
@@ -262,7 +261,7 @@ fn traffic_rows(start: i64, b: &Bucket, out: &mut Batch) {
         .into_iter()
         .enumerate()
         {
-            push(&mut out.columns[5 + k], v as i64);
+            push(&mut out.columns[4 + k], v as i64);
         }
     }
 }

@@ -115,16 +115,15 @@ pub const FLOW_COLUMNS: &[(&str, ColumnType)] = &[
 ];
 
 /// A rollup tier's traffic table (`rollup_1m`, `rollup_5m`, `rollup_1h`): one row per bucket,
-/// exporter, domain, protocol and service port, summing the flows that started in the bucket.
-/// `port` is the responder's port (`dst_port`; ICMP `type << 8 | code`). `flows` counts rows
-/// (biflows), `rev_flows` those with `rev_packets > 0`: the one-way flows are their sum. Several
-/// rows may share a key (written at different times): readers sum them.
+/// exporter, domain and protocol, summing the flows that started in the bucket. `flows` counts
+/// rows (biflows), `rev_flows` those with `rev_packets > 0`: the one-way flows are their sum.
+/// Several rows may share a key (written at different times): readers sum them. Ports are kept
+/// per hour in [`PORTS_COLUMNS`], addresses in [`HOSTS_COLUMNS`].
 pub const ROLLUP_COLUMNS: &[(&str, ColumnType)] = &[
     ("time", ColumnType::TimestampMicros),
     ("exporter", ColumnType::Addr16),
     ("domain", ColumnType::U32),
     ("protocol", ColumnType::U8),
-    ("port", ColumnType::U16),
     ("flows", ColumnType::U64),
     ("rev_flows", ColumnType::U64),
     ("packets", ColumnType::U64),
