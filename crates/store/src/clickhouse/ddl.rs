@@ -115,8 +115,8 @@ pub enum Layout {
 
 /// The rollup tiers: table, the function that starts a bucket, how long it is kept at least
 /// (days, where the server has TTL). Each sums the flows that started in a bucket per exporter,
-/// domain, protocol and service port (the responder's, `dst_port`), the same columns as the
-/// Parquet store's rollups: `flows` counts rows, `rev_flows` those with a reverse direction.
+/// domain and protocol, the same columns as the Parquet store's rollups: `flows` counts rows,
+/// `rev_flows` those with a reverse direction.
 pub const ROLLUPS: &[(&str, &str, u32)] = &[
     ("rollup_1m", "toStartOfMinute", 30),
     ("rollup_5m", "toStartOfFiveMinute", 90),
@@ -196,8 +196,8 @@ impl Schema {
             ];
             s.push(format!(
                 "CREATE TABLE IF NOT EXISTS {} (time {time_type}, exporter {addr}, domain UInt32, \
-                 protocol UInt8, port UInt16, {}) ENGINE = SummingMergeTree \
-                 PARTITION BY {partition} ORDER BY (time, exporter, domain, protocol, port){}",
+                 protocol UInt8, {}) ENGINE = SummingMergeTree \
+                 PARTITION BY {partition} ORDER BY (time, exporter, domain, protocol){}",
                 self.local(name),
                 sums.map(|c| format!("{c} UInt64")).join(", "),
                 ttl(d.seconds("time"), self.retain_days.max(*days)),
@@ -205,10 +205,10 @@ impl Schema {
             ));
             s.push(format!(
                 "CREATE MATERIALIZED VIEW IF NOT EXISTS {}.{name}_mv TO {} AS \
-                 SELECT {time} AS time, exporter, domain, protocol, dst_port AS port, \
+                 SELECT {time} AS time, exporter, domain, protocol, \
                  toUInt64(count()) AS flows, toUInt64(sum(rev_flow)) AS rev_flows, \
                  sum(packets) AS packets, sum(bytes) AS bytes, sum(rev_packets) AS rev_packets, \
-                 sum(rev_bytes) AS rev_bytes FROM {} GROUP BY time, exporter, domain, protocol, port",
+                 sum(rev_bytes) AS rev_bytes FROM {} GROUP BY time, exporter, domain, protocol",
                 self.database,
                 self.local(name),
                 self.local("flows"),
