@@ -20,7 +20,7 @@ use serde_json::{Value as Json_, json};
 use tapflow_store::query::result::{addr_text, proto_name};
 use tapflow_store::query::time::parse_window;
 use tapflow_store::query::{
-    Answer, Counters, Filter, FlowRow, Key, Kind, Metric, Query, QueryEngine, QueryError,
+    Answer, Counters, Filter, Key, Kind, Metric, OneWay, Query, QueryEngine, QueryError,
     QueryResult, Row, Value, Window, filter,
 };
 
@@ -503,7 +503,7 @@ async fn top_inner(state: State, view: View) -> Result<Response, ApiError> {
     .into_response())
 }
 
-fn flow_json(f: &FlowRow) -> Json_ {
+fn flow_json(f: &OneWay) -> Json_ {
     json!({
         "start_us": f.start_us,
         "end_us": f.end_us,

@@ -9,9 +9,8 @@
 use super::{Dialect, Layout, Schema, Server, Target};
 use crate::StoreError;
 use crate::partition::Tier;
-use crate::query::result::{
-    Answer, Counters, FlowRow, QueryResult, Row, ScanStats, Summary, Value,
-};
+use crate::query::OneWay;
+use crate::query::result::{Answer, Counters, QueryResult, Row, ScanStats, Summary, Value};
 use crate::query::tier;
 use crate::query::top::rank;
 use crate::query::{
@@ -592,15 +591,16 @@ fn counters(r: &[String]) -> Result<Counters, QueryError> {
     })
 }
 
-fn flow_row(r: &[String]) -> Result<FlowRow, QueryError> {
+fn flow_row(r: &[String]) -> Result<OneWay, QueryError> {
     if r.len() != 15 {
         return Err(answer_error(r));
     }
-    Ok(FlowRow {
+    let (src, dst) = (hex16(&r[2])?, hex16(&r[3])?);
+    Ok(OneWay {
         start_us: num(&r[0])?,
         end_us: num(&r[1])?,
-        src: hex16(&r[2])?,
-        dst: hex16(&r[3])?,
+        src,
+        dst,
         sport: num(&r[4])?,
         dport: num(&r[5])?,
         protocol: num(&r[6])?,
@@ -612,6 +612,12 @@ fn flow_row(r: &[String]) -> Result<FlowRow, QueryError> {
         out_if: num(&r[12])?,
         vlan: num(&r[13])?,
         reverse: r[14] == "1",
+        ip_version: if src[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff] {
+            4
+        } else {
+            6
+        },
+        flows: 1,
     })
 }
 

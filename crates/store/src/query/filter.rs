@@ -348,7 +348,7 @@ fn flags(s: &str) -> Result<u16, QueryError> {
 
 /// One one-way flow as filters, keys and sinks see it (see the module doc of [`super`]), or
 /// the one-way flows of a rollup row that share its exporter, protocol and bucket. Columns a
-/// query does not read hold 0.
+/// query does not read hold 0. [`super::Kind::List`] returns these, one per stored direction.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OneWay {
     /// `time_start`, µs.

@@ -35,7 +35,8 @@ pub mod tier;
 pub mod time;
 pub mod top;
 
-pub use result::{Answer, Counters, FlowRow, QueryResult, Row, ScanStats, Summary, Value};
+pub use filter::OneWay;
+pub use result::{Answer, Counters, QueryResult, Row, ScanStats, Summary, Value};
 pub use scan::ParquetEngine;
 
 /// One query.

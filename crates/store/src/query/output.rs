@@ -5,7 +5,8 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::result::{Counters, FlowRow, QueryResult, Row, Summary, addr_text, proto_name};
+use super::filter::OneWay;
+use super::result::{Counters, QueryResult, Row, Summary, addr_text, proto_name};
 use super::time::format_time;
 use super::{Key, Kind, Query};
 
@@ -316,7 +317,7 @@ struct JsonFlow {
     reverse: bool,
 }
 
-fn flow_lines(rows: &[FlowRow], format: Format) -> Vec<Vec<String>> {
+fn flow_lines(rows: &[OneWay], format: Format) -> Vec<Vec<String>> {
     let mut lines = Vec::new();
     match format {
         Format::Table => {

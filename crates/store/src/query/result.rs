@@ -1,5 +1,6 @@
 //! What a query returns, whichever store answered it; one printer formats it (`output.rs`).
 
+use super::filter::OneWay;
 use super::{Key, Metric};
 
 /// Counters summed over one-way flows.
@@ -152,41 +153,6 @@ pub struct Row {
     pub counters: Counters,
 }
 
-/// One stored one-way flow, as [`super::Kind::List`] returns it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct FlowRow {
-    /// `time_start`, µs since 1970.
-    pub start_us: i64,
-    /// `time_end`, µs since 1970.
-    pub end_us: i64,
-    /// The sender's address (16 bytes, IPv4 IPv4-mapped).
-    pub src: [u8; 16],
-    /// The receiver's address.
-    pub dst: [u8; 16],
-    /// The sender's port.
-    pub sport: u16,
-    /// The receiver's port.
-    pub dport: u16,
-    /// The IP protocol.
-    pub protocol: u8,
-    /// TCP flags seen in this direction.
-    pub tcp_flags: u16,
-    /// Packets.
-    pub packets: u64,
-    /// Bytes.
-    pub bytes: u64,
-    /// The exporter's address.
-    pub exporter: [u8; 16],
-    /// Ingress interface index.
-    pub in_if: u32,
-    /// Egress interface index.
-    pub out_if: u32,
-    /// VLAN id.
-    pub vlan: u16,
-    /// Whether it is the stored row's reverse direction.
-    pub reverse: bool,
-}
-
 /// nfdump's `-I`: totals and per protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Summary {
@@ -238,7 +204,7 @@ pub struct ScanStats {
 #[derive(Debug, Clone, PartialEq)]
 pub enum QueryResult {
     /// [`super::Kind::List`]'s flows, by time.
-    Flows(Vec<FlowRow>),
+    Flows(Vec<OneWay>),
     /// [`super::Kind::Top`], [`super::Kind::Aggregate`] and [`super::Kind::Series`].
     Table {
         /// The key columns, in order.

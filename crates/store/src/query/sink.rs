@@ -3,7 +3,7 @@
 //! `top.rs` and `series.rs`.
 
 use super::filter::OneWay;
-use super::result::{FlowRow, QueryResult, Summary};
+use super::result::{QueryResult, Summary};
 
 /// Takes the one-way flows a scan keeps.
 pub trait Sink: Send + Sized {
@@ -19,7 +19,7 @@ pub trait Sink: Send + Sized {
 #[derive(Debug)]
 pub struct ListSink {
     limit: Option<u64>,
-    rows: Vec<FlowRow>,
+    rows: Vec<OneWay>,
 }
 
 impl ListSink {
@@ -45,23 +45,7 @@ impl ListSink {
 
 impl Sink for ListSink {
     fn add(&mut self, f: &OneWay) {
-        self.rows.push(FlowRow {
-            start_us: f.start_us,
-            end_us: f.end_us,
-            src: f.src,
-            dst: f.dst,
-            sport: f.sport,
-            dport: f.dport,
-            protocol: f.protocol,
-            tcp_flags: f.tcp_flags,
-            packets: f.packets,
-            bytes: f.bytes,
-            exporter: f.exporter,
-            in_if: f.in_if,
-            out_if: f.out_if,
-            vlan: f.vlan,
-            reverse: f.reverse,
-        });
+        self.rows.push(*f);
         // Bounded memory under a limit: keep the earliest `limit` now and then.
         if let Some(l) = self.limit
             && self.rows.len() as u64 >= l.saturating_mul(2).max(65_536)
