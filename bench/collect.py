@@ -19,7 +19,7 @@ worker stores with no loss.
    sender (CPU 0, sequence numbers continued so each replay follows the last; when it is off
    its CPU it does not make the time up in a burst) at each rate of
    --rates (million records a second) into `tapflow collect --threads 1` (CPU 1, --rcvbuf,
-   32M by default; both at --nice -10, so other jobs on a shared machine take less of their cores),
+   256M by default, as tapflow's; both at --nice -10, so other jobs on a shared machine take less of their cores),
    --rate-runs times each, into `-w csv:/dev/null` (receive, decode, hand over, CSV
    text) and into the Parquet store. The sender reports what it sent: a rate it fell short of
    (by more than 2%) is marked as such, not as the collector's. Each run's records: sent =
@@ -264,7 +264,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5)
     ap.add_argument("--rate-runs", type=int, default=3, help="runs at each rate")
     ap.add_argument("--sinks", default="csv,store", help="where the rate part keeps the flows")
-    ap.add_argument("--rcvbuf", default="32M", help="the rate part's socket buffer")
+    ap.add_argument("--rcvbuf", default="256M", help="the rate part's socket buffer")
     ap.add_argument("--nice", type=int, default=-10,
                     help="niceness of the rate part's collector and sender, so that other jobs "
                          "on a shared machine take less of their cores")

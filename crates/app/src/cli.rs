@@ -781,8 +781,9 @@ pub struct CollectArgs {
     /// its own decoder; the kernel keeps each exporter on one.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
-    /// Receive buffer of each socket (SO_RCVBUFFORCE as root).
-    #[arg(long, default_value = "32M", value_parser = units::size_usize)]
+    /// Receive buffer of each socket (SO_RCVBUFFORCE as root); memory is used only while
+    /// datagrams wait in it.
+    #[arg(long, default_value = "256M", value_parser = units::size_usize)]
     pub rcvbuf: usize,
     /// Accept flows only from exporters in these networks (CIDR, e.g. 10.0.0.0/8,192.0.2.7).
     #[arg(long, value_name = "CIDR[,CIDR...]", value_delimiter = ',')]
