@@ -82,6 +82,16 @@ const ROWS: &[(&str, Value, Kind)] = &[
     ),
     ("ring freezes", |w| w.totals.freezes as f64, Kind::Counter),
     ("ring blocks", |w| w.totals.blocks as f64, Kind::Counter),
+    (
+        "ring fill (%)",
+        |w| w.totals.ring_fill_ppm as f64 / 1e4,
+        Kind::Gauge,
+    ),
+    (
+        "ring fill peak (%)",
+        |w| w.totals.ring_fill_peak_ppm as f64 / 1e4,
+        Kind::Gauge,
+    ),
     ("link gaps", |w| w.totals.link_gaps as f64, Kind::Counter),
     (
         "link down (s)",

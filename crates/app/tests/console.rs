@@ -2,7 +2,8 @@
 //! over a store the test fills with known flows: the top tables and totals equal `tapflow
 //! query`'s, a click on a row filters every view, the chart is drawn, the page makes no
 //! request elsewhere and logs no error, it fits a phone, and follows the system's dark mode;
-//! the same page in Firefox (Debian's firefox-esr over Marionette).
+//! the same page in Firefox (Debian's firefox-esr over Marionette). The health view with a
+//! real capture probe on a veth pair (in namespaces: needs root) and one that does not answer.
 //! Also the server's manners without a browser: loopback only without credentials, Basic
 //! authentication, TLS.
 
@@ -224,6 +225,13 @@ impl Driver {
         );
     }
 
+    /// Scrolls the element `selector` names to the top of the window, for a screenshot of it.
+    fn show(&self, selector: &str) {
+        self.run(&format!(
+            "document.querySelector('{selector}').scrollIntoView({{block: 'start'}}); return true"
+        ));
+    }
+
     fn screenshot(&self, name: &str) -> Vec<u8> {
         let v = get(&self.url("/screenshot"));
         let png = base64::engine::general_purpose::STANDARD
@@ -405,6 +413,7 @@ fn the_console_shows_what_query_answers_and_filters_every_view_on_a_click() {
         painted.as_u64().unwrap_or(0) > 1000,
         "blank chart: {painted}"
     );
+    d.show("header");
     d.screenshot("overview");
 
     // A click on the top sender filters every view.
@@ -428,6 +437,7 @@ fn the_console_shows_what_query_answers_and_filters_every_view_on_a_click() {
     .map(|(k, b)| (k, human_bytes(b)))
     .collect();
     assert_eq!(page_top(&d, "dstport"), filtered_ports);
+    d.show("header");
     d.screenshot("filtered");
 
     // Flow search lists only that sender's flows.
@@ -444,6 +454,7 @@ fn the_console_shows_what_query_answers_and_filters_every_view_on_a_click() {
         srcs.iter().all(|s| s.as_str() == Some(first.as_str())),
         "{srcs:?}"
     );
+    d.show("#search");
     d.screenshot("flows");
 
     // Everything came from the console itself, and nothing went wrong in the page.
@@ -462,6 +473,7 @@ fn the_console_shows_what_query_answers_and_filters_every_view_on_a_click() {
     );
     let dark = d.run("return getComputedStyle(document.body).backgroundColor");
     assert_ne!(light, dark);
+    d.show("header");
     d.screenshot("dark");
 
     // A phone's width: nothing wider than the screen.
@@ -479,7 +491,205 @@ fn the_console_shows_what_query_answers_and_filters_every_view_on_a_click() {
     );
     let fits = d.run("return document.documentElement.scrollWidth <= window.innerWidth + 1");
     assert_eq!(fits, Value::Bool(true));
+    d.show("header");
     d.screenshot("phone");
+}
+
+/// The probe's `/metrics` read from loopback: each family's samples summed (the counters) and
+/// their largest (the ring fills).
+fn probe_metrics(port: u16) -> (f64, f64, f64, f64, f64) {
+    let mut r = ureq::get(&format!("http://127.0.0.1:{port}/metrics"))
+        .call()
+        .expect("GET /metrics");
+    let text = r.body_mut().read_to_string().expect("body");
+    let samples = |family: &str| -> Vec<f64> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{family}{{")))
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
+            .collect()
+    };
+    let sum = |family: &str| samples(family).iter().sum::<f64>();
+    let max = |family: &str| samples(family).into_iter().fold(f64::NAN, f64::max);
+    let drops = sum("tapflow_dropped_kernel_total") + sum("tapflow_dropped_ours_total");
+    (
+        sum("tapflow_received_total"),
+        sum("tapflow_recorded_total"),
+        drops,
+        max("tapflow_ring_fill_ratio"),
+        max("tapflow_ring_fill_peak_ratio"),
+    )
+}
+
+/// The probe rows of the health view: for each address, its class, state, and each counter
+/// cell's text and exact value.
+fn page_probes(d: &Driver) -> Value {
+    d.run(
+        "return Object.fromEntries([...document.querySelectorAll('#probes tbody tr')].map(r => \
+         [r.dataset.address, {cls: r.className, \
+          state: r.querySelector('.state').textContent, \
+          cells: Object.fromEntries([...r.cells].filter(c => c.dataset.key) \
+            .map(c => [c.dataset.key, [c.textContent, c.title]]))}]))",
+    )
+}
+
+/// Waits until the probe's `/metrics` says `received` packets were received and the peak
+/// fill has been seen, and returns what it says.
+fn settled_metrics(port: u16, received: f64) -> (f64, f64, f64, f64, f64) {
+    let start = Instant::now();
+    loop {
+        let m = probe_metrics(port);
+        if m.0 == received && m.1 == received {
+            return m;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the probe says {m:?}, not {received} received and recorded"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn the_health_view_shows_a_real_probe_and_one_that_does_not_answer() {
+    if !Path::new("/usr/bin/chromium").exists() || !Path::new("/usr/bin/chromedriver").exists() {
+        eprintln!(
+            "skipped: console health view test: no chromium/chromedriver (scripts/install-deps.sh installs them)"
+        );
+        return;
+    }
+    assert!(
+        assets_present(),
+        "run scripts/fetch-console-assets.sh first"
+    );
+    let p = common::VethPair::new("hv");
+    common::ip(&["-n", &p.ns_b, "link", "set", "lo", "up"]);
+    // The probe's /metrics is on B's loopback: the console, the browser and this test's own
+    // requests run in B too (a thread that entered it, and the processes it starts).
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            tapflow_sys::netns::enter(&p.ns_b).unwrap();
+            health_view_in_b(&p);
+        })
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e));
+    });
+}
+
+fn health_view_in_b(p: &common::VethPair) {
+    let dir = tempfile::tempdir().unwrap();
+    fill_store(dir.path());
+    // One worker, ten blocks: fills are tenths, and each packet sent alone closes a block of its
+    // own (the 10 ms retire timeout).
+    let port = free_port();
+    let metrics = format!("127.0.0.1:{port}");
+    let mut probe = common::VethPair::spawn(&mut p.tapflow_b(&[
+        "capture",
+        "-i",
+        &p.if_b,
+        "-q",
+        "--threads",
+        "1",
+        "--block-count",
+        "10",
+        "--metrics",
+        &metrics,
+    ]));
+    common::wait_capturing(&mut probe, 1);
+    probe.wait_until(Duration::from_secs(30), "serves /metrics", |_| {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    p.send(&["-c", "600", "--flows", "8"], dir.path(), 600);
+    let (received, recorded, drops, fill, peak) = settled_metrics(port, 600.0);
+    assert_eq!(drops, 0.0);
+    assert!(
+        (0.1..0.9).contains(&peak) && fill >= 0.1,
+        "fill {fill}, peak {peak}"
+    );
+
+    let silent = format!("127.0.0.1:{}", free_port());
+    let (_console, base, _) = console(dir.path(), &["--probe", &metrics, "--probe", &silent]);
+    let health = get(&format!("{base}/api/v1/health?window=last%201h"));
+    let api = &health["probes"][0];
+    assert_eq!(
+        (&api["received"], &api["ring_fill"], &api["ring_fill_peak"]),
+        (&json!(received), &json!(fill), &json!(peak)),
+        "{health}"
+    );
+    assert_eq!(health["probes"][1]["alarm"], true, "{health}");
+
+    let d = Driver::start().expect("chromedriver");
+    d.go(&format!("{base}/?window=last%201h"));
+    d.until(
+        "showed both probes",
+        "return document.querySelectorAll('#probes tbody tr').length === 2",
+    );
+    let rows = page_probes(&d);
+    let row = &rows[&metrics];
+    // The counters as /metrics says them, exactly (the cell's title) and as shown (600 reads
+    // as is); the ring's fill in percent; no alarm.
+    for (key, want) in [("received", received), ("recorded", recorded)] {
+        assert_eq!(
+            row["cells"][key],
+            json!([format!("{want}"), format!("{want}")]),
+            "{rows}"
+        );
+    }
+    assert_eq!(row["cells"]["dropped_kernel"], json!(["0", "0"]), "{rows}");
+    assert_eq!(
+        (
+            &row["cells"]["ring_fill"][0],
+            &row["cells"]["ring_fill_peak"][0]
+        ),
+        (
+            &json!(format!("{:.1} %", fill * 100.0)),
+            &json!(format!("{:.1} %", peak * 100.0))
+        ),
+        "{rows}"
+    );
+    assert_eq!(
+        (&row["cls"], &row["state"]),
+        (&json!("ok"), &json!("ok")),
+        "{rows}"
+    );
+    // The address nobody answers on is an alarm, and says why.
+    let dead = &rows[&silent];
+    assert_eq!(dead["cls"], "alarm", "{rows}");
+    assert!(
+        dead["state"].as_str().unwrap().starts_with("unreachable: "),
+        "{rows}"
+    );
+
+    // A stalled probe: stopped while nine packets arrive a block apart, the kernel hands over
+    // nine of the ten blocks; the first taken after it resumes sees them all. 90 % is a
+    // warning, not an alarm: nothing was lost.
+    probe.signal(libc::SIGSTOP);
+    for _ in 0..9 {
+        p.send(&["-c", "1"], dir.path(), 1);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    probe.signal(libc::SIGCONT);
+    let (received, _, drops, fill, peak) = settled_metrics(port, 609.0);
+    assert_eq!(
+        (drops, fill, peak),
+        (0.0, 0.1, 0.9),
+        "the last block taken saw itself alone, the first of the nine saw all nine"
+    );
+    d.go(&format!("{base}/?window=last%201h"));
+    d.until(
+        "showed the stalled probe",
+        &format!(
+            "const r = document.querySelector('#probes tr[data-address=\"{metrics}\"]'); \
+             return !!r && r.className === 'warn'"
+        ),
+    );
+    let rows = page_probes(&d);
+    let row = &rows[&metrics];
+    assert_eq!(row["cells"]["received"][1], json!(format!("{received}")));
+    assert_eq!(row["cells"]["ring_fill_peak"][0], "90.0 %", "{rows}");
+    assert_eq!(row["state"], "ring nearly full", "{rows}");
+    assert_eq!(d.severe_logs(), Vec::<String>::new());
+    d.show("#health");
+    d.screenshot("health");
 }
 
 #[test]

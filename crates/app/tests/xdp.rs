@@ -282,6 +282,9 @@ fn a_stalled_reader_loses_frames_and_counts_every_one() {
                 + json_u64(&sum.text, "source.xdp_no_socket")
         };
         assert_eq!(named, sum.dropped_kernel, "{}", sum.text);
+        // The stall filled the RX ring (or the ring buffer): the first read after it saw it so.
+        let peak = json_f64(&sum.text, "ring_fill_peak_ratio");
+        assert!(peak > 0.9 && peak <= 1.0, "pass {pass}: {}", sum.text);
         let cap = read_capture(&o);
         assert_eq!(cap.packets.len() as u64, sum.recorded);
         let placed: Vec<_> = cap

@@ -1,6 +1,6 @@
 //! The health view's probes: each tapflow probe's `/metrics` (`--probe HOST:PORT`), read when the
-//! page asks and reduced to what an operator checks first: packets received and recorded, and
-//! the drops by where they happened.
+//! page asks and reduced to what an operator checks first: packets received and recorded, the
+//! drops by where they happened, and how full its capture rings run.
 
 use std::time::Duration;
 
@@ -8,6 +8,9 @@ use serde::Serialize;
 
 /// How long one probe may take to answer.
 const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A ring that has been this full (a ratio) is a warning: the next burst may not fit.
+pub const FILL_WARNING: f64 = 0.9;
 
 /// The counters the health view shows for one probe, or why it could not be read.
 #[derive(Debug, Default, Serialize, PartialEq)]
@@ -28,7 +31,15 @@ pub struct Probe {
     pub dropped_in_transit: f64,
     /// Batches that could not be forwarded (`tapflow_forward_failed_total`).
     pub forward_failed: f64,
-    /// Whether any packet was lost: the alarm the page shows.
+    /// How full its fullest ring was when the last block was taken (`tapflow_ring_fill_ratio`,
+    /// the largest over its workers, 0 to 1); none if the probe does not say.
+    pub ring_fill: Option<f64>,
+    /// The highest ring fill since it started (`tapflow_ring_fill_peak_ratio`, the largest).
+    pub ring_fill_peak: Option<f64>,
+    /// Whether a ring has been [`FILL_WARNING`] full or more: the warning the page shows
+    /// before any packet is lost.
+    pub warning: bool,
+    /// Whether any packet was lost, or the probe could not be read: the alarm the page shows.
     pub alarm: bool,
 }
 
@@ -53,12 +64,14 @@ pub fn scrape(address: &str) -> Probe {
         Err(e) => Probe {
             address: address.to_owned(),
             error: Some(e.to_string()),
+            alarm: true,
             ..Probe::default()
         },
     }
 }
 
-/// The probe's counters from Prometheus text: each named family summed over its labels.
+/// The probe's counters from Prometheus text: each counter family summed over its labels, each
+/// ring fill the largest over them.
 pub fn parse(address: &str, text: &str) -> Probe {
     let mut p = Probe {
         address: address.to_owned(),
@@ -75,6 +88,15 @@ pub fn parse(address: &str, text: &str) -> Probe {
             continue;
         };
         let name = name_labels.split('{').next().unwrap_or("");
+        let gauge = match name {
+            "tapflow_ring_fill_ratio" => Some(&mut p.ring_fill),
+            "tapflow_ring_fill_peak_ratio" => Some(&mut p.ring_fill_peak),
+            _ => None,
+        };
+        if let Some(g) = gauge {
+            *g = Some(g.map_or(value, |v| v.max(value)));
+            continue;
+        }
         let slot = match name {
             "tapflow_received_total" => &mut p.received,
             "tapflow_recorded_total" => &mut p.recorded,
@@ -87,6 +109,7 @@ pub fn parse(address: &str, text: &str) -> Probe {
         *slot += value;
     }
     p.alarm = p.dropped_kernel + p.dropped_ours + p.dropped_in_transit + p.forward_failed > 0.0;
+    p.warning = p.ring_fill_peak.is_some_and(|f| f >= FILL_WARNING);
     p
 }
 
@@ -103,14 +126,33 @@ mod tests {
                     tapflow_dropped_kernel_total 0\n";
         let p = parse("h:1", text);
         assert_eq!((p.received, p.recorded, p.alarm), (15.0, 15.0, false));
+        assert_eq!(
+            (p.ring_fill, p.ring_fill_peak, p.warning),
+            (None, None, false)
+        );
         let p = parse("h:1", &format!("{text}tapflow_dropped_ours_total 2\n"));
         assert!(p.alarm);
         assert_eq!(p.dropped_ours, 2.0);
     }
 
     #[test]
+    fn the_fullest_ring_stands_and_a_high_peak_is_a_warning() {
+        let text = "# TYPE tapflow_ring_fill_ratio gauge\n\
+                    tapflow_ring_fill_ratio{interface=\"eth0\",worker=\"0\"} 0.125\n\
+                    tapflow_ring_fill_ratio{interface=\"eth0\",worker=\"1\"} 0.25\n\
+                    tapflow_ring_fill_peak_ratio{interface=\"eth0\",worker=\"0\"} 0.5\n\
+                    tapflow_ring_fill_peak_ratio{interface=\"eth0\",worker=\"1\"} 0.875\n\
+                    tapflow_dropped_kernel_total{interface=\"eth0\",worker=\"0\"} 0\n";
+        let p = parse("h:1", text);
+        assert_eq!((p.ring_fill, p.ring_fill_peak), (Some(0.25), Some(0.875)));
+        assert!(!p.warning && !p.alarm);
+        let p = parse("h:1", &text.replace("} 0.875", "} 0.9375"));
+        assert!(p.warning && !p.alarm, "{p:?}");
+    }
+
+    #[test]
     fn an_unreachable_probe_says_why() {
         let p = scrape("127.0.0.1:1");
-        assert!(p.error.is_some());
+        assert!(p.error.is_some() && p.alarm);
     }
 }

@@ -223,16 +223,45 @@ function drawHealth(h) {
     cell(tr, si(e.flows_per_second, ''));
   }
   box.append(table);
-  for (const p of h.probes) {
-    const div = document.createElement('p');
-    div.className = p.error || p.alarm ? 'alarm' : 'ok';
-    div.textContent = p.error
-      ? `probe ${p.address}: unreachable (${p.error})`
-      : `probe ${p.address}: ${si(p.received, '')} received, ${si(p.recorded, '')} recorded, ` +
-        `drops kernel ${si(p.dropped_kernel, '')}, tapflow ${si(p.dropped_ours, '')}, ` +
-        `in transit ${si(p.dropped_in_transit, '')}${p.alarm ? ' — LOSING PACKETS' : ''}`;
-    box.append(div);
+  if (h.probes.length) box.append(probeTable(h.probes));
+}
+
+function percent(v) {
+  return v == null ? '—' : `${(v * 100).toFixed(1)} %`;
+}
+
+// One row per probe: its counters, its ring fill, and its state (alarm: losing packets or
+// unreachable; warning: a ring has been 90 % full or more).
+function probeTable(probes) {
+  const table = document.createElement('table');
+  table.id = 'probes';
+  const head = table.createTHead().insertRow();
+  for (const x of ['probe', 'received', 'recorded', 'dropped: kernel', 'tapflow', 'in transit',
+    'ring fill', 'peak', 'state']) cell(head, x);
+  const body = table.createTBody();
+  for (const p of probes) {
+    const tr = body.insertRow();
+    tr.dataset.address = p.address;
+    tr.className = p.alarm ? 'alarm' : p.warning ? 'warn' : 'ok';
+    cell(tr, p.address);
+    if (p.error) {
+      const td = cell(tr, `unreachable: ${p.error}`);
+      td.colSpan = 8;
+      td.className = 'state';
+      continue;
+    }
+    for (const k of ['received', 'recorded', 'dropped_kernel', 'dropped_ours',
+      'dropped_in_transit']) {
+      const td = cell(tr, si(p[k], ''));
+      td.dataset.key = k;
+      td.title = String(p[k]);
+    }
+    cell(tr, percent(p.ring_fill)).dataset.key = 'ring_fill';
+    cell(tr, percent(p.ring_fill_peak)).dataset.key = 'ring_fill_peak';
+    cell(tr, p.alarm ? 'LOSING PACKETS' : p.warning ? 'ring nearly full' : 'ok').className =
+      'state';
   }
+  return table;
 }
 
 let flowRows = [];

@@ -45,6 +45,28 @@ pub struct Totals {
     /// key `link_down_seconds`: the unit Prometheus wants.
     #[serde(rename = "link_down_seconds", with = "ns_as_seconds")]
     pub link_down_ns: u64,
+    /// How full the ring was when the last block was taken, in parts per million: the part of
+    /// it the kernel had filled and tapflow not yet given back (a gauge, 0 for an input
+    /// without a ring). As a ratio (a float, 0 to 1) under the key `ring_fill_ratio`.
+    #[serde(rename = "ring_fill_ratio", with = "ppm_as_ratio", default)]
+    pub ring_fill_ppm: u64,
+    /// The highest ring fill since the start, likewise; key `ring_fill_peak_ratio`.
+    #[serde(rename = "ring_fill_peak_ratio", with = "ppm_as_ratio", default)]
+    pub ring_fill_peak_ppm: u64,
+}
+
+/// Parts per million written as a ratio, a float, and read back.
+mod ppm_as_ratio {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(ppm: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(*ppm as f64 / 1e6)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        let ratio = f64::deserialize(d)?;
+        Ok((ratio * 1e6).round() as u64)
+    }
 }
 
 /// A count of ns written as seconds, a float, and read back.
@@ -63,7 +85,7 @@ mod ns_as_seconds {
 
 impl Totals {
     /// Adds another worker's totals. The link's gaps are the interface's, seen by every
-    /// worker on it: the larger count stands, not the sum.
+    /// worker on it: the larger count stands, not the sum; so does the fuller ring.
     pub fn add(&mut self, o: &Totals) {
         self.received = self.received.saturating_add(o.received);
         self.recorded = self.recorded.saturating_add(o.recorded);
@@ -77,6 +99,8 @@ impl Totals {
         self.bytes = self.bytes.saturating_add(o.bytes);
         self.link_gaps = self.link_gaps.max(o.link_gaps);
         self.link_down_ns = self.link_down_ns.max(o.link_down_ns);
+        self.ring_fill_ppm = self.ring_fill_ppm.max(o.ring_fill_ppm);
+        self.ring_fill_peak_ppm = self.ring_fill_peak_ppm.max(o.ring_fill_peak_ppm);
     }
 
     /// Lifts `received` to at least what is accounted for. The kernel's count is read twice a
@@ -133,6 +157,8 @@ pub struct SharedTotals {
     bytes: AtomicU64,
     link_gaps: AtomicU64,
     link_down_ns: AtomicU64,
+    ring_fill_ppm: AtomicU64,
+    ring_fill_peak_ppm: AtomicU64,
 }
 
 impl SharedTotals {
@@ -153,6 +179,8 @@ impl SharedTotals {
         self.bytes.store(t.bytes, Relaxed);
         self.link_gaps.store(t.link_gaps, Relaxed);
         self.link_down_ns.store(t.link_down_ns, Relaxed);
+        self.ring_fill_ppm.store(t.ring_fill_ppm, Relaxed);
+        self.ring_fill_peak_ppm.store(t.ring_fill_peak_ppm, Relaxed);
         self.sequence.store(seq.wrapping_add(2), Ordering::Release);
     }
 
@@ -183,6 +211,8 @@ impl SharedTotals {
             bytes: self.bytes.load(Relaxed),
             link_gaps: self.link_gaps.load(Relaxed),
             link_down_ns: self.link_down_ns.load(Relaxed),
+            ring_fill_ppm: self.ring_fill_ppm.load(Relaxed),
+            ring_fill_peak_ppm: self.ring_fill_peak_ppm.load(Relaxed),
         }
     }
 }
@@ -190,6 +220,7 @@ impl SharedTotals {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn publish_then_load_round_trips_and_sums() {
@@ -207,6 +238,8 @@ mod tests {
             bytes: 600,
             link_gaps: 1,
             link_down_ns: 2_000_000_000,
+            ring_fill_ppm: 250_000,
+            ring_fill_peak_ppm: 500_000,
         };
         s.publish(&t);
         assert_eq!(s.load(), t);
@@ -216,9 +249,18 @@ mod tests {
         assert_eq!(sum.received, 20);
         // Both workers saw the one gap of their interface.
         assert_eq!((sum.link_gaps, sum.link_down_ns), (1, 2_000_000_000));
-        // The time down is in seconds in JSON, and reads back to the ns.
+        // The fuller ring stands, not the sum.
+        assert_eq!(
+            (sum.ring_fill_ppm, sum.ring_fill_peak_ppm),
+            (250_000, 500_000)
+        );
+        // The time down is in seconds in JSON, and reads back to the ns; the fill is a ratio.
         let json = serde_json::to_value(t).unwrap();
         assert_eq!(json["link_down_seconds"], 2.0);
+        assert_eq!(
+            (&json["ring_fill_ratio"], &json["ring_fill_peak_ratio"]),
+            (&json!(0.25), &json!(0.5))
+        );
         let t2 = Totals {
             link_down_ns: 2_039_842_713,
             ..t

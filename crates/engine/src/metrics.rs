@@ -110,6 +110,18 @@ const PER_WORKER: &[(&str, &str, &str, Pick)] = &[
         |w| w.totals.link_down_ns as f64 / 1e9,
     ),
     (
+        "tapflow_ring_fill_ratio",
+        "gauge",
+        "How full the ring was when the last block was taken (0 to 1).",
+        |w| w.totals.ring_fill_ppm as f64 / 1e6,
+    ),
+    (
+        "tapflow_ring_fill_peak_ratio",
+        "gauge",
+        "The highest ring fill since the capture started (0 to 1).",
+        |w| w.totals.ring_fill_peak_ppm as f64 / 1e6,
+    ),
+    (
         "tapflow_traffic_packets_total",
         "counter",
         "Packets that passed the filters.",

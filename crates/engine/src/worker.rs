@@ -260,6 +260,11 @@ impl<S: PacketSource> Worker<S> {
         if let Some(e) = self.out.failed.take() {
             return Err(e);
         }
+        if progress == Progress::Block {
+            let t = &mut self.out.totals;
+            t.ring_fill_ppm = self.source.ring_fill_ppm();
+            t.ring_fill_peak_ppm = t.ring_fill_peak_ppm.max(t.ring_fill_ppm);
+        }
         if let Progress::Link(event) = progress {
             self.link_changed(&event)?;
         }

@@ -174,6 +174,12 @@ pub struct RxRing {
     next: Cell<usize>,
     /// Blocks currently lent out as `Block`s.
     held: Box<[Cell<bool>]>,
+    /// How many blocks are lent out.
+    lent: Cell<usize>,
+    /// Blocks from `next` on known to be handed over (seen by the last look ahead and not
+    /// taken since): the kernel hands blocks over in ring order and only we hand them back,
+    /// so they stay ours until taken.
+    run: Cell<usize>,
     hw_timestamps: bool,
     /// Bound to every interface ([`ANY`]): blocks are cooked before they are lent out.
     cooked: bool,
@@ -229,6 +235,8 @@ impl RxRing {
             block_count,
             next: Cell::new(0),
             held: (0..block_count).map(|_| Cell::new(false)).collect(),
+            lent: Cell::new(0),
+            run: Cell::new(0),
             hw_timestamps,
             cooked,
         })
@@ -334,18 +342,43 @@ impl RxRing {
         if status & TP_STATUS_USER == 0 {
             return None;
         }
+        let run = match self.run.get() {
+            0 => self.ready_from(index),
+            known => known,
+        };
+        self.run.set(run - 1);
+        let fill = run + self.lent.get();
         self.held[index].set(true);
+        self.lent.set(self.lent.get() + 1);
         self.next.set((index + 1) % self.block_count);
         let mut block = Block {
             ring: self,
             index,
             base,
             status,
+            fill,
         };
         if self.cooked {
             tpacket::cook_block(block.bytes_mut());
         }
         Some(block)
+    }
+
+    /// How many blocks from `index` on, in ring order, the kernel has handed over and we have
+    /// not taken: block `index` (handed over) and the run behind it. One load per block of
+    /// the run, and a run is looked at once, so a full ring costs one load per block taken.
+    fn ready_from(&self, index: usize) -> usize {
+        let mut run = 1;
+        while run < self.block_count {
+            let i = (index + run) % self.block_count;
+            if self.held[i].get()
+                || status_word(self.block_ptr(i)).load(Ordering::Acquire) & TP_STATUS_USER == 0
+            {
+                break;
+            }
+            run += 1;
+        }
+        run
     }
 
     /// The pending socket error (`SO_ERROR`, cleared by reading it): `ENETDOWN` when the
@@ -469,6 +502,7 @@ pub struct Block<'a> {
     index: usize,
     base: NonNull<u8>,
     status: u32,
+    fill: usize,
 }
 
 impl<'a> Block<'a> {
@@ -521,6 +555,15 @@ impl<'a> Block<'a> {
         self.index
     }
 
+    /// How full the ring was when this block was taken: the blocks the kernel had handed over
+    /// and not got back (this one, the ones still lent out, and those waiting behind it), out
+    /// of [`RxRing::block_count`]. The waiting ones are looked for only when the ones seen at
+    /// the last look are all taken, so between two looks this is a lower bound: a block
+    /// handed over since the last look is counted at the next.
+    pub fn ring_fill(&self) -> usize {
+        self.fill
+    }
+
     /// The block's packets in order. They borrow the block, so none outlives its return to the
     /// kernel.
     pub fn packets(&self) -> Packets<'_> {
@@ -532,6 +575,7 @@ impl Drop for Block<'_> {
     fn drop(&mut self) {
         status_word(self.base).store(TP_STATUS_KERNEL, Ordering::Release);
         self.ring.held[self.index].set(false);
+        self.ring.lent.set(self.ring.lent.get() - 1);
     }
 }
 
@@ -985,6 +1029,44 @@ mod tests {
             TP_STATUS_KERNEL
         );
         assert!(ring.next_block(0, None).unwrap().is_none());
+    }
+
+    #[test]
+    fn ring_fill_counts_the_blocks_handed_over_and_not_returned() {
+        let _fake = Fake::install();
+        let ring = RxRing::open("eth9", &cfg()).unwrap();
+        let size = ring.block_size();
+        let ready = |i| fill(&ring, i, &build::block(size, TP_STATUS_USER, 1, &[]));
+        // Three of four handed over: the first taken sees all three.
+        (0..3).for_each(ready);
+        let b0 = ring.next_block(0, None).unwrap().unwrap();
+        assert_eq!(b0.ring_fill(), 3);
+        // Still lent out, block 0 counts while block 1 is taken.
+        let b1 = ring.next_block(0, None).unwrap().unwrap();
+        assert_eq!(b1.ring_fill(), 3);
+        drop((b0, b1));
+        // Block 3 handed over after the look: counted at the next look, not before.
+        ready(3);
+        let b2 = ring.next_block(0, None).unwrap().unwrap();
+        assert_eq!(b2.ring_fill(), 1);
+        drop(b2);
+        // The next look wraps round to block 0, handed over again.
+        ready(0);
+        let b3 = ring.next_block(0, None).unwrap().unwrap();
+        assert_eq!(b3.ring_fill(), 2);
+        ready(1);
+        let b0 = ring.next_block(0, None).unwrap().unwrap();
+        assert_eq!((b0.index(), b0.ring_fill()), (0, 2));
+        drop((b3, b0));
+        // A full ring: every block handed over, then taken one by one.
+        [2, 3, 0].into_iter().for_each(ready);
+        let fills: Vec<(usize, usize)> = (0..4)
+            .map(|_| {
+                let b = ring.next_block(0, None).unwrap().unwrap();
+                (b.index(), b.ring_fill())
+            })
+            .collect();
+        assert_eq!(fills, [(1, 4), (2, 3), (3, 2), (0, 1)]);
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct RingBuf {
     mask: u64,
     /// Our consumer position.
     pos: u64,
+    /// Bytes committed or reserved and not read when the last read began.
+    waiting: u64,
 }
 
 // SAFETY: the mappings are owned; the ring is read by one thread at a time (`&mut self`).
@@ -62,6 +64,7 @@ impl RingBuf {
             page,
             mask: size as u64 - 1,
             pos: 0,
+            waiting: 0,
         })
     }
 
@@ -98,10 +101,17 @@ impl RingBuf {
         Ok(self.ready())
     }
 
+    /// How full the ring was when the last [`RingBuf::read`] began: the bytes the producers
+    /// had filled and not got back, and the ring's size in bytes.
+    pub fn ring_fill(&self) -> (u64, u64) {
+        (self.waiting, self.mask + 1)
+    }
+
     /// Calls `f` with each committed record, up to `max`, then gives their room back to the
     /// producers. Returns how many records were read. No system call, no allocation.
     pub fn read(&mut self, max: usize, mut f: impl FnMut(&[u8])) -> usize {
         let end = self.producer_pos();
+        self.waiting = end.wrapping_sub(self.pos);
         let base = self.data.ptr().as_ptr();
         let mut n = 0;
         while self.pos < end && n < max {

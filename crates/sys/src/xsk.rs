@@ -234,10 +234,11 @@ impl XskSocket {
         if self.rx_prod == self.rx_cons {
             self.rx_prod = self.rx.producer().load(Ordering::Acquire);
         }
-        let n = self.rx_prod.wrapping_sub(self.rx_cons).min(max);
+        let waiting = self.rx_prod.wrapping_sub(self.rx_cons);
         RxBatch {
             start: self.rx_cons,
-            n,
+            n: waiting.min(max),
+            waiting,
             xsk: self,
         }
     }
@@ -267,9 +268,17 @@ pub struct RxBatch<'a> {
     xsk: &'a mut XskSocket,
     start: u32,
     n: u32,
+    waiting: u32,
 }
 
 impl RxBatch<'_> {
+    /// How full the RX ring was when the batch was taken: the descriptors waiting (the batch's
+    /// own included, as far as the last read of the producer saw: it is read again only once
+    /// the ones seen are all taken), and the ring's size.
+    pub fn ring_fill(&self) -> (u32, u32) {
+        (self.waiting, self.xsk.rx.mask + 1)
+    }
+
     /// How many frames the batch holds.
     pub fn len(&self) -> u32 {
         self.n

@@ -153,6 +153,22 @@ pub trait PacketSource {
     fn progress(&self) -> Option<(u64, u64)> {
         None
     }
+
+    /// How full the source's ring was when its last block was taken, in parts per million:
+    /// the part of the ring the kernel had filled and tapflow not yet given back. 0 for a
+    /// source without a ring. Read once per block: no system call.
+    fn ring_fill_ppm(&self) -> u64 {
+        0
+    }
+}
+
+/// `used` of `size` in parts per million (0 for an empty size).
+pub(crate) fn ppm(used: u64, size: u64) -> u64 {
+    if size == 0 {
+        0
+    } else {
+        u64::try_from(u128::from(used.min(size)) * 1_000_000 / u128::from(size)).unwrap_or(0)
+    }
 }
 
 /// An input opened for a run: one source per worker, and what the run needs to know of it.

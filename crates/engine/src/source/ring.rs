@@ -22,7 +22,7 @@ use tapflow_wire::{Flags, LinkType};
 use crate::EngineError;
 use crate::rules::{self, LiveRules};
 use crate::source::{
-    InterfaceInfo, LinkDown, LinkEvent, Opened, Packet, PacketSource, Progress, SourceStats,
+    InterfaceInfo, LinkDown, LinkEvent, Opened, Packet, PacketSource, Progress, SourceStats, ppm,
 };
 use crate::stop::Stop;
 use crate::tools::plan::RingGeometry;
@@ -202,6 +202,8 @@ pub struct LiveSource {
     stats: SourceStats,
     /// Kernel drops read from `PACKET_STATISTICS` but not yet placed before a packet.
     unplaced_drops: u64,
+    /// How full the ring was when the last block was taken, in parts per million.
+    fill_ppm: u64,
     /// Ends a wait for packets early once raised, until the intake is stopped (the drain then
     /// waits on the ring alone).
     stop: Option<Arc<Stop>>,
@@ -243,6 +245,7 @@ impl LiveSource {
             }],
             stats: SourceStats::default(),
             unplaced_drops: 0,
+            fill_ppm: 0,
             stop: None,
         }
     }
@@ -483,6 +486,7 @@ impl PacketSource for LiveSource {
             accumulate(&mut self.stats, &mut self.unplaced_drops, s);
         }
         self.stats.blocks += 1;
+        self.fill_ppm = ppm(block.ring_fill() as u64, self.ring.block_count() as u64);
         let mut drops = std::mem::take(&mut self.unplaced_drops);
         for rp in block.packets() {
             let stripped_vlan = (rp.status & ring::TP_STATUS_VLAN_VALID != 0).then(|| {
@@ -524,6 +528,10 @@ impl PacketSource for LiveSource {
         self.stats.if_received = since_open(rx, self.link_base.0);
         self.stats.if_dropped = since_open(drop, self.link_base.1);
         Ok(self.stats)
+    }
+
+    fn ring_fill_ppm(&self) -> u64 {
+        self.fill_ppm
     }
 
     fn stop_intake(&mut self) -> Result<(), EngineError> {

@@ -33,7 +33,7 @@ use crate::EngineError;
 use crate::rules::{self, LiveRules};
 use crate::source::{
     InterfaceInfo, Opened, Packet, PacketSource, Progress, SourceCounter, SourceMetrics,
-    SourceStats,
+    SourceStats, ppm,
 };
 use crate::stop::Stop;
 
@@ -136,6 +136,7 @@ pub fn open(
             snaplen: snaplen as usize,
             stats: SourceStats::default(),
             unplaced_drops: 0,
+            fill_ppm: 0,
             placed: 0,
             clock_offset: clock_offset(),
             stop: Some(Arc::clone(stop)),
@@ -395,6 +396,9 @@ pub struct XdpSource {
     stats: SourceStats,
     /// Drops counted but not yet placed before a packet.
     unplaced_drops: u64,
+    /// How full the RX ring (or the ring buffer) was when the last block was read, in parts
+    /// per million.
+    fill_ppm: u64,
     /// Drops counted so far that have been placed (or are about to be).
     placed: u64,
     /// See [`clock_offset`]; refreshed with the counters.
@@ -475,6 +479,8 @@ impl PacketSource for XdpSource {
                     0
                 } else {
                     let batch = xsk.receive(BATCH);
+                    let (waiting, size) = batch.ring_fill();
+                    self.fill_ppm = ppm(waiting.into(), size.into());
                     // Frames the program could not stamp take the time they are read.
                     let mut now = None;
                     for i in 0..batch.len() {
@@ -504,7 +510,7 @@ impl PacketSource for XdpSource {
                 if !ring.wait(timeout_ms, wake)? {
                     0
                 } else {
-                    ring.read(BATCH as usize, |rec| {
+                    let n = ring.read(BATCH as usize, |rec| {
                         let Some(c) = Copy::parse(rec) else { return };
                         f(&Packet {
                             data: &c.data[..c.data.len().min(snaplen)],
@@ -515,7 +521,10 @@ impl PacketSource for XdpSource {
                             stripped_vlan: None,
                             drops_before: std::mem::take(&mut drops),
                         });
-                    })
+                    });
+                    let (waiting, size) = ring.ring_fill();
+                    self.fill_ppm = ppm(waiting, size);
+                    n
                 }
             }
         };
@@ -546,6 +555,10 @@ impl PacketSource for XdpSource {
         self.stats.if_received = since(rx, self.link_base.0);
         self.stats.if_dropped = since(drop, self.link_base.1);
         Ok(self.stats)
+    }
+
+    fn ring_fill_ppm(&self) -> u64 {
+        self.fill_ppm
     }
 
     fn stop_intake(&mut self) -> Result<(), EngineError> {
