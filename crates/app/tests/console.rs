@@ -18,7 +18,7 @@ use base64::Engine;
 use common::{ChildGuard, tapflow};
 use serde_json::{Value, json};
 use tapflow_store::parquet_store::{ParquetOptions, ParquetStore};
-use tapflow_store::{FlowStore, StoredFlow, schema::addr16};
+use tapflow_store::{ExporterStats, FlowStore, StoredFlow, schema::addr16};
 use tapflow_wire::flowrecord::{Counters, FlowRecord};
 
 fn free_port() -> u16 {
@@ -101,6 +101,24 @@ fn fill_store(dir: &Path) -> u64 {
         });
     }
     store.insert(&flows).expect("insert");
+    // The collector's counters of the two exporters: 192.0.2.250 lost 12 records on the way.
+    let stats =
+        [([192, 0, 2, 251], 450, 0), ([192, 0, 2, 250], 150, 12)].map(|(a, records, lost)| {
+            let mut ex = [0u8; 16];
+            ex[..4].copy_from_slice(&a);
+            ExporterStats {
+                exporter: addr16(false, &ex),
+                domain: 1,
+                time_ns: now - 60_000_000_000,
+                records,
+                sequence_lost: lost,
+                template_missing: 0,
+                bad_messages: 0,
+            }
+        });
+    store
+        .insert_exporter_stats(&stats)
+        .expect("insert counters");
     let report = Box::new(store).close().expect("close");
     assert_eq!(report.stored, 600);
     600
@@ -687,6 +705,39 @@ fn health_view_in_b(p: &common::VethPair) {
     assert_eq!(row["cells"]["received"][1], json!(format!("{received}")));
     assert_eq!(row["cells"]["ring_fill_peak"][0], "90.0 %", "{rows}");
     assert_eq!(row["state"], "ring nearly full", "{rows}");
+    // The collector's counters per exporter, by address: the one that lost records is the alarm.
+    let exporters = d.run(
+        "return [...document.querySelectorAll('#exporters tbody tr')]\
+         .map(r => [r.className, ...[...r.cells].map(c => c.textContent)])",
+    );
+    assert_eq!(
+        exporters,
+        json!([
+            [
+                "alarm",
+                "192.0.2.250",
+                "1",
+                "150",
+                "0",
+                "12",
+                "7.41 %",
+                "0",
+                "0"
+            ],
+            [
+                "ok",
+                "192.0.2.251",
+                "1",
+                "450",
+                "0",
+                "0",
+                "0.00 %",
+                "0",
+                "0"
+            ],
+        ]),
+        "{exporters}"
+    );
     assert_eq!(d.severe_logs(), Vec::<String>::new());
     d.show("#health");
     d.screenshot("health");
@@ -861,6 +912,8 @@ fn collect_serves_the_console_over_the_store_it_fills() {
         store.to_str().unwrap(),
         "--flush-seconds",
         "0.5",
+        "--stats-seconds",
+        "0.5",
         "--http",
         &http,
         "-q",
@@ -904,6 +957,30 @@ fn collect_serves_the_console_over_the_store_it_fills() {
     let v: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
     assert!(flows >= 40, "{flows}");
     assert_eq!(flows, v["flows"].as_u64().unwrap());
+
+    // The health view has the collector's counters for the one exporter: every record it sent
+    // (the trace's 40 flows, one biflow record each), none lost, no template missing, once a
+    // stats interval has passed.
+    let url = format!("http://{http}/api/v1/health?window={window}");
+    let start = Instant::now();
+    let health = loop {
+        let v = get(&url);
+        let counted = v["exporters"][0]["records"].as_u64() == Some(40)
+            && v["exporters"][0]["domain"].is_u64();
+        if counted || start.elapsed() > Duration::from_secs(30) {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let exporters = health["exporters"].as_array().unwrap();
+    assert_eq!(exporters.len(), 1, "{health}");
+    let e = &exporters[0];
+    assert_eq!(e["exporter"], "127.0.0.1", "{health}");
+    assert_eq!(e["records"].as_u64(), Some(40), "{health}");
+    assert_eq!(e["sequence_lost"], 0, "{health}");
+    assert_eq!(e["template_missing"], 0, "{health}");
+    assert_eq!(e["bad_messages"], 0, "{health}");
+    assert_eq!(e["alarm"], false, "{health}");
     guard.signal(libc::SIGINT);
     let (status, err) = guard.wait_output(Duration::from_secs(30));
     assert!(status.success(), "{err}");

@@ -638,8 +638,11 @@ async fn summary_inner(state: State, view: View) -> Result<Response, ApiError> {
     .into_response())
 }
 
-/// `GET /api/v1/health`: every exporter's records in the window (from the flows) and each
-/// probe's counters (from its `/metrics`), with alarms where a probe loses packets.
+/// `GET /api/v1/health`: per exporter and observation domain, what the collector counted in the
+/// window (records, records lost on the way by sequence numbers, records without a template, bad
+/// messages; from the store's `exporter_stats`), exporters whose flows the store holds without
+/// such counters (imported or metered on the spot) by their flows, and each probe's counters
+/// (from its `/metrics`), with alarms where records or packets are lost.
 async fn health(Extract(state): Extract<State>, Params(view): Params<View>) -> Response {
     health_inner(state, view)
         .await
@@ -663,17 +666,47 @@ async fn health_inner(state: State, view: View) -> Result<Response, ApiError> {
     .await?;
     let (rows, _, _) = table(answer)?;
     let span_s = ((window.end_us - window.start_us) as f64 / 1e6).max(1e-6);
-    let exporters: Vec<Json_> = rows
+    let engine = state.engine.clone();
+    let stats = tokio::task::spawn_blocking(move || engine.exporter_stats(window))
+        .await
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(ApiError::from)?;
+    let mut exporters: Vec<Json_> = stats
         .iter()
-        .map(|r| {
+        .map(|s| {
+            let sent = s.records + s.sequence_lost;
             json!({
-                "exporter": r.values.first().map(|v| v.show(Key::Exporter)),
-                "flows": r.counters.flows,
-                "flows_per_second": r.counters.flows as f64 / span_s,
-                "bytes": r.counters.bytes,
+                "exporter": Value::Addr(s.exporter).show(Key::Exporter),
+                "domain": s.domain,
+                "records": s.records,
+                "records_per_second": s.records as f64 / span_s,
+                "sequence_lost": s.sequence_lost,
+                "lost_percent": if sent > 0 { s.sequence_lost as f64 * 100.0 / sent as f64 } else { 0.0 },
+                "template_missing": s.template_missing,
+                "bad_messages": s.bad_messages,
+                "alarm": s.sequence_lost + s.template_missing + s.bad_messages > 0,
             })
         })
         .collect();
+    for r in &rows {
+        let Some(Value::Addr(a)) = r.values.first() else {
+            continue;
+        };
+        if stats.iter().any(|s| s.exporter == *a) {
+            continue;
+        }
+        exporters.push(json!({
+            "exporter": Value::Addr(*a).show(Key::Exporter),
+            "domain": null,
+            "records": r.counters.flows,
+            "records_per_second": r.counters.flows as f64 / span_s,
+            "sequence_lost": null,
+            "lost_percent": null,
+            "template_missing": null,
+            "bad_messages": null,
+            "alarm": false,
+        }));
+    }
     let targets = state.probes.clone();
     let probes = tokio::task::spawn_blocking(move || probes::scrape_all(&targets))
         .await

@@ -213,14 +213,23 @@ function drawHealth(h) {
   const box = $('health-body');
   box.replaceChildren();
   const table = document.createElement('table');
+  table.id = 'exporters';
   const head = table.createTHead().insertRow();
-  for (const x of ['exporter', 'flows', 'flows/s']) cell(head, x);
+  for (const x of ['exporter', 'domain', 'records', 'records/s', 'lost (sequence)', 'lost %',
+    'no template', 'bad messages']) cell(head, x);
   const body = table.createTBody();
+  const count = (v) => (v === null ? '–' : si(v, ''));
   for (const e of h.exporters) {
     const tr = body.insertRow();
+    tr.className = e.alarm ? 'alarm' : 'ok';
     cell(tr, e.exporter);
-    cell(tr, si(e.flows, ''));
-    cell(tr, si(e.flows_per_second, ''));
+    cell(tr, e.domain === null ? '–' : String(e.domain));
+    cell(tr, si(e.records, ''));
+    cell(tr, si(e.records_per_second, ''));
+    cell(tr, count(e.sequence_lost));
+    cell(tr, e.lost_percent === null ? '–' : `${e.lost_percent.toFixed(2)} %`);
+    cell(tr, count(e.template_missing));
+    cell(tr, count(e.bad_messages));
   }
   box.append(table);
   if (h.probes.length) box.append(probeTable(h.probes));

@@ -599,17 +599,58 @@ fn the_same_queries_answer_the_same_over_clickhouse_and_parquet() {
     let ch = Servers::start(28500, 1);
     let f = flows(60_000);
     let url = format!("http://{}/t", ch.host(0));
+    // The collector's counters: two intervals of one exporter's domain, one of another domain,
+    // and one interval that ends after the window asked for below.
+    let t0 = (f[0].flow.start_ns() / 1000) as i64;
+    let at = |s: i64| u64::try_from(t0 + s * 1_000_000).unwrap() * 1000;
+    let exporter = f[0].exporter;
+    let counters = |domain, time_ns, records, lost| ExporterStats {
+        exporter,
+        domain,
+        time_ns,
+        records,
+        sequence_lost: lost,
+        template_missing: domain.into(),
+        bad_messages: 1,
+    };
+    let stats = [
+        counters(1, at(60), 1000, 0),
+        counters(1, at(120), 2000, 7),
+        counters(2, at(60), 500, 3),
+        counters(1, at(7200), 9, 9),
+    ];
     let mut store = Box::new(ClickHouseStore::open(config(url.clone(), 20_000)).unwrap());
     store.insert(&f).unwrap();
+    store.insert_exporter_stats(&stats).unwrap();
     assert_eq!(store.close().unwrap().stored, 60_000);
     let dir = tempfile::tempdir().unwrap();
     let mut parquet = Box::new(ParquetStore::open(dir.path(), ParquetOptions::default()).unwrap());
     parquet.insert(&f).unwrap();
+    parquet.insert_exporter_stats(&stats).unwrap();
     assert_eq!(parquet.close().unwrap().stored, 60_000);
 
     let parquet = ParquetEngine::new(dir.path(), 2).prefer_rollups(false);
     let clickhouse = ClickHouseEngine::open(&url).unwrap().prefer_rollups(false);
-    let t0 = (f[0].flow.start_ns() / 1000) as i64;
+    let hour = Window {
+        start_us: t0,
+        end_us: t0 + 3_600_000_000,
+    };
+    let want = vec![
+        ExporterStats {
+            time_ns: at(120),
+            records: 3000,
+            sequence_lost: 7,
+            template_missing: 2,
+            bad_messages: 2,
+            ..counters(1, 0, 0, 0)
+        },
+        ExporterStats {
+            bad_messages: 1,
+            ..counters(2, at(60), 500, 3)
+        },
+    ];
+    assert_eq!(parquet.exporter_stats(hour).unwrap(), want);
+    assert_eq!(clickhouse.exporter_stats(hour).unwrap(), want);
     let half_hour = Some(Window {
         start_us: t0 + 600_000_000,
         end_us: t0 + 2_400_000_000,

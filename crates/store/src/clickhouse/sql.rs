@@ -14,7 +14,7 @@ use crate::query::result::{Answer, Counters, QueryResult, Row, ScanStats, Summar
 use crate::query::tier;
 use crate::query::top::rank;
 use crate::query::{
-    Filter, IfSide, Key, Kind, Metric, Net, Query, QueryEngine, QueryError, Side, Term,
+    Filter, IfSide, Key, Kind, Metric, Net, Query, QueryEngine, QueryError, Side, Term, Window,
 };
 
 /// Answers queries on a ClickHouse server (or a cluster's `Distributed` tables).
@@ -138,6 +138,36 @@ impl QueryEngine for ClickHouseEngine {
                 ..ScanStats::default()
             },
         })
+    }
+
+    fn exporter_stats(&self, window: Window) -> Result<Vec<crate::ExporterStats>, QueryError> {
+        let d = self.schema.dialect;
+        let sql = format!(
+            "SELECT hex(exporter), domain, sum(records), sum(sequence_lost), \
+             sum(template_missing), sum(bad_messages), max({}) FROM {} \
+             WHERE time >= {} AND time < {} GROUP BY exporter, domain ORDER BY exporter, domain",
+            d.micros("time"),
+            self.schema.table("exporter_stats"),
+            d.time_literal(window.start_us.max(0) as u64),
+            d.time_literal(window.end_us.max(0) as u64),
+        );
+        let mut sums = std::collections::BTreeMap::new();
+        for r in self.rows(&sql)? {
+            if r.len() != 7 {
+                return Err(answer_error(&r));
+            }
+            let row = crate::ExporterStats {
+                exporter: hex16(&r[0])?,
+                domain: num(&r[1])?,
+                records: num(&r[2])?,
+                sequence_lost: num(&r[3])?,
+                template_missing: num(&r[4])?,
+                bad_messages: num(&r[5])?,
+                time_ns: num::<u64>(&r[6])?.saturating_mul(1000),
+            };
+            crate::query::sum_exporter_stats(&mut sums, &row);
+        }
+        Ok(sums.into_values().collect())
     }
 }
 

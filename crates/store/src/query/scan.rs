@@ -89,6 +89,60 @@ impl QueryEngine for ParquetEngine {
         }
         self.answer(q, None, &Tally::default())
     }
+
+    fn exporter_stats(&self, window: Window) -> Result<Vec<crate::ExporterStats>, QueryError> {
+        use crate::batch::Column;
+        use crate::partition::Table;
+        let table = Table::ExporterStats;
+        let mut sums = std::collections::BTreeMap::new();
+        for path in
+            crate::partition::files_between(&self.dir, table, window.start_us, window.end_us)?
+        {
+            let b = crate::reader::read_file(&path, table.columns())?;
+            let bad = || {
+                QueryError::from(StoreError::Other(format!(
+                    "{}: not an exporter_stats file",
+                    path.display()
+                )))
+            };
+            let (
+                Some(Column::I64(time)),
+                Some(Column::Addr(exporter)),
+                Some(Column::I32(domain)),
+                Some(Column::I64(records)),
+                Some(Column::I64(lost)),
+                Some(Column::I64(missing)),
+                Some(Column::I64(refused)),
+            ) = (
+                b.columns.first(),
+                b.columns.get(1),
+                b.columns.get(2),
+                b.columns.get(3),
+                b.columns.get(4),
+                b.columns.get(5),
+                b.columns.get(6),
+            )
+            else {
+                return Err(bad());
+            };
+            for i in 0..b.rows() {
+                if !(window.start_us..window.end_us).contains(&time[i]) {
+                    continue;
+                }
+                let row = crate::ExporterStats {
+                    exporter: exporter[i],
+                    domain: domain[i] as u32,
+                    time_ns: (time[i].max(0) as u64).saturating_mul(1000),
+                    records: records[i] as u64,
+                    sequence_lost: lost[i] as u64,
+                    template_missing: missing[i] as u64,
+                    bad_messages: refused[i] as u64,
+                };
+                super::sum_exporter_stats(&mut sums, &row);
+            }
+        }
+        Ok(sums.into_values().collect())
+    }
 }
 
 impl ParquetEngine {
