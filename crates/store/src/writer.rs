@@ -440,8 +440,9 @@ thread_local! {
 /// Compresses each page of one column chunk with zstd through a context it borrows, then
 /// writes it (`zstd: None`: as it comes). The chunk's metadata then names the codec
 /// ([`write_parquet`]). A `BYTE_STREAM_SPLIT` page, `width` streams of one byte of every
-/// value, is compressed in zstd blocks of streams alike ([`stream_blocks`]); the pages of an
-/// `optimal` column with zstd's optimal parser at [`OPTIMAL_LEVELS`].
+/// value, is compressed in zstd blocks of streams alike ([`stream_blocks`]) at
+/// [`BLOCK_LEVELS`]; the pages of an `optimal` column with zstd's optimal parser at
+/// [`OPTIMAL_LEVELS`].
 struct ZstdPages<'a> {
     inner: SerializedPageWriter<'a, Vec<u8>>,
     zstd: Option<(&'a mut zstd::bulk::Compressor<'static>, i32)>,
@@ -517,7 +518,11 @@ impl PageWriter for ZstdPages<'_> {
                 rep_level_encoding,
                 statistics,
             } => Page::DataPage {
-                buf: squeeze(zstd, &buf, encoding == Encoding::BYTE_STREAM_SPLIT)?,
+                buf: squeeze(
+                    zstd,
+                    &buf,
+                    encoding == Encoding::BYTE_STREAM_SPLIT && BLOCK_LEVELS.contains(level),
+                )?,
                 num_values,
                 encoding,
                 def_level_encoding,
@@ -559,6 +564,10 @@ fn value_width(c: &parquet::schema::types::ColumnDescriptor) -> usize {
         _ => 0,
     }
 }
+
+/// The levels at which a byte-split page is cut into blocks ([`stream_blocks`]): from 3. The
+/// fresh files of a live store (level 1), merged soon after, are written as fast as they can.
+const BLOCK_LEVELS: std::ops::RangeFrom<i32> = 3..;
 
 /// What a zstd block's own tables (literals' Huffman codes, sequences' FSE tables) cost, in
 /// bytes, about: the saving a new block must beat.
