@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TRACE=${1:-/work/bench-data/big.pcap}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
-cargo build --release -q -p tapflow -p tapflow-store --example store_bench
+cargo build --release -q -p tapflow -p tapflow-store --bin tapflow --example store_bench
 BIN=$CARGO_TARGET_DIR/release
 W=$(mktemp -d /tmp/bench-store.XXXXXX)
 trap 'rm -rf "$W"' EXIT
