@@ -225,7 +225,7 @@ function drawHealth(h) {
     cell(tr, e.exporter);
     cell(tr, e.domain === null ? '–' : String(e.domain));
     cell(tr, si(e.records, ''));
-    cell(tr, si(e.records_per_second, ''));
+    cell(tr, e.records_per_second < 10 ? e.records_per_second.toFixed(2) : si(e.records_per_second, ''));
     cell(tr, count(e.sequence_lost));
     cell(tr, e.lost_percent === null ? '–' : `${e.lost_percent.toFixed(2)} %`);
     cell(tr, count(e.template_missing));
