@@ -151,23 +151,23 @@ impl QueryEngine for ClickHouseEngine {
             d.time_literal(window.start_us.max(0) as u64),
             d.time_literal(window.end_us.max(0) as u64),
         );
-        let mut sums = std::collections::BTreeMap::new();
-        for r in self.rows(&sql)? {
-            if r.len() != 7 {
-                return Err(answer_error(&r));
-            }
-            let row = crate::ExporterStats {
-                exporter: hex16(&r[0])?,
-                domain: num(&r[1])?,
-                records: num(&r[2])?,
-                sequence_lost: num(&r[3])?,
-                template_missing: num(&r[4])?,
-                bad_messages: num(&r[5])?,
-                time_ns: num::<u64>(&r[6])?.saturating_mul(1000),
-            };
-            crate::query::sum_exporter_stats(&mut sums, &row);
-        }
-        Ok(sums.into_values().collect())
+        self.rows(&sql)?
+            .iter()
+            .map(|r| {
+                if r.len() != 7 {
+                    return Err(answer_error(r));
+                }
+                Ok(crate::ExporterStats {
+                    exporter: hex16(&r[0])?,
+                    domain: num(&r[1])?,
+                    records: num(&r[2])?,
+                    sequence_lost: num(&r[3])?,
+                    template_missing: num(&r[4])?,
+                    bad_messages: num(&r[5])?,
+                    time_ns: num::<u64>(&r[6])?.saturating_mul(1000),
+                })
+            })
+            .collect()
     }
 }
 
@@ -642,7 +642,7 @@ fn flow_row(r: &[String]) -> Result<OneWay, QueryError> {
         out_if: num(&r[12])?,
         vlan: num(&r[13])?,
         reverse: r[14] == "1",
-        ip_version: if src[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff] {
+        ip_version: if std::net::Ipv6Addr::from(src).to_ipv4_mapped().is_some() {
             4
         } else {
             6

@@ -360,29 +360,6 @@ pub trait QueryEngine: std::fmt::Debug {
     fn exporter_stats(&self, window: Window) -> Result<Vec<crate::ExporterStats>, QueryError>;
 }
 
-/// Adds `row` to the sums of its exporter and domain.
-pub(crate) fn sum_exporter_stats(
-    sums: &mut std::collections::BTreeMap<([u8; 16], u32), crate::ExporterStats>,
-    row: &crate::ExporterStats,
-) {
-    let s = sums
-        .entry((row.exporter, row.domain))
-        .or_insert(crate::ExporterStats {
-            exporter: row.exporter,
-            domain: row.domain,
-            time_ns: 0,
-            records: 0,
-            sequence_lost: 0,
-            template_missing: 0,
-            bad_messages: 0,
-        });
-    s.time_ns = s.time_ns.max(row.time_ns);
-    s.records += row.records;
-    s.sequence_lost += row.sequence_lost;
-    s.template_missing += row.template_missing;
-    s.bad_messages += row.bad_messages;
-}
-
 impl std::str::FromStr for Key {
     type Err = QueryError;
 

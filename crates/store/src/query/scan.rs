@@ -91,54 +91,18 @@ impl QueryEngine for ParquetEngine {
     }
 
     fn exporter_stats(&self, window: Window) -> Result<Vec<crate::ExporterStats>, QueryError> {
-        use crate::batch::Column;
-        use crate::partition::Table;
-        let table = Table::ExporterStats;
+        let table = crate::partition::Table::ExporterStats;
         let mut sums = std::collections::BTreeMap::new();
         for path in
             crate::partition::files_between(&self.dir, table, window.start_us, window.end_us)?
         {
-            let b = crate::reader::read_file(&path, table.columns())?;
-            let bad = || {
-                QueryError::from(StoreError::Other(format!(
-                    "{}: not an exporter_stats file",
-                    path.display()
-                )))
-            };
-            let (
-                Some(Column::I64(time)),
-                Some(Column::Addr(exporter)),
-                Some(Column::I32(domain)),
-                Some(Column::I64(records)),
-                Some(Column::I64(lost)),
-                Some(Column::I64(missing)),
-                Some(Column::I64(refused)),
-            ) = (
-                b.columns.first(),
-                b.columns.get(1),
-                b.columns.get(2),
-                b.columns.get(3),
-                b.columns.get(4),
-                b.columns.get(5),
-                b.columns.get(6),
-            )
-            else {
-                return Err(bad());
-            };
-            for i in 0..b.rows() {
-                if !(window.start_us..window.end_us).contains(&time[i]) {
-                    continue;
-                }
-                let row = crate::ExporterStats {
-                    exporter: exporter[i],
-                    domain: domain[i] as u32,
-                    time_ns: (time[i].max(0) as u64).saturating_mul(1000),
-                    records: records[i] as u64,
-                    sequence_lost: lost[i] as u64,
-                    template_missing: missing[i] as u64,
-                    bad_messages: refused[i] as u64,
-                };
-                super::sum_exporter_stats(&mut sums, &row);
+            let rows =
+                crate::batch::to_exporter_stats(&crate::reader::read_file(&path, table.columns())?);
+            for row in rows.iter().filter(|r| {
+                let t = i64::try_from(r.time_ns / 1000).unwrap_or(i64::MAX);
+                (window.start_us..window.end_us).contains(&t)
+            }) {
+                sum_exporter_stats(&mut sums, row);
             }
         }
         Ok(sums.into_values().collect())
@@ -230,6 +194,29 @@ impl ParquetEngine {
         answer.stats.table = pick.map_or("flows", |p| p.table.dir_name());
         Ok(answer)
     }
+}
+
+/// Adds `row` to the sums of its exporter and domain.
+fn sum_exporter_stats(
+    sums: &mut std::collections::BTreeMap<([u8; 16], u32), crate::ExporterStats>,
+    row: &crate::ExporterStats,
+) {
+    let s = sums
+        .entry((row.exporter, row.domain))
+        .or_insert(crate::ExporterStats {
+            exporter: row.exporter,
+            domain: row.domain,
+            time_ns: 0,
+            records: 0,
+            sequence_lost: 0,
+            template_missing: 0,
+            bad_messages: 0,
+        });
+    s.time_ns = s.time_ns.max(row.time_ns);
+    s.records += row.records;
+    s.sequence_lost += row.sequence_lost;
+    s.template_missing += row.template_missing;
+    s.bad_messages += row.bad_messages;
 }
 
 /// The files to read, their columns, and what their reader needs.
