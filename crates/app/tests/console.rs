@@ -154,6 +154,22 @@ fn assets_present() -> bool {
         .is_file()
 }
 
+/// Whether chromium and chromedriver are there (else `test` is skipped, saying so); the
+/// charting library must be.
+fn chromium_or_skip(test: &str) -> bool {
+    if !Path::new("/usr/bin/chromium").exists() || !Path::new("/usr/bin/chromedriver").exists() {
+        eprintln!(
+            "skipped: {test}: no chromium/chromedriver (scripts/install-deps.sh installs them)"
+        );
+        return false;
+    }
+    assert!(
+        assets_present(),
+        "run scripts/fetch-console-assets.sh first"
+    );
+    true
+}
+
 /// A minimal WebDriver client (W3C protocol over HTTP+JSON) for chromedriver.
 struct Driver {
     base: String,
@@ -378,16 +394,9 @@ fn page_top(d: &Driver, key: &str) -> Vec<(String, String)> {
 
 #[test]
 fn the_console_shows_what_query_answers_and_filters_every_view_on_a_click() {
-    if !Path::new("/usr/bin/chromium").exists() || !Path::new("/usr/bin/chromedriver").exists() {
-        eprintln!(
-            "skipped: console browser test: no chromium/chromedriver (scripts/install-deps.sh installs them)"
-        );
+    if !chromium_or_skip("console browser test") {
         return;
     }
-    assert!(
-        assets_present(),
-        "run scripts/fetch-console-assets.sh first"
-    );
     let dir = tempfile::tempdir().unwrap();
     fill_store(dir.path());
     let (_console, base, _) = console(dir.path(), &[]);
@@ -569,16 +578,9 @@ fn settled_metrics(port: u16, received: f64) -> (f64, f64, f64, f64, f64) {
 
 #[test]
 fn the_health_view_shows_a_real_probe_and_one_that_does_not_answer() {
-    if !Path::new("/usr/bin/chromium").exists() || !Path::new("/usr/bin/chromedriver").exists() {
-        eprintln!(
-            "skipped: console health view test: no chromium/chromedriver (scripts/install-deps.sh installs them)"
-        );
+    if !chromium_or_skip("console health view test") {
         return;
     }
-    assert!(
-        assets_present(),
-        "run scripts/fetch-console-assets.sh first"
-    );
     let p = common::VethPair::new("hv");
     common::ip(&["-n", &p.ns_b, "link", "set", "lo", "up"]);
     // The probe's /metrics is on B's loopback: the console, the browser and this test's own
