@@ -6,7 +6,9 @@
 #
 # Prints one line per store: flows, bytes, bytes per flow. tapflow's flows are biflows (one
 # record per connection), nfdump's one-way: the last column is the same traffic's total bytes
-# over nfdump's flow count, so both are divided by the same number.
+# over nfdump's flow count, so both are divided by the same number. Then the writer alone: the
+# same flows in one file of the flows table (no hour partitions, rollups or merges), by tapflow's
+# writer and, where pyarrow is installed, by Arrow C++ (bench/arrow_writer.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TRACE=${1:-/work/bench-data/big.pcap}
@@ -42,3 +44,14 @@ for name, f in (("nfdump uncompressed", "nf.raw"), ("nfdump LZ4 (-y)", "nf.lz4")
     size = os.path.getsize(f"{w}/{f}")
     print(f"{name:<24}{nf_flows:>9}{size:>11}{size / nf_flows:>10.2f}{size / nf_flows:>15.2f}")
 PY
+
+echo "one file of the flows table, the writer alone (1 core):"
+for level in 1 3 9; do
+    taskset -c 0 "$BIN/examples/store_bench" "$W/flows.jsonl" "$W/file$level" "$level" 131072 file |
+        python3 -c 'import json, sys; d = json.load(sys.stdin); print("tapflow, zstd %d: %.3f s per M rows, %.2f B/row" % (d["zstd_level"], d["cpu_s"] / d["flows"] * 1e6, d["bytes_per_flow"]))'
+done
+if python3 -c 'import pyarrow' 2>/dev/null; then
+    taskset -c 0 python3 bench/arrow_writer.py "$W/store9"
+else
+    echo "pyarrow not installed: no Arrow C++ comparison"
+fi

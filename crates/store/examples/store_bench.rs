@@ -6,14 +6,18 @@
 //! written at close, as `tapflow import` does. `live:` stores them as a live collector would:
 //! every flow moved into the current hour (its start's offset in the trace modulo 50 minutes),
 //! the set inserted `COPIES` times, a flush every `FLUSH_ROWS` flows (a collector flushes every
-//! 5 s), maintenance after each flush, compaction at close.
+//! 5 s), maintenance after each flush, compaction at close. `file` in place of `live:...`
+//! writes the flows, sorted by start, into one file of the flows table: the writer alone, without
+//! hour partitions, rollups or merges.
 
 use std::io::BufRead;
 use std::path::Path;
 use std::time::Instant;
 
+use tapflow_store::batch::from_flows_in;
 use tapflow_store::import::{CSV_HEADER, Format, parse_line};
 use tapflow_store::partition::{Table, files_between};
+use tapflow_store::writer::{FileOptions, write_file};
 use tapflow_store::{FlowStore, ParquetOptions, ParquetStore, StoredFlow};
 
 /// CPU time of this process so far (user + system), seconds, from `/proc/self/stat`.
@@ -58,29 +62,8 @@ fn into_this_hour(flows: &mut [StoredFlow]) {
     }
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.len() < 3 {
-        eprintln!("usage: store_bench FLOWS.jsonl|FLOWS.csv DIR [ZSTD_LEVEL] [ROW_GROUP_ROWS]");
-        std::process::exit(2);
-    }
-    let input = std::io::BufReader::new(std::fs::File::open(&args[1]).expect("open the flows"));
-    let dir = Path::new(&args[2]);
-    let mut opts = ParquetOptions::default();
-    if let Some(l) = args.get(3) {
-        opts.file.zstd_level = l.parse().expect("a zstd level");
-    }
-    if let Some(r) = args.get(4) {
-        opts.file.row_group_rows = r.parse().expect("a row count");
-    }
-    let live: Option<(usize, usize)> = args.get(5).map(|a| {
-        let mut it = a
-            .strip_prefix("live:")
-            .expect("live:FLUSH_ROWS:COPIES")
-            .split(':')
-            .map(|v| v.parse::<usize>().expect("a count"));
-        (it.next().expect("FLUSH_ROWS"), it.next().unwrap_or(1))
-    });
+/// The flow records of a JSON-lines or CSV file, as a collector stores them.
+fn flows_of(input: impl BufRead) -> Vec<StoredFlow> {
     let mut flows: Vec<StoredFlow> = Vec::new();
     let mut format = None;
     for line in input.lines() {
@@ -97,7 +80,67 @@ fn main() {
             ..StoredFlow::default()
         });
     }
+    flows
+}
+
+/// Writes `flows`, sorted by start, into one file of the flows table (three times, each its own
+/// file) and prints its size and the writer's CPU per file.
+fn one_file(flows: &[StoredFlow], dir: &Path, opts: &FileOptions) {
+    const TIMES: u32 = 3;
+    let mut order: Vec<u32> = (0..flows.len() as u32).collect();
+    order.sort_by_key(|&i| flows[i as usize].flow.start_ns());
+    std::fs::create_dir_all(dir).expect("make the directory");
+    let path = |k| dir.join(format!("flows{k}.parquet"));
+    let (cpu0, t0) = (cpu_seconds(), Instant::now());
+    for k in 0..TIMES {
+        let rows = from_flows_in(flows, &order);
+        write_file(&path(k), Table::Flows.columns(), &rows, opts, Vec::new()).expect("write");
+    }
+    let cpu = (cpu_seconds() - cpu0) / f64::from(TIMES);
+    let wall = t0.elapsed().as_secs_f64() / f64::from(TIMES);
+    let path = path(0);
+    let bytes = std::fs::metadata(&path).expect("the file").len();
+    let n = flows.len() as f64;
+    println!(
+        "{{\"flows\":{},\"flow_bytes\":{bytes},\"bytes_per_flow\":{:.2},\"zstd_level\":{},\
+         \"cpu_s\":{cpu:.3},\"wall_s\":{wall:.3},\"flows_per_cpu_s\":{:.0}}}",
+        flows.len(),
+        bytes as f64 / n,
+        opts.zstd_level,
+        n / cpu.max(1e-9),
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() < 3 {
+        eprintln!("usage: store_bench FLOWS.jsonl|FLOWS.csv DIR [ZSTD_LEVEL] [ROW_GROUP_ROWS]");
+        std::process::exit(2);
+    }
+    let input = std::io::BufReader::new(std::fs::File::open(&args[1]).expect("open the flows"));
+    let dir = Path::new(&args[2]);
+    let mut opts = ParquetOptions::default();
+    if let Some(l) = args.get(3) {
+        opts.file.zstd_level = l.parse().expect("a zstd level");
+    }
+    if let Some(r) = args.get(4) {
+        opts.file.row_group_rows = r.parse().expect("a row count");
+    }
+    if args.get(5).is_some_and(|a| a == "file") {
+        one_file(&flows_of(input), dir, &opts.file);
+        return;
+    }
+    let live: Option<(usize, usize)> = args.get(5).map(|a| {
+        let mut it = a
+            .strip_prefix("live:")
+            .expect("live:FLUSH_ROWS:COPIES")
+            .split(':')
+            .map(|v| v.parse::<usize>().expect("a count"));
+        (it.next().expect("FLUSH_ROWS"), it.next().unwrap_or(1))
+    });
+    let mut flows = flows_of(input);
     let mut copies = 1;
+
     if let Some((_, n)) = live {
         into_this_hour(&mut flows);
         copies = n;

@@ -1,8 +1,8 @@
 //! Writing Parquet files of one table: each created new as `NAME.parquet.part` (never through a
 //! link, mode 0640) and written in row groups of at most `row_group_rows` ([`write_staged`]);
-//! then the files of one flush made durable and renamed to `NAME.parquet` together: a sync of
-//! the filesystem, the renames, a second sync ([`publish`]). A failed write removes the `.part`
-//! and names the file in its error.
+//! then the files of one flush made durable and renamed to `NAME.parquet` together: their data
+//! synced, the renames, their directories synced ([`publish`]). A failed write removes the
+//! `.part` and names the file in its error.
 //!
 //! Encodings ([`properties`]): the sorted first column delta-encoded, wide columns split by
 //! bytes, few-valued columns in dictionaries, a column of one value uncompressed; other pages
@@ -208,6 +208,8 @@ pub fn write_file(
 pub struct Staged {
     part: PathBuf,
     path: PathBuf,
+    /// The directories its write made (its own and those above it that were missing).
+    made: Vec<PathBuf>,
 }
 
 /// Writes `batch` to `path.part`; [`publish`] syncs and renames it. A failed write removes
@@ -220,9 +222,7 @@ pub fn write_staged(
     metadata: Vec<KeyValue>,
 ) -> Result<Staged, StoreError> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    if !dir.is_dir() {
-        create_dirs(dir)?;
-    }
+    let made = make_dirs(dir)?;
     let part = part_name(path);
     let file = create_new(&part).map_err(|source| StoreError::Io {
         what: "create",
@@ -233,6 +233,7 @@ pub fn write_staged(
         Ok(()) => Ok(Staged {
             part,
             path: path.to_path_buf(),
+            made,
         }),
         Err(e) => {
             let _ = std::fs::remove_file(&part);
@@ -241,41 +242,80 @@ pub fn write_staged(
     }
 }
 
-/// Makes the staged files durable and names them: one sync of the filesystem for the data of
-/// them all, then each renamed to its name, then a second sync for the renames (and the
-/// directories made for them). A `.parquet` name thus never stands for data a crash could
-/// lose, and a file is durable under its name when its result is `Ok`. One result per file, in
-/// order; a file whose sync or rename fails is removed.
+/// Writes of at most this many files (or syncs of at most this many directories) sync each one
+/// alone; larger ones sync the whole filesystem at once.
+pub const SYNC_EACH_AT_MOST: usize = 32;
+
+/// Makes the staged files durable and names them, so that a `.parquet` name never stands for
+/// data a crash could lose and a file is durable under its name when its result is `Ok`: the
+/// data of each is synced, then each is renamed to its name, then the directories that hold the
+/// new names (and the ones above the directories the writes made) are synced. Up to
+/// [`SYNC_EACH_AT_MOST`] files (every flush of a live store) are synced one by one
+/// (`fdatasync`, `fsync`), which waits for their own blocks only, whatever else the filesystem
+/// holds dirty; more (a store's first write of a trace spread over many hours) by one `syncfs`
+/// before the renames and one after, which costs one wait instead of one per file but also
+/// waits for other programs' dirty data. One result per file, in order; a file whose sync or
+/// rename fails is removed.
 pub fn publish(staged: Vec<Staged>) -> Vec<Result<(), StoreError>> {
-    let dirs: Vec<&Path> = staged
-        .iter()
-        .map(|s| s.path.parent().unwrap_or(Path::new(".")))
-        .collect();
-    if let Err(e) = sync_dirs(&dirs) {
-        let e = e.to_string();
-        return staged
-            .iter()
-            .map(|s| {
-                let _ = std::fs::remove_file(&s.part);
-                Err(StoreError::Other(e.clone()))
-            })
-            .collect();
+    let each = staged.len() <= SYNC_EACH_AT_MOST;
+    let fail = |s: &Staged, e: &StoreError| {
+        let _ = std::fs::remove_file(&s.part);
+        Err(StoreError::Other(e.to_string()))
+    };
+    let mut out: Vec<Result<(), StoreError>> = if each {
+        staged.iter().map(|s| sync_data(&s.part)).collect()
+    } else {
+        let dirs: Vec<&Path> = staged.iter().map(|s| parent(&s.path)).collect();
+        match sync_filesystems(&dirs) {
+            Ok(()) => staged.iter().map(|_| Ok(())).collect(),
+            Err(e) => return staged.iter().map(|s| fail(s, &e)).collect(),
+        }
+    };
+    for (s, r) in staged.iter().zip(out.iter_mut()) {
+        *r = std::mem::replace(r, Ok(())).and_then(|()| rename_new(&s.part, &s.path));
+        if r.is_err() {
+            let _ = std::fs::remove_file(&s.part);
+        }
     }
-    let mut out: Vec<Result<(), StoreError>> = staged
-        .iter()
-        .map(|s| {
-            rename_new(&s.part, &s.path).inspect_err(|_| {
-                let _ = std::fs::remove_file(&s.part);
-            })
-        })
-        .collect();
-    if let Err(e) = sync_dirs(&dirs) {
-        let e = e.to_string();
+    // The renamed names, and the entries of the directories the writes made.
+    let mut dirs: Vec<&Path> = Vec::new();
+    for (s, r) in staged.iter().zip(&out) {
+        if r.is_ok() {
+            dirs.push(parent(&s.path));
+            dirs.extend(s.made.iter().map(|d| parent(d)));
+        }
+    }
+    let synced = if each {
+        sync_dirs(&dirs)
+    } else {
+        sync_filesystems(&dirs)
+    };
+    if let Err(e) = synced {
         for r in out.iter_mut().filter(|r| r.is_ok()) {
-            *r = Err(StoreError::Other(e.clone()));
+            *r = Err(StoreError::Other(e.to_string()));
         }
     }
     out
+}
+
+fn parent(path: &Path) -> &Path {
+    path.parent().unwrap_or(Path::new("."))
+}
+
+/// `fdatasync` of the file at `path` (opened again, never through a link).
+fn sync_data(path: &Path) -> Result<(), StoreError> {
+    let err = |what, source| StoreError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    };
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| err("open", e))?
+        .sync_data()
+        .map_err(|e| err("sync", e))
 }
 
 /// `NAME.parquet.part` for `NAME.parquet`.
@@ -283,6 +323,20 @@ pub fn part_name(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
     s.push(".part");
     PathBuf::from(s)
+}
+
+/// Creates `dir` and its parents, mode [`DIR_MODE`]; returns those it made, deepest first.
+fn make_dirs(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+    let mut missing = Vec::new();
+    let mut d = dir;
+    while !d.as_os_str().is_empty() && !d.is_dir() {
+        missing.push(d.to_path_buf());
+        d = parent(d);
+    }
+    if !missing.is_empty() {
+        create_dirs(dir)?;
+    }
+    Ok(missing)
 }
 
 /// Creates `dir` and its parents, mode [`DIR_MODE`].
@@ -738,9 +792,32 @@ fn rename_new(part: &Path, path: &Path) -> Result<(), StoreError> {
     })
 }
 
+/// Makes the entries of `dirs` (names renamed, made or removed in them) durable: an `fsync` of
+/// each, or, for more than [`SYNC_EACH_AT_MOST`] of them, one `syncfs` per filesystem.
+pub fn sync_dirs(dirs: &[&Path]) -> Result<(), StoreError> {
+    let mut unique: Vec<&Path> = dirs.to_vec();
+    unique.sort_unstable();
+    unique.dedup();
+    if unique.len() > SYNC_EACH_AT_MOST {
+        return sync_filesystems(&unique);
+    }
+    for dir in unique {
+        let err = |what, source| StoreError::Io {
+            what,
+            path: dir.to_path_buf(),
+            source,
+        };
+        File::open(dir)
+            .map_err(|e| err("open", e))?
+            .sync_all()
+            .map_err(|e| err("sync", e))?;
+    }
+    Ok(())
+}
+
 /// Makes everything written, renamed, made or removed in `dirs` durable: one `syncfs` per
 /// filesystem they are on.
-pub fn sync_dirs(dirs: &[&Path]) -> Result<(), StoreError> {
+fn sync_filesystems(dirs: &[&Path]) -> Result<(), StoreError> {
     let mut done: Vec<u64> = Vec::new();
     for &dir in dirs {
         let err = |what, source| StoreError::Io {
@@ -770,6 +847,63 @@ mod tests {
             page.extend(ports.iter().map(|&p| u32::from(p).to_le_bytes()[k]));
         }
         page
+    }
+
+    /// Writes `n` files of one row, each in a directory of its own under `root`, and publishes
+    /// them together.
+    fn publish_files(root: &Path, n: usize) -> Vec<Result<(), StoreError>> {
+        let cols: &[(&str, ColumnType)] = &[("time", ColumnType::TimestampMicros)];
+        let rows = Batch {
+            columns: vec![Column::I64(vec![1])],
+        };
+        let staged: Vec<Staged> = (0..n)
+            .map(|k| {
+                let path = root.join(format!("t/date=d{k}/hour=00/f.parquet"));
+                write_staged(&path, cols, &rows, &FileOptions::default(), Vec::new()).unwrap()
+            })
+            .collect();
+        assert!(staged.iter().all(|s| s.part.exists() && !s.path.exists()));
+        publish(staged)
+    }
+
+    #[test]
+    fn few_files_and_many_are_all_published_whole() {
+        for n in [1, SYNC_EACH_AT_MOST, SYNC_EACH_AT_MOST + 1] {
+            let root = tempfile::tempdir().unwrap();
+            let results = publish_files(root.path(), n);
+            assert_eq!(results.len(), n);
+            assert!(results.iter().all(Result::is_ok), "{results:?}");
+            for k in 0..n {
+                let dir = root.path().join(format!("t/date=d{k}/hour=00"));
+                let names: Vec<_> = std::fs::read_dir(&dir)
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name())
+                    .collect();
+                assert_eq!(names, ["f.parquet"], "{n} files: {}", dir.display());
+                let back = crate::reader::read_file(
+                    &dir.join("f.parquet"),
+                    &[("time", ColumnType::TimestampMicros)],
+                )
+                .unwrap();
+                assert_eq!(back.rows(), 1);
+            }
+        }
+    }
+
+    #[test]
+    fn a_write_names_the_directories_it_made() {
+        let root = tempfile::tempdir().unwrap();
+        let deep = root.path().join("a/b/c");
+        assert_eq!(
+            make_dirs(&deep).unwrap(),
+            [deep.clone(), root.path().join("a/b"), root.path().join("a")]
+        );
+        assert!(deep.is_dir());
+        assert!(make_dirs(&deep).unwrap().is_empty());
+        assert_eq!(
+            std::fs::metadata(root.path().join("a")).unwrap().mode() & 0o777,
+            DIR_MODE
+        );
     }
 
     #[test]
