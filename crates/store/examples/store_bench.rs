@@ -4,8 +4,8 @@
 //! `store_bench FLOWS.jsonl|FLOWS.csv DIR [ZSTD_LEVEL] [ROW_GROUP_ROWS] [live:FLUSH_ROWS:COPIES]`
 //! prints one JSON object. By default the flows, whatever hours they span, are inserted and
 //! written at close, as `tapflow import` does. `live:` stores them as a live collector would:
-//! every flow moved into the current hour (its start's offset in the trace modulo 50 minutes),
-//! the set inserted `COPIES` times, a flush every `FLUSH_ROWS` flows (a collector flushes every
+//! `COPIES` copies of the flows ([`distinct_copies`]), every flow moved into the current hour
+//! (its start's offset in the trace modulo 50 minutes), a flush every `FLUSH_ROWS` flows (a collector flushes every
 //! 5 s), maintenance after each flush, compaction at close. `file` in place of `live:...`
 //! writes the flows, sorted by start, into one file of the flows table: the writer alone, without
 //! hour partitions, rollups or merges.
@@ -60,6 +60,28 @@ fn into_this_hour(flows: &mut [StoredFlow]) {
             }
         }
     }
+}
+
+/// `copies` copies of `flows`, one after the other, each unlike the others where a compressor
+/// would see it: copy k starts k × 7 minutes later (so once moved into one hour its rows fall
+/// between those of the other copies) and has its source port's low bits xored with k.
+fn distinct_copies(flows: &[StoredFlow], copies: usize) -> Vec<StoredFlow> {
+    const STEP_NS: u64 = 420_000_000_000;
+    let mut out = Vec::with_capacity(flows.len() * copies);
+    for k in 0..copies as u64 {
+        out.extend(flows.iter().map(|&f| {
+            let mut f = f;
+            f.flow.sport ^= k as u16;
+            for side in [&mut f.flow.fwd, &mut f.flow.rev] {
+                if side.packets > 0 {
+                    side.first_ns += k * STEP_NS;
+                    side.last_ns += k * STEP_NS;
+                }
+            }
+            f
+        }));
+    }
+    out
 }
 
 /// The flow records of a JSON-lines or CSV file, as a collector stores them.
@@ -139,31 +161,27 @@ fn main() {
         (it.next().expect("FLUSH_ROWS"), it.next().unwrap_or(1))
     });
     let mut flows = flows_of(input);
-    let mut copies = 1;
-
-    if let Some((_, n)) = live {
+    if let Some((_, copies)) = live {
+        flows = distinct_copies(&flows, copies);
         into_this_hour(&mut flows);
-        copies = n;
         opts.maintenance_interval = std::time::Duration::ZERO;
         opts.flush_interval = std::time::Duration::from_secs(3600);
     }
     let (cpu0, t0) = (cpu_seconds(), Instant::now());
     let mut store = Box::new(ParquetStore::open(dir, opts.clone()).expect("open the store"));
     let mut since_flush = 0;
-    for _ in 0..copies {
-        for chunk in flows.chunks(8192) {
-            store.insert(chunk).expect("insert");
-            since_flush += chunk.len();
-            if let Some((every, _)) = live
-                && since_flush >= every
-            {
-                store.flush().expect("flush");
-                since_flush = 0;
-            }
+    for chunk in flows.chunks(8192) {
+        store.insert(chunk).expect("insert");
+        since_flush += chunk.len();
+        if let Some((every, _)) = live
+            && since_flush >= every
+        {
+            store.flush().expect("flush");
+            since_flush = 0;
         }
     }
     let report = store.close().expect("close");
-    let total = flows.len() * copies;
+    let total = flows.len();
     let (cpu, wall) = (cpu_seconds() - cpu0, t0.elapsed().as_secs_f64());
     assert_eq!(report.stored, total as u64);
     let (flow_bytes, flow_files) = table_bytes(dir, Table::Flows);

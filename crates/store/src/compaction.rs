@@ -2,8 +2,8 @@
 //! and rewriting fresh files at the store's zstd level.
 //!
 //! A flush writes fresh files ([`FRESH_PREFIX`]) at a fast zstd level; a merge writes
-//! [`MERGED_PREFIX`] files at the store's level. Files with fewer than half `max_rows` rows are
-//! small; runs of them (in name order, so in the order they were written) are merged, up to
+//! [`MERGED_PREFIX`] files at the store's level. Files with fewer than an eighth of `max_rows`
+//! rows are small ([`is_small`]); runs of them (in name order, so in the order they were written) are merged, up to
 //! `max_rows` rows per new file, rows sorted by time. In a partition still being written into
 //! only the fresh files are merged, so each row is merged once there, not at every round; once
 //! it is closed every small file is, and a lone fresh file is rewritten. The merged files of a
@@ -52,6 +52,13 @@ pub struct Merge {
     sources: Vec<PathBuf>,
 }
 
+/// Whether a file of `rows` rows is small: merged with others (up to `max_rows` rows). A larger
+/// one is left as it is, so a flush that has that many rows for one partition writes them at the
+/// store's level at once.
+pub fn is_small(rows: u64, max_rows: usize) -> bool {
+    rows < (max_rows as u64 / 8).max(1)
+}
+
 /// Whether `path` is a fresh file (written by a flush at the fast level).
 pub fn is_fresh(path: &Path) -> bool {
     path.file_name()
@@ -77,7 +84,7 @@ pub fn stage(
         }
         let rows = file_rows(&f)?;
         let run = runs.last_mut().expect("one run at least");
-        if rows >= max_rows / 2 {
+        if !is_small(rows, max_rows as usize) {
             runs.push(Vec::new());
             continue;
         }

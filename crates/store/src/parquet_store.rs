@@ -6,7 +6,8 @@
 //! insert and flush), and on [`FlowStore::flush`] and close: sorted by `time_start`, one file per
 //! hour partition, the files of one flush synced and renamed together ([`publish`]). A flush
 //! writes fresh files at the fast `fresh_zstd_level`; compaction merges them at the store's
-//! level, and the last write at close is at that level already where no fresh file waits. A
+//! level, and the last write at close is at that level already where no fresh file waits, as
+//! is a partition's part of a flush too large for compaction to merge ([`compaction::is_small`]). A
 //! flow counts as stored once its file is renamed; a write that fails (a full disk) drops the
 //! flows it held, counted, and leaves every file already written intact. Stored flows feed the
 //! rollups ([`crate::rollup`]).
@@ -217,7 +218,13 @@ impl ParquetStore {
             let group = &order[at..at + n];
             at += n;
             let dir = partition_dir(&self.dir, Table::Flows, hour);
-            let (file, prefix) = self.file_kind(last, &dir);
+            // Rows a merge would leave as they are (a busy collector's, whose buffer fills
+            // before its interval ends) are written once, at the store's level.
+            let (file, prefix) = if compaction::is_small(n as u64, self.opts.compact_rows) {
+                self.file_kind(last, &dir)
+            } else {
+                (self.opts.file, MERGED_PREFIX)
+            };
             let path = dir.join(self.file_name(prefix));
             let rows = batch::from_flows_in(&flows, group);
             match write_staged(&path, Table::Flows.columns(), &rows, &file, Vec::new()) {

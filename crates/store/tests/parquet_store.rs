@@ -673,3 +673,53 @@ fn a_lone_fresh_file_is_rewritten_at_the_store_level_when_its_hour_closes() {
     want.sort_unstable();
     assert_eq!(got, want);
 }
+
+#[test]
+fn a_flush_too_large_to_merge_is_written_once_at_the_store_level() {
+    let dir = tempfile::tempdir().unwrap();
+    // Files under 1,000 rows are merged: 2,000 rows of one hour are written final at once,
+    // 100 of another fresh.
+    let opts = ParquetOptions {
+        compact_rows: 8000,
+        ..quiet()
+    };
+    let mut input = flows(11, 2000, day0_us() + 10 * H, H, 300);
+    input.extend(flows(12, 100, day0_us() + 11 * H, H, 30));
+    let mut store = Box::new(ParquetStore::open(dir.path(), opts).unwrap());
+    store.insert(&input).unwrap();
+    store.flush().unwrap();
+    let parts = partitions(dir.path(), Table::Flows).unwrap();
+    let only_file = |p: &Path| {
+        let f = tapflow_store::partition::all_files(p).unwrap();
+        assert_eq!(f.len(), 1, "{f:?}");
+        f[0].clone()
+    };
+    let (big, small) = (only_file(&parts[0].path), only_file(&parts[1].path));
+    assert!(name(&big).starts_with("m-"), "{big:?}");
+    assert!(name(&small).starts_with("w-"), "{small:?}");
+    // Level 9, not 1: smaller than the same rows in the fresh file a store that merges them
+    // writes (the footer names zstd, not its level).
+    let other = tempfile::tempdir().unwrap();
+    let mut fresh_store = Box::new(ParquetStore::open(other.path(), quiet()).unwrap());
+    fresh_store.insert(&input).unwrap();
+    fresh_store.flush().unwrap();
+    let fresh = only_file(&partitions(other.path(), Table::Flows).unwrap()[0].path);
+    assert!(name(&fresh).starts_with("w-"), "{fresh:?}");
+    let size = |f: &Path| std::fs::metadata(f).unwrap().len();
+    assert!(
+        size(&big) < size(&fresh),
+        "{} >= {}",
+        size(&big),
+        size(&fresh)
+    );
+    store.close().unwrap();
+    // The large file is left as it was; the small one is rewritten at the store's level.
+    assert_eq!(only_file(&parts[0].path), big);
+    let rewritten = only_file(&parts[1].path);
+    assert!(name(&rewritten).starts_with("m-"), "{rewritten:?}");
+    let mut got: Vec<_> = all_flows(dir.path()).iter().map(key).collect();
+    let mut want: Vec<_> = input.iter().map(as_stored).map(|f| key(&f)).collect();
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want);
+}
