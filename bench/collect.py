@@ -28,7 +28,11 @@ worker stores with no loss.
    is split by thread (schedstat, read once the socket is empty): the receive worker
    (recvmmsg, decode, count, batch), the store thread (the store, or for CSV the hand-over to
    the exporter), the exporter thread (CSV lines and their writes), and the rest: what the
-   store does at its close (after the socket emptied) and start-up.
+   store does at its close (after the socket emptied) and start-up. With --live-times the
+   trace's flows are moved into the current hour (each record's times by one amount: its start
+   to the hour's start plus its offset from the first start modulo 50 minutes; 8 variants 7
+   minutes apart, one per replay in turn), as a live exporter's would be; without it they keep
+   the trace's times, spread over 153 hours days ago.
 """
 import argparse
 import json
@@ -190,7 +194,8 @@ def rate_run(args, work: Path, rate: float, sink: str) -> dict:
         bl.wait_udp_bound(p, PORT, work, f"rate-{rate}", "tapflow collect")
         sender = subprocess.run(
             ["ip", "netns", "exec", ns, *nice, "taskset", "-c", "0", sys.executable, __file__,
-             "--send", str(rate), "--seconds", str(args.seconds), "--stream", str(work / "stream")],
+             "--send", str(rate), "--seconds", str(args.seconds), "--stream", str(work / "stream"),
+             *(["--live-times"] if args.live_times else [])],
             capture_output=True, text=True, check=True)
         sent = json.loads(sender.stdout)
         wait_drained(ns, PORT)
@@ -207,22 +212,91 @@ def rate_run(args, work: Path, rate: float, sink: str) -> dict:
         subprocess.run(["rm", "-rf", str(out)])
 
 
-def send(rate_m: float, seconds: float, stream_path: Path) -> None:
+VARIANTS = 8
+SPAN_MS = 50 * 60 * 1000
+STEP_MS = 7 * 60 * 1000
+
+
+def time_fields(msgs) -> list:
+    """(message, offset of a record, its flowStart/EndMilliseconds fields, forward and reverse,
+    as (is a start, offset)) of every data record of the stream, from its IPFIX templates."""
+    templates, out = {}, []
+    for m in msgs:
+        at = 16
+        while at + 4 <= len(m):
+            sid, slen = struct.unpack_from(">HH", m, at)
+            body, end = at + 4, at + slen
+            if slen < 4:
+                break
+            if sid == 2:
+                while body + 4 <= end:
+                    tid, count = struct.unpack_from(">HH", m, body)
+                    body += 4
+                    fields, off = [], 0
+                    for _ in range(count):
+                        ie, length = struct.unpack_from(">HH", m, body)
+                        body += 4
+                        if ie & 0x8000:
+                            body += 4
+                        if (ie & 0x7fff) in (152, 153) and length == 8:
+                            fields.append((ie & 0x7fff == 152, off))
+                        off += length
+                    templates[tid] = (off, fields)
+            elif sid in templates:
+                size, fields = templates[sid]
+                while body + size <= end:
+                    out.append((m, body, fields))
+                    body += size
+            at = end
+    return out
+
+
+def live_variants(msgs) -> list:
+    """VARIANTS copies of the stream whose flows start in the current hour, as a live exporter's
+    would: each record's times moved by one amount, its start to the hour's start plus its
+    offset from the trace's first start modulo 50 minutes; variant k 7·k minutes later."""
+    def start(m, r, f):
+        """The record's first start: a side without packets has its times 0."""
+        ts = [struct.unpack_from(">Q", m, r + off)[0] for is_start, off in f if is_start]
+        return min((t for t in ts if t), default=0)
+
+    fields = [(m, r, f, start(m, r, f)) for m, r, f in time_fields(msgs)]
+    first = min(t for *_, t in fields if t)
+    hour = int(time.time()) // 3600 * 3600 * 1000
+    variants = []
+    for k in range(VARIANTS):
+        copy = {id(m): bytearray(m) for m in msgs}
+        for m, r, f, t0 in fields:
+            if not t0:
+                continue
+            c = copy[id(m)]
+            shift = hour + (t0 - first + k * STEP_MS) % SPAN_MS - t0
+            for _, off in f:
+                t = struct.unpack_from(">Q", m, r + off)[0]
+                if t:
+                    struct.pack_into(">Q", c, r + off, t + shift)
+        variants.append([copy[id(m)] for m in msgs])
+    return variants
+
+
+def send(rate_m: float, seconds: float, stream_path: Path, live: bool) -> None:
     """The paced sender (runs in the namespace): the recorded stream over and over, IPFIX
-    sequence numbers and export times continued, `rate_m` million records a second."""
+    sequence numbers and export times continued, `rate_m` million records a second; with
+    `live`, its flows moved into the current hour ([`live_variants`], one per loop in turn)."""
     data = stream_path.read_bytes()
     msgs, i = [], 0
     while i < len(data):
         (n,) = struct.unpack_from(">I", data, i)
         msgs.append(bytearray(data[i + 4:i + 4 + n]))
         i += 4 + n
+    variants = live_variants(msgs) if live else [msgs]
     # Records per message: the difference of consecutive sequence numbers. The last message,
     # whose count is unknown, only gives the total of a loop.
     seqs = [struct.unpack_from(">I", m, 8)[0] for m in msgs]
     per = [(seqs[k + 1] - seqs[k]) & 0xffffffff for k in range(len(msgs) - 1)]
     loop_records = (seqs[-1] - seqs[0]) & 0xffffffff
-    msgs = msgs[:-1]
-    base = [struct.unpack_from(">I", m, 8)[0] for m in msgs]
+    variants = [v[:-1] for v in variants]
+    base = [struct.unpack_from(">I", m, 8)[0] for m in msgs[:-1]]
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
     s.connect(("127.0.0.1", PORT))
@@ -234,7 +308,7 @@ def send(rate_m: float, seconds: float, stream_path: Path) -> None:
     now = int(time.time())
     while time.monotonic() - t0 < seconds:
         off = loop * loop_records
-        for m, n, b in zip(msgs, per, base):
+        for m, n, b in zip(variants[loop % len(variants)], per, base):
             struct.pack_into(">II", m, 4, now, (b + off) & 0xffffffff)
             while True:
                 try:
@@ -269,11 +343,13 @@ def main() -> None:
                     help="niceness of the rate part's collector and sender, so that other jobs "
                          "on a shared machine take less of their cores")
     ap.add_argument("--skip-ingest", action="store_true", help="only the rate part")
+    ap.add_argument("--live-times", action="store_true",
+                    help="the rate part's flows moved into the current hour, as a live exporter's")
     ap.add_argument("--send", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--stream", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.send is not None:
-        return send(args.send, args.seconds, args.stream)
+        return send(args.send, args.seconds, args.stream, args.live_times)
     bl.need("softflowd", "nfcapd", "nfdump", "taskset")
     args.tapflow = bl.tapflow_path(args.tapflow)
     if not args.trace.exists():
