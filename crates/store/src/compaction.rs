@@ -3,14 +3,16 @@
 //!
 //! A flush writes fresh files ([`FRESH_PREFIX`]) at a fast zstd level; a merge writes
 //! [`MERGED_PREFIX`] files at the store's level. Files with fewer than an eighth of `max_rows`
-//! rows are small ([`is_small`]); runs of them (in name order, so in the order they were written) are merged, up to
-//! `max_rows` rows per new file, rows sorted by time. In a partition still being written into
-//! only the fresh files are merged, so each row is merged once there, not at every round; once
-//! it is closed every small file is, and a lone fresh file is rewritten. The merged files of a
-//! round are written as `.part`, synced and renamed together, and only then are their sources
-//! removed; each one's key-value metadata `tapflow.replaces` lists its sources, so a crash
-//! between the rename and the removals is repaired by [`repair`] at the next start. A write
-//! that fails (a full disk) leaves the sources in place: nothing stored is lost.
+//! rows are small ([`is_small`]); runs of them (in name order, so in the order they were
+//! written) are merged, up to `max_rows` rows per new file, rows sorted by time. Only the fresh
+//! files are merged in a partition still being written into, and in a closed one until it holds
+//! [`MERGE_MERGED_AT`] small merged files, so each row is merged once there, not at every
+//! round; then every small file is. In a closed partition a lone fresh file is rewritten. The
+//! merged files of a round are written as `.part`, synced and renamed together, and only then
+//! are their sources removed; each one's key-value metadata `tapflow.replaces` lists its
+//! sources, so a crash between the rename and the removals is repaired by [`repair`] at the
+//! next start. A write that fails (a full disk) leaves the sources in place: nothing stored is
+//! lost.
 
 use std::path::{Path, PathBuf};
 
@@ -50,6 +52,8 @@ pub fn file_rows(path: &Path) -> Result<u64, StoreError> {
 pub struct Merge {
     staged: Staged,
     sources: Vec<PathBuf>,
+    /// The rows it holds.
+    pub rows: u64,
 }
 
 /// Whether a file of `rows` rows is small: merged with others (up to `max_rows` rows). A larger
@@ -66,8 +70,14 @@ pub fn is_fresh(path: &Path) -> bool {
         .is_some_and(|n| n.starts_with(FRESH_PREFIX))
 }
 
-/// Writes the merges of the partition directory `dir` of `table` (only its fresh files if it
-/// is `open`); `name` gives each new file's name. [`publish_merges`] makes them take effect.
+/// Small merged files a closed partition gathers before they are merged together as well:
+/// flows that keep arriving for hours long past (a replay, an exporter's clock) add one at each
+/// round, and merging it into the others every round would rewrite all their rows each time.
+pub const MERGE_MERGED_AT: usize = 8;
+
+/// Writes the merges of the partition directory `dir` of `table`: of its fresh files if it is
+/// `open` or holds fewer than [`MERGE_MERGED_AT`] small merged files, else of all its small
+/// files; `name` gives each new file's name. [`publish_merges`] makes them take effect.
 pub fn stage(
     dir: &Path,
     table: Table,
@@ -76,10 +86,18 @@ pub fn stage(
     open: bool,
     name: &mut dyn FnMut() -> String,
 ) -> Result<Vec<Merge>, StoreError> {
+    let files = partition::files(dir)?;
+    let fresh_only = open || {
+        let mut small_merged = 0;
+        for f in files.iter().filter(|f| !is_fresh(f)) {
+            small_merged += usize::from(is_small(file_rows(f)?, max_rows));
+        }
+        small_merged < MERGE_MERGED_AT
+    };
     let max_rows = max_rows.max(2) as u64;
     let mut runs: Vec<Vec<(PathBuf, u64)>> = vec![Vec::new()];
-    for f in partition::files(dir)? {
-        if open && !is_fresh(&f) {
+    for f in files {
+        if fresh_only && !is_fresh(&f) {
             continue;
         }
         let rows = file_rows(&f)?;
@@ -116,6 +134,7 @@ pub fn stage(
         )?;
         out.push(Merge {
             staged,
+            rows: run.iter().map(|r| r.1).sum(),
             sources: run.into_iter().map(|(f, _)| f).collect(),
         });
     }

@@ -50,6 +50,13 @@ pub struct ParquetOptions {
     pub compact_after: Duration,
     /// Rows per merged file at most.
     pub compact_rows: usize,
+    /// Rows merged at most by one round of compaction while the store runs (1M: about a second
+    /// of a core at zstd 9), so a round never holds the flows back longer than the socket
+    /// buffers last; partitions left over are merged at the next flush's round. When more comes
+    /// in to merge than that (flows of many past hours at a high rate) the merges fall behind:
+    /// the partitions keep more files until the rate drops or the store closes, and no flow is
+    /// lost to a merge.
+    pub compact_rows_per_round: u64,
     /// How often compaction and retention run.
     pub maintenance_interval: Duration,
     /// Top hosts kept per rollup bucket and side.
@@ -69,6 +76,7 @@ impl Default for ParquetOptions {
             retain_size: None,
             compact_after: Duration::from_secs(600),
             compact_rows: 4 << 20,
+            compact_rows_per_round: 1 << 20,
             maintenance_interval: Duration::from_secs(60),
             top_hosts: 50,
             rollup_delay: Duration::from_secs(120),
@@ -99,6 +107,8 @@ pub struct ParquetStore {
     report: StoreReport,
     last_write: Instant,
     last_maintenance: Instant,
+    /// A round of compaction left partitions for the next one.
+    compact_backlog: bool,
     seq: u64,
 }
 
@@ -155,6 +165,7 @@ impl ParquetStore {
             report: StoreReport::default(),
             last_write: Instant::now(),
             last_maintenance: Instant::now(),
+            compact_backlog: false,
             seq: 0,
         };
         store.retention()?;
@@ -341,7 +352,17 @@ impl ParquetStore {
         }
         let mut merges = Vec::new();
         let mut first_error = None;
+        let mut budget = if all {
+            u64::MAX
+        } else {
+            self.opts.compact_rows_per_round
+        };
+        self.compact_backlog = false;
         for (key, open) in ready {
+            if budget == 0 {
+                self.compact_backlog = true;
+                break;
+            }
             let (table, dir, _) = &key;
             if dir.exists() {
                 let mut seq = self.seq;
@@ -359,7 +380,11 @@ impl ParquetStore {
                 );
                 self.seq = seq;
                 match staged {
-                    Ok(m) => merges.extend(m),
+                    Ok(m) => {
+                        let rows: u64 = m.iter().map(|m| m.rows).sum();
+                        budget = budget.saturating_sub(rows);
+                        merges.extend(m);
+                    }
                     Err(e) => {
                         first_error.get_or_insert(e);
                         continue;
@@ -388,7 +413,8 @@ impl ParquetStore {
 
     /// Compaction and retention, if their interval has passed.
     fn maintain(&mut self) -> Result<(), StoreError> {
-        if self.last_maintenance.elapsed() < self.opts.maintenance_interval {
+        if !self.compact_backlog && self.last_maintenance.elapsed() < self.opts.maintenance_interval
+        {
             return Ok(());
         }
         self.last_maintenance = Instant::now();

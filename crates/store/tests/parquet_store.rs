@@ -723,3 +723,92 @@ fn a_flush_too_large_to_merge_is_written_once_at_the_store_level() {
     want.sort_unstable();
     assert_eq!(got, want);
 }
+
+#[test]
+fn late_flows_of_a_closed_hour_are_merged_once_until_its_merged_files_gather() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = partition_dir_of(dir.path());
+    let merged = |p: &Path| {
+        let mut f = tapflow_store::partition::all_files(p).unwrap();
+        f.sort();
+        f
+    };
+    let mut input = Vec::new();
+    let mut before: Vec<std::path::PathBuf> = Vec::new();
+    let gather = tapflow_store::compaction::MERGE_MERGED_AT as u64;
+    for round in 0..=gather {
+        // Each run stores more flows of the same closed hour, flushed twice, then closes.
+        let mut store = Box::new(ParquetStore::open(dir.path(), quiet()).unwrap());
+        for k in 0..2 {
+            let more = flows(40 + 2 * round + k, 500, day0_us() + 10 * H, H, 100);
+            store.insert(&more).unwrap();
+            store.flush().unwrap();
+            input.extend(more);
+        }
+        store.close().unwrap();
+        let after = merged(&p);
+        if round < gather {
+            // The two fresh files became one merged file; the earlier ones were left alone.
+            assert_eq!(after.len(), round as usize + 1, "{after:?}");
+            assert!(
+                before.iter().all(|f| after.contains(f)),
+                "{before:?} {after:?}"
+            );
+            assert!(after.iter().all(|f| name(f).starts_with("m-")), "{after:?}");
+        } else {
+            // Eight small merged files gathered: all of them and the fresh ones merged into one.
+            assert_eq!(after.len(), 1, "{after:?}");
+            assert!(!before.contains(&after[0]));
+        }
+        before = after;
+    }
+    let mut got: Vec<_> = all_flows(dir.path()).iter().map(key).collect();
+    let mut want: Vec<_> = input.iter().map(as_stored).map(|f| key(&f)).collect();
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want);
+}
+
+/// The flows partition of day 0, 10:00, in the store at `dir`.
+fn partition_dir_of(dir: &Path) -> std::path::PathBuf {
+    tapflow_store::partition::partition_dir(
+        dir,
+        Table::Flows,
+        tapflow_store::partition::partition_start(Table::Flows, day0_us() + 10 * H),
+    )
+}
+
+#[test]
+fn a_round_of_compaction_leaves_what_is_over_its_rows_to_the_next_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = ParquetOptions {
+        maintenance_interval: Duration::ZERO,
+        compact_rows_per_round: 1,
+        ..quiet()
+    };
+    let mut store = Box::new(ParquetStore::open(dir.path(), opts).unwrap());
+    // Two closed hours: the first round merges the first one's fresh file, and stops there.
+    let mut input = flows(21, 300, day0_us() + 10 * H, H, 50);
+    input.extend(flows(22, 300, day0_us() + 11 * H, H, 50));
+    store.insert(&input).unwrap();
+    store.flush().unwrap();
+    let kinds = |store_dir: &Path| -> Vec<Vec<String>> {
+        partitions(store_dir, Table::Flows)
+            .unwrap()
+            .iter()
+            .map(|p| {
+                tapflow_store::partition::all_files(&p.path)
+                    .unwrap()
+                    .iter()
+                    .map(|f| name(f)[..2].to_owned())
+                    .collect()
+            })
+            .collect()
+    };
+    assert_eq!(kinds(dir.path()), [["m-"], ["w-"]]);
+    // The next flush's round, with nothing new, merges the rest.
+    store.flush().unwrap();
+    assert_eq!(kinds(dir.path()), [["m-"], ["m-"]]);
+    store.close().unwrap();
+    assert_eq!(all_flows(dir.path()).len(), 600);
+}
