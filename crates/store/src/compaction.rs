@@ -86,21 +86,25 @@ pub fn stage(
     open: bool,
     name: &mut dyn FnMut() -> String,
 ) -> Result<Vec<Merge>, StoreError> {
-    let files = partition::files(dir)?;
-    let fresh_only = open || {
-        let mut small_merged = 0;
-        for f in files.iter().filter(|f| !is_fresh(f)) {
-            small_merged += usize::from(is_small(file_rows(f)?, max_rows));
+    // Each file's rows, from its footer: of the fresh files only while the partition is open.
+    let mut files = Vec::new();
+    for f in partition::files(dir)? {
+        if !open || is_fresh(&f) {
+            let rows = file_rows(&f)?;
+            files.push((f, rows));
         }
-        small_merged < MERGE_MERGED_AT
-    };
+    }
+    let small_merged = files
+        .iter()
+        .filter(|(f, rows)| !is_fresh(f) && is_small(*rows, max_rows))
+        .count();
+    let fresh_only = open || small_merged < MERGE_MERGED_AT;
     let max_rows = max_rows.max(2) as u64;
     let mut runs: Vec<Vec<(PathBuf, u64)>> = vec![Vec::new()];
-    for f in files {
+    for (f, rows) in files {
         if fresh_only && !is_fresh(&f) {
             continue;
         }
-        let rows = file_rows(&f)?;
         let run = runs.last_mut().expect("one run at least");
         if !is_small(rows, max_rows as usize) {
             runs.push(Vec::new());

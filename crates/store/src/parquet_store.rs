@@ -7,7 +7,7 @@
 //! hour partition, the files of one flush synced and renamed together ([`publish`]). A flush
 //! writes fresh files at the fast `fresh_zstd_level`; compaction merges them at the store's
 //! level, and the last write at close is at that level already where no fresh file waits, as
-//! is a partition's part of a flush too large for compaction to merge ([`compaction::is_small`]). A
+//! is a file too large for compaction to merge ([`compaction::is_small`]). A
 //! flow counts as stored once its file is renamed; a write that fails (a full disk) drops the
 //! flows it held, counted, and leaves every file already written intact. Stored flows feed the
 //! rollups ([`crate::rollup`]).
@@ -183,13 +183,15 @@ impl ParquetStore {
         file_name(prefix, self.seq)
     }
 
-    /// The options and name prefix of a file a write makes in partition `dir`: a fresh one at
-    /// the fast level, or one at the store's level when it is closing (`last`) and `dir` holds
-    /// no fresh file (which the merge at close would rewrite it with).
-    fn file_kind(&self, last: bool, dir: &Path) -> (FileOptions, &'static str) {
+    /// The options and name prefix of a file of `rows` rows a write makes in partition `dir`: a
+    /// fresh one at the fast level, or one at the store's level when compaction would leave it
+    /// as it is (too large to merge: a busy collector's flush, whose buffer fills before its
+    /// interval ends), or when the store is closing (`last`) and `dir` holds no fresh file
+    /// (which the merge at close would rewrite it with).
+    fn file_kind(&self, rows: usize, last: bool, dir: &Path) -> (FileOptions, &'static str) {
         let merged_anyway =
             || partition::all_files(dir).is_ok_and(|f| f.iter().any(|p| compaction::is_fresh(p)));
-        if last && !merged_anyway() {
+        if !compaction::is_small(rows as u64, self.opts.compact_rows) || last && !merged_anyway() {
             (self.opts.file, MERGED_PREFIX)
         } else {
             let file = FileOptions {
@@ -229,13 +231,7 @@ impl ParquetStore {
             let group = &order[at..at + n];
             at += n;
             let dir = partition_dir(&self.dir, Table::Flows, hour);
-            // Rows a merge would leave as they are (a busy collector's, whose buffer fills
-            // before its interval ends) are written once, at the store's level.
-            let (file, prefix) = if compaction::is_small(n as u64, self.opts.compact_rows) {
-                self.file_kind(last, &dir)
-            } else {
-                (self.opts.file, MERGED_PREFIX)
-            };
+            let (file, prefix) = self.file_kind(n, last, &dir);
             let path = dir.join(self.file_name(prefix));
             let rows = batch::from_flows_in(&flows, group);
             match write_staged(&path, Table::Flows.columns(), &rows, &file, Vec::new()) {
@@ -306,7 +302,7 @@ impl ParquetStore {
                 let part = rows.slice(at, n);
                 at += n;
                 let dir = partition_dir(&self.dir, table, start);
-                let (file, prefix) = self.file_kind(all, &dir);
+                let (file, prefix) = self.file_kind(part.rows(), all, &dir);
                 let path = dir.join(self.file_name(prefix));
                 match write_staged(&path, table.columns(), &part, &file, Vec::new()) {
                     Ok(s) => {

@@ -249,30 +249,27 @@ pub const SYNC_EACH_AT_MOST: usize = 32;
 /// Makes the staged files durable and names them, so that a `.parquet` name never stands for
 /// data a crash could lose and a file is durable under its name when its result is `Ok`: the
 /// data of each is synced, then each is renamed to its name, then the directories that hold the
-/// new names (and the ones above the directories the writes made) are synced. Up to
-/// [`SYNC_EACH_AT_MOST`] files (every flush of a live store) are synced one by one
-/// (`fdatasync`, `fsync`), which waits for their own blocks only, whatever else the filesystem
-/// holds dirty; more (a store's first write of a trace spread over many hours) by one `syncfs`
-/// before the renames and one after, which costs one wait instead of one per file but also
-/// waits for other programs' dirty data. One result per file, in order; a file whose sync or
+/// new names (and the ones above the directories the writes made) are synced ([`sync_dirs`]).
+/// Up to [`SYNC_EACH_AT_MOST`] files (every flush of a live store) are synced one by one
+/// (`fdatasync`), which waits for their own blocks only, whatever else the filesystem holds
+/// dirty; more (a store's first write of a trace spread over many hours) by one `syncfs`, which
+/// costs one wait instead of one per file but also waits for other programs' dirty data. One result per file, in order; a file whose sync or
 /// rename fails is removed.
 pub fn publish(staged: Vec<Staged>) -> Vec<Result<(), StoreError>> {
-    let each = staged.len() <= SYNC_EACH_AT_MOST;
-    let fail = |s: &Staged, e: &StoreError| {
-        let _ = std::fs::remove_file(&s.part);
-        Err(StoreError::Other(e.to_string()))
-    };
-    let mut out: Vec<Result<(), StoreError>> = if each {
+    let mut out: Vec<Result<(), StoreError>> = if staged.len() <= SYNC_EACH_AT_MOST {
         staged.iter().map(|s| sync_data(&s.part)).collect()
     } else {
         let dirs: Vec<&Path> = staged.iter().map(|s| parent(&s.path)).collect();
-        match sync_filesystems(&dirs) {
-            Ok(()) => staged.iter().map(|_| Ok(())).collect(),
-            Err(e) => return staged.iter().map(|s| fail(s, &e)).collect(),
-        }
+        let synced = sync_filesystems(&dirs).map_err(|e| e.to_string());
+        staged
+            .iter()
+            .map(|_| synced.clone().map_err(StoreError::Other))
+            .collect()
     };
     for (s, r) in staged.iter().zip(out.iter_mut()) {
-        *r = std::mem::replace(r, Ok(())).and_then(|()| rename_new(&s.part, &s.path));
+        if r.is_ok() {
+            *r = rename_new(&s.part, &s.path);
+        }
         if r.is_err() {
             let _ = std::fs::remove_file(&s.part);
         }
@@ -285,12 +282,7 @@ pub fn publish(staged: Vec<Staged>) -> Vec<Result<(), StoreError>> {
             dirs.extend(s.made.iter().map(|d| parent(d)));
         }
     }
-    let synced = if each {
-        sync_dirs(&dirs)
-    } else {
-        sync_filesystems(&dirs)
-    };
-    if let Err(e) = synced {
+    if let Err(e) = sync_dirs(&dirs) {
         for r in out.iter_mut().filter(|r| r.is_ok()) {
             *r = Err(StoreError::Other(e.to_string()));
         }
