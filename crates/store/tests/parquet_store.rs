@@ -37,6 +37,15 @@ fn all_flows(dir: &Path) -> Vec<StoredFlow> {
     out
 }
 
+/// Asserts that the store at `dir` holds exactly the flows of `input`, in any order.
+fn assert_holds_exactly(dir: &Path, input: &[StoredFlow]) {
+    let mut got: Vec<_> = all_flows(dir).iter().map(key).collect();
+    let mut want: Vec<_> = input.iter().map(as_stored).map(|f| key(&f)).collect();
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want);
+}
+
 fn key(f: &StoredFlow) -> (u64, [u8; 16], u16, u64, u64) {
     (
         f.flow.start_ns(),
@@ -667,11 +676,7 @@ fn a_lone_fresh_file_is_rewritten_at_the_store_level_when_its_hour_closes() {
             .any(|c| matches!(c, parquet::basic::Compression::ZSTD(_)))
     );
     assert!(std::fs::metadata(&merged[0]).unwrap().len() < fresh_size);
-    let mut got: Vec<_> = all_flows(dir.path()).iter().map(key).collect();
-    let mut want: Vec<_> = input.iter().map(as_stored).map(|f| key(&f)).collect();
-    got.sort_unstable();
-    want.sort_unstable();
-    assert_eq!(got, want);
+    assert_holds_exactly(dir.path(), &input);
 }
 
 #[test]
@@ -717,11 +722,7 @@ fn a_flush_too_large_to_merge_is_written_once_at_the_store_level() {
     assert_eq!(only_file(&parts[0].path), big);
     let rewritten = only_file(&parts[1].path);
     assert!(name(&rewritten).starts_with("m-"), "{rewritten:?}");
-    let mut got: Vec<_> = all_flows(dir.path()).iter().map(key).collect();
-    let mut want: Vec<_> = input.iter().map(as_stored).map(|f| key(&f)).collect();
-    got.sort_unstable();
-    want.sort_unstable();
-    assert_eq!(got, want);
+    assert_holds_exactly(dir.path(), &input);
 }
 
 #[test]
@@ -762,11 +763,7 @@ fn late_flows_of_a_closed_hour_are_merged_once_until_its_merged_files_gather() {
         }
         before = after;
     }
-    let mut got: Vec<_> = all_flows(dir.path()).iter().map(key).collect();
-    let mut want: Vec<_> = input.iter().map(as_stored).map(|f| key(&f)).collect();
-    got.sort_unstable();
-    want.sort_unstable();
-    assert_eq!(got, want);
+    assert_holds_exactly(dir.path(), &input);
 }
 
 /// The flows partition of day 0, 10:00, in the store at `dir`.
