@@ -859,6 +859,7 @@ impl StoreArgs {
         let mut o = tapflow_store::ParquetOptions {
             retain: self.retain,
             retain_size: self.retain_size,
+            close_merge: None,
             ..tapflow_store::ParquetOptions::default()
         };
         o.file.zstd_level = self.zstd_level;

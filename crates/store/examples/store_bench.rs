@@ -141,7 +141,11 @@ fn main() {
     }
     let input = std::io::BufReader::new(std::fs::File::open(&args[1]).expect("open the flows"));
     let dir = Path::new(&args[2]);
-    let mut opts = ParquetOptions::default();
+    // Merged wholly at close, as `tapflow import` does.
+    let mut opts = ParquetOptions {
+        close_merge: None,
+        ..ParquetOptions::default()
+    };
     if let Some(l) = args.get(3) {
         opts.file.zstd_level = l.parse().expect("a zstd level");
     }

@@ -57,6 +57,11 @@ pub struct ParquetOptions {
     /// the partitions keep more files until the rate drops or the store closes, and no flow is
     /// lost to a merge.
     pub compact_rows_per_round: u64,
+    /// The most time closing the store spends merging (20 s), so a service stops well within
+    /// its manager's stop timeout (systemd's default is 90 s): the buffered flows are always
+    /// written, and partitions left unmerged are merged by the next run's maintenance. `None`
+    /// merges everything (`tapflow import`).
+    pub close_merge: Option<Duration>,
     /// How often compaction and retention run.
     pub maintenance_interval: Duration,
     /// Top hosts kept per rollup bucket and side.
@@ -77,6 +82,7 @@ impl Default for ParquetOptions {
             compact_after: Duration::from_secs(600),
             compact_rows: 4 << 20,
             compact_rows_per_round: 1 << 20,
+            close_merge: Some(Duration::from_secs(20)),
             maintenance_interval: Duration::from_secs(60),
             top_hosts: 50,
             rollup_delay: Duration::from_secs(120),
@@ -330,10 +336,16 @@ impl ParquetStore {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Merges the partitions written into: the closed ones (every one if `all`) wholly, and
-    /// the fresh files of those holding [`MERGE_OPEN_AT`] of them; the merged files of all
-    /// partitions are published together ([`compaction::publish_merges`]).
+    /// Merges the partitions written into: the closed ones (every one if `all`, at close) wholly,
+    /// and the fresh files of those holding [`MERGE_OPEN_AT`] of them; the merged files of all
+    /// partitions are published together ([`compaction::publish_merges`]). A round while the
+    /// store runs stops after `compact_rows_per_round` rows, one at close after `close_merge`.
     fn compact(&mut self, all: bool) -> Result<(), StoreError> {
+        let deadline = if all {
+            self.opts.close_merge.map(|d| Instant::now() + d)
+        } else {
+            None
+        };
         let limit = now_us().saturating_sub(micros(self.opts.compact_after));
         let mut ready: Vec<((Table, PathBuf, i64), bool)> = Vec::new();
         for key in &self.dirty {
@@ -355,7 +367,7 @@ impl ParquetStore {
         };
         self.compact_backlog = false;
         for (key, open) in ready {
-            if budget == 0 {
+            if budget == 0 || deadline.is_some_and(|d| Instant::now() >= d) {
                 self.compact_backlog = true;
                 break;
             }

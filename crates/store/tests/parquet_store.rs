@@ -809,3 +809,42 @@ fn a_round_of_compaction_leaves_what_is_over_its_rows_to_the_next_flush() {
     store.close().unwrap();
     assert_eq!(all_flows(dir.path()).len(), 600);
 }
+
+#[test]
+fn a_close_out_of_merge_time_writes_every_flow_and_leaves_the_merges_to_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = partition_dir_of(dir.path());
+    let opts = ParquetOptions {
+        close_merge: Some(Duration::ZERO),
+        ..quiet()
+    };
+    let mut store = Box::new(ParquetStore::open(dir.path(), opts).unwrap());
+    // Three fresh files in a closed hour, and flows still buffered when the store closes.
+    let mut input = Vec::new();
+    for k in 0..4 {
+        let more = flows(60 + k, 400, day0_us() + 10 * H, H, 100);
+        store.insert(&more).unwrap();
+        if k < 3 {
+            store.flush().unwrap();
+        }
+        input.extend(more);
+    }
+    let report = store.close().unwrap();
+    assert_eq!((report.stored, report.pending), (1600, 0));
+    let files = tapflow_store::partition::all_files(&p).unwrap();
+    assert_eq!(files.len(), 4, "{files:?}");
+    assert!(files.iter().all(|f| name(f).starts_with("w-")), "{files:?}");
+    assert_holds_exactly(dir.path(), &input);
+    // The next run's first round of maintenance merges them.
+    let opts = ParquetOptions {
+        maintenance_interval: Duration::ZERO,
+        ..quiet()
+    };
+    let mut store = Box::new(ParquetStore::open(dir.path(), opts).unwrap());
+    store.flush().unwrap();
+    let files = tapflow_store::partition::all_files(&p).unwrap();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(name(&files[0]).starts_with("m-"), "{files:?}");
+    store.close().unwrap();
+    assert_holds_exactly(dir.path(), &input);
+}
