@@ -591,14 +591,18 @@ fn chdb_takes_the_current_tables_and_answers_over_them() {
 }
 
 #[test]
-fn the_same_queries_answer_the_same_over_clickhouse_and_parquet() {
+fn the_same_queries_answer_the_same_over_parquet_a_clickhouse_server_and_a_cluster() {
     use tapflow_store::clickhouse::ClickHouseEngine;
     use tapflow_store::query::{
         Key, Kind, Metric, ParquetEngine, Prefixes, Query, QueryEngine, QueryResult, Window, filter,
     };
-    let ch = Servers::start(28500, 1);
+    // One server (database `t`) and a cluster of two shards (database `c`).
+    let ch = Servers::start(28500, 2);
     let f = flows(60_000);
-    let url = format!("http://{}/t", ch.host(0));
+    let urls = [
+        format!("http://{}/t", ch.host(0)),
+        format!("http://{},{}/c?cluster=tapflow", ch.host(0), ch.host(1)),
+    ];
     // The collector's counters: two intervals of one exporter's domain, one of another domain,
     // and one interval that ends after the window asked for below.
     let t0 = (f[0].flow.start_ns() / 1000) as i64;
@@ -619,10 +623,12 @@ fn the_same_queries_answer_the_same_over_clickhouse_and_parquet() {
         counters(2, at(60), 500, 3),
         counters(1, at(7200), 9, 9),
     ];
-    let mut store = Box::new(ClickHouseStore::open(config(url.clone(), 20_000)).unwrap());
-    store.insert(&f).unwrap();
-    store.insert_exporter_stats(&stats).unwrap();
-    assert_eq!(store.close().unwrap().stored, 60_000);
+    for url in &urls {
+        let mut store = Box::new(ClickHouseStore::open(config(url.clone(), 20_000)).unwrap());
+        store.insert(&f).unwrap();
+        store.insert_exporter_stats(&stats).unwrap();
+        assert_eq!(store.close().unwrap().stored, 60_000);
+    }
     let dir = tempfile::tempdir().unwrap();
     let mut parquet = Box::new(ParquetStore::open(dir.path(), ParquetOptions::default()).unwrap());
     parquet.insert(&f).unwrap();
@@ -630,7 +636,10 @@ fn the_same_queries_answer_the_same_over_clickhouse_and_parquet() {
     assert_eq!(parquet.close().unwrap().stored, 60_000);
 
     let parquet = ParquetEngine::new(dir.path(), 2).prefer_rollups(false);
-    let clickhouse = ClickHouseEngine::open(&url).unwrap().prefer_rollups(false);
+    let servers: Vec<ClickHouseEngine> = urls
+        .iter()
+        .map(|u| ClickHouseEngine::open(u).unwrap().prefer_rollups(false))
+        .collect();
     let hour = Window {
         start_us: t0,
         end_us: t0 + 3_600_000_000,
@@ -650,7 +659,9 @@ fn the_same_queries_answer_the_same_over_clickhouse_and_parquet() {
         },
     ];
     assert_eq!(parquet.exporter_stats(hour).unwrap(), want);
-    assert_eq!(clickhouse.exporter_stats(hour).unwrap(), want);
+    for (url, clickhouse) in urls.iter().zip(&servers) {
+        assert_eq!(clickhouse.exporter_stats(hour).unwrap(), want, "{url}");
+    }
     let half_hour = Some(Window {
         start_us: t0 + 600_000_000,
         end_us: t0 + 2_400_000_000,
@@ -782,16 +793,18 @@ fn the_same_queries_answer_the_same_over_clickhouse_and_parquet() {
             kind,
         };
         let want = parquet.run(&q).unwrap().result;
-        let got = clickhouse
-            .run(&q)
-            .unwrap_or_else(|e| panic!("{q:?}: {e}"))
-            .result;
         let empty = match &want {
             QueryResult::Flows(v) => v.is_empty(),
             QueryResult::Table { rows, .. } => rows.is_empty(),
             QueryResult::Summary(s) => s.total.flows == 0,
         };
         assert!(!empty, "the query selects something: {q:?}");
-        assert_eq!(got, want, "{q:?}");
+        for (url, clickhouse) in urls.iter().zip(&servers) {
+            let got = clickhouse
+                .run(&q)
+                .unwrap_or_else(|e| panic!("{url} {q:?}: {e}"))
+                .result;
+            assert_eq!(got, want, "{url} {q:?}");
+        }
     }
 }

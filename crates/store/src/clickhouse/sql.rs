@@ -209,8 +209,10 @@ impl ClickHouseEngine {
             ("iif", "in_if", "in_if"),
             ("oif", "out_if", "out_if"),
             ("vl", "vlan", "vlan"),
-            ("rev", "toUInt8(0)", "toUInt8(1)"),
-            ("n", "toUInt64(1)", "toUInt64(1)"),
+            // Full columns, not constants: a Distributed table's remote parts send them as
+            // such, and 18.16 refuses to merge them with a local constant (code 171).
+            ("rev", "materialize(toUInt8(0))", "materialize(toUInt8(1))"),
+            ("n", "materialize(toUInt64(1))", "materialize(toUInt64(1))"),
         ] {
             if needed.contains(&name) {
                 fwd.push(format!("{forward} AS {name}"));
