@@ -98,7 +98,7 @@ fn main() {
                         store.insert(chunk).unwrap();
                         // As fast as the server takes rows: the store would queue (64 MiB in
                         // memory) and then drop what a faster caller hands it.
-                        while store.report().pending > 200_000 {
+                        while store.report().pending > 2_000_000 {
                             std::thread::sleep(std::time::Duration::from_millis(1));
                         }
                     }

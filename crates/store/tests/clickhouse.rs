@@ -463,7 +463,7 @@ fn two_shards_share_the_rows_and_the_distributed_tables_add_up() {
     let ch = Servers::start(28400, 2);
     let url = format!("http://{},{}/t?cluster=tapflow", ch.host(0), ch.host(1));
     let f = flows(100_000);
-    let mut store = Box::new(ClickHouseStore::open(config(url, 10_000)).unwrap());
+    let mut store = Box::new(ClickHouseStore::open(config(url.clone(), 10_000)).unwrap());
     assert_eq!(store.schema().layout, Layout::Cluster("tapflow".into()));
     insert_in_calls(store.as_mut(), &f, 4000);
     let report = store.close().unwrap();
@@ -498,6 +498,19 @@ fn two_shards_share_the_rows_and_the_distributed_tables_add_up() {
         );
         assert_eq!(ch.query(shard, TOP_SRC), top_src(&f));
     }
+    // A shard that stops answering passes its turns to the other: nothing waits or is lost.
+    let mut store = Box::new(ClickHouseStore::open(config(url, 5_000)).unwrap());
+    ch.kill(1);
+    insert_in_calls(store.as_mut(), &flows(20_000), 4000);
+    let report = store.close().unwrap();
+    assert_eq!(
+        (report.stored, report.dropped, report.pending),
+        (20_000, 0, 0)
+    );
+    assert_eq!(
+        ch.query(0, "SELECT count() FROM t.flows_local"),
+        (on[0] + 20_000).to_string()
+    );
 }
 
 #[test]

@@ -145,7 +145,7 @@ impl Schema {
         }
     }
 
-    /// The name queries and inserts use for `name` (the `Distributed` table in a cluster).
+    /// The name queries use for `name` (the `Distributed` table in a cluster).
     pub fn table(&self, name: &str) -> String {
         format!("{}.{name}", self.database)
     }
@@ -258,7 +258,7 @@ impl Schema {
         let cols: Vec<&str> = FLOW_COLUMNS.iter().map(|(n, _)| *n).collect();
         format!(
             "INSERT INTO {} ({}) FORMAT RowBinary",
-            self.table("flows"),
+            self.local("flows"),
             cols.join(", ")
         )
     }
@@ -268,7 +268,7 @@ impl Schema {
         format!(
             "INSERT INTO {} (time_received, exporter, domain, `index`, name, description) \
              FORMAT RowBinary",
-            self.table("interfaces")
+            self.local("interfaces")
         )
     }
 
@@ -277,7 +277,7 @@ impl Schema {
         format!(
             "INSERT INTO {} (time, exporter, domain, records, sequence_lost, template_missing, \
              bad_messages) FORMAT RowBinary",
-            self.table("exporter_stats")
+            self.local("exporter_stats")
         )
     }
 }

@@ -1,11 +1,11 @@
 //! The inserting store: the caller's thread encodes rows into a batch (no allocation per row)
-//! and seals it at `batch_rows` rows or `batch_age`; a sender thread posts sealed batches in
-//! order. While the server is away, batches queue in the [`Spool`] (memory, then disk), the
-//! sender retries with backoff (and re-creates the tables, in case the server came back empty)
-//! and drains the queue in order when the server answers again.
+//! and seals it at `batch_rows` rows or `batch_age`; a sender thread per server (per shard in a
+//! cluster) posts sealed batches, oldest first. While a server is away, batches queue in the
+//! [`Spool`] (memory, then disk), its sender retries with backoff (and re-creates the tables, in
+//! case the server came back empty), and the queue drains in order when a server answers again.
 //!
 //! Accounting: `received = stored + dropped + pending` at every moment. A batch is `stored` when
-//! the server acknowledged it (through a `Distributed` table, synchronously: on its shards), and
+//! a server acknowledged it (in a cluster, the shard whose local tables took it), and
 //! `dropped` when it fit neither in memory nor in the spool. An acknowledgement lost on the way
 //! makes the retry insert the batch twice: delivery is at least once.
 
@@ -40,15 +40,15 @@ pub struct ClickHouseConfig {
 }
 
 impl ClickHouseConfig {
-    /// Defaults for `url`: 50,000 rows or 2 s per insert, 64 MiB in memory, no spool directory
+    /// Defaults for `url`: 500,000 rows or 2 s per insert, 256 MiB in memory, no spool directory
     /// (1 GiB once one is given), 10 s to drain at close.
     pub fn new(url: &str) -> ClickHouseConfig {
         ClickHouseConfig {
             url: url.to_string(),
             spool_dir: None,
             spool_limit: 1 << 30,
-            memory_limit: 64 << 20,
-            batch_rows: 50_000,
+            memory_limit: 256 << 20,
+            batch_rows: 500_000,
             batch_age: Duration::from_secs(2),
             close_timeout: Duration::from_secs(10),
         }
@@ -95,8 +95,6 @@ struct State {
     resumed_stored: u64,
     /// Set by `close`: send what is queued until then, then stop.
     closing: Option<Instant>,
-    /// Whether the last attempt failed (to log each outage once).
-    failing: bool,
 }
 
 #[derive(Debug)]
@@ -117,7 +115,8 @@ pub struct ClickHouseStore {
     config: ClickHouseConfig,
     schema: Schema,
     shared: Arc<Shared>,
-    sender: Option<JoinHandle<()>>,
+    /// One per server: each takes the oldest batch whenever its server is free.
+    senders: Vec<JoinHandle<()>>,
     flows: Gathering,
     interfaces: Gathering,
     stats: Gathering,
@@ -173,24 +172,25 @@ impl ClickHouseStore {
                 report: StoreReport::default(),
                 resumed_stored: 0,
                 closing: None,
-                failing: false,
             }),
             wake: Condvar::new(),
         });
-        let sender = {
+        let mut senders = Vec::new();
+        for server in servers {
             let (shared, schema) = (shared.clone(), schema.clone());
-            std::thread::Builder::new()
+            let sender = std::thread::Builder::new()
                 .name("clickhouse".into())
-                .spawn(move || send_loop(&shared, &servers, &schema))
+                .spawn(move || send_loop(&shared, &server, &schema))
                 .map_err(|e| {
-                    StoreError::Other(format!("ClickHouse: cannot start the sender: {e}"))
-                })?
-        };
+                    StoreError::Other(format!("ClickHouse: cannot start a sender: {e}"))
+                })?;
+            senders.push(sender);
+        }
         Ok(ClickHouseStore {
             config,
             schema,
             shared,
-            sender: Some(sender),
+            senders,
             flows: Gathering::new(Table::Flows),
             interfaces: Gathering::new(Table::Interfaces),
             stats: Gathering::new(Table::ExporterStats),
@@ -297,9 +297,9 @@ impl FlowStore for ClickHouseStore {
         self.flush()?;
         self.shared.lock().closing = Some(Instant::now() + self.config.close_timeout);
         self.shared.wake.notify_all();
-        if let Some(h) = self.sender.take() {
+        for h in std::mem::take(&mut self.senders) {
             h.join()
-                .map_err(|_| StoreError::Other("ClickHouse: the sender panicked".into()))?;
+                .map_err(|_| StoreError::Other("ClickHouse: a sender panicked".into()))?;
         }
         let mut st = self.shared.lock();
         let (_, dropped) = st.spool.persist()?;
@@ -323,12 +323,16 @@ fn create_tables(servers: &[Server], schema: &Schema) -> Result<(), StoreError> 
     Ok(())
 }
 
-/// The sender: takes the oldest batch, posts it to the first server that takes it, retrying
-/// with backoff from 100 ms to 5 s; stops when closing and the queue is empty or the close
-/// deadline has passed.
-fn send_loop(shared: &Shared, servers: &[Server], schema: &Schema) {
+/// A sender, one per server: takes the oldest batch and posts it to its server, retrying with
+/// backoff from 100 ms to 5 s (a failed batch goes back to the front of the queue, for whichever
+/// server is free first); stops when closing and the queue is empty or the close deadline has
+/// passed. In a cluster every shard's sender drains the one queue, so the shards insert at once
+/// and a shard that is down leaves its batches to the others.
+fn send_loop(shared: &Shared, server: &Server, schema: &Schema) {
     let mut backoff = Duration::from_millis(100);
     let mut need_tables = false;
+    // Whether the last attempt failed (to log each outage once).
+    let mut failing = false;
     loop {
         let entry = {
             let mut st = shared.lock();
@@ -346,18 +350,21 @@ fn send_loop(shared: &Shared, servers: &[Server], schema: &Schema) {
         };
         let result = (|| {
             if need_tables {
-                create_tables(servers, schema)?;
+                create_tables(std::slice::from_ref(server), schema)?;
             }
-            send(servers, schema, &entry)
+            send(server, schema, &entry)
         })();
         let mut st = shared.lock();
         match result {
             Ok(()) => {
                 need_tables = false;
                 backoff = Duration::from_millis(100);
-                if st.failing {
-                    st.failing = false;
-                    eprintln!("tapflow: ClickHouse answers again: sending the queued batches");
+                if failing {
+                    failing = false;
+                    eprintln!(
+                        "tapflow: ClickHouse {} answers again: sending the queued batches",
+                        server.host()
+                    );
                 }
                 if entry.table == Table::Flows {
                     if entry.resumed {
@@ -371,44 +378,40 @@ fn send_loop(shared: &Shared, servers: &[Server], schema: &Schema) {
                 }
             }
             Err(e) => {
-                if !st.failing {
-                    st.failing = true;
+                if !failing {
+                    failing = true;
                     eprintln!("tapflow: {e}; queueing batches and retrying");
                 }
                 need_tables = true;
                 st.spool.put_back(entry);
-                let wait = match st.closing {
-                    Some(deadline) => {
-                        backoff.min(deadline.saturating_duration_since(Instant::now()))
+                // Another sender may take the batch at once; this one waits out its backoff
+                // (new batches do not cut it short), or until the close deadline.
+                shared.wake.notify_all();
+                let until = Instant::now() + backoff;
+                loop {
+                    let end = st.closing.map_or(until, |deadline| until.min(deadline));
+                    let left = end.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
                     }
-                    None => backoff,
-                };
-                drop(shared.wake.wait_timeout(st, wait));
+                    st = match shared.wake.wait_timeout(st, left) {
+                        Ok((st, _)) => st,
+                        Err(p) => p.into_inner().0,
+                    };
+                }
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
         }
     }
 }
 
-/// Posts one batch to the first server that takes it.
-fn send(servers: &[Server], schema: &Schema, entry: &Entry) -> Result<(), StoreError> {
+/// Posts one batch into the local tables of `server` (in a cluster, those of one shard).
+fn send(server: &Server, schema: &Schema, entry: &Entry) -> Result<(), StoreError> {
     let data = entry.data()?;
     let insert = match entry.table {
         Table::Flows => schema.insert_flows(),
         Table::Interfaces => schema.insert_interfaces(),
         Table::ExporterStats => schema.insert_exporter_stats(),
     };
-    // Through a Distributed table, acknowledged only once on the shards.
-    let settings: &[(&str, &str)] = match schema.layout {
-        Layout::Single => &[],
-        Layout::Cluster(_) => &[("insert_distributed_sync", "1")],
-    };
-    let mut last = None;
-    for s in servers {
-        match s.insert(&insert, &data, settings) {
-            Ok(()) => return Ok(()),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.expect("a URL names at least one host"))
+    server.insert(&insert, &data, &[])
 }
