@@ -96,7 +96,7 @@ fn main() {
                     } else {
                         let store = store.as_mut().unwrap();
                         store.insert(chunk).unwrap();
-                        // As fast as the server takes rows: the store would queue (64 MiB in
+                        // As fast as the server takes rows: the store would queue (256 MiB in
                         // memory) and then drop what a faster caller hands it.
                         while store.report().pending > 2_000_000 {
                             std::thread::sleep(std::time::Duration::from_millis(1));

@@ -485,7 +485,8 @@ fn two_shards_share_the_rows_and_the_distributed_tables_add_up() {
         .collect();
     assert_eq!(on[0] + on[1], 100_000);
     for n in &on {
-        assert!(*n > 40_000, "rows spread over both shards: {on:?}");
+        // Each shard's sender took batches (of 10,000 rows) whenever it was free.
+        assert!(*n >= 10_000, "rows on both shards: {on:?}");
     }
     for shard in 0..2 {
         assert_eq!(
@@ -498,7 +499,7 @@ fn two_shards_share_the_rows_and_the_distributed_tables_add_up() {
         );
         assert_eq!(ch.query(shard, TOP_SRC), top_src(&f));
     }
-    // A shard that stops answering passes its turns to the other: nothing waits or is lost.
+    // A shard that stops answering leaves its batches to the other: nothing is lost.
     let mut store = Box::new(ClickHouseStore::open(config(url, 5_000)).unwrap());
     ch.kill(1);
     insert_in_calls(store.as_mut(), &flows(20_000), 4000);
