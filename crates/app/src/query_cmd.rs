@@ -123,9 +123,11 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
         Format::Table
     };
     let mut out = std::io::stdout().lock();
-    print(&mut out, &q, &answer.result, format)
-        .and_then(|()| out.flush())
-        .map_err(|e| Failure::Runtime(format!("writing the result: {e}")))?;
+    match print(&mut out, &q, &answer.result, format).and_then(|()| out.flush()) {
+        // A reader that had enough (`| head`) is not a failure.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
+        r => r.map_err(|e| Failure::Runtime(format!("writing the result: {e}")))?,
+    }
     if a.stats {
         match &a.clickhouse {
             // The server reads; it says what in its own query log.

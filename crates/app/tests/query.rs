@@ -309,3 +309,31 @@ fn bad_queries_say_what_is_wrong() {
     );
     assert_eq!(o.status.code(), Some(1));
 }
+
+/// A reader that stops early (`tapflow query … | head`) ends the query quietly, as it ends
+/// nfdump: exit code 0, nothing on stderr.
+#[test]
+fn a_reader_that_stops_early_is_not_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = built_trace(dir.path(), "t.pcap", 200, 4, 1_000_000);
+    let store = dir.path().join("store");
+    run_ok(&mut tapflow([
+        "flows",
+        "-r",
+        pcap.to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+    ]));
+    let mut c = tapflow(["query", "-R", store.to_str().unwrap()]);
+    let mut child = c
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The read end closed before anything is written: the first write fails with EPIPE.
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.is_empty(), "{err}");
+}
