@@ -54,8 +54,7 @@ pub struct ParquetOptions {
     /// of a core at zstd 9), so a round never holds the flows back longer than the socket
     /// buffers last; partitions left over are merged at the next flush's round. When more comes
     /// in to merge than that (flows of many past hours at a high rate) the merges fall behind:
-    /// the partitions keep more files until the rate drops or the store closes, and no flow is
-    /// lost to a merge.
+    /// the partitions keep more files until the rate drops, and no flow is lost to a merge.
     pub compact_rows_per_round: u64,
     /// The most time closing the store spends merging (20 s), so a service stops well within
     /// its manager's stop timeout (systemd's default is 90 s): the buffered flows are always

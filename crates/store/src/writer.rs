@@ -253,8 +253,8 @@ pub const SYNC_EACH_AT_MOST: usize = 32;
 /// Up to [`SYNC_EACH_AT_MOST`] files (every flush of a live store) are synced one by one
 /// (`fdatasync`), which waits for their own blocks only, whatever else the filesystem holds
 /// dirty; more (a store's first write of a trace spread over many hours) by one `syncfs`, which
-/// costs one wait instead of one per file but also waits for other programs' dirty data. One result per file, in order; a file whose sync or
-/// rename fails is removed.
+/// costs one wait instead of one per file but also waits for other programs' dirty data. One
+/// result per file, in order; a file whose sync or rename fails is removed.
 pub fn publish(staged: Vec<Staged>) -> Vec<Result<(), StoreError>> {
     let mut out: Vec<Result<(), StoreError>> = if staged.len() <= SYNC_EACH_AT_MOST {
         staged.iter().map(|s| sync_data(&s.part)).collect()

@@ -729,11 +729,6 @@ fn a_flush_too_large_to_merge_is_written_once_at_the_store_level() {
 fn late_flows_of_a_closed_hour_are_merged_once_until_its_merged_files_gather() {
     let dir = tempfile::tempdir().unwrap();
     let p = partition_dir_of(dir.path());
-    let merged = |p: &Path| {
-        let mut f = tapflow_store::partition::all_files(p).unwrap();
-        f.sort();
-        f
-    };
     let mut input = Vec::new();
     let mut before: Vec<std::path::PathBuf> = Vec::new();
     let gather = tapflow_store::compaction::MERGE_MERGED_AT as u64;
@@ -747,7 +742,7 @@ fn late_flows_of_a_closed_hour_are_merged_once_until_its_merged_files_gather() {
             input.extend(more);
         }
         store.close().unwrap();
-        let after = merged(&p);
+        let after = files_in(&p);
         if round < gather {
             // The two fresh files became one merged file; the earlier ones were left alone.
             assert_eq!(after.len(), round as usize + 1, "{after:?}");
@@ -764,6 +759,13 @@ fn late_flows_of_a_closed_hour_are_merged_once_until_its_merged_files_gather() {
         before = after;
     }
     assert_holds_exactly(dir.path(), &input);
+}
+
+/// The files of partition `p`, in name order.
+fn files_in(p: &Path) -> Vec<std::path::PathBuf> {
+    let mut f = tapflow_store::partition::all_files(p).unwrap();
+    f.sort();
+    f
 }
 
 /// The flows partition of day 0, 10:00, in the store at `dir`.
@@ -794,8 +796,7 @@ fn a_round_of_compaction_leaves_what_is_over_its_rows_to_the_next_flush() {
             .unwrap()
             .iter()
             .map(|p| {
-                tapflow_store::partition::all_files(&p.path)
-                    .unwrap()
+                files_in(&p.path)
                     .iter()
                     .map(|f| name(f)[..2].to_owned())
                     .collect()
@@ -831,7 +832,7 @@ fn a_close_out_of_merge_time_writes_every_flow_and_leaves_the_merges_to_the_next
     }
     let report = store.close().unwrap();
     assert_eq!((report.stored, report.pending), (1600, 0));
-    let files = tapflow_store::partition::all_files(&p).unwrap();
+    let files = files_in(&p);
     assert_eq!(files.len(), 4, "{files:?}");
     assert!(files.iter().all(|f| name(f).starts_with("w-")), "{files:?}");
     assert_holds_exactly(dir.path(), &input);
@@ -842,7 +843,7 @@ fn a_close_out_of_merge_time_writes_every_flow_and_leaves_the_merges_to_the_next
     };
     let mut store = Box::new(ParquetStore::open(dir.path(), opts).unwrap());
     store.flush().unwrap();
-    let files = tapflow_store::partition::all_files(&p).unwrap();
+    let files = files_in(&p);
     assert_eq!(files.len(), 1, "{files:?}");
     assert!(name(&files[0]).starts_with("m-"), "{files:?}");
     store.close().unwrap();
