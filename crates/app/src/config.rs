@@ -140,21 +140,20 @@ mod tests {
     use super::*;
 
     fn run(file: &str, args: &[&str]) -> Result<Vec<String>, String> {
-        let dir = std::env::temp_dir().join(format!("tf-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let f = dir.join(format!("{}.toml", args.len()));
+        // A directory of its own per call: the tests of this binary run as threads of one
+        // process, so a name from the process id would be shared and removed under another.
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("config.toml");
         std::fs::write(&f, file).unwrap();
         let mut all: Vec<OsString> = vec!["tapflow".into()];
         all.extend(args.iter().map(OsString::from));
         all.extend([OsString::from("--config"), f.clone().into()]);
-        let r = expand(all).map(|v| {
+        expand(all).map(|v| {
             v.into_iter()
                 .map(|s| s.to_string_lossy().into_owned())
                 .filter(|s| !s.ends_with(".toml"))
                 .collect()
-        });
-        let _ = std::fs::remove_dir_all(&dir);
-        r
+        })
     }
 
     #[test]
