@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fetches the console's charting library (uPlot, MIT) from the npm registry into
-# crates/console/vendor (or DIR): uPlot.esm.js and uPlot.min.css. Needs npm or curl.
+# Fetches the console's charting library (uPlot, MIT) with the npm package client into
+# crates/console/vendor (or DIR): uPlot.esm.js and uPlot.min.css. Needs npm (Debian's `npm`).
 #
 #   scripts/fetch-console-assets.sh [DIR]
 set -euo pipefail
@@ -13,12 +13,11 @@ fi
 mkdir -p "$dir"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-url="https://registry.npmjs.org/uplot/-/uplot-$VERSION.tgz"
-if command -v npm >/dev/null 2>&1; then
-    (cd "$tmp" && npm pack --silent "uplot@$VERSION" >/dev/null </dev/null)
-else
-    curl -fsSL -o "$tmp/uplot-$VERSION.tgz" "$url"
-fi
+command -v npm >/dev/null 2>&1 || {
+    echo "fetch-console-assets: npm not found (apt-get install npm, or run scripts/install-deps.sh)" >&2
+    exit 1
+}
+(cd "$tmp" && npm pack --silent "uplot@$VERSION" >/dev/null </dev/null)
 tar -xzf "$tmp/uplot-$VERSION.tgz" -C "$tmp"
 cp "$tmp/package/dist/uPlot.esm.js" "$tmp/package/dist/uPlot.min.css" "$tmp/package/LICENSE" "$dir/"
 echo "uplot $VERSION" >"$dir/VERSION"

@@ -35,7 +35,7 @@ PKGS=(
     chromium-driver            # chromedriver: WebDriver for those tests
     firefox-esr                # the console in Firefox too (driven over Marionette)
     openssl                    # a self-signed certificate for the console's TLS test
-    curl                       # reads the console over TLS in that test; fetches the charting library
+    curl                       # reads the console over TLS in that test
     zstd                       # test oracle for .zst outputs; benchmark anchor (editcap + zstd)
     bc                         # arithmetic in scripts/bench-compress.sh
     time                       # GNU time: CPU of benchmark commands (scripts/bench-compress.sh)
@@ -63,6 +63,9 @@ for p in "${PKGS[@]}"; do
         missing+=("$p")
     fi
 done
+# npm, the package client that fetches the console's charting library, from Debian unless a
+# Node.js install already brings one.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 
 if ((${#missing[@]})); then
     echo "install-deps: installing ${missing[*]}"
