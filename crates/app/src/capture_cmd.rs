@@ -233,17 +233,7 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
             "-c 0 would record nothing: give a count of at least 1".into()
         ));
     }
-    let secs = |v: Option<f64>, name: &str| -> Result<Option<Duration>, Failure> {
-        match v {
-            None => Ok(None),
-            Some(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(Some(Duration::from_secs_f64(s))),
-            Some(s) => Err(bad(format!(
-                "{name} {s} is not a positive number of seconds"
-            ))),
-        }
-    };
-    let duration = secs(a.duration, "--duration")?;
-    let rotate_every = secs(a.rotate_seconds, "--rotate-seconds")?;
+    let (duration, rotate_every) = (a.duration, a.rotate_seconds);
     if a.rotate_size.or(a.file_size).is_some_and(|n| n < 4096) {
         return Err(bad("--rotate-size (-C) must be at least 4K".into()));
     }

@@ -1,6 +1,7 @@
 //! The command-line grammar.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tapflow_engine::sink::flow::export::ExportRate;
@@ -273,8 +274,8 @@ pub struct CaptureArgs {
     #[arg(short = 'c', long, value_name = "COUNT", value_parser = units::count)]
     pub count: Option<u64>,
     /// Stop after this long (`30`, `90s`, `5m`, `1h`; seconds).
-    #[arg(long, value_name = "DURATION", value_parser = units::secs)]
-    pub duration: Option<f64>,
+    #[arg(long, value_name = "DURATION", value_parser = units::period)]
+    pub duration: Option<Duration>,
     /// Ring block size (tp_block_size): a power-of-two multiple of the page size (`1M`).
     #[arg(long, value_name = "SIZE", value_parser = units::size)]
     pub block_size: Option<u64>,
@@ -293,8 +294,8 @@ pub struct CaptureArgs {
     #[arg(short = 'C', long, value_name = "MB", value_parser = units::size_mb, conflicts_with = "rotate_size")]
     pub file_size: Option<u64>,
     /// Start a new file after this long (`3600`, `15m`, `1h`; seconds; tcpdump's -G).
-    #[arg(short = 'G', long, value_name = "DURATION", value_parser = units::secs)]
-    pub rotate_seconds: Option<f64>,
+    #[arg(short = 'G', long, value_name = "DURATION", value_parser = units::period)]
+    pub rotate_seconds: Option<Duration>,
     /// Keep at most this many files per worker, removing the oldest: a ring of files (as
     /// tcpdump -W; needs rotation).
     #[arg(short = 'W', long, value_name = "COUNT", value_parser = units::count_usize)]
@@ -446,8 +447,8 @@ pub struct RecvArgs {
     #[arg(long, value_name = "SIZE", value_parser = units::size)]
     pub rotate_size: Option<u64>,
     /// Start a new file after this long (`3600`, `15m`, `1h`; seconds).
-    #[arg(long, value_name = "DURATION", value_parser = units::secs)]
-    pub rotate_seconds: Option<f64>,
+    #[arg(long, value_name = "DURATION", value_parser = units::period)]
+    pub rotate_seconds: Option<Duration>,
     /// Socket receive buffer (SO_RCVBUF).
     #[arg(long, default_value = "64M", value_name = "SIZE", value_parser = units::size_usize)]
     pub rcvbuf: usize,
@@ -462,8 +463,8 @@ pub struct RecvArgs {
     #[arg(short = 'Z', long = "relinquish-privileges", value_name = "USER")]
     pub user: Option<String>,
     /// Stop after this long (`30`, `90s`, `5m`, `1h`; seconds).
-    #[arg(long, value_name = "DURATION", value_parser = units::secs)]
-    pub duration: Option<f64>,
+    #[arg(long, value_name = "DURATION", value_parser = units::period)]
+    pub duration: Option<Duration>,
     /// No live status line.
     #[arg(short = 'q', long)]
     pub quiet: bool,
@@ -493,8 +494,8 @@ pub struct GenArgs {
     #[arg(short = 'c', long, value_name = "COUNT", value_parser = units::count)]
     pub count: Option<u64>,
     /// Send for this long (`30`, `90s`, `5m`; seconds).
-    #[arg(long, value_name = "DURATION", value_parser = units::secs)]
-    pub duration: Option<f64>,
+    #[arg(long, value_name = "DURATION", value_parser = units::period)]
+    pub duration: Option<Duration>,
     /// Frames per second (`10k`, `1.488M`; default: as fast as possible).
     #[arg(long, value_name = "RATE", value_parser = units::count)]
     pub rate: Option<u64>,
@@ -792,16 +793,17 @@ pub struct CollectArgs {
     /// templates, refused messages by reason) on http://[ADDR:]PORT/metrics.
     #[arg(long, value_name = "[ADDR:]PORT", value_parser = units::listen_loopback)]
     pub metrics: Option<std::net::SocketAddr>,
-    /// Seconds between the stores' flushes: a query sees a flow at most this long after it
-    /// arrived.
-    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
-    pub flush_seconds: f64,
-    /// Seconds between the rows of exporter counters written to the stores.
-    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
-    pub stats_seconds: f64,
-    /// Forget an exporter's templates and sequence numbers after this many silent seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 3600.0)]
-    pub exporter_timeout: f64,
+    /// Time between the stores' flushes (`5`, `500ms`, `1m`; seconds): a query sees a flow at
+    /// most this long after it arrived.
+    #[arg(long, value_name = "DURATION", default_value = "5", value_parser = units::period)]
+    pub flush_seconds: Duration,
+    /// Time between the rows of exporter counters written to the stores (`60`, `5m`; seconds).
+    #[arg(long, value_name = "DURATION", default_value = "60", value_parser = units::period)]
+    pub stats_seconds: Duration,
+    /// Forget an exporter's templates and sequence numbers after this long without a message
+    /// from it (`3600`, `1h`; seconds).
+    #[arg(long, value_name = "DURATION", default_value = "3600", value_parser = units::period)]
+    pub exporter_timeout: Duration,
     /// Also keep the flows in ClickHouse: `http://HOST:8123/DB`, or every shard's
     /// `HOST:PORT` and `?cluster=NAME` (docs/clickhouse.md).
     #[arg(long, value_name = "URL")]
@@ -822,9 +824,9 @@ pub struct CollectArgs {
     /// 64 hex digits) before any store or output gets them (docs/anonymize.md).
     #[arg(long, value_name = "KEYFILE")]
     pub anonymize: Option<PathBuf>,
-    /// Stop after this many seconds.
-    #[arg(long)]
-    pub duration: Option<f64>,
+    /// Stop after this long (`30`, `90s`, `5m`, `1h`; seconds).
+    #[arg(long, value_name = "DURATION", value_parser = units::period)]
+    pub duration: Option<Duration>,
     /// No live status line.
     #[arg(short = 'q', long)]
     pub quiet: bool,

@@ -163,16 +163,7 @@ fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
         .map(|s| Cidr::parse(s).map_err(|e| bad(format!("--allow {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
     crate::in_range("--threads", a.threads, 1, 256)?;
-    let secs = |v: f64, name: &str| -> Result<Duration, Failure> {
-        if v.is_finite() && v > 0.0 && v < 1e9 {
-            Ok(Duration::from_secs_f64(v))
-        } else {
-            Err(bad(format!(
-                "{name} {v} is not a positive number of seconds"
-            )))
-        }
-    };
-    let flush = secs(a.flush_seconds, "--flush-seconds")?;
+    let flush = a.flush_seconds;
     let mut stores = Vec::new();
     if let Some(dir) = &a.store {
         let opts = ParquetOptions {
@@ -248,9 +239,9 @@ fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
         allow,
         stores,
         flush,
-        stats_every: secs(a.stats_seconds, "--stats-seconds")?,
-        duration: a.duration.map(|d| secs(d, "--duration")).transpose()?,
-        idle: secs(a.exporter_timeout, "--exporter-timeout")?,
+        stats_every: a.stats_seconds,
+        duration: a.duration,
+        idle: a.exporter_timeout,
         limits: Limits::default(),
     })
 }

@@ -1,4 +1,5 @@
 //! `tapflow`: the command line. It parses, builds an engine, runs it, and reports.
+#![forbid(unsafe_code)]
 
 mod anonymize_cmd;
 mod bridge_cmd;

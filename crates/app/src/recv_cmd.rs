@@ -109,15 +109,6 @@ fn config(a: &RecvArgs, ledger: &Arc<Mutex<Ledger>>) -> Result<CaptureConfig, Fa
         .iter()
         .map(|s| Cidr::parse(s).map_err(|e| bad(format!("--allow {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
-    let secs = |v: Option<f64>, name: &str| -> Result<Option<Duration>, Failure> {
-        match v {
-            None => Ok(None),
-            Some(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(Some(Duration::from_secs_f64(s))),
-            Some(s) => Err(bad(format!(
-                "{name} {s} is not a positive number of seconds"
-            ))),
-        }
-    };
     if a.rotate_size.is_some_and(|n| n < 4096) {
         return Err(bad("--rotate-size must be at least 4K".into()));
     }
@@ -135,12 +126,12 @@ fn config(a: &RecvArgs, ledger: &Arc<Mutex<Ledger>>) -> Result<CaptureConfig, Fa
             format: Format::Pcapng,
             worker: None,
             rotate_bytes: a.rotate_size,
-            rotate_every: secs(a.rotate_seconds, "--rotate-seconds")?,
+            rotate_every: a.rotate_seconds,
             isb_every: Duration::from_secs(1),
             keep: None,
         }),
         count: None,
-        duration: secs(a.duration, "--duration")?,
+        duration: a.duration,
         print: false,
         forward: None,
         flows: crate::capture_cmd::flow_config(&a.flows, false)?,

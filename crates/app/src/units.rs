@@ -149,6 +149,16 @@ pub fn duration(s: &str, bare: Duration) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// A positive duration (a bare number is seconds): every `--duration`, `--rotate-seconds` and
+/// period flag.
+pub fn period(s: &str) -> Result<Duration, String> {
+    let d = duration(s, Duration::from_secs(1))?;
+    if d.is_zero() {
+        return Err(format!("'{s}' is not a positive duration"));
+    }
+    Ok(d)
+}
+
 /// A duration in seconds (a bare number is seconds), as `f64` seconds.
 pub fn secs(s: &str) -> Result<f64, String> {
     duration(s, Duration::from_secs(1)).map(|d| d.as_secs_f64())

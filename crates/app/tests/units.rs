@@ -94,6 +94,27 @@ fn every_kind_of_unit_is_taken_by_the_flags_that_need_it() {
         Duration::from_secs(30),
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The collector's periods take units too.
+    let o = run_limited(
+        &mut tapflow([
+            "collect",
+            "-l",
+            "ipfix://127.0.0.1:0",
+            "-q",
+            "--store",
+            tmp.path().join("store").to_str().unwrap(),
+            "--flush-seconds",
+            "500ms",
+            "--stats-seconds",
+            "1m",
+            "--exporter-timeout",
+            "1h",
+            "--duration",
+            "300ms",
+        ]),
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 #[test]
@@ -146,6 +167,16 @@ fn a_bad_unit_names_the_text_and_the_subcommands_help() {
             &["stats", "--watch", "soon"][..],
             "'soon' is not a duration",
             "tapflow stats --help",
+        ),
+        (
+            &["collect", "-l", "ipfix://127.0.0.1:0", "--flush-seconds", "0"][..],
+            "'0' is not a positive duration",
+            "tapflow collect --help",
+        ),
+        (
+            &["recv", "-l", "0", "-w", "o", "--duration", "0s"][..],
+            "'0s' is not a positive duration",
+            "tapflow recv --help",
         ),
     ] {
         let o = run_limited(&mut tapflow(args), Duration::from_secs(20));
