@@ -15,13 +15,13 @@
 #
 #   sudo scripts/bench-compress.sh [TRACE] [RUNS=3] [PACKETS=2000000]
 #
-# TRACE defaults to /work/bench-data/big.pcap, built by scripts/make-trace.sh if missing.
+# TRACE defaults to target/bench-data/big.pcap in the repository, built by scripts/make-trace.sh if missing.
 # Needs root (namespaces), editcap, capinfos, zstd, taskset and GNU time; builds the release
 # binary. Prints markdown tables.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(dirname "$here")
-trace=${1:-/work/bench-data/big.pcap}
+trace=${1:-$repo/target/bench-data/big.pcap}
 runs=${2:-3}
 packets=${3:-2000000}
 

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pcap=${1:-/work/bench-data/big.pcap}
+pcap=${1:-target/bench-data/big.pcap}
 work=${2:-/tmp/tapflow-bench-query}
 runs=${3:-5}
 copies=${4:-19}

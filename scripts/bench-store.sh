@@ -2,7 +2,7 @@
 # Size and write rate of the Parquet flow store on the flows of one trace, beside nfcapd's files
 # of the same trace (nfpcapd, then nfdump rewriting them uncompressed, LZ4, LZO).
 #
-#   scripts/bench-store.sh [TRACE]     (default /work/bench-data/big.pcap)
+#   scripts/bench-store.sh [TRACE]     (default target/bench-data/big.pcap)
 #
 # Prints one line per store: flows, bytes, bytes per flow. tapflow's flows are biflows (one
 # record per connection), nfdump's one-way: the last column is the same traffic's total bytes
@@ -11,7 +11,7 @@
 # writer and, where pyarrow is installed, by Arrow C++ (bench/arrow_writer.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TRACE=${1:-/work/bench-data/big.pcap}
+TRACE=${1:-target/bench-data/big.pcap}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
 cargo build --release -q -p tapflow -p tapflow-store --bin tapflow --example store_bench
 BIN=$CARGO_TARGET_DIR/release
