@@ -941,6 +941,47 @@ async fn health_inner(
 mod tests {
     use super::*;
 
+    fn range(from: i64, to: i64) -> Result<Window, ApiError> {
+        View {
+            from: Some(from),
+            to: Some(to),
+            ..View::default()
+        }
+        .window()
+    }
+
+    fn text(window: &str) -> Result<Window, ApiError> {
+        View {
+            window: Some(window.into()),
+            ..View::default()
+        }
+        .window()
+    }
+
+    #[test]
+    fn windows_lie_within_1970_to_9999() {
+        assert!(range(EARLIEST_US, LATEST_US).is_ok());
+        assert!(text("1970-01-01-9999-12-31").is_ok());
+        assert!(text("9999-12-31T23:00/1h").is_ok());
+        for (from, to) in [
+            (EARLIEST_US - 1, 1),
+            (0, LATEST_US + 1),
+            (i64::MIN, i64::MAX),
+            (-9_000_000_000_000_000_000, 9_000_000_000_000_000_000),
+            (5, 5),
+            (6, 5),
+        ] {
+            let ApiError(status, msg) = range(from, to).unwrap_err();
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{from} {to}");
+            assert!(msg.contains(&from.to_string()), "{msg}");
+        }
+        for window in ["1970-01-01T00:00+00:01/1h", "9999-12-31T23:30/1h"] {
+            let ApiError(status, msg) = text(window).unwrap_err();
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{window}");
+            assert!(msg.contains(window) && msg.contains("1970"), "{msg}");
+        }
+    }
+
     #[test]
     fn every_window_fits_in_points_whole_second_buckets_that_cover_it() {
         let mut windows = vec![Window {
