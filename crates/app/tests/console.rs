@@ -1445,3 +1445,59 @@ fn parallel_heavy_requests_are_queued_or_turned_away_within_bounded_memory() {
     );
     assert_eq!(status, 200, "{body}");
 }
+
+/// Clients that ask for large CSV listings and never read them: once the answers waiting for
+/// them fill the room for answers on their way (64 MiB), the next one is turned away with 503
+/// instead of piling up; when they go, answers are served again.
+#[test]
+fn clients_that_do_not_read_cannot_pile_up_answers() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    fill_many(dir.path(), 120_000);
+    let (console, base, port) = console(dir.path(), &["--assets", vendor_or_skip().as_str()]);
+    let csv = "/api/v1/flows?window=last%2010h&limit=100000&format=csv";
+    let mut stalled = Vec::new();
+    let mut turned_away = false;
+    for _ in 0..40 {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        write!(s, "GET {csv} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").unwrap();
+        // The status line only: the body stays unread.
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).unwrap();
+        match &head[9..] {
+            b"200" => stalled.push(s),
+            b"503" => {
+                turned_away = true;
+                break;
+            }
+            other => panic!("status {}", String::from_utf8_lossy(other)),
+        }
+    }
+    assert!(
+        turned_away,
+        "{} large answers held for clients that do not read",
+        stalled.len()
+    );
+    assert!(stalled.len() >= 2, "{} served", stalled.len());
+    let (status, retry, body) = fetch(&format!("{base}{csv}"), Duration::from_secs(60));
+    assert_eq!((status, retry.as_deref()), (503, Some("2")), "{body}");
+    assert!(body.contains("busy"), "{body}");
+    let peak = peak_rss(console.pid());
+    assert!(peak < 400 << 20, "the console peaked at {} MiB", peak >> 20);
+    // The clients go: their answers are dropped, and the next is served.
+    drop(stalled);
+    let start = Instant::now();
+    loop {
+        let (status, _, body) = fetch(&format!("{base}{csv}"), Duration::from_secs(60));
+        if status == 200 {
+            assert_eq!(body.lines().count(), 100_001);
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "still {status} after the clients went: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -10,7 +10,8 @@
 //! lies within 1970-01-01 … 9999-12-31, a series has at most [`POINTS`] buckets (wider ones over
 //! a wider window), a listing at most [`MAX_FLOWS_JSON`] or [`MAX_FLOWS_CSV`] flows, and the
 //! store queries behind the answers pass a [`Gate`]: [`RUNNING`] at once, [`WAITING`] more in
-//! line, and the rest are answered 503 at once.
+//! line, and the rest are answered 503 at once; so does an answer when those on their way to
+//! clients hold [`SENDING`] bytes already.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -89,6 +90,10 @@ pub const RUNNING: usize = 2;
 /// 503. A page asks for at most five at once.
 pub const WAITING: usize = 8;
 
+/// Bytes of answers that may be on their way to clients together (an answer stays in memory
+/// until its client has read it); an answer past them is turned away with 503.
+pub const SENDING: usize = 64 << 20;
+
 /// What a 503 answer's `Retry-After` says, in seconds.
 const RETRY_AFTER_S: &str = "2";
 
@@ -113,7 +118,7 @@ impl State {
         State {
             engine,
             probes: Arc::new(probes),
-            gate: Gate::new(RUNNING, WAITING),
+            gate: Gate::new(RUNNING, WAITING, SENDING),
         }
     }
 }
@@ -350,6 +355,15 @@ async fn blocking<T: Send + 'static>(
     .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
 }
 
+/// `value` as a JSON answer whose bytes take their share of the room for answers on their way
+/// until sent (503 if the room is taken).
+fn reply(state: &State, value: &Json_) -> Result<Response, ApiError> {
+    let body = serde_json::to_vec(value)
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let body = state.gate.hold(body)?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
 async fn run(state: &State, query: Query) -> Result<Answer, ApiError> {
     blocking(state, move |engine| {
         engine.run(&query).map_err(ApiError::from)
@@ -523,23 +537,25 @@ async fn series_inner(
         });
     }
     let times: Vec<i64> = (0..count as i64).map(|i| first + i * every_us).collect();
-    Ok(Json(json!({
-        "from": window.start_us,
-        "to": window.end_us,
-        "every_us": every_us,
-        "key": key.name(),
-        "metric": metric.name(),
-        "unit": unit(metric),
-        "tier_seconds": tier,
-        "times": times,
-        "series": out,
-        "total": all,
-        "previous": prev,
-        "flows": totals.flows,
-        "packets": totals.packets,
-        "bytes": totals.bytes,
-    }))
-    .into_response())
+    reply(
+        &state,
+        &json!({
+            "from": window.start_us,
+            "to": window.end_us,
+            "every_us": every_us,
+            "key": key.name(),
+            "metric": metric.name(),
+            "unit": unit(metric),
+            "tier_seconds": tier,
+            "times": times,
+            "series": out,
+            "total": all,
+            "previous": prev,
+            "flows": totals.flows,
+            "packets": totals.packets,
+            "bytes": totals.bytes,
+        }),
+    )
 }
 
 /// 95th percentile of `values` (nearest rank), what transit is billed by.
@@ -639,18 +655,20 @@ async fn top_inner(
             })
         })
         .collect();
-    Ok(Json(json!({
-        "from": window.start_us,
-        "to": window.end_us,
-        "key": key.name(),
-        "metric": metric.name(),
-        "unit": unit(metric),
-        "every_us": every_us,
-        "tier_seconds": tier,
-        "rows": rows,
-        "total": { "flows": total.flows, "packets": total.packets, "bytes": total.bytes },
-    }))
-    .into_response())
+    reply(
+        &state,
+        &json!({
+            "from": window.start_us,
+            "to": window.end_us,
+            "key": key.name(),
+            "metric": metric.name(),
+            "unit": unit(metric),
+            "every_us": every_us,
+            "tier_seconds": tier,
+            "rows": rows,
+            "total": { "flows": total.flows, "packets": total.packets, "bytes": total.bytes },
+        }),
+    )
 }
 
 /// One flow of a JSON listing, written straight to the answer's bytes.
@@ -791,6 +809,7 @@ async fn flows_inner(
             .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
     })
     .await?;
+    let body = state.gate.hold(body)?;
     if as_csv {
         return Ok((
             [
@@ -843,16 +862,18 @@ async fn summary_inner(
             "the store answered a summary with something else".into(),
         ));
     };
-    Ok(Json(json!({
-        "from": window.start_us,
-        "to": window.end_us,
-        "total": counters_json(&s.total),
-        "tcp": counters_json(&s.tcp),
-        "udp": counters_json(&s.udp),
-        "icmp": counters_json(&s.icmp),
-        "other": counters_json(&s.other),
-    }))
-    .into_response())
+    reply(
+        &state,
+        &json!({
+            "from": window.start_us,
+            "to": window.end_us,
+            "total": counters_json(&s.total),
+            "tcp": counters_json(&s.tcp),
+            "udp": counters_json(&s.udp),
+            "icmp": counters_json(&s.icmp),
+            "other": counters_json(&s.other),
+        }),
+    )
 }
 
 /// `GET /api/v1/health`: per exporter and observation domain, what the collector counted in the
@@ -934,7 +955,7 @@ async fn health_inner(
     let probes = tokio::task::spawn_blocking(move || probes::scrape_all(&targets))
         .await
         .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    Ok(Json(json!({ "exporters": exporters, "probes": probes })).into_response())
+    reply(&state, &json!({ "exporters": exporters, "probes": probes }))
 }
 
 #[cfg(test)]
