@@ -1161,3 +1161,343 @@ fn the_console_works_in_firefox() {
     );
     let _ = ff.call("WebDriver:DeleteSession", json!({}));
 }
+
+/// A GET answered whatever its status, within `limit`: the status, the `Retry-After` header and
+/// the body (read up to 1 GiB, so an oversized answer is measured rather than cut).
+fn fetch(url: &str, limit: Duration) -> (u16, Option<String>, String) {
+    let mut r = ureq::get(url)
+        .config()
+        .http_status_as_error(false)
+        .timeout_global(Some(limit))
+        .build()
+        .call()
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap_or("").to_owned());
+    let body = r
+        .body_mut()
+        .with_config()
+        .limit(1 << 30)
+        .read_to_string()
+        .unwrap_or_else(|e| panic!("GET {url}: body: {e}"));
+    (r.status().as_u16(), retry, body)
+}
+
+/// The buckets a series may have at most, whatever its window (`POINTS` in the API).
+const MAX_BUCKETS: usize = 240;
+
+#[test]
+fn a_series_over_any_window_has_a_bounded_number_of_buckets_and_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let stored = fill_store(dir.path());
+    let (_console, base, _) = console(dir.path(), &["--assets", vendor_or_skip().as_str()]);
+    for window in [
+        "2000-01-01-2100-01-01",
+        "1970-01-01-9999-12-31",
+        "1970-01-01T00:00-9999-12-31T23:59:59",
+        "last 4h",
+        "last 1h",
+        "last 100w",
+    ] {
+        for (key, n) in [("srcip", 20), ("proto", 100)] {
+            let q = format!("window={}&key={key}&n={n}", window.replace(' ', "%20"));
+            let (status, _, body) = fetch(
+                &format!("{base}/api/v1/series?{q}"),
+                Duration::from_secs(120),
+            );
+            assert_eq!(status, 200, "{q}: {}", &body[..body.len().min(300)]);
+            assert!(body.len() < 1 << 20, "{q}: a body of {} bytes", body.len());
+            let v: Value = serde_json::from_str(&body).unwrap();
+            let times = v["times"].as_array().unwrap();
+            let every = v["every_us"].as_i64().unwrap();
+            let (from, to) = (v["from"].as_i64().unwrap(), v["to"].as_i64().unwrap());
+            assert!(
+                (1..=MAX_BUCKETS).contains(&times.len()),
+                "{q}: {} buckets of {every} µs",
+                times.len()
+            );
+            // The buckets cover the window, whole seconds wide, aligned to their width.
+            let first = times[0].as_i64().unwrap();
+            let last = times[times.len() - 1].as_i64().unwrap();
+            assert!(every > 0 && every % 1_000_000 == 0, "{q}: every_us {every}");
+            assert!(first <= from && from < first + every, "{q}");
+            assert!(last < to && to <= last + every, "{q}");
+            assert_eq!(first.rem_euclid(every), 0, "{q}");
+            for s in v["series"].as_array().unwrap() {
+                assert_eq!(s["values"].as_array().unwrap().len(), times.len(), "{q}");
+            }
+            assert_eq!(v["previous"].as_array().unwrap().len(), times.len(), "{q}");
+            // The rates, summed back over the buckets, give the bytes: nothing lost to rounding.
+            if window != "last 1h" && window != "last 4h" {
+                assert_eq!(v["flows"].as_u64(), Some(stored * 2), "{q}");
+            }
+            let bits: f64 = v["total"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() * every as f64 / 1e6)
+                .sum();
+            let bytes = v["bytes"].as_u64().unwrap() as f64;
+            assert!(
+                (bits / 8.0 - bytes).abs() <= bytes * 1e-9 + 1.0,
+                "{q}: {bits} bit against {bytes} bytes"
+            );
+        }
+    }
+}
+
+/// The one-line JSON error of a 400 answer to `q`.
+fn refused(base: &str, q: &str) -> String {
+    let (status, _, body) = fetch(&format!("{base}{q}"), Duration::from_secs(60));
+    assert_eq!(status, 400, "{q}: {body}");
+    let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{q}: {e}: {body}"));
+    let msg = v["error"].as_str().unwrap().to_owned();
+    assert!(!msg.contains('\n'), "{q}: {msg}");
+    msg
+}
+
+#[test]
+fn times_outside_1970_to_9999_are_refused_and_the_widest_window_gives_sane_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let stored = fill_store(dir.path());
+    let (_console, base, _) = console(dir.path(), &["--assets", vendor_or_skip().as_str()]);
+    const MAX: i64 = 253_402_300_800_000_000; // 10000-01-01T00:00Z
+    for (q, want) in [
+        ("/api/v1/summary?window=1970-01-01T00:00%2B05:00/1h", "1970"),
+        (
+            "/api/v1/top?from=-9000000000000000000&to=9000000000000000000",
+            "from",
+        ),
+        (
+            "/api/v1/series?from=-9000000000000000000&to=9000000000000000000",
+            "from",
+        ),
+        ("/api/v1/top?from=0&to=9000000000000000000", "to"),
+        ("/api/v1/flows?from=-1&to=1000000", "from"),
+        (
+            "/api/v1/health?from=9223372036854775000&to=9223372036854775807",
+            "from",
+        ),
+        ("/api/v1/summary?from=5&to=5", "before"),
+        ("/api/v1/summary?from=banana&to=5", "from"),
+        ("/api/v1/summary?from=0", "both"),
+    ] {
+        let msg = refused(&base, q);
+        assert!(msg.contains(want), "{q}: {msg}");
+    }
+    // The whole accepted range: every number is finite and none negative.
+    for q in [
+        format!("/api/v1/top?from=0&to={MAX}&key=srcip&n=5"),
+        format!("/api/v1/top?from=1&to={MAX}&key=dstport&metric=packets"),
+        "/api/v1/top?window=1970-01-01-9999-12-31&key=proto".to_owned(),
+    ] {
+        let (status, _, body) = fetch(&format!("{base}{q}"), Duration::from_secs(120));
+        assert_eq!(status, 200, "{q}: {body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["total"]["flows"].as_u64(), Some(stored * 2), "{q}");
+        let rows = v["rows"].as_array().unwrap();
+        assert!(!rows.is_empty(), "{q}");
+        let span_s = (v["to"].as_i64().unwrap() - v["from"].as_i64().unwrap()) as f64 / 1e6;
+        for r in rows {
+            for f in ["average", "p95", "last"] {
+                let x = r[f].as_f64().unwrap();
+                assert!(x.is_finite() && x >= 0.0, "{q}: {f} {x} in {r}");
+            }
+            let amount = match v["metric"].as_str().unwrap() {
+                "packets" => r["packets"].as_f64().unwrap(),
+                _ => r["bytes"].as_f64().unwrap() * 8.0,
+            };
+            let average = r["average"].as_f64().unwrap();
+            assert!(
+                (average * span_s - amount).abs() <= amount * 1e-9,
+                "{q}: {r}"
+            );
+        }
+    }
+    let (status, _, body) = fetch(
+        &format!("{base}/api/v1/series?from=0&to={MAX}&key=srcip&n=100"),
+        Duration::from_secs(120),
+    );
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert!(v["times"].as_array().unwrap().len() <= MAX_BUCKETS);
+    for x in v["previous"].as_array().unwrap() {
+        assert_eq!(x.as_f64(), Some(0.0), "nothing was stored before 1970");
+    }
+}
+
+/// `n` biflows, one every 20 ms over the last `n` × 20 ms, from many senders to many ports.
+fn fill_many(dir: &Path, n: u64) {
+    let mut store = ParquetStore::open(dir, ParquetOptions::default()).expect("open store");
+    let now = now_ns();
+    let start = now - n * 20_000_000;
+    let mut flows = Vec::with_capacity(50_000);
+    for i in 0..n {
+        let mut src = [0u8; 16];
+        src[..4].copy_from_slice(&[10, (i >> 16) as u8, (i >> 8) as u8, i as u8]);
+        let mut dst = [0u8; 16];
+        dst[..4].copy_from_slice(&[192, 0, 2, (i % 200) as u8 + 1]);
+        let first = start + i * 20_000_000;
+        let counters = |octets: u64| Counters {
+            packets: 4,
+            octets,
+            tcp_flags: 0x1b,
+            first_ns: first,
+            last_ns: first + 1_000_000,
+        };
+        let mut ex = [0u8; 16];
+        ex[..4].copy_from_slice(&[192, 0, 2, 250]);
+        flows.push(StoredFlow {
+            flow: FlowRecord {
+                ipv6: false,
+                proto: 6,
+                src,
+                dst,
+                sport: 1024 + (i % 60_000) as u16,
+                dport: 443,
+                interface: 1,
+                fwd: counters(600 + i % 1000),
+                rev: counters(300),
+                ..FlowRecord::default()
+            },
+            egress: 2,
+            exporter: addr16(false, &ex),
+            domain: 1,
+            sampling: 1,
+            received_ns: first + 1_000_000_000,
+        });
+        if flows.len() == flows.capacity() {
+            store.insert(&flows).expect("insert");
+            flows.clear();
+        }
+    }
+    store.insert(&flows).expect("insert");
+    Box::new(store).close().expect("close");
+}
+
+/// The peak resident memory of process `pid`, in bytes (`VmHWM`).
+fn peak_rss(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .expect("VmHWM");
+    let kb: u64 = line
+        .trim_start_matches("VmHWM:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap();
+    kb * 1024
+}
+
+/// Sixteen listings asking for 100,000 flows each at once, over 240,000 one-way flows: each is
+/// answered (capped) or turned away with 503, and the console's peak memory stays under 400 MiB
+/// (unbounded, the same crowd takes over 1 GiB).
+#[test]
+fn parallel_heavy_requests_are_queued_or_turned_away_within_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    fill_many(dir.path(), 120_000);
+    let (console, base, _) = console(dir.path(), &["--assets", vendor_or_skip().as_str()]);
+    let threads: Vec<_> = (0..16)
+        .map(|i| {
+            let url = if i % 4 == 3 {
+                format!("{base}/api/v1/flows?window=last%2010h&limit=100000&format=csv")
+            } else {
+                format!("{base}/api/v1/flows?window=last%2010h&limit=100000")
+            };
+            std::thread::spawn(move || fetch(&url, Duration::from_secs(300)))
+        })
+        .collect();
+    let answers: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let peak = peak_rss(console.pid());
+    assert!(peak < 400 << 20, "the console peaked at {} MiB", peak >> 20);
+    let mut served = 0;
+    for (status, retry, body) in &answers {
+        match status {
+            200 => served += 1,
+            503 => {
+                let retry: u64 = retry.as_deref().unwrap_or("").parse().expect("Retry-After");
+                assert!((1..=60).contains(&retry), "{retry}");
+                let v: Value = serde_json::from_str(body).unwrap();
+                assert!(v["error"].as_str().unwrap().contains("busy"), "{body}");
+            }
+            s => panic!("status {s}: {}", &body[..body.len().min(300)]),
+        }
+        if *status == 200 && !body.starts_with("start_us,") {
+            let v: Value = serde_json::from_str(body).unwrap();
+            let listed = v["flows"].as_array().unwrap().len() as u64;
+            assert_eq!(listed, v["limit"].as_u64().unwrap(), "as many as the cap");
+            assert!(
+                listed < 100_000,
+                "a JSON listing is capped below 100,000: {listed}"
+            );
+        }
+    }
+    assert!(served >= 2, "{served} of {} served", answers.len());
+    // Still answering, once the crowd is gone.
+    let (status, _, body) = fetch(
+        &format!("{base}/api/v1/summary?window=last%2010h"),
+        Duration::from_secs(60),
+    );
+    assert_eq!(status, 200, "{body}");
+}
+
+/// Clients that ask for large CSV listings and never read them: once the answers waiting for
+/// them fill the room for answers on their way (64 MiB), the next one is turned away with 503
+/// instead of piling up; when they go, answers are served again.
+#[test]
+fn clients_that_do_not_read_cannot_pile_up_answers() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    fill_many(dir.path(), 120_000);
+    let (console, base, port) = console(dir.path(), &["--assets", vendor_or_skip().as_str()]);
+    let csv = "/api/v1/flows?window=last%2010h&limit=100000&format=csv";
+    let mut stalled = Vec::new();
+    let mut turned_away = false;
+    for _ in 0..40 {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        write!(s, "GET {csv} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").unwrap();
+        // The status line only: the body stays unread.
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).unwrap();
+        match &head[9..] {
+            b"200" => stalled.push(s),
+            b"503" => {
+                turned_away = true;
+                break;
+            }
+            other => panic!("status {}", String::from_utf8_lossy(other)),
+        }
+    }
+    assert!(
+        turned_away,
+        "{} large answers held for clients that do not read",
+        stalled.len()
+    );
+    assert!(stalled.len() >= 2, "{} served", stalled.len());
+    let (status, retry, body) = fetch(&format!("{base}{csv}"), Duration::from_secs(60));
+    assert_eq!((status, retry.as_deref()), (503, Some("2")), "{body}");
+    assert!(body.contains("busy"), "{body}");
+    let peak = peak_rss(console.pid());
+    assert!(peak < 400 << 20, "the console peaked at {} MiB", peak >> 20);
+    // The clients go: their answers are dropped, and the next is served.
+    drop(stalled);
+    let start = Instant::now();
+    loop {
+        let (status, _, body) = fetch(&format!("{base}{csv}"), Duration::from_secs(60));
+        if status == 200 {
+            assert_eq!(body.lines().count(), 100_001);
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "still {status} after the clients went: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -3,13 +3,22 @@
 //! Every endpoint takes the same view parameters: `window` (a `tapflow query -t` window, e.g.
 //! `last 15m` or `2026-11-25T10:00/1h`; default `last 1h`), or `from` and `to` in µs since 1970
 //! (a zoomed range), and `filter` (the `tapflow query` filter language). Answers are JSON; an
-//! error is `{"error": "..."}` with status 400 (bad parameter) or 500 (the store failed).
+//! error is `{"error": "..."}` with status 400 (bad parameter), 503 (busy: try again after
+//! `Retry-After` seconds) or 500 (the store failed).
+//!
+//! What one request may cost is bounded, as the console may live inside a collector: a window
+//! lies within 1970-01-01 … 9999-12-31, a series has at most [`POINTS`] buckets (wider ones over
+//! a wider window), a listing at most [`MAX_FLOWS_JSON`] or [`MAX_FLOWS_CSV`] flows, and the
+//! store queries behind the answers pass a [`Gate`]: [`RUNNING`] at once, [`WAITING`] more in
+//! line, and the rest are answered 503 at once; so does an answer when those on their way to
+//! clients hold [`SENDING`] bytes already.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::Router;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query as Params, State as Extract};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -24,24 +33,83 @@ use tapflow_store::query::{
     QueryResult, Row, Value, Window, filter,
 };
 
+use crate::gate::{Busy, Gate};
 use crate::probes;
 
-/// Points a chart aims for across its window.
-const POINTS: i64 = 240;
+/// Buckets a series has at most, whatever its window: what a chart draws across its width.
+pub const POINTS: i64 = 240;
 
-/// Bucket widths a series may use, in seconds.
+const US_PER_S: i64 = 1_000_000;
+const DAY_S: i64 = 86_400;
+const YEAR_S: i64 = 365 * DAY_S;
+
+/// Bucket widths a series may use, in seconds: the narrowest that keeps a window within
+/// [`POINTS`] buckets is taken.
 const STEPS: &[i64] = &[
-    1, 5, 10, 30, 60, 300, 600, 900, 1800, 3600, 7200, 21_600, 43_200, 86_400,
+    1,
+    5,
+    10,
+    30,
+    60,
+    120,
+    300,
+    600,
+    900,
+    1800,
+    3600,
+    7200,
+    10_800,
+    21_600,
+    43_200,
+    DAY_S,
+    2 * DAY_S,
+    7 * DAY_S,
+    14 * DAY_S,
+    30 * DAY_S,
+    91 * DAY_S,
+    182 * DAY_S,
+    YEAR_S,
+    2 * YEAR_S,
+    5 * YEAR_S,
+    10 * YEAR_S,
+    20 * YEAR_S,
+    50 * YEAR_S,
+    100 * YEAR_S,
 ];
 
-/// Flows a listing returns at most.
-const MAX_FLOWS: u64 = 100_000;
+/// Flows a JSON listing holds at most (250 to 350 bytes each).
+pub const MAX_FLOWS_JSON: u64 = 10_000;
+
+/// Flows a CSV listing holds at most (some 100 bytes each, 200 with IPv6 addresses).
+pub const MAX_FLOWS_CSV: u64 = 100_000;
+
+/// Store queries that run at once.
+pub const RUNNING: usize = 2;
+
+/// Store queries that wait in line for one of the [`RUNNING`] places; past them the answer is
+/// 503. A page asks for at most five at once.
+pub const WAITING: usize = 8;
+
+/// Bytes of answers that may be on their way to clients together (an answer stays in memory
+/// until its client has read it); an answer past them is turned away with 503.
+pub const SENDING: usize = 64 << 20;
+
+/// What a 503 answer's `Retry-After` says, in seconds.
+const RETRY_AFTER_S: &str = "2";
+
+/// The first microsecond a window may hold: 1970-01-01T00:00Z.
+pub const EARLIEST_US: i64 = 0;
+
+/// The first microsecond past the last a window may hold: 10000-01-01T00:00Z, the end of
+/// 9999-12-31.
+pub const LATEST_US: i64 = 253_402_300_800 * US_PER_S;
 
 /// What the handlers share.
 #[derive(Debug, Clone)]
 pub struct State {
     engine: Arc<dyn QueryEngine + Send + Sync>,
     probes: Arc<Vec<String>>,
+    gate: Gate,
 }
 
 impl State {
@@ -50,6 +118,7 @@ impl State {
         State {
             engine,
             probes: Arc::new(probes),
+            gate: Gate::new(RUNNING, WAITING, SENDING),
         }
     }
 }
@@ -90,7 +159,23 @@ pub struct ApiError(StatusCode, String);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.0, Json(json!({ "error": self.1 }))).into_response()
+        let body = Json(json!({ "error": self.1 }));
+        if self.0 == StatusCode::SERVICE_UNAVAILABLE {
+            return (self.0, [(header::RETRY_AFTER, RETRY_AFTER_S)], body).into_response();
+        }
+        (self.0, body).into_response()
+    }
+}
+
+impl From<Busy> for ApiError {
+    fn from(e: Busy) -> ApiError {
+        ApiError(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(e: QueryRejection) -> ApiError {
+        ApiError(e.status(), e.body_text())
     }
 }
 
@@ -110,26 +195,48 @@ fn bad(m: impl Into<String>) -> ApiError {
 fn now_us() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
+        .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
         .unwrap_or(0)
 }
 
+/// Whether `t_us` may bound a window: from 1970-01-01 to the end of 9999-12-31.
+fn in_range(t_us: i64) -> bool {
+    (EARLIEST_US..=LATEST_US).contains(&t_us)
+}
+
 impl View {
+    /// The window asked for, within 1970-01-01 … 9999-12-31 and not empty: so its span, the
+    /// window before it and its buckets are all far from overflowing.
     fn window(&self) -> Result<Window, ApiError> {
         match (self.from, self.to) {
-            (Some(start_us), Some(end_us)) if start_us < end_us => Ok(Window { start_us, end_us }),
-            (Some(_), Some(_)) => Err(bad("from must be before to")),
+            (Some(start_us), Some(end_us)) => {
+                for (name, t) in [("from", start_us), ("to", end_us)] {
+                    if !in_range(t) {
+                        return Err(bad(format!(
+                            "{name} {t}: not between {EARLIEST_US} and {LATEST_US} \
+                             (µs since 1970: 1970-01-01 to 9999-12-31)"
+                        )));
+                    }
+                }
+                if start_us >= end_us {
+                    return Err(bad(format!(
+                        "from {start_us} to {end_us}: from must be before to"
+                    )));
+                }
+                Ok(Window { start_us, end_us })
+            }
             (None, None) => {
                 let text = self.window.as_deref().unwrap_or("last 1h");
-                let w = parse_window(text, now_us())?;
+                let mut w = parse_window(text, now_us())?;
                 if w.end_us == i64::MAX {
-                    Ok(Window {
-                        start_us: w.start_us,
-                        end_us: now_us().max(w.start_us + 1),
-                    })
-                } else {
-                    Ok(w)
+                    w.end_us = now_us().max(w.start_us.saturating_add(1));
                 }
+                if !in_range(w.start_us) || !in_range(w.end_us) {
+                    return Err(bad(format!(
+                        "time window '{text}': not within 1970-01-01 to 9999-12-31"
+                    )));
+                }
+                Ok(w)
             }
             _ => Err(bad("give both from and to, or neither")),
         }
@@ -214,23 +321,54 @@ fn term(key: Key, value: &Value) -> String {
     }
 }
 
-/// The bucket width for `window`: the smallest step giving at most [`POINTS`] buckets.
+/// The bucket width for `window`: the narrowest of [`STEPS`] giving at most [`POINTS`] buckets
+/// (counted as [`buckets`] aligns them), else whole seconds wide enough.
 fn step_us(window: &Window) -> i64 {
-    let span_s = ((window.end_us - window.start_us) / 1_000_000).max(1);
-    let s = STEPS
+    let fits = |every_us: i64| buckets(window, every_us).1 <= POINTS as usize;
+    STEPS
         .iter()
-        .copied()
-        .find(|s| span_s / s <= POINTS)
-        .unwrap_or(86_400);
-    s * 1_000_000
+        .map(|s| s * US_PER_S)
+        .find(|&every_us| fits(every_us))
+        .unwrap_or_else(|| {
+            // Past the widest step (a window wider than 9999 years): POINTS - 1 buckets cover
+            // the span, and aligning the first adds one at most.
+            let span = window.end_us.saturating_sub(window.start_us);
+            let span_s = ceil_div(span, US_PER_S).max(1);
+            ceil_div(span_s, POINTS - 1).saturating_mul(US_PER_S)
+        })
+}
+
+/// Runs `work` over the store on a blocking thread once the [`Gate`] lets it in (503 if it
+/// does not); the pass is held until `work` ends, even if the client has gone by then.
+async fn blocking<T: Send + 'static>(
+    state: &State,
+    work: impl FnOnce(&(dyn QueryEngine + Send + Sync)) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let pass = state.gate.enter().await?;
+    let engine = state.engine.clone();
+    tokio::task::spawn_blocking(move || {
+        let answer = work(engine.as_ref());
+        drop(pass);
+        answer
+    })
+    .await
+    .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+}
+
+/// `value` as a JSON answer whose bytes take their share of the room for answers on their way
+/// until sent (503 if the room is taken).
+fn reply(state: &State, value: &Json_) -> Result<Response, ApiError> {
+    let body = serde_json::to_vec(value)
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let body = state.gate.hold(body)?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 async fn run(state: &State, query: Query) -> Result<Answer, ApiError> {
-    let engine = state.engine.clone();
-    tokio::task::spawn_blocking(move || engine.run(&query))
-        .await
-        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-        .map_err(ApiError::from)
+    blocking(state, move |engine| {
+        engine.run(&query).map_err(ApiError::from)
+    })
+    .await
 }
 
 fn per_second(metric: Metric, c: &Counters, every_us: i64) -> f64 {
@@ -261,11 +399,25 @@ fn table(answer: Answer) -> Result<(Vec<Row>, Counters, u32), ApiError> {
     }
 }
 
-/// Buckets of a series as an array of rates, one per bucket of the window (zeros where empty).
+/// The buckets of `every_us` (> 0) covering `window`, aligned to multiples of `every_us` since
+/// 1970 as the store counts them: the first one's start, and how many.
 fn buckets(window: &Window, every_us: i64) -> (i64, usize) {
-    let first = window.start_us.div_euclid(every_us) * every_us;
-    let n = ((window.end_us - first + every_us - 1) / every_us).max(1) as usize;
-    (first, n)
+    let first = window
+        .start_us
+        .div_euclid(every_us)
+        .saturating_mul(every_us);
+    let n = ceil_div(window.end_us.saturating_sub(first), every_us).max(1);
+    (first, usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// `a / b` rounded up, for `b` > 0.
+fn ceil_div(a: i64, b: i64) -> i64 {
+    a.div_euclid(b) + i64::from(a.rem_euclid(b) != 0)
+}
+
+/// The bucket of `every_us` since `first` that `t_us` falls in, if it is not before `first`.
+fn bucket(t_us: i64, first: i64, every_us: i64) -> Option<usize> {
+    usize::try_from(t_us.checked_sub(first)?.div_euclid(every_us)).ok()
 }
 
 #[derive(Debug, Serialize)]
@@ -278,13 +430,20 @@ struct Series {
 /// `GET /api/v1/series`: the window's traffic as rates per bucket, stacked by the top `n`
 /// values of `key` plus `other` (or by protocol without `key`), with the previous period's
 /// total beside it.
-async fn series(Extract(state): Extract<State>, Params(view): Params<View>) -> Response {
+async fn series(
+    Extract(state): Extract<State>,
+    view: Result<Params<View>, QueryRejection>,
+) -> Response {
     series_inner(state, view)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn series_inner(state: State, view: View) -> Result<Response, ApiError> {
+async fn series_inner(
+    state: State,
+    view: Result<Params<View>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Params(view) = view?;
     let window = view.window()?;
     let filter = view.filter()?;
     let key = view.key(Key::Protocol)?;
@@ -302,10 +461,11 @@ async fn series_inner(state: State, view: View) -> Result<Response, ApiError> {
             n,
         },
     };
-    let span = window.end_us - window.start_us;
+    // Within 1970 … 9999 neither can overflow; the window before may start before 1970.
+    let span = window.end_us.saturating_sub(window.start_us);
     let previous = Window {
-        start_us: window.start_us - span,
-        end_us: window.end_us - span,
+        start_us: window.start_us.saturating_sub(span),
+        end_us: window.start_us,
     };
     let (by_key, total, before) = tokio::join!(
         run(&state, query(window, Some(key))),
@@ -316,7 +476,7 @@ async fn series_inner(state: State, view: View) -> Result<Response, ApiError> {
     let (total_rows, totals, _) = table(total?)?;
     let (before_rows, _, _) = table(before?)?;
 
-    let index = |t: i64, base: i64| ((t - base) / every_us) as usize;
+    let index = |t: i64, base: i64| bucket(t, base, every_us);
     let mut order: Vec<Value> = Vec::new();
     let mut stacked: Vec<Vec<f64>> = Vec::new();
     for r in &rows {
@@ -330,24 +490,23 @@ async fn series_inner(state: State, view: View) -> Result<Response, ApiError> {
                 order.len() - 1
             }
         };
-        if let Some(slot) = stacked[i].get_mut(index(t, first)) {
+        if let Some(slot) = index(t, first).and_then(|b| stacked[i].get_mut(b)) {
             *slot += per_second(metric, &r.counters, every_us);
         }
     }
     let mut all = vec![0.0; count];
     for r in &total_rows {
         if let Some(t) = r.time_us
-            && let Some(a) = all.get_mut(index(t, first))
+            && let Some(a) = index(t, first).and_then(|b| all.get_mut(b))
         {
             *a += per_second(metric, &r.counters, every_us);
         }
     }
-    let prev_first = first - span;
+    let prev_first = first.saturating_sub(span);
     let mut prev = vec![0.0; count];
     for r in &before_rows {
         if let Some(t) = r.time_us
-            && t >= prev_first
-            && let Some(a) = prev.get_mut(index(t, prev_first))
+            && let Some(a) = index(t, prev_first).and_then(|b| prev.get_mut(b))
         {
             *a += per_second(metric, &r.counters, every_us);
         }
@@ -377,24 +536,26 @@ async fn series_inner(state: State, view: View) -> Result<Response, ApiError> {
             values: other,
         });
     }
-    let times: Vec<i64> = (0..count).map(|i| first + i as i64 * every_us).collect();
-    Ok(Json(json!({
-        "from": window.start_us,
-        "to": window.end_us,
-        "every_us": every_us,
-        "key": key.name(),
-        "metric": metric.name(),
-        "unit": unit(metric),
-        "tier_seconds": tier,
-        "times": times,
-        "series": out,
-        "total": all,
-        "previous": prev,
-        "flows": totals.flows,
-        "packets": totals.packets,
-        "bytes": totals.bytes,
-    }))
-    .into_response())
+    let times: Vec<i64> = (0..count as i64).map(|i| first + i * every_us).collect();
+    reply(
+        &state,
+        &json!({
+            "from": window.start_us,
+            "to": window.end_us,
+            "every_us": every_us,
+            "key": key.name(),
+            "metric": metric.name(),
+            "unit": unit(metric),
+            "tier_seconds": tier,
+            "times": times,
+            "series": out,
+            "total": all,
+            "previous": prev,
+            "flows": totals.flows,
+            "packets": totals.packets,
+            "bytes": totals.bytes,
+        }),
+    )
 }
 
 /// 95th percentile of `values` (nearest rank), what transit is billed by.
@@ -411,13 +572,20 @@ fn p95(values: &[f64]) -> f64 {
 /// `GET /api/v1/top`: the top `n` values of `key` by `metric` in the window, each with its
 /// flows, packets and bytes, its average, 95th percentile and last rate, and the filter term
 /// that selects it.
-async fn top(Extract(state): Extract<State>, Params(view): Params<View>) -> Response {
+async fn top(
+    Extract(state): Extract<State>,
+    view: Result<Params<View>, QueryRejection>,
+) -> Response {
     top_inner(state, view)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn top_inner(state: State, view: View) -> Result<Response, ApiError> {
+async fn top_inner(
+    state: State,
+    view: Result<Params<View>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Params(view) = view?;
     let window = view.window()?;
     let filter = view.filter()?;
     let key = view.key(Key::SrcAddr(None))?;
@@ -453,7 +621,7 @@ async fn top_inner(state: State, view: View) -> Result<Response, ApiError> {
             }
         };
         order[i].1.merge(&r.counters);
-        if let Some(slot) = order[i].2.get_mut(((t - first) / every_us) as usize) {
+        if let Some(slot) = bucket(t, first, every_us).and_then(|b| order[i].2.get_mut(b)) {
             *slot += per_second(metric, &r.counters, every_us);
         }
     }
@@ -462,16 +630,14 @@ async fn top_inner(state: State, view: View) -> Result<Response, ApiError> {
             .total_cmp(&a.1.metric(metric))
             .then(a.0.cmp(&b.0))
     });
-    let span_s = (window.end_us - window.start_us) as f64 / 1e6;
-    // The last complete bucket: the one before the bucket "now" falls in, if now is inside.
-    let last_index = {
-        let now = now_us().min(window.end_us);
-        let i = ((now - first) / every_us) as usize;
-        if now < window.end_us {
-            i.saturating_sub(1)
-        } else {
-            count - 1
-        }
+    let span_s = window.end_us.saturating_sub(window.start_us) as f64 / 1e6;
+    // The last complete bucket: the one before the bucket "now" falls in, if now is inside;
+    // none if the window lies ahead.
+    let now = now_us();
+    let last_index = if now >= window.end_us {
+        Some(count - 1)
+    } else {
+        bucket(now, first, every_us).and_then(|i| i.checked_sub(1))
     };
     let rows: Vec<Json_> = order
         .iter()
@@ -485,96 +651,166 @@ async fn top_inner(state: State, view: View) -> Result<Response, ApiError> {
                 "bytes": c.bytes,
                 "average": amount / span_s,
                 "p95": p95(rates),
-                "last": rates.get(last_index).copied().unwrap_or(0.0),
+                "last": last_index.and_then(|i| rates.get(i)).copied().unwrap_or(0.0),
             })
         })
         .collect();
-    Ok(Json(json!({
-        "from": window.start_us,
-        "to": window.end_us,
-        "key": key.name(),
-        "metric": metric.name(),
-        "unit": unit(metric),
-        "every_us": every_us,
-        "tier_seconds": tier,
-        "rows": rows,
-        "total": { "flows": total.flows, "packets": total.packets, "bytes": total.bytes },
-    }))
-    .into_response())
+    reply(
+        &state,
+        &json!({
+            "from": window.start_us,
+            "to": window.end_us,
+            "key": key.name(),
+            "metric": metric.name(),
+            "unit": unit(metric),
+            "every_us": every_us,
+            "tier_seconds": tier,
+            "rows": rows,
+            "total": { "flows": total.flows, "packets": total.packets, "bytes": total.bytes },
+        }),
+    )
 }
 
-fn flow_json(f: &OneWay) -> Json_ {
-    json!({
-        "start_us": f.start_us,
-        "end_us": f.end_us,
-        "src": addr_text(&f.src),
-        "dst": addr_text(&f.dst),
-        "sport": f.sport,
-        "dport": f.dport,
-        "protocol": f.protocol,
-        "protocol_name": proto_name(f.protocol),
-        "tcp_flags": f.tcp_flags,
-        "packets": f.packets,
-        "bytes": f.bytes,
-        "exporter": addr_text(&f.exporter),
-        "in_if": f.in_if,
-        "out_if": f.out_if,
-        "vlan": f.vlan,
-        "reverse": f.reverse,
-    })
+/// One flow of a JSON listing, written straight to the answer's bytes.
+#[derive(Debug, Serialize)]
+struct FlowOut {
+    start_us: i64,
+    end_us: i64,
+    src: String,
+    dst: String,
+    sport: u16,
+    dport: u16,
+    protocol: u8,
+    protocol_name: Option<&'static str>,
+    tcp_flags: u16,
+    packets: u64,
+    bytes: u64,
+    exporter: String,
+    in_if: u32,
+    out_if: u32,
+    vlan: u16,
+    reverse: bool,
+}
+
+impl From<&OneWay> for FlowOut {
+    fn from(f: &OneWay) -> FlowOut {
+        FlowOut {
+            start_us: f.start_us,
+            end_us: f.end_us,
+            src: addr_text(&f.src),
+            dst: addr_text(&f.dst),
+            sport: f.sport,
+            dport: f.dport,
+            protocol: f.protocol,
+            protocol_name: proto_name(f.protocol),
+            tcp_flags: f.tcp_flags,
+            packets: f.packets,
+            bytes: f.bytes,
+            exporter: addr_text(&f.exporter),
+            in_if: f.in_if,
+            out_if: f.out_if,
+            vlan: f.vlan,
+            reverse: f.reverse,
+        }
+    }
+}
+
+/// A JSON listing.
+#[derive(Debug, Serialize)]
+struct Listing {
+    from: i64,
+    to: i64,
+    limit: u64,
+    flows: Vec<FlowOut>,
+}
+
+const CSV_HEADER: &str = "start_us,end_us,src,dst,sport,dport,protocol,tcp_flags,packets,bytes,exporter,in_if,out_if,vlan,reverse\n";
+
+/// `flows` as CSV, one line each under [`CSV_HEADER`].
+fn csv(flows: &[OneWay]) -> String {
+    use std::fmt::Write;
+    let mut text = String::with_capacity(CSV_HEADER.len() + flows.len() * 100);
+    text.push_str(CSV_HEADER);
+    for f in flows {
+        // Writing to a String cannot fail.
+        let _ = writeln!(
+            text,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            f.start_us,
+            f.end_us,
+            addr_text(&f.src),
+            addr_text(&f.dst),
+            f.sport,
+            f.dport,
+            f.protocol,
+            f.tcp_flags,
+            f.packets,
+            f.bytes,
+            addr_text(&f.exporter),
+            f.in_if,
+            f.out_if,
+            f.vlan,
+            u8::from(f.reverse)
+        );
+    }
+    text
 }
 
 /// `GET /api/v1/flows`: the window's one-way flows by start time, `limit` at most (default
-/// 1000), as JSON or (`format=csv`) CSV.
-async fn flows(Extract(state): Extract<State>, Params(view): Params<View>) -> Response {
+/// 1000; at most [`MAX_FLOWS_JSON`], or [`MAX_FLOWS_CSV`] as CSV), as JSON or (`format=csv`)
+/// CSV. The answer is written on the query's blocking thread, within its pass of the gate.
+async fn flows(
+    Extract(state): Extract<State>,
+    view: Result<Params<View>, QueryRejection>,
+) -> Response {
     flows_inner(state, view)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn flows_inner(state: State, view: View) -> Result<Response, ApiError> {
+async fn flows_inner(
+    state: State,
+    view: Result<Params<View>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Params(view) = view?;
     let window = view.window()?;
     let filter = view.filter()?;
-    let limit = view.limit.unwrap_or(1000).clamp(1, MAX_FLOWS);
-    let answer = run(
-        &state,
-        Query {
-            window: Some(window),
-            filter: filter.clone(),
-            kind: Kind::List { limit: Some(limit) },
-        },
-    )
-    .await?;
-    let QueryResult::Flows(rows) = answer.result else {
-        return Err(ApiError(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the store answered a listing with something else".into(),
-        ));
+    let as_csv = view.format.as_deref() == Some("csv");
+    let most = if as_csv {
+        MAX_FLOWS_CSV
+    } else {
+        MAX_FLOWS_JSON
     };
-    if view.format.as_deref() == Some("csv") {
-        let mut text = String::from(
-            "start_us,end_us,src,dst,sport,dport,protocol,tcp_flags,packets,bytes,exporter,in_if,out_if,vlan,reverse\n",
-        );
-        for f in &rows {
-            text.push_str(&format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                f.start_us,
-                f.end_us,
-                addr_text(&f.src),
-                addr_text(&f.dst),
-                f.sport,
-                f.dport,
-                f.protocol,
-                f.tcp_flags,
-                f.packets,
-                f.bytes,
-                addr_text(&f.exporter),
-                f.in_if,
-                f.out_if,
-                f.vlan,
-                u8::from(f.reverse)
+    let limit = view.limit.unwrap_or(1000).clamp(1, most);
+    let query = Query {
+        window: Some(window),
+        filter,
+        kind: Kind::List { limit: Some(limit) },
+    };
+    let body = blocking(&state, move |engine| {
+        let answer = engine.run(&query)?;
+        let QueryResult::Flows(rows) = answer.result else {
+            return Err(ApiError(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the store answered a listing with something else".into(),
             ));
+        };
+        if as_csv {
+            return Ok(csv(&rows).into_bytes());
         }
+        let listing = Listing {
+            from: window.start_us,
+            to: window.end_us,
+            limit,
+            flows: rows.iter().map(FlowOut::from).collect(),
+        };
+        drop(rows);
+        serde_json::to_vec(&listing)
+            .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+    })
+    .await?;
+    let body = state.gate.hold(body)?;
+    if as_csv {
         return Ok((
             [
                 (header::CONTENT_TYPE, "text/csv; charset=utf-8"),
@@ -583,18 +819,11 @@ async fn flows_inner(state: State, view: View) -> Result<Response, ApiError> {
                     "attachment; filename=\"flows.csv\"",
                 ),
             ],
-            text,
+            body,
         )
             .into_response());
     }
-    let list: Vec<Json_> = rows.iter().map(flow_json).collect();
-    Ok(Json(json!({
-        "from": window.start_us,
-        "to": window.end_us,
-        "limit": limit,
-        "flows": list,
-    }))
-    .into_response())
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 fn counters_json(c: &Counters) -> Json_ {
@@ -602,13 +831,20 @@ fn counters_json(c: &Counters) -> Json_ {
 }
 
 /// `GET /api/v1/summary`: totals in the window, and per protocol (`tapflow query -I`).
-async fn summary(Extract(state): Extract<State>, Params(view): Params<View>) -> Response {
+async fn summary(
+    Extract(state): Extract<State>,
+    view: Result<Params<View>, QueryRejection>,
+) -> Response {
     summary_inner(state, view)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn summary_inner(state: State, view: View) -> Result<Response, ApiError> {
+async fn summary_inner(
+    state: State,
+    view: Result<Params<View>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Params(view) = view?;
     let window = view.window()?;
     let filter = view.filter()?;
     let answer = run(
@@ -626,16 +862,18 @@ async fn summary_inner(state: State, view: View) -> Result<Response, ApiError> {
             "the store answered a summary with something else".into(),
         ));
     };
-    Ok(Json(json!({
-        "from": window.start_us,
-        "to": window.end_us,
-        "total": counters_json(&s.total),
-        "tcp": counters_json(&s.tcp),
-        "udp": counters_json(&s.udp),
-        "icmp": counters_json(&s.icmp),
-        "other": counters_json(&s.other),
-    }))
-    .into_response())
+    reply(
+        &state,
+        &json!({
+            "from": window.start_us,
+            "to": window.end_us,
+            "total": counters_json(&s.total),
+            "tcp": counters_json(&s.tcp),
+            "udp": counters_json(&s.udp),
+            "icmp": counters_json(&s.icmp),
+            "other": counters_json(&s.other),
+        }),
+    )
 }
 
 /// `GET /api/v1/health`: per exporter and observation domain, what the collector counted in the
@@ -643,13 +881,20 @@ async fn summary_inner(state: State, view: View) -> Result<Response, ApiError> {
 /// messages; from the store's `exporter_stats`), exporters whose flows the store holds without
 /// such counters (imported or metered on the spot) by their flows, and each probe's counters
 /// (from its `/metrics`), with alarms where records or packets are lost.
-async fn health(Extract(state): Extract<State>, Params(view): Params<View>) -> Response {
+async fn health(
+    Extract(state): Extract<State>,
+    view: Result<Params<View>, QueryRejection>,
+) -> Response {
     health_inner(state, view)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn health_inner(state: State, view: View) -> Result<Response, ApiError> {
+async fn health_inner(
+    state: State,
+    view: Result<Params<View>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Params(view) = view?;
     let window = view.window()?;
     let answer = run(
         &state,
@@ -665,12 +910,11 @@ async fn health_inner(state: State, view: View) -> Result<Response, ApiError> {
     )
     .await?;
     let (rows, _, _) = table(answer)?;
-    let span_s = ((window.end_us - window.start_us) as f64 / 1e6).max(1e-6);
-    let engine = state.engine.clone();
-    let stats = tokio::task::spawn_blocking(move || engine.exporter_stats(window))
-        .await
-        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-        .map_err(ApiError::from)?;
+    let span_s = (window.end_us.saturating_sub(window.start_us) as f64 / 1e6).max(1e-6);
+    let stats = blocking(&state, move |engine| {
+        engine.exporter_stats(window).map_err(ApiError::from)
+    })
+    .await?;
     let mut exporters: Vec<Json_> = stats
         .iter()
         .map(|s| {
@@ -711,5 +955,79 @@ async fn health_inner(state: State, view: View) -> Result<Response, ApiError> {
     let probes = tokio::task::spawn_blocking(move || probes::scrape_all(&targets))
         .await
         .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    Ok(Json(json!({ "exporters": exporters, "probes": probes })).into_response())
+    reply(&state, &json!({ "exporters": exporters, "probes": probes }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(from: i64, to: i64) -> Result<Window, ApiError> {
+        View {
+            from: Some(from),
+            to: Some(to),
+            ..View::default()
+        }
+        .window()
+    }
+
+    fn text(window: &str) -> Result<Window, ApiError> {
+        View {
+            window: Some(window.into()),
+            ..View::default()
+        }
+        .window()
+    }
+
+    #[test]
+    fn windows_lie_within_1970_to_9999() {
+        assert!(range(EARLIEST_US, LATEST_US).is_ok());
+        assert!(text("1970-01-01-9999-12-31").is_ok());
+        assert!(text("9999-12-31T23:00/1h").is_ok());
+        for (from, to) in [
+            (EARLIEST_US - 1, 1),
+            (0, LATEST_US + 1),
+            (i64::MIN, i64::MAX),
+            (-9_000_000_000_000_000_000, 9_000_000_000_000_000_000),
+            (5, 5),
+            (6, 5),
+        ] {
+            let ApiError(status, msg) = range(from, to).unwrap_err();
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{from} {to}");
+            assert!(msg.contains(&from.to_string()), "{msg}");
+        }
+        for window in ["1970-01-01T00:00+00:01/1h", "9999-12-31T23:30/1h"] {
+            let ApiError(status, msg) = text(window).unwrap_err();
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{window}");
+            assert!(msg.contains(window) && msg.contains("1970"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn every_window_fits_in_points_whole_second_buckets_that_cover_it() {
+        let mut windows = vec![Window {
+            start_us: EARLIEST_US,
+            end_us: LATEST_US,
+        }];
+        let mut span = 1;
+        while span <= LATEST_US {
+            for start in [EARLIEST_US, 1_795_600_800_123_456, LATEST_US - span] {
+                windows.push(Window {
+                    start_us: start,
+                    end_us: start + span,
+                });
+            }
+            span = span * 3 / 2 + 1;
+        }
+        for w in windows {
+            let every = step_us(&w);
+            let (first, n) = buckets(&w, every);
+            assert!(n as i64 <= POINTS, "{w:?}: {n} buckets of {every} µs");
+            assert!(every > 0 && every % US_PER_S == 0, "{w:?}: {every} µs");
+            assert!(first <= w.start_us && w.start_us < first + every, "{w:?}");
+            assert!(first + n as i64 * every >= w.end_us, "{w:?}");
+            assert_eq!(bucket(w.end_us - 1, first, every), Some(n - 1), "{w:?}");
+            assert_eq!(bucket(first - 1, first, every), None, "{w:?}");
+        }
+    }
 }

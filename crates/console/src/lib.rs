@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod gate;
 pub mod page;
 pub mod probes;
 
