@@ -5,8 +5,9 @@
 //! timeout that a client sending a byte now and then would renew: [`Limits::request`] from the
 //! end of the TLS handshake (or from the acceptance), or from the end of the previous answer,
 //! to the end of the request's header; an idle keep-alive connection is closed when it passes.
-//! The TLS handshake has [`Limits::handshake`]. Together they bound what slow or idle clients
-//! hold: never more than the limit's descriptors, each for at most the two deadlines.
+//! The TLS handshake has [`Limits::handshake`], and an answer the client stops taking ends the
+//! connection after [`Limits::reply`]. Together they bound what slow or idle clients hold: never
+//! more than the limit's descriptors, none of them for long without the client doing its part.
 
 use std::future::Future;
 use std::io;
@@ -21,6 +22,7 @@ use axum_server::accept::Accept;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Sleep;
 
 /// How often at most a refusal is reported on standard error.
 const REPORT_EVERY: Duration = Duration::from_secs(10);
@@ -34,6 +36,8 @@ pub struct Limits {
     pub request: Duration,
     /// From the acceptance to the end of the TLS handshake.
     pub handshake: Duration,
+    /// How long an answer may wait for the client to take any of it.
+    pub reply: Duration,
 }
 
 impl Limits {
@@ -44,6 +48,7 @@ impl Limits {
         connections: 256,
         request: Duration::from_secs(10),
         handshake: Duration::from_secs(10),
+        reply: Duration::from_secs(10),
     };
 }
 
@@ -52,6 +57,7 @@ impl Limits {
 struct Shared {
     open: Arc<Semaphore>,
     connections: usize,
+    reply: Duration,
     refused: AtomicU64,
     reported: Mutex<Option<Instant>>,
 }
@@ -72,6 +78,7 @@ impl<A> Capped<A> {
             shared: Arc::new(Shared {
                 open: Arc::new(Semaphore::new(limits.connections)),
                 connections: limits.connections,
+                reply: limits.reply,
                 refused: AtomicU64::new(0),
                 reported: Mutex::new(None),
             }),
@@ -123,6 +130,8 @@ where
                 Held {
                     stream,
                     _place: place,
+                    reply: self.shared.reply,
+                    stalled: None,
                 },
                 service,
             )),
@@ -138,11 +147,40 @@ where
     }
 }
 
-/// A connection holding its place under the cap until it is dropped.
+/// A connection holding its place under the cap until it is dropped, and ended when the
+/// client takes none of an answer for [`Limits::reply`].
 #[derive(Debug)]
 pub struct Held<S> {
     stream: S,
     _place: OwnedSemaphorePermit,
+    reply: Duration,
+    /// Since the client stopped taking the answer: the deadline.
+    stalled: Option<Pin<Box<Sleep>>>,
+}
+
+impl<S> Held<S> {
+    /// What a write that `wrote` says, given the client may stall for `reply` at most.
+    fn written<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        wrote: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if wrote.is_ready() {
+            self.stalled = None;
+            return wrote;
+        }
+        let reply = self.reply;
+        let stalled = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(reply)));
+        match stalled.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the client took none of the answer for {reply:?}"),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Held<S> {
@@ -161,15 +199,21 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Held<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+        let this = self.get_mut();
+        let wrote = Pin::new(&mut this.stream).poll_write(cx, buf);
+        this.written(cx, wrote)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+        let this = self.get_mut();
+        let wrote = Pin::new(&mut this.stream).poll_flush(cx);
+        this.written(cx, wrote)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+        let this = self.get_mut();
+        let wrote = Pin::new(&mut this.stream).poll_shutdown(cx);
+        this.written(cx, wrote)
     }
 
     fn poll_write_vectored(
@@ -177,7 +221,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Held<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let wrote = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
+        this.written(cx, wrote)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -234,5 +280,39 @@ mod tests {
         let (server_side, _) = listener.accept().await.unwrap();
         assert!(capped.accept(server_side, ()).await.is_ok());
         assert_eq!(capped.refused(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_answer_the_client_stops_taking_ends_after_the_reply_limit() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = Limits {
+            reply: Duration::from_millis(300),
+            ..Limits::CONSOLE
+        };
+        let capped = Capped::new(DefaultAcceptor::new(), limits);
+        let _client = TcpStream::connect(addr).await.unwrap();
+        let (server_side, _) = listener.accept().await.unwrap();
+        let (mut held, ()) = capped.accept(server_side, ()).await.unwrap();
+        // The client reads nothing: the socket buffers fill, then the write waits and ends.
+        let chunk = vec![0u8; 1 << 16];
+        let start = Instant::now();
+        let writes = async {
+            for _ in 0..4096 {
+                held.write_all(&chunk).await?;
+            }
+            Ok::<(), io::Error>(())
+        };
+        let e = tokio::time::timeout(Duration::from_secs(20), writes)
+            .await
+            .expect("the write still waits after 20 s")
+            .expect_err("256 MiB written to a client that reads nothing");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            start.elapsed()
+        );
     }
 }
