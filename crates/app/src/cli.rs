@@ -661,6 +661,10 @@ pub struct ConsoleArgs {
     /// The PEM private key for --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// A name the console is reached by (a request naming another host than its address, or
+    /// localhost on loopback, is refused); repeatable.
+    #[arg(long, value_name = "NAME")]
+    pub http_host: Vec<String>,
     /// A tapflow probe's metrics address (its --metrics) to show in the health view; repeatable.
     #[arg(long, value_name = "HOST:PORT")]
     pub probe: Vec<String>,
@@ -820,6 +824,15 @@ pub struct CollectArgs {
     /// Credentials for the console (`user:hash` lines); required for a non-loopback --http.
     #[arg(long, value_name = "FILE", requires = "http")]
     pub http_auth: Option<PathBuf>,
+    /// Serve the console over HTTPS with this PEM certificate chain (with --tls-key).
+    #[arg(long, value_name = "FILE", requires_all = ["http", "tls_key"])]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key for --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// A name the console is reached by besides its address (see `tapflow console`); repeatable.
+    #[arg(long, value_name = "NAME", requires = "http")]
+    pub http_host: Vec<String>,
     /// Anonymise the flows' addresses with Crypto-PAn under the key in this file (32 bytes, or
     /// 64 hex digits) before any store or output gets them (docs/anonymize.md).
     #[arg(long, value_name = "KEYFILE")]

@@ -126,7 +126,12 @@ fn console(
     let config = tapflow_console::ConsoleConfig {
         listen,
         auth: a.http_auth.clone(),
-        tls: None,
+        tls: a
+            .tls_cert
+            .clone()
+            .zip(a.tls_key.clone())
+            .map(|(cert, key)| tapflow_console::TlsFiles { cert, key }),
+        hosts: a.http_host.clone(),
         probes: Vec::new(),
         assets: tapflow_console::default_assets(),
     };
@@ -137,7 +142,12 @@ fn console(
     ));
     let flag = Arc::clone(stop.flag());
     let stopper = Arc::clone(stop);
-    eprintln!("tapflow: console on http://{listen}/");
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    eprintln!("tapflow: console on {scheme}://{listen}/");
     std::thread::Builder::new()
         .name("tapflow-console".into())
         .spawn(move || {

@@ -47,6 +47,7 @@ pub fn run(args: ConsoleArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failur
             .tls_cert
             .zip(args.tls_key)
             .map(|(cert, key)| TlsFiles { cert, key }),
+        hosts: args.http_host,
         probes: args.probe,
         assets: args.assets.unwrap_or_else(tapflow_console::default_assets),
     };

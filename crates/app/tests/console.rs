@@ -1501,3 +1501,484 @@ fn clients_that_do_not_read_cannot_pile_up_answers() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+/// A credentials file in `dir` letting `alice` in with `s3cret` (an argon2 hash that `tapflow
+/// console --hash-password` wrote).
+fn alice(dir: &Path) -> PathBuf {
+    use std::io::Write;
+    let mut hash = tapflow(["console", "--hash-password"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    hash.stdin.take().unwrap().write_all(b"s3cret\n").unwrap();
+    let hashed = hash.wait_with_output().unwrap();
+    assert!(hashed.status.success());
+    let path = dir.join("users");
+    let line = String::from_utf8(hashed.stdout).unwrap();
+    std::fs::write(&path, format!("alice:{}\n", line.trim())).unwrap();
+    path
+}
+
+/// The `Authorization` value of `user:password`, under `scheme` (`Basic`, `basic`…).
+fn basic(scheme: &str, user_password: &str) -> String {
+    let h = base64::engine::general_purpose::STANDARD.encode(user_password);
+    format!("{scheme} {h}")
+}
+
+/// Sends `request` (a whole HTTP/1.1 request, `Connection: close`) on a new connection to the
+/// console and reads the whole answer.
+fn exchange(port: u16, request: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    s.write_all(request.as_bytes())?;
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer)?;
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+/// [`exchange`], which must succeed; returns the status and the whole answer.
+fn raw(port: u16, request: &str) -> (u16, String) {
+    let answer = exchange(port, request).expect("an answer");
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {answer:?}"));
+    (status, answer)
+}
+
+/// A GET of `path` with these extra header lines (each ending in CRLF).
+fn raw_get(port: u16, path: &str, host: &str, extra: &str) -> (u16, String) {
+    raw(
+        port,
+        &format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n"),
+    )
+}
+
+/// The value of header `name` in a raw answer.
+fn header_of(answer: &str, name: &str) -> Option<String> {
+    let head = answer.split("\r\n\r\n").next()?;
+    head.lines().skip(1).find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+    })
+}
+
+/// Descriptors the process holds open.
+fn open_fds(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn slow_clients_past_the_connection_limit_leave_the_console_bounded_and_answering() {
+    let dir = tempfile::tempdir().unwrap();
+    fill_store(dir.path());
+    let (console, base, port) = console(dir.path(), &["--assets", vendor_or_skip().as_str()]);
+    let before = open_fds(console.pid());
+    // 600 clients, each sending half a request line and then nothing: more than the console's
+    // 256 connections.
+    let mut slow = Vec::new();
+    for _ in 0..600 {
+        use std::io::Write;
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+            continue;
+        };
+        let _ = s.write_all(b"GET /api/v1/summary HT");
+        slow.push(s);
+    }
+    // Once it has taken them in, the console holds at most its limit of them (and its own few
+    // descriptors).
+    std::thread::sleep(Duration::from_secs(1));
+    let start = Instant::now();
+    let mut most = 0;
+    while start.elapsed() < Duration::from_secs(2) {
+        most = most.max(open_fds(console.pid()));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        most <= before + 256 + 32,
+        "the console held {most} descriptors ({before} before 600 slow clients)"
+    );
+    // A normal request is answered once the slow ones' deadline has cut them off.
+    let start = Instant::now();
+    let answered = loop {
+        let r = ureq::get(&format!("{base}/api/v1/summary?window=last%201h"))
+            .config()
+            .timeout_global(Some(Duration::from_secs(5)))
+            .build()
+            .call();
+        if let Ok(mut r) = r {
+            break Some(r.body_mut().read_to_string().unwrap());
+        }
+        if start.elapsed() > Duration::from_secs(45) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let answered = answered.expect("no answer within 45 s of 600 slow clients");
+    let v: Value = serde_json::from_str(&answered).unwrap();
+    assert_eq!(v["total"]["flows"], 1200);
+    drop(slow);
+}
+
+#[test]
+fn a_client_trickling_its_header_and_an_idle_one_are_cut_off() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let (_console, _, port) = console(dir.path(), &["--assets", vendor_or_skip().as_str()]);
+    // One client sends a complete request, reads the answer and then keeps the connection.
+    let mut idle = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    idle.write_all(b"GET /api/v1/summary HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .unwrap();
+    idle.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut answer = [0u8; 4096];
+    let n = idle.read(&mut answer).expect("an answer");
+    assert!(answer[..n].starts_with(b"HTTP/1.1 200"));
+    // The other sends half a request line and then a byte a second: each renews nothing.
+    let mut trickle = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    trickle.write_all(b"GET / HTTP/1.1\r\nX-Slow: ").unwrap();
+    trickle
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let start = Instant::now();
+    let closed = |s: &mut std::net::TcpStream| {
+        let mut b = [0u8; 4096];
+        match s.read(&mut b) {
+            // The end, or an answer refusing the request (408).
+            Ok(n) => n == 0 || b[..n].starts_with(b"HTTP/1.1 4"),
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        }
+    };
+    let (mut trickle_cut, mut idle_cut) = (None, None);
+    while start.elapsed() < Duration::from_secs(40) && (trickle_cut.is_none() || idle_cut.is_none())
+    {
+        if trickle_cut.is_none() && (trickle.write_all(b"x").is_err() || closed(&mut trickle)) {
+            trickle_cut = Some(start.elapsed());
+        }
+        if idle_cut.is_none() && closed(&mut idle) {
+            idle_cut = Some(start.elapsed());
+        }
+    }
+    let trickle_cut = trickle_cut.expect("the trickling client was not cut off within 40 s");
+    let idle_cut = idle_cut.expect("the idle connection was not closed within 40 s");
+    assert!(
+        trickle_cut >= Duration::from_secs(5) && trickle_cut <= Duration::from_secs(25),
+        "cut off after {trickle_cut:?}"
+    );
+    assert!(
+        idle_cut <= Duration::from_secs(25),
+        "closed after {idle_cut:?}"
+    );
+}
+
+#[test]
+fn an_unknown_user_takes_as_long_as_a_wrong_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = alice(dir.path());
+    let assets = vendor_or_skip();
+    let (_c, _, port) = console(
+        dir.path(),
+        &["--http-auth", users.to_str().unwrap(), "--assets", &assets],
+    );
+    let host = format!("127.0.0.1:{port}");
+    let timed = |who: &str| {
+        let auth = format!("Authorization: {}\r\n", basic("Basic", who));
+        let start = Instant::now();
+        let (status, _) = raw_get(port, "/api/v1/summary", &host, &auth);
+        assert_eq!(status, 401, "{who}");
+        start.elapsed()
+    };
+    // Four of each, fewer than the failures that lock a source out; the quickest of each.
+    let (mut wrong, mut unknown) = (Duration::MAX, Duration::MAX);
+    for _ in 0..4 {
+        wrong = wrong.min(timed("alice:guess"));
+        unknown = unknown.min(timed("mallory:guess"));
+    }
+    assert!(
+        unknown >= Duration::from_millis(3),
+        "an unknown user is answered in {unknown:?}, a wrong password in {wrong:?}"
+    );
+    assert!(
+        unknown * 3 >= wrong && wrong * 3 >= unknown,
+        "an unknown user is answered in {unknown:?}, a wrong password in {wrong:?}"
+    );
+}
+
+#[test]
+fn repeated_failures_from_one_source_are_answered_429_and_basic_is_any_case() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = alice(dir.path());
+    let assets = vendor_or_skip();
+    let (_c, _, port) = console(
+        dir.path(),
+        &["--http-auth", users.to_str().unwrap(), "--assets", &assets],
+    );
+    let host = format!("127.0.0.1:{port}");
+    let get = |auth: &str| {
+        raw_get(
+            port,
+            "/api/v1/summary",
+            &host,
+            &format!("Authorization: {auth}\r\n"),
+        )
+    };
+    // The scheme's name is matched whatever its case.
+    assert_eq!(get(&basic("basic", "alice:s3cret")).0, 200);
+    assert_eq!(get(&basic("BASIC", "alice:s3cret")).0, 200);
+    for i in 0..10 {
+        assert_eq!(get(&basic("Basic", "alice:guess")).0, 401, "failure {i}");
+    }
+    let (status, answer) = get(&basic("Basic", "alice:guess"));
+    assert_eq!(status, 429, "{answer}");
+    let retry: u64 = header_of(&answer, "Retry-After")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no Retry-After: {answer}"));
+    assert!((1..=60).contains(&retry), "{answer}");
+    // Locked out, the right password is not checked either; a header verified before still
+    // works.
+    assert_eq!(get(&basic("Basic", "alice:s3cret")).0, 429);
+    assert_eq!(get(&basic("basic", "alice:s3cret")).0, 200);
+}
+
+#[test]
+fn a_logged_in_request_is_answered_while_others_guess_passwords() {
+    let dir = tempfile::tempdir().unwrap();
+    fill_store(dir.path());
+    let users = alice(dir.path());
+    let assets = vendor_or_skip();
+    let (_c, base, port) = console(
+        dir.path(),
+        &["--http-auth", users.to_str().unwrap(), "--assets", &assets],
+    );
+    let url = format!("{base}/api/v1/summary?window=last%201h");
+    let good = basic("Basic", "alice:s3cret");
+    let call = |auth: &str| {
+        ureq::get(&url)
+            .config()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build()
+            .header("Authorization", auth)
+            .call()
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0)
+    };
+    assert_eq!(call(&good), 200, "logs in");
+    // 24 guessers, each trying up to 100 passwords on new connections until told to stop.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let guessers: Vec<_> = (0..24)
+        .map(|g| {
+            let stop = std::sync::Arc::clone(&stop);
+            let host = format!("127.0.0.1:{port}");
+            std::thread::spawn(move || {
+                for i in 0..100 {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    let auth = basic("Basic", &format!("alice:guess-{g}-{i}"));
+                    let _ = exchange(
+                        port,
+                        &format!(
+                            "GET /api/v1/summary HTTP/1.1\r\nHost: {host}\r\n\
+                             Authorization: {auth}\r\nConnection: close\r\n\r\n"
+                        ),
+                    );
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    // Ten requests of the logged-in user, given up past 10 s.
+    let start = Instant::now();
+    let mut answered = 0;
+    while answered < 10 && start.elapsed() < Duration::from_secs(10) {
+        assert_eq!(call(&good), 200);
+        answered += 1;
+    }
+    let took = start.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for g in guessers {
+        g.join().unwrap();
+    }
+    assert!(
+        answered == 10 && took < Duration::from_secs(2),
+        "{answered} logged-in requests answered in {took:?} while 24 clients guessed"
+    );
+}
+
+#[test]
+fn a_foreign_host_or_origin_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let assets = vendor_or_skip();
+    let (_c, _, port) = console(
+        dir.path(),
+        &["--http-host", "flows.example.net", "--assets", &assets],
+    );
+    // A name that cannot be a host's is refused at start, in one line.
+    let out = tapflow([
+        "console",
+        "--store",
+        dir.path().to_str().unwrap(),
+        "--http-host",
+        "flows.example.net:8080",
+        "--assets",
+        &assets,
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--http-host \"flows.example.net:8080\": not a host name"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let own = format!("127.0.0.1:{port}");
+    let summary = "/api/v1/summary";
+    // Hosts: the address, localhost (a loopback console), the configured name.
+    for host in [
+        own.clone(),
+        format!("localhost:{port}"),
+        "FLOWS.example.net".into(),
+    ] {
+        assert_eq!(raw_get(port, summary, &host, "").0, 200, "{host}");
+    }
+    // A page that rebinds its own name to 127.0.0.1.
+    let (status, answer) = raw_get(port, "/", &format!("rebind.example:{port}"), "");
+    assert!(status == 421 || status == 403, "{answer}");
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or("");
+    assert!(
+        body.contains("rebind.example") && body.trim().lines().count() == 1,
+        "{answer}"
+    );
+    // Origins: none, the console's own, another.
+    let origin = |o: &str| raw_get(port, summary, &own, &format!("Origin: {o}\r\n"));
+    assert_eq!(origin(&format!("http://{own}")).0, 200);
+    let (status, answer) = origin("http://evil.example");
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("evil.example"), "{answer}");
+    assert_eq!(origin(&format!("http://localhost:{port}")).0, 403);
+    assert_eq!(origin("null").0, 403);
+}
+
+#[test]
+fn every_answer_says_nosniff_and_its_content_security_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let assets = vendor_or_skip();
+    let (_c, _, port) = console(dir.path(), &["--assets", &assets]);
+    let host = format!("127.0.0.1:{port}");
+    for path in ["/", "/vendor/uPlot.esm.js", "/api/v1/summary", "/nope"] {
+        let (_, answer) = raw_get(port, path, &host, "");
+        assert_eq!(
+            header_of(&answer, "X-Content-Type-Options").as_deref(),
+            Some("nosniff"),
+            "{path}"
+        );
+        let csp = header_of(&answer, "Content-Security-Policy").unwrap_or_default();
+        assert!(csp.contains("default-src 'self'"), "{path}: {csp:?}");
+        assert!(
+            header_of(&answer, "Strict-Transport-Security").is_none(),
+            "{path}"
+        );
+    }
+}
+
+#[test]
+fn collect_serves_its_console_over_tls_to_its_configured_name() {
+    if Command::new("openssl").arg("version").output().is_err()
+        || Command::new("curl").arg("--version").output().is_err()
+    {
+        eprintln!("skipped: collect --http over TLS: no openssl or curl");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/CN=flows.example.net"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let store = dir.path().join("store");
+    let (port, udp) = (free_port(), free_port());
+    let (cert_s, key_s) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let collect = |extra: &[&str]| {
+        let mut args = vec![
+            "collect".to_owned(),
+            "--listen".into(),
+            format!("ipfix://127.0.0.1:{udp}"),
+            "--store".into(),
+            store.to_str().unwrap().into(),
+            "--http".into(),
+            format!("127.0.0.1:{port}"),
+            "-q".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        tapflow(&args)
+    };
+    // A missing key is named at start, in one line.
+    let out = collect(&["--tls-cert", cert_s, "--tls-key", "/nonexistent/key.pem"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("TLS key /nonexistent/key.pem"), "{err}");
+    let child = collect(&[
+        "--tls-cert",
+        cert_s,
+        "--tls-key",
+        key_s,
+        "--http-host",
+        "flows.example.net",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut guard = ChildGuard::new(child, "tapflow collect --http --tls-cert");
+    guard.wait_until(Duration::from_secs(30), "serves the console", |_| {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let out = Command::new("curl")
+        .args(["-sS", "-D", "-", "--cacert"])
+        .arg(&cert)
+        .args([
+            "--resolve",
+            &format!("flows.example.net:{port}:127.0.0.1"),
+            &format!("https://flows.example.net:{port}/api/v1/summary?window=last%201h"),
+        ])
+        .output()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let hsts = header_of(
+        &answer.replace('\n', "\r\n").replace("\r\r", "\r"),
+        "Strict-Transport-Security",
+    );
+    assert!(hsts.is_some_and(|v| v.starts_with("max-age=")), "{answer}");
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or("");
+    let v: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(v["total"]["flows"], 0);
+    guard.signal(libc::SIGINT);
+    let (status, err) = guard.wait_output(Duration::from_secs(30));
+    assert!(status.success(), "{err}");
+}

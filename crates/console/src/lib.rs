@@ -3,14 +3,18 @@
 //! The page gets every number through the API (`api.rs`, documented in `docs/console.md`); the
 //! API answers through the store's [`QueryEngine`], the same one `tapflow query` uses. Served
 //! by axum on a small tokio runtime; queries run on blocking threads so a long scan never holds
-//! up another request.
+//! up another request. What the server guards against (slow clients, password guessing,
+//! other sites' pages) is in `conn.rs`, `auth.rs` and `browser.rs`.
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod auth;
+pub mod browser;
+pub mod conn;
 pub mod gate;
 pub mod page;
 pub mod probes;
+pub mod throttle;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -64,6 +68,8 @@ pub struct ConsoleConfig {
     pub auth: Option<PathBuf>,
     /// TLS, if given.
     pub tls: Option<TlsFiles>,
+    /// Names the console is reached by besides its address (`--http-host`).
+    pub hosts: Vec<String>,
     /// tapflow probes whose `/metrics` the health view shows (`--probe HOST:PORT`).
     pub probes: Vec<String>,
     /// The directory holding the charting library (`uPlot.esm.js`, `uPlot.min.css`).
@@ -94,6 +100,14 @@ pub fn check(config: &ConsoleConfig) -> Result<(), ConsoleError> {
     if let Some(path) = &config.auth {
         auth::Credentials::load(path)?;
     }
+    for name in &config.hosts {
+        let fits = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.';
+        if name.is_empty() || !name.chars().all(fits) {
+            return Err(ConsoleError::Config(format!(
+                "--http-host {name:?}: not a host name (letters, digits, '-' and '.', no port)"
+            )));
+        }
+    }
     if let Some(tls) = &config.tls {
         for (what, path) in [("TLS certificate", &tls.cert), ("TLS key", &tls.key)] {
             std::fs::metadata(path).map_err(|source| ConsoleError::Read {
@@ -113,17 +127,28 @@ pub fn serve(
     stop: Arc<AtomicBool>,
 ) -> Result<(), ConsoleError> {
     check(&config)?;
-    let credentials = match &config.auth {
-        Some(path) => Some(Arc::new(auth::Credentials::load(path)?)),
+    let gate = match &config.auth {
+        Some(path) => Some(Arc::new(auth::Gate::start(auth::Credentials::load(path)?)?)),
         None => None,
     };
+    let site = Arc::new(browser::Site::new(
+        config.listen,
+        &config.hosts,
+        config.tls.is_some(),
+    ));
     let state = api::State::new(engine, config.probes.clone());
+    // Outermost first: the headers go on every answer, refusals included; a request from
+    // elsewhere is refused before any password is checked.
     let app = api::router(state)
         .merge(page::router(config.assets.clone()))
+        .layer(axum::middleware::from_fn_with_state(gate, auth::require))
         .layer(axum::middleware::from_fn_with_state(
-            credentials,
-            auth::require,
-        ));
+            Arc::clone(&site),
+            browser::guard,
+        ))
+        .layer(axum::middleware::from_fn_with_state(site, browser::headers))
+        .into_make_service_with_connect_info::<SocketAddr>();
+    let limits = conn::Limits::CONSOLE;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(4)
@@ -155,16 +180,23 @@ pub fn serve(
                             path: tls.cert.clone(),
                             source,
                         })?;
-                axum_server::bind_rustls(addr, rustls)
-                    .handle(handle)
-                    .serve(app.into_make_service())
-                    .await
+                // HTTP/1.1 only: the deadlines are HTTP/1's.
+                let mut only_http1 = (*rustls.get_inner()).clone();
+                only_http1.alpn_protocols = vec![b"http/1.1".to_vec()];
+                rustls.reload_from_config(Arc::new(only_http1));
+                let tls = axum_server::tls_rustls::RustlsAcceptor::new(rustls)
+                    .handshake_timeout(limits.handshake);
+                let server = axum_server::bind(addr)
+                    .acceptor(conn::Capped::new(tls, limits))
+                    .handle(handle);
+                conn::apply(server, limits).serve(app).await
             }
             None => {
-                axum_server::bind(addr)
-                    .handle(handle)
-                    .serve(app.into_make_service())
-                    .await
+                let plain = axum_server::accept::DefaultAcceptor::new();
+                let server = axum_server::bind(addr)
+                    .acceptor(conn::Capped::new(plain, limits))
+                    .handle(handle);
+                conn::apply(server, limits).serve(app).await
             }
         };
         served.map_err(|source| ConsoleError::Serve { addr, source })

@@ -22,7 +22,9 @@ const APP: &str = include_str!("../web/app.js");
 const STYLE: &str = include_str!("../web/style.css");
 const ICON: &str = include_str!("../web/favicon.svg");
 
-const POLICY: &str = "default-src 'self'; img-src 'self' data:; style-src 'self'; \
+/// The Content-Security-Policy of every answer: nothing but the console's own script, style,
+/// images and API, and no framing.
+pub const POLICY: &str = "default-src 'self'; img-src 'self' data:; style-src 'self'; \
                       script-src 'self'; connect-src 'self'; frame-ancestors 'none'";
 
 /// Checks the charting library is where the console will serve it from.
@@ -61,10 +63,6 @@ fn file(content_type: &'static str, body: &'static str) -> Response {
     let mut r = body.into_response();
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(POLICY),
-    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     r
 }
