@@ -29,6 +29,7 @@ while (($#)); do
 done
 
 if [[ -z $bin ]]; then
+    scripts/fetch-console-assets.sh # the console's charting library, compiled into the binary
     cargo build --release --locked -p tapflow
     bin=${CARGO_TARGET_DIR:-target}/release/tapflow
 fi

@@ -17,6 +17,7 @@ while (($#)); do
     esac
 done
 if [[ -z $bin ]]; then
+    scripts/fetch-console-assets.sh >&2 # the console's charting library, compiled into the binary
     cargo build --release --locked -p tapflow >&2
     bin=${CARGO_TARGET_DIR:-target}/release/tapflow
 fi

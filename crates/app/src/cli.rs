@@ -668,10 +668,6 @@ pub struct ConsoleArgs {
     /// A tapflow probe's metrics address (its --metrics) to show in the health view; repeatable.
     #[arg(long, value_name = "HOST:PORT")]
     pub probe: Vec<String>,
-    /// The directory holding the charting library (default: installed, else the source tree's
-    /// crates/console/vendor, filled by scripts/fetch-console-assets.sh).
-    #[arg(long, value_name = "DIR")]
-    pub assets: Option<PathBuf>,
     /// Print an argon2 hash of the password read from standard input, for --http-auth, and exit.
     #[arg(long)]
     pub hash_password: bool,

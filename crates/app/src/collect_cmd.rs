@@ -133,7 +133,6 @@ fn console(
             .map(|(cert, key)| tapflow_console::TlsFiles { cert, key }),
         hosts: a.http_host.clone(),
         probes: Vec::new(),
-        assets: tapflow_console::default_assets(),
     };
     tapflow_console::check(&config).map_err(|e| Failure::Usage(format!("--http: {e}")))?;
     let engine = Arc::new(tapflow_store::query::scan::ParquetEngine::new(

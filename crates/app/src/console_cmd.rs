@@ -49,7 +49,6 @@ pub fn run(args: ConsoleArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failur
             .map(|(cert, key)| TlsFiles { cert, key }),
         hosts: args.http_host,
         probes: args.probe,
-        assets: args.assets.unwrap_or_else(tapflow_console::default_assets),
     };
     tapflow_console::check(&config).map_err(|e| Failure::Usage(e.to_string()))?;
     let scheme = if config.tls.is_some() {

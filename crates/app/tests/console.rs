@@ -148,14 +148,7 @@ fn console(store: &Path, extra: &[&str]) -> (ChildGuard, String, u16) {
     (guard, format!("http://{addr}"), port)
 }
 
-fn assets_present() -> bool {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../console/vendor/uPlot.esm.js")
-        .is_file()
-}
-
-/// Whether chromium and chromedriver are there (else `test` is skipped, saying so); the
-/// charting library must be.
+/// Whether chromium and chromedriver are there (else `test` is skipped, saying so).
 fn chromium_or_skip(test: &str) -> bool {
     if !Path::new("/usr/bin/chromium").exists() || !Path::new("/usr/bin/chromedriver").exists() {
         eprintln!(
@@ -163,10 +156,6 @@ fn chromium_or_skip(test: &str) -> bool {
         );
         return false;
     }
-    assert!(
-        assets_present(),
-        "run scripts/fetch-console-assets.sh first"
-    );
     true
 }
 
@@ -749,7 +738,7 @@ fn health_view_in_b(p: &common::VethPair) {
 fn the_api_refuses_bad_parameters_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
     fill_store(dir.path());
-    let (_console, base, _) = console(dir.path(), &["--assets", vendor_or_skip().as_str()]);
+    let (_console, base, _) = console(dir.path(), &[]);
     for (q, want) in [
         ("/api/v1/top?key=nope", "key 'nope'"),
         ("/api/v1/top?filter=src%20port%20banana", "banana"),
@@ -774,17 +763,9 @@ fn the_api_refuses_bad_parameters_in_one_line() {
     assert_eq!(total, 600 * 2, "every stored biflow is two one-way flows");
 }
 
-fn vendor_or_skip() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../console/vendor")
-        .to_string_lossy()
-        .into_owned()
-}
-
 #[test]
 fn credentials_and_tls_guard_the_console() {
     let dir = tempfile::tempdir().unwrap();
-    let assets = vendor_or_skip();
     // No credentials: a non-loopback address is refused at start, in one line.
     let out = tapflow([
         "console",
@@ -792,8 +773,6 @@ fn credentials_and_tls_guard_the_console() {
         dir.path().to_str().unwrap(),
         "--http",
         "0.0.0.0:0",
-        "--assets",
-        &assets,
     ])
     .output()
     .unwrap();
@@ -820,7 +799,7 @@ fn credentials_and_tls_guard_the_console() {
     std::fs::create_dir(&store).unwrap();
     let (_c, base, _) = console(
         &store,
-        &["--http-auth", creds.to_str().unwrap(), "--assets", &assets],
+        &["--http-auth", creds.to_str().unwrap()],
     );
     let status = |auth: Option<&str>| {
         let mut req = ureq::get(&format!("{base}/api/v1/summary"))
@@ -872,8 +851,6 @@ fn credentials_and_tls_guard_the_console() {
             cert.to_str().unwrap(),
             "--tls-key",
             key.to_str().unwrap(),
-            "--assets",
-            &assets,
         ],
     );
     let _ = base;
@@ -1110,10 +1087,6 @@ fn the_console_works_in_firefox() {
         );
         return;
     }
-    assert!(
-        assets_present(),
-        "run scripts/fetch-console-assets.sh first"
-    );
     let dir = tempfile::tempdir().unwrap();
     fill_store(dir.path());
     let (_console, base, _) = console(dir.path(), &[]);
@@ -1192,7 +1165,7 @@ const MAX_BUCKETS: usize = 240;
 fn a_series_over_any_window_has_a_bounded_number_of_buckets_and_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let stored = fill_store(dir.path());
-    let (_console, base, _) = console(dir.path(), &["--assets", vendor_or_skip().as_str()]);
+    let (_console, base, _) = console(dir.path(), &[]);
     for window in [
         "2000-01-01-2100-01-01",
         "1970-01-01-9999-12-31",
@@ -1262,7 +1235,7 @@ fn refused(base: &str, q: &str) -> String {
 fn times_outside_1970_to_9999_are_refused_and_the_widest_window_gives_sane_numbers() {
     let dir = tempfile::tempdir().unwrap();
     let stored = fill_store(dir.path());
-    let (_console, base, _) = console(dir.path(), &["--assets", vendor_or_skip().as_str()]);
+    let (_console, base, _) = console(dir.path(), &[]);
     const MAX: i64 = 253_402_300_800_000_000; // 10000-01-01T00:00Z
     for (q, want) in [
         ("/api/v1/summary?window=1970-01-01T00:00%2B05:00/1h", "1970"),
@@ -1401,7 +1374,7 @@ fn peak_rss(pid: i32) -> u64 {
 fn parallel_heavy_requests_are_queued_or_turned_away_within_bounded_memory() {
     let dir = tempfile::tempdir().unwrap();
     fill_many(dir.path(), 120_000);
-    let (console, base, _) = console(dir.path(), &["--assets", vendor_or_skip().as_str()]);
+    let (console, base, _) = console(dir.path(), &[]);
     let threads: Vec<_> = (0..16)
         .map(|i| {
             let url = if i % 4 == 3 {
@@ -1454,7 +1427,7 @@ fn clients_that_do_not_read_cannot_pile_up_answers() {
     use std::io::{Read, Write};
     let dir = tempfile::tempdir().unwrap();
     fill_many(dir.path(), 120_000);
-    let (console, base, port) = console(dir.path(), &["--assets", vendor_or_skip().as_str()]);
+    let (console, base, port) = console(dir.path(), &[]);
     let csv = "/api/v1/flows?window=last%2010h&limit=100000&format=csv";
     let mut stalled = Vec::new();
     let mut turned_away = false;
@@ -1576,7 +1549,7 @@ fn open_fds(pid: i32) -> usize {
 fn slow_clients_past_the_connection_limit_leave_the_console_bounded_and_answering() {
     let dir = tempfile::tempdir().unwrap();
     fill_store(dir.path());
-    let (console, base, port) = console(dir.path(), &["--assets", vendor_or_skip().as_str()]);
+    let (console, base, port) = console(dir.path(), &[]);
     let before = open_fds(console.pid());
     // 600 clients, each sending half a request line and then nothing: more than the console's
     // 256 connections.
@@ -1628,7 +1601,7 @@ fn slow_clients_past_the_connection_limit_leave_the_console_bounded_and_answerin
 fn a_client_trickling_its_header_and_an_idle_one_are_cut_off() {
     use std::io::{Read, Write};
     let dir = tempfile::tempdir().unwrap();
-    let (_console, _, port) = console(dir.path(), &["--assets", vendor_or_skip().as_str()]);
+    let (_console, _, port) = console(dir.path(), &[]);
     // One client sends a complete request, reads the answer and then keeps the connection.
     let mut idle = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     idle.write_all(b"GET /api/v1/summary HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
@@ -1682,10 +1655,9 @@ fn a_client_trickling_its_header_and_an_idle_one_are_cut_off() {
 fn an_unknown_user_takes_as_long_as_a_wrong_password() {
     let dir = tempfile::tempdir().unwrap();
     let users = alice(dir.path());
-    let assets = vendor_or_skip();
     let (_c, _, port) = console(
         dir.path(),
-        &["--http-auth", users.to_str().unwrap(), "--assets", &assets],
+        &["--http-auth", users.to_str().unwrap()],
     );
     let host = format!("127.0.0.1:{port}");
     let timed = |who: &str| {
@@ -1715,10 +1687,9 @@ fn an_unknown_user_takes_as_long_as_a_wrong_password() {
 fn repeated_failures_from_one_source_are_answered_429_and_basic_is_any_case() {
     let dir = tempfile::tempdir().unwrap();
     let users = alice(dir.path());
-    let assets = vendor_or_skip();
     let (_c, _, port) = console(
         dir.path(),
-        &["--http-auth", users.to_str().unwrap(), "--assets", &assets],
+        &["--http-auth", users.to_str().unwrap()],
     );
     let host = format!("127.0.0.1:{port}");
     let get = |auth: &str| {
@@ -1752,10 +1723,9 @@ fn a_logged_in_request_is_answered_while_others_guess_passwords() {
     let dir = tempfile::tempdir().unwrap();
     fill_store(dir.path());
     let users = alice(dir.path());
-    let assets = vendor_or_skip();
     let (_c, base, port) = console(
         dir.path(),
-        &["--http-auth", users.to_str().unwrap(), "--assets", &assets],
+        &["--http-auth", users.to_str().unwrap()],
     );
     let url = format!("{base}/api/v1/summary?window=last%201h");
     let good = basic("Basic", "alice:s3cret");
@@ -1816,10 +1786,9 @@ fn a_logged_in_request_is_answered_while_others_guess_passwords() {
 #[test]
 fn a_foreign_host_or_origin_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let assets = vendor_or_skip();
     let (_c, _, port) = console(
         dir.path(),
-        &["--http-host", "flows.example.net", "--assets", &assets],
+        &["--http-host", "flows.example.net"],
     );
     // A name that cannot be a host's is refused at start, in one line.
     let out = tapflow([
@@ -1828,8 +1797,6 @@ fn a_foreign_host_or_origin_is_refused() {
         dir.path().to_str().unwrap(),
         "--http-host",
         "flows.example.net:8080",
-        "--assets",
-        &assets,
     ])
     .output()
     .unwrap();
@@ -1871,8 +1838,7 @@ fn a_foreign_host_or_origin_is_refused() {
 #[test]
 fn every_answer_says_nosniff_and_its_content_security_policy() {
     let dir = tempfile::tempdir().unwrap();
-    let assets = vendor_or_skip();
-    let (_c, _, port) = console(dir.path(), &["--assets", &assets]);
+    let (_c, _, port) = console(dir.path(), &[]);
     let host = format!("127.0.0.1:{port}");
     for path in ["/", "/vendor/uPlot.esm.js", "/api/v1/summary", "/nope"] {
         let (_, answer) = raw_get(port, path, &host, "");

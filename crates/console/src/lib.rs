@@ -2,8 +2,8 @@
 //!
 //! The page gets every number through the API (`api.rs`, documented in `docs/console.md`); the
 //! API answers through the store's [`QueryEngine`], the same one `tapflow query` uses. Served
-//! by axum on a small tokio runtime; queries run on blocking threads so a long scan never holds
-//! up another request. What the server guards against (slow clients, password guessing,
+//! by axum on a small tokio runtime; queries run on blocking threads behind a gate (`gate.rs`:
+//! a few at once, a short queue, 503 past it), so a long scan never holds up the server. What the server guards against (slow clients, password guessing,
 //! other sites' pages) is in `conn.rs`, `auth.rs` and `browser.rs`.
 #![forbid(unsafe_code)]
 
@@ -72,24 +72,10 @@ pub struct ConsoleConfig {
     pub hosts: Vec<String>,
     /// tapflow probes whose `/metrics` the health view shows (`--probe HOST:PORT`).
     pub probes: Vec<String>,
-    /// The directory holding the charting library (`uPlot.esm.js`, `uPlot.min.css`).
-    pub assets: PathBuf,
-}
-
-/// The directory the charting library is looked up in when `--assets` is not given: the
-/// installed location, else the source tree's `crates/console/vendor` (filled by
-/// `scripts/fetch-console-assets.sh`).
-pub fn default_assets() -> PathBuf {
-    let installed = PathBuf::from("/usr/share/tapflow/console");
-    if installed.join(page::CHART_JS).is_file() {
-        installed
-    } else {
-        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/vendor"))
-    }
 }
 
 /// Checks what can be checked before anything is opened: a non-loopback address needs
-/// credentials, the credentials and TLS files must be readable, the charting library present.
+/// credentials, the credentials and TLS files must be readable.
 pub fn check(config: &ConsoleConfig) -> Result<(), ConsoleError> {
     if !config.listen.ip().is_loopback() && config.auth.is_none() {
         return Err(ConsoleError::Config(format!(
@@ -117,7 +103,7 @@ pub fn check(config: &ConsoleConfig) -> Result<(), ConsoleError> {
             })?;
         }
     }
-    page::check_assets(&config.assets)
+    Ok(())
 }
 
 /// Serves the console until `stop` is raised. Blocks.
@@ -140,7 +126,7 @@ pub fn serve(
     // Outermost first: the headers go on every answer, refusals included; a request from
     // elsewhere is refused before any password is checked.
     let app = api::router(state)
-        .merge(page::router(config.assets.clone()))
+        .merge(page::router())
         .layer(axum::middleware::from_fn_with_state(gate, auth::require))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&site),
