@@ -97,6 +97,24 @@ fn query(a: &QueryArgs) -> Result<Query, QueryError> {
     })
 }
 
+/// Says on stderr where the flows are when a window holds none and the newest flow started
+/// before it: a store filled from an old trace, asked for `last 1h`.
+fn empty_window_hint(engine: &dyn QueryEngine, q: &Query) {
+    let Some(w) = q.window else { return };
+    if let Ok(Some(newest)) = engine.newest()
+        && newest < w.start_us
+    {
+        use tapflow_store::query::time::format_time;
+        const HOUR_US: i64 = 3_600_000_000;
+        let hour = format_time(newest.div_euclid(HOUR_US) * HOUR_US);
+        let hour = format!("{}:00", hour[..13].replace(' ', "T"));
+        eprintln!(
+            "tapflow: no flows in the window; the newest started at {} UTC: -t {hour}Z/1h asks its hour",
+            format_time(newest)
+        );
+    }
+}
+
 /// Runs `tapflow query`.
 pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
     let q = query(a).map_err(usage)?;
@@ -115,6 +133,9 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
         (None, None) => return Err(Failure::Usage("query: -R DIR or --clickhouse URL".into())),
     };
     let answer = engine.run(&q).map_err(usage)?;
+    if answer.result.is_empty() {
+        empty_window_hint(engine.as_ref(), &q);
+    }
     let format = if a.csv {
         Format::Csv
     } else if a.json {

@@ -797,10 +797,7 @@ fn credentials_and_tls_guard_the_console() {
     std::fs::write(&creds, format!("alice:{}", line.trim())).unwrap();
     let store = dir.path().join("store");
     std::fs::create_dir(&store).unwrap();
-    let (_c, base, _) = console(
-        &store,
-        &["--http-auth", creds.to_str().unwrap()],
-    );
+    let (_c, base, _) = console(&store, &["--http-auth", creds.to_str().unwrap()]);
     let status = |auth: Option<&str>| {
         let mut req = ureq::get(&format!("{base}/api/v1/summary"))
             .config()
@@ -1655,10 +1652,7 @@ fn a_client_trickling_its_header_and_an_idle_one_are_cut_off() {
 fn an_unknown_user_takes_as_long_as_a_wrong_password() {
     let dir = tempfile::tempdir().unwrap();
     let users = alice(dir.path());
-    let (_c, _, port) = console(
-        dir.path(),
-        &["--http-auth", users.to_str().unwrap()],
-    );
+    let (_c, _, port) = console(dir.path(), &["--http-auth", users.to_str().unwrap()]);
     let host = format!("127.0.0.1:{port}");
     let timed = |who: &str| {
         let auth = format!("Authorization: {}\r\n", basic("Basic", who));
@@ -1687,10 +1681,7 @@ fn an_unknown_user_takes_as_long_as_a_wrong_password() {
 fn repeated_failures_from_one_source_are_answered_429_and_basic_is_any_case() {
     let dir = tempfile::tempdir().unwrap();
     let users = alice(dir.path());
-    let (_c, _, port) = console(
-        dir.path(),
-        &["--http-auth", users.to_str().unwrap()],
-    );
+    let (_c, _, port) = console(dir.path(), &["--http-auth", users.to_str().unwrap()]);
     let host = format!("127.0.0.1:{port}");
     let get = |auth: &str| {
         raw_get(
@@ -1723,10 +1714,7 @@ fn a_logged_in_request_is_answered_while_others_guess_passwords() {
     let dir = tempfile::tempdir().unwrap();
     fill_store(dir.path());
     let users = alice(dir.path());
-    let (_c, base, port) = console(
-        dir.path(),
-        &["--http-auth", users.to_str().unwrap()],
-    );
+    let (_c, base, port) = console(dir.path(), &["--http-auth", users.to_str().unwrap()]);
     let url = format!("{base}/api/v1/summary?window=last%201h");
     let good = basic("Basic", "alice:s3cret");
     let call = |auth: &str| {
@@ -1786,10 +1774,7 @@ fn a_logged_in_request_is_answered_while_others_guess_passwords() {
 #[test]
 fn a_foreign_host_or_origin_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let (_c, _, port) = console(
-        dir.path(),
-        &["--http-host", "flows.example.net"],
-    );
+    let (_c, _, port) = console(dir.path(), &["--http-host", "flows.example.net"]);
     // A name that cannot be a host's is refused at start, in one line.
     let out = tapflow([
         "console",

@@ -161,6 +161,7 @@ fn the_package_installs_verifies_and_purges() {
     );
     let (_, conf) = dpkg(&["--status", "tapflow"]);
     assert!(conf.contains("/etc/tapflow/capture.conf.example"), "{conf}");
+    the_installed_console_draws_its_chart(&root.join("usr/bin/tapflow"), tmp.path());
     // Purged, nothing of it is left.
     let (ok, text) = dpkg(&["--purge", "tapflow"]);
     assert!(ok, "dpkg --purge: {text}");
@@ -171,6 +172,59 @@ fn the_package_installs_verifies_and_purges() {
     ] {
         assert!(!root.join(gone).exists(), "{gone} left after purge");
     }
+}
+
+/// The installed binary serves its console, charting library included, from anywhere: over a
+/// store of an old trace, Chromium opens it on the newest hour with flows and draws the chart.
+fn the_installed_console_draws_its_chart(tapflow: &Path, tmp: &Path) {
+    if !Path::new("/usr/bin/chromium").exists() {
+        eprintln!("the installed console: not loaded in a browser (no chromium)");
+        return;
+    }
+    let trace = built_trace(tmp, "old.pcap", 20, 4, 1_000_000);
+    let store = tmp.join("store");
+    let (ok, text) = out(Command::new(tapflow)
+        .args(["flows", "-q", "-r"])
+        .arg(&trace)
+        .arg("--store")
+        .arg(&store));
+    assert!(ok, "flows --store: {text}");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(tapflow)
+        .current_dir(tmp)
+        .arg("console")
+        .arg("--store")
+        .arg(&store)
+        .args(["--http", &format!("127.0.0.1:{port}")])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut console = ChildGuard::new(child, "the installed tapflow console");
+    console.wait_until(Duration::from_secs(30), "listens", |_| {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let profile = tempfile::tempdir().unwrap();
+    let (ok, dom) = out(Command::new("timeout")
+        .args([
+            "120",
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(["--virtual-time-budget=15000", "--dump-dom"])
+        .arg(format!("http://127.0.0.1:{port}/")));
+    assert!(ok, "chromium: {dom}");
+    assert!(
+        dom.contains("class=\"uplot") && dom.contains("<canvas"),
+        "no chart drawn: {dom}"
+    );
+    assert!(dom.contains("showing the newest hour with flows"), "{dom}");
 }
 
 #[test]

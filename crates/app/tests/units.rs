@@ -169,7 +169,13 @@ fn a_bad_unit_names_the_text_and_the_subcommands_help() {
             "tapflow stats --help",
         ),
         (
-            &["collect", "-l", "ipfix://127.0.0.1:0", "--flush-seconds", "0"][..],
+            &[
+                "collect",
+                "-l",
+                "ipfix://127.0.0.1:0",
+                "--flush-seconds",
+                "0",
+            ][..],
             "'0' is not a positive duration",
             "tapflow collect --help",
         ),

@@ -131,6 +131,7 @@ pub fn router(state: State) -> Router {
         .route("/api/v1/flows", get(flows))
         .route("/api/v1/summary", get(summary))
         .route("/api/v1/health", get(health))
+        .route("/api/v1/newest", get(newest))
         .with_state(state)
 }
 
@@ -874,6 +875,28 @@ async fn summary_inner(
             "other": counters_json(&s.other),
         }),
     )
+}
+
+/// `GET /api/v1/newest`: the start of the newest stored flow (`newest_us`, µs since 1970, or
+/// null when the store holds none) and the hour-long window ending just after it (`from`, `to`):
+/// where the page goes when its default window is empty.
+async fn newest(Extract(state): Extract<State>) -> Response {
+    newest_inner(state)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn newest_inner(state: State) -> Result<Response, ApiError> {
+    let newest = blocking(&state, |engine| engine.newest().map_err(ApiError::from)).await?;
+    let value = match newest {
+        Some(t) => {
+            let to = t.saturating_add(US_PER_S).clamp(EARLIEST_US, LATEST_US);
+            let from = to.saturating_sub(3600 * US_PER_S).max(EARLIEST_US);
+            json!({ "newest_us": t, "from": from, "to": to })
+        }
+        None => json!({ "newest_us": null }),
+    };
+    reply(&state, &value)
 }
 
 /// `GET /api/v1/health`: per exporter and observation domain, what the collector counted in the

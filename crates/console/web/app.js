@@ -10,6 +10,9 @@ const COLORS = ['#2563eb', '#f59e0b', '#10b981', '#ef4444', '#8b5cf6', '#06b6d4'
   '#84cc16', '#f97316', '#64748b'];
 
 let state = readState();
+// Whether the page opened on the default window (no window, from or to in its URL): if that
+// window is empty, it moves to the newest hour holding flows, once.
+let defaulted = !['window', 'from', 'to'].some((k) => new URLSearchParams(location.search).has(k));
 let chart = null;
 let refreshes = 0;
 let timer = null;
@@ -320,6 +323,20 @@ async function searchFlows() {
   }
 }
 
+// The default window was empty: go to the hour ending at the newest stored flow, and say so.
+async function goToNewest() {
+  const n = await fetch('/api/v1/newest').then((r) => r.json());
+  if (n.newest_us === null || n.newest_us === undefined) return false;
+  state.from = n.from;
+  state.to = n.to;
+  writeState();
+  const el = $('notice');
+  el.textContent = `No flows in the last hour: showing the newest hour with flows, ` +
+    `${time(n.from)} – ${time(n.to)}.`;
+  el.hidden = false;
+  return true;
+}
+
 async function refresh() {
   $('filter').value = state.filter;
   $('key').value = state.key;
@@ -329,8 +346,14 @@ async function refresh() {
   const mine = ++refreshes;
   showError(null);
   try {
-    const series = api('series', { key: state.key, metric: state.metric, n: 6 }).then((s) => {
+    const series = api('series', { key: state.key, metric: state.metric, n: 6 }).then(async (s) => {
       if (mine !== refreshes) return;
+      const first = defaulted;
+      defaulted = false;
+      if (first && s.flows === 0 && await goToNewest()) {
+        refresh();
+        return;
+      }
       drawChart(s);
       if (window.tapflowTiming.chart === undefined) {
         window.tapflowTiming.chart = performance.now() - started;
@@ -374,6 +397,7 @@ $('window').addEventListener('change', () => {
   if ($('window').value === 'zoom') return;
   state.window = $('window').value;
   state.from = state.to = null;
+  $('notice').hidden = true;
   writeState();
   refresh();
 });

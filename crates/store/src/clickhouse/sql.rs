@@ -169,6 +169,20 @@ impl QueryEngine for ClickHouseEngine {
             })
             .collect()
     }
+
+    fn newest(&self) -> Result<Option<i64>, QueryError> {
+        let sql = format!(
+            "SELECT count(), max({}) FROM {}",
+            self.schema.dialect.micros("time_start"),
+            self.schema.table("flows"),
+        );
+        let rows = self.rows(&sql)?;
+        match rows.first().map(Vec::as_slice) {
+            Some([n, _]) if num::<u64>(n)? == 0 => Ok(None),
+            Some([_, t]) => Ok(Some(num::<i64>(t)?)),
+            _ => Err(answer_error(rows.first().map_or(&[][..], Vec::as_slice))),
+        }
+    }
 }
 
 /// The counters of a group, in [`counters`]' order (`n`: the one-way flows a view's row

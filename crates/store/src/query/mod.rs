@@ -358,6 +358,10 @@ pub trait QueryEngine: std::fmt::Debug {
     /// The collector's counters per exporter and observation domain over the intervals that
     /// ended in `window`, summed, by exporter then domain; `time_ns` is the last interval's end.
     fn exporter_stats(&self, window: Window) -> Result<Vec<crate::ExporterStats>, QueryError>;
+
+    /// The start time of the newest stored flow, if any: where a view whose window is empty
+    /// can go to find the data.
+    fn newest(&self) -> Result<Option<i64>, QueryError>;
 }
 
 impl std::str::FromStr for Key {

@@ -221,6 +221,17 @@ pub enum QueryResult {
     Summary(Summary),
 }
 
+impl QueryResult {
+    /// Whether no flow was kept.
+    pub fn is_empty(&self) -> bool {
+        match self {
+            QueryResult::Flows(f) => f.is_empty(),
+            QueryResult::Table { rows, total, .. } => rows.is_empty() && total.flows == 0,
+            QueryResult::Summary(s) => s.total.flows == 0,
+        }
+    }
+}
+
 /// A result and what it took.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answer {

@@ -107,6 +107,21 @@ impl QueryEngine for ParquetEngine {
         }
         Ok(sums.into_values().collect())
     }
+
+    fn newest(&self) -> Result<Option<i64>, QueryError> {
+        // The newest partition holding a file; the largest start in its row-group statistics.
+        let table = crate::partition::Table::Flows;
+        for p in crate::partition::partitions(&self.dir, table)?.iter().rev() {
+            let mut newest = None;
+            for path in crate::partition::files(&p.path)? {
+                newest = newest.max(max_time(&path, "time_start")?);
+            }
+            if newest.is_some() {
+                return Ok(newest);
+            }
+        }
+        Ok(None)
+    }
 }
 
 impl ParquetEngine {
