@@ -12,7 +12,10 @@
 //!   `max(len, caplen)`;
 //! - a `caplen` above [`MAXIMUM_SNAPLEN`] (libpcap's 256 KiB limit) is an error, so a lying
 //!   length field cannot make the reader swallow the rest of a file as one packet;
-//! - pcap's linktype field keeps only its low 16 bits (the FCS bits above are ignored);
+//! - pcap's linktype field names the link type in its low 16 bits; above them, an FCS length
+//!   (with its "F" bit) is honoured: the FCS is cut from every packet that holds it, so a
+//!   packet reads as it would without one, and `len` counts it out too. Any other bit set there
+//!   (libpcap's `LT_RESERVED1`, bits 16-25) refuses the file, as tcpdump and tshark refuse it;
 //! - pcapng options with an unexpected length are ignored; options that overrun their block
 //!   are an error;
 //! - a pcapng Simple Packet Block has no timestamp: its packet gets the previous packet's time
@@ -50,6 +53,9 @@ pub struct Interface {
     pub snaplen: u32,
     /// `if_name`, if the IDB had one (invalid UTF-8 replaced).
     pub name: Option<String>,
+    /// Bytes of FCS the file says end each of its packets (pcap's `LT_FCS_LENGTH`); the
+    /// reader has cut them off.
+    pub fcs_len: u8,
     ts: TsScale,
 }
 
@@ -177,6 +183,15 @@ pub enum FileErrorKind {
         /// Bytes in the file.
         have: u64,
     },
+    /// A pcap `linktype` field with reserved bits set (`LT_RESERVED1`, bits 16-25).
+    #[error(
+        "pcap link-type field 0x{field:08x} has reserved bits 0x{:08x} set (bits 16-25 must be zero)",
+        field & crate::pcap::LINKTYPE_RESERVED
+    )]
+    LinkTypeReserved {
+        /// The whole 32-bit field.
+        field: u32,
+    },
     /// A version this reader does not know.
     #[error("unsupported {format} version {major}.{minor}")]
     UnsupportedVersion {
@@ -293,6 +308,8 @@ pub struct Reader<'a> {
     big_endian: bool,
     /// pcap: nanoseconds per unit of `ts_frac`.
     frac_ns: u64,
+    /// pcap: bytes of FCS to cut from the end of each packet.
+    fcs: u32,
     /// pcapng: the time of the last packet that had one, for a Simple Packet Block.
     prev_ns: u64,
 }
@@ -315,6 +332,7 @@ impl<'a> Reader<'a> {
             section_base: 0,
             big_endian: false,
             frac_ns: 1,
+            fcs: 0,
             prev_ns: 0,
         };
         if bytes.first_chunk::<4>() == Some(&pcapng::BLOCK_SHB.to_le_bytes()) {
@@ -328,10 +346,12 @@ impl<'a> Reader<'a> {
             };
             r.big_endian = h.big_endian;
             r.frac_ns = if h.nanos { 1 } else { 1000 };
+            r.fcs = u32::from(h.fcs_len());
             r.interfaces.push(Interface {
                 linktype: h.linktype,
                 snaplen: h.snaplen,
                 name: None,
+                fcs_len: h.fcs_len(),
                 ts: TsScale::new(if h.nanos { 9 } else { 6 }, 0),
             });
             r.pos = pcap::HEADER_LEN;
@@ -415,11 +435,18 @@ impl<'a> Reader<'a> {
             return Some(Err(self.fail(kind)));
         };
         self.pos += end;
+        let mut len = r.len.max(r.caplen);
+        let mut data = data;
+        if self.fcs != 0 {
+            // The FCS is the frame's last bytes: cut whatever of it was captured.
+            len = len.saturating_sub(self.fcs);
+            data = &data[..data.len().min(len as usize)];
+        }
         Some(Ok(FilePacket {
             interface: 0,
             ts_ns: u64::from(r.ts_sec) * 1_000_000_000 + u64::from(r.ts_frac) * self.frac_ns,
             ts_source: TsSource::File,
-            len: r.len.max(r.caplen),
+            len,
             data,
             epb_flags: None,
             dropcount: None,
@@ -535,6 +562,7 @@ impl<'a> Reader<'a> {
                     linktype: i.linktype,
                     snaplen: i.snaplen,
                     name: i.name.map(|n| String::from_utf8_lossy(n).into_owned()),
+                    fcs_len: 0,
                     ts: TsScale::new(i.tsresol, i.tsoffset),
                 });
             }
