@@ -30,11 +30,14 @@ fn names(dir: &Path) -> Vec<String> {
     v
 }
 
-/// `flows -r FILE` as JSON lines, sorted.
+/// `flows -r FILE -s 0` (whole packets: 20 labels and an IPv6 header are more than the default
+/// 128 bytes) as JSON lines, sorted.
 fn flows(input: &Path) -> Vec<String> {
     let text = run_ok(&mut tapflow([
         "flows",
         "-q",
+        "-s",
+        "0",
         "-r",
         &p(input),
         "--json",
@@ -212,4 +215,90 @@ fn a_write_that_cannot_hold_its_input_leaves_no_file() {
         "-q",
     ]));
     assert_eq!(capinfos_count(&ok), packets.len() as u64);
+}
+
+/// The Ethernet frame with `labels` MPLS labels between its addresses and its IP packet; the
+/// last has the bottom-of-stack bit unless `bottom` is false.
+fn under_labels(frame: &[u8], labels: u32, bottom: bool) -> Vec<u8> {
+    let mut f = frame[..12].to_vec();
+    f.extend_from_slice(&[0x88, 0x47]);
+    for i in 0..labels {
+        let entry = (1000 + i) << 12 | u32::from(bottom && i + 1 == labels) << 8 | 64;
+        f.extend_from_slice(&entry.to_be_bytes());
+    }
+    f.extend_from_slice(&frame[14..]);
+    f
+}
+
+fn relabelled(packets: &[Packet], labels: u32, bottom: bool) -> Vec<Packet> {
+    packets
+        .iter()
+        .map(|q| Packet::new(q.ts_ns, under_labels(&q.data, labels, bottom)))
+        .collect()
+}
+
+#[test]
+fn ip_under_twenty_mpls_labels_is_metered_and_anonymised() {
+    let d = tempfile::tempdir().unwrap();
+    // IPv4 and IPv6 conversations both.
+    let packets = some_traffic();
+    assert!(packets.iter().any(|q| q.data[12..14] == [0x86, 0xdd]));
+    assert!(packets.iter().any(|q| q.data[12..14] == [0x08, 0x00]));
+    let pcap = |name: &str, packets: &[Packet]| {
+        let bytes = traffic::pcap_file(LinkType::Ethernet, true, false, 65535, packets);
+        write_file(d.path(), name, &bytes)
+    };
+    let plain = pcap("plain.pcap", &packets);
+    let deep = pcap("deep.pcap", &relabelled(&packets, 20, true));
+    // The oracle finds IP under the 20 labels.
+    let t = tshark_fields(&deep, &["ip.src", "ipv6.src"]);
+    assert!(t.iter().all(|r| r.iter().any(|f| !f.is_empty())), "{t:?}");
+    assert_eq!(flows(&deep), flows(&plain));
+
+    let key = write_file(d.path(), "key", &[7u8; 32]);
+    let anon = |input: &Path, name: &str| {
+        let out = d.path().join(name);
+        run_ok(&mut tapflow([
+            "anonymize",
+            "-r",
+            &p(input),
+            "-w",
+            &p(&out),
+            "-K",
+            &p(&key),
+        ]));
+        out
+    };
+    let (a_plain, a_deep) = (anon(&plain, "a-plain.pcap"), anon(&deep, "a-deep.pcap"));
+    assert_ne!(flows(&a_plain), flows(&plain));
+    assert_eq!(flows(&a_deep), flows(&a_plain));
+}
+
+#[test]
+fn a_label_stack_without_a_bottom_in_the_capture_is_not_ip() {
+    let d = tempfile::tempdir().unwrap();
+    let traffic = some_traffic();
+    let n = traffic.len();
+    // Labels to the end of the frame, none of them the last; and a frame of 20 labels and IP
+    // cut by the snap length inside the stack.
+    let endless: Vec<Packet> = traffic
+        .iter()
+        .map(|q| Packet::new(q.ts_ns, under_labels(&q.data[..14], 300, false)))
+        .collect();
+    let cut: Vec<Packet> = relabelled(&traffic, 20, true)
+        .into_iter()
+        .map(|q| q.cut(14 + 4 * 15 + 2))
+        .collect();
+    for (name, packets) in [("endless.pcap", &endless), ("cut.pcap", &cut)] {
+        let bytes = traffic::pcap_file(LinkType::Ethernet, true, false, 65535, packets);
+        let input = write_file(d.path(), name, &bytes);
+        let o = run(&["flows", "-r", &p(&input), "--json", "-"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{name}: {err}");
+        assert!(o.stdout.is_empty(), "{name}: a flow from no IP");
+        assert!(
+            err.contains(&format!("{n} packets not IP")),
+            "{name}: {err}"
+        );
+    }
 }
