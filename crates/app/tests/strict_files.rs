@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::traffic::{self, Packet};
 use common::*;
 use tapflow_wire::LinkType;
+use tapflow_wire::erf::{self, RecordType};
 
 fn p(path: &Path) -> String {
     path.to_string_lossy().into_owned()
@@ -300,5 +301,251 @@ fn a_label_stack_without_a_bottom_in_the_capture_is_not_ip() {
             err.contains(&format!("{n} packets not IP")),
             "{name}: {err}"
         );
+    }
+}
+
+/// 802.1Q-tagged (VLAN 100) Ethernet frames of built conversations, each IPv4 one cut into
+/// fragments of 64 bytes of payload, times from [`T0`] a little under a µs apart so that
+/// every ERF timestamp has a nanosecond part.
+fn vlan_fragments() -> Vec<Packet> {
+    let mut out = Vec::new();
+    for (i, q) in traffic::conversations(0, 3, 4, T0, 1_000_003)
+        .iter()
+        .enumerate()
+    {
+        let frames = if q.data[12..14] == [0x08, 0x00] {
+            traffic::fragments_v4(&q.data, 64, 0x4000 + i as u16)
+        } else {
+            vec![q.data.clone()]
+        };
+        for f in frames {
+            let ts = T0 + out.len() as u64 * 987_654_321 + 123;
+            out.push(Packet::new(ts, traffic::with_vlans(&f, &[100])));
+        }
+    }
+    out
+}
+
+/// The ERF file of Ethernet `packets`, every record `ERF_TYPE_ETH` on port 0.
+fn erf_of(packets: &[Packet]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for q in packets {
+        erf::write_record(
+            &mut out,
+            RecordType::Eth,
+            0,
+            q.ts_ns,
+            0,
+            &q.data,
+            q.len as u16,
+        );
+    }
+    out
+}
+
+/// Every packet tapflow read from `input`, as it wrote them to a pcapng file.
+fn through_tapflow(input: &Path, dir: &Path) -> (Capture, String) {
+    let out = dir.join(format!(
+        "{}.pcapng",
+        input.file_name().unwrap().to_string_lossy()
+    ));
+    let o = run(&["capture", "-r", &p(input), "-w", &p(&out), "-s", "0"]);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{err}");
+    (read_capture(&out), err)
+}
+
+#[test]
+fn an_erf_file_reads_as_tshark_reads_it_and_meters_as_its_pcap() {
+    let d = tempfile::tempdir().unwrap();
+    let packets = vlan_fragments();
+    assert!(packets.len() > 20);
+    let pcap = write_file(
+        d.path(),
+        "vlan-frag.pcap",
+        &traffic::pcap_file(LinkType::Ethernet, true, false, 65535, &packets),
+    );
+    let erf = write_file(d.path(), "vlan-frag.erf", &erf_of(&packets));
+    // The oracle takes it for ERF and reads every packet at its time.
+    let t = tshark_fields(
+        &erf,
+        &["frame.time_epoch", "frame.len", "frame.cap_len", "vlan.id"],
+    );
+    assert_eq!(t.len(), packets.len());
+    let (cap, _) = through_tapflow(&erf, d.path());
+    assert_eq!(cap.packets.len(), packets.len());
+    for ((q, row), got) in packets.iter().zip(&t).zip(&cap.packets) {
+        assert_eq!(epoch_ns(&row[0]), Some(q.ts_ns as i128));
+        assert_eq!(got.ts_ns, q.ts_ns as u128);
+        assert_eq!(row[1..3], [q.len.to_string(), q.data.len().to_string()]);
+        assert_eq!(row[3], "100");
+        assert!(got.data == q.data, "packet at {} differs", q.ts_ns);
+    }
+    // anonymize reads it too: the same flows, anonymised, as from the pcap.
+    let key = write_file(d.path(), "key", &[9u8; 32]);
+    let anon = |input: &Path| {
+        let out = d.path().join(format!(
+            "a-{}.pcap",
+            input.file_name().unwrap().to_string_lossy()
+        ));
+        run_ok(&mut tapflow([
+            "anonymize",
+            "-r",
+            &p(input),
+            "-w",
+            &p(&out),
+            "-K",
+            &p(&key),
+        ]));
+        flows(&out)
+    };
+    assert_eq!(anon(&erf), anon(&pcap));
+    assert_eq!(flows(&erf), flows(&pcap));
+    let flows_seen = flows(&erf);
+    assert!(flows_seen.len() >= 3, "{flows_seen:?}");
+}
+
+#[test]
+fn erf_record_types_extension_headers_and_loss_counters() {
+    let d = tempfile::tempdir().unwrap();
+    let packets = vlan_fragments();
+    let mut f = Vec::new();
+    let eth_types = [
+        RecordType::Eth,
+        RecordType::ColorEth,
+        RecordType::DsmColorEth,
+        RecordType::ColorHashEth,
+    ];
+    // (ERF type, what tapflow should deliver: link type, data, drops before it)
+    let mut want: Vec<(u8, u16, Vec<u8>, u64)> = Vec::new();
+    for (i, q) in packets.iter().enumerate() {
+        let t = eth_types[i % eth_types.len()];
+        // The plain Ethernet type counts losses; the coloured ones carry a colour there.
+        let lctr = if i == 4 {
+            5
+        } else {
+            0x00aa * u16::from(!t.has_loss_counter())
+        };
+        let at = f.len();
+        erf::write_record(&mut f, t, 0, q.ts_ns, lctr, &q.data, q.len as u16);
+        if i % 5 == 1 {
+            // An extension header (a made-up type 0x21, more to follow, then 0x05).
+            let mut rec = f.split_off(at);
+            let rlen = u16::from_be_bytes([rec[10], rec[11]]) + 16;
+            rec[8] |= 0x80;
+            rec[10..12].copy_from_slice(&rlen.to_be_bytes());
+            let ext = [0xa1, 1, 2, 3, 4, 5, 6, 7, 0x05, 1, 2, 3, 4, 5, 6, 7];
+            rec.splice(16..16, ext);
+            f.extend_from_slice(&rec);
+        }
+        let drops = if t.has_loss_counter() {
+            u64::from(lctr)
+        } else {
+            0
+        };
+        want.push((t.to_u8(), 1, q.data.clone(), drops));
+        if i == 6 {
+            // HDLC PoS and AAL5: skipped and counted, not fatal.
+            erf::write_record(
+                &mut f,
+                RecordType::HdlcPos,
+                0,
+                q.ts_ns,
+                0,
+                &[0xff, 3, 0, 0x21],
+                4,
+            );
+            erf::write_record(&mut f, RecordType::Aal5, 1, q.ts_ns, 0, &[0; 48], 48);
+            erf::write_record(&mut f, RecordType::Aal5, 1, q.ts_ns, 0, &[0; 48], 48);
+        }
+    }
+    // Raw IP records on port 1: the IP packets of the first frames, untagged.
+    for q in packets.iter().take(4) {
+        let ip = q.data[18..].to_vec();
+        let t = if q.data[16..18] == [0x86, 0xdd] {
+            RecordType::Ipv6
+        } else {
+            RecordType::Ipv4
+        };
+        erf::write_record(&mut f, t, 1, q.ts_ns + 1, 0, &ip, ip.len() as u16);
+        want.push((t.to_u8(), 101, ip, 0));
+    }
+    let input = write_file(d.path(), "mixed.erf", &f);
+
+    let t = tshark_fields(
+        &input,
+        &[
+            "erf.types.type",
+            "frame.time_epoch",
+            "frame.len",
+            "frame.cap_len",
+            "erf.lctr",
+        ],
+    );
+    let rows: Vec<&Vec<String>> = t
+        .iter()
+        .filter(|r| {
+            ![1, 4, 27].contains(&(r[0].split(',').next().unwrap().parse::<u8>().unwrap() & 0x7f))
+        })
+        .collect();
+    assert_eq!(rows.len(), want.len(), "{t:?}");
+    let (cap, err) = through_tapflow(&input, d.path());
+    assert!(
+        err.contains("skipped ERF records: 1 of unsupported type 1, 2 of unsupported type 4"),
+        "{err}"
+    );
+    assert_eq!(cap.packets.len(), want.len());
+    for ((w, row), got) in want.iter().zip(&rows).zip(&cap.packets) {
+        let what = format!("ERF type {}, tshark row {row:?}", w.0);
+        assert_eq!(cap.ifaces[got.iface as usize].0, w.1, "{what}");
+        assert!(got.data == w.2, "{what}: bytes differ");
+        assert_eq!(epoch_ns(&row[1]), Some(got.ts_ns as i128), "{what}");
+        assert_eq!(
+            row[2..4],
+            [got.len.to_string(), got.caplen.to_string()],
+            "{what}"
+        );
+        assert_eq!(got.dropcount.unwrap_or(0), w.3, "{what}");
+    }
+}
+
+/// Real captures (802.1Q-tagged Ethernet; IPv4 fragments) written as ERF: read as tshark reads
+/// them, metered as their pcap.
+#[test]
+fn corpus_captures_as_erf_read_as_tshark_reads_them() {
+    let Some(corpus) = corpus() else { return };
+    let d = tempfile::tempdir().unwrap();
+    for name in ["libtrace-vlan.pcap", "pcapplusplus-ip-frag.pcap"] {
+        let pcap = corpus.join(name);
+        let bytes = std::fs::read(&pcap).unwrap();
+        let mut r = tapflow_wire::capfile::Reader::new(&bytes).unwrap();
+        assert_eq!(r.interfaces()[0].linktype, LinkType::Ethernet, "{name}");
+        let mut f = Vec::new();
+        let mut n = 0;
+        while let Some(q) = r.next_packet() {
+            let q = q.unwrap();
+            erf::write_record(&mut f, RecordType::Eth, 0, q.ts_ns, 0, q.data, q.len as u16);
+            n += 1;
+        }
+        let input = write_file(d.path(), &format!("{name}.erf"), &f);
+        let fields = [
+            "frame.time_epoch",
+            "frame.len",
+            "frame.cap_len",
+            "vlan.id",
+            "ip.id",
+        ];
+        let want = tshark_fields(&pcap, &fields);
+        assert_eq!(want.len(), n, "{name}");
+        assert_eq!(
+            tshark_fields(&input, &fields),
+            want,
+            "{name}: tshark reads the ERF copy"
+        );
+        let (cap, _) = through_tapflow(&input, d.path());
+        let got = tshark_fields(&d.path().join(format!("{name}.erf.pcapng")), &fields);
+        assert_eq!(cap.packets.len(), n, "{name}");
+        assert_eq!(got, want, "{name}: what tapflow read of the ERF copy");
+        assert_eq!(flows(&input), flows(&pcap), "{name}");
     }
 }
