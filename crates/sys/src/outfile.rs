@@ -7,7 +7,7 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::SysError;
 
@@ -82,6 +82,59 @@ pub fn check_replaceable(path: &Path) -> Result<(), SysError> {
         _ if t.is_char_device() || t.is_block_device() => Err(refused(path, "a device")),
         _ if t.is_fifo() => Err(refused(path, "a FIFO")),
         _ => Err(refused(path, "not a regular file")),
+    }
+}
+
+/// A file written under a temporary name, `NAME.part`, that takes its name `NAME` only when
+/// it is complete: [`PartName::publish`] renames it; dropped unpublished, for whatever reason
+/// the write ended (an error, a refusal, an unwinding panic), the `.part` file is removed.
+/// Held only for a `.part` file this process created, never for one found there.
+#[derive(Debug)]
+pub struct PartName {
+    part: PathBuf,
+    path: PathBuf,
+    /// Whether dropping removes the `.part` file.
+    armed: bool,
+}
+
+impl PartName {
+    /// Takes charge of `part`, just created, which is to become `path`.
+    pub fn new(part: PathBuf, path: PathBuf) -> PartName {
+        PartName {
+            part,
+            path,
+            armed: true,
+        }
+    }
+
+    /// The name it is written under.
+    pub fn part(&self) -> &Path {
+        &self.part
+    }
+
+    /// The name it takes when complete.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Gives the complete file its name. If something other than a regular file stands
+    /// there (see [`check_replaceable`]), or the rename fails, the `.part` file stays with
+    /// what it holds, and the error names it.
+    pub fn publish(mut self) -> Result<PathBuf, SysError> {
+        self.armed = false;
+        check_replaceable(&self.path)?;
+        std::fs::rename(&self.part, &self.path)
+            .map_err(|e| file_error("rename", &self.part, String::new(), e))?;
+        Ok(std::mem::take(&mut self.path))
+    }
+}
+
+impl Drop for PartName {
+    fn drop(&mut self) {
+        if self.armed {
+            // Nothing else can be done about a failure here: the name stays free either way.
+            let _ = std::fs::remove_file(&self.part);
+        }
     }
 }
 
@@ -223,6 +276,30 @@ mod tests {
         symlink(d.join("nowhere"), &dangling).unwrap();
         assert!(create_new(&dangling, 0).is_err());
         assert!(!d.join("nowhere").exists());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_part_file_takes_its_name_only_when_published() {
+        let d = dir("publish");
+        let (part, path) = (d.join("x.pcap.part"), d.join("x.pcap"));
+        drop(create_new(&part, 0).unwrap());
+        drop(PartName::new(part.clone(), path.clone()));
+        assert!(!part.exists() && !path.exists(), "dropped: nothing is left");
+
+        std::fs::write(&part, b"whole").unwrap();
+        let name = PartName::new(part.clone(), path.clone());
+        assert_eq!(name.publish().unwrap(), path);
+        assert_eq!(std::fs::read(&path).unwrap(), b"whole");
+        assert!(!part.exists());
+
+        // A directory in the way: the packets stay in the .part file.
+        let (part, path) = (d.join("y.part"), d.join("y"));
+        std::fs::write(&part, b"kept").unwrap();
+        std::fs::create_dir(&path).unwrap();
+        let e = PartName::new(part.clone(), path.clone()).publish();
+        assert!(e.unwrap_err().to_string().contains("a directory"));
+        assert_eq!(std::fs::read(&part).unwrap(), b"kept");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -1,4 +1,5 @@
-//! Reading a whole capture file held in memory: classic pcap or pcapng, told apart by magic.
+//! Reading a whole capture file held in memory: classic pcap or pcapng, told apart by magic, or
+//! ERF, which has none and is recognised by its first records once the magics are ruled out.
 //!
 //! [`Reader`] borrows the file's bytes (the engine maps the file) and hands out packets that
 //! borrow them too: no copy and no allocation per packet. Every timestamp is converted to
@@ -12,14 +13,21 @@
 //!   `max(len, caplen)`;
 //! - a `caplen` above [`MAXIMUM_SNAPLEN`] (libpcap's 256 KiB limit) is an error, so a lying
 //!   length field cannot make the reader swallow the rest of a file as one packet;
-//! - pcap's linktype field keeps only its low 16 bits (the FCS bits above are ignored);
+//! - pcap's linktype field names the link type in its low 16 bits; above them, an FCS length
+//!   (with its "F" bit) is honoured: the FCS is cut from every packet that holds it, so a
+//!   packet reads as it would without one, and `len` counts it out too. Any other bit set there
+//!   (libpcap's `LT_RESERVED1`, bits 16-25) refuses the file, as tcpdump and tshark refuse it;
 //! - pcapng options with an unexpected length are ignored; options that overrun their block
 //!   are an error;
+//! - ERF records of a type tapflow does not read (HDLC, ATM, AAL5, ...) are skipped and counted
+//!   ([`Reader::skipped`]), padding and metadata records skipped; each ERF capture port and
+//!   payload link type (Ethernet, raw IP) is an interface, met as the file goes;
 //! - a pcapng Simple Packet Block has no timestamp: its packet gets the previous packet's time
 //!   (0 before the first), marked [`TsSource::Copied`], so that it does not date from 1970 in
 //!   the middle of the file.
 
 use crate::LinkType;
+use crate::erf;
 use crate::pcap;
 use crate::pcapng::{self, Block, Idb, Packet, Shb};
 use crate::record::TsSource;
@@ -39,6 +47,8 @@ pub enum Format {
     },
     /// pcapng (each section has its own byte order).
     Pcapng,
+    /// ERF (Endace DAG records, no file header).
+    Erf,
 }
 
 /// An interface of the file: pcap's single one, or a pcapng IDB.
@@ -50,6 +60,9 @@ pub struct Interface {
     pub snaplen: u32,
     /// `if_name`, if the IDB had one (invalid UTF-8 replaced).
     pub name: Option<String>,
+    /// Bytes of FCS the file says end each of its packets (pcap's `LT_FCS_LENGTH`); the
+    /// reader has cut them off.
+    pub fcs_len: u8,
     ts: TsScale,
 }
 
@@ -161,8 +174,9 @@ pub struct FileError {
 /// What was wrong with a capture file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum FileErrorKind {
-    /// The first four bytes are no pcap or pcapng magic.
-    #[error("not a pcap or pcapng file: magic 0x{magic:08x}")]
+    /// The first four bytes are no pcap or pcapng magic, and the file does not start with ERF
+    /// records.
+    #[error("not a pcap, pcapng or ERF file: magic 0x{magic:08x}")]
     NotCapture {
         /// The first four bytes, read big-endian.
         magic: u32,
@@ -176,6 +190,23 @@ pub enum FileErrorKind {
         need: u64,
         /// Bytes in the file.
         have: u64,
+    },
+    /// A pcap `linktype` field with reserved bits set (`LT_RESERVED1`, bits 16-25).
+    #[error(
+        "pcap link-type field 0x{field:08x} has reserved bits 0x{:08x} set (bits 16-25 must be zero)",
+        field & crate::pcap::LINKTYPE_RESERVED
+    )]
+    LinkTypeReserved {
+        /// The whole 32-bit field.
+        field: u32,
+    },
+    /// An ERF record whose `rlen` cannot hold its own headers.
+    #[error("ERF record length {rlen} is below the {need} bytes of its headers")]
+    ErfRecordTooShort {
+        /// The record's `rlen`.
+        rlen: u16,
+        /// The header, the extension headers it claims, and an Ethernet type's pad.
+        need: u32,
     },
     /// A version this reader does not know.
     #[error("unsupported {format} version {major}.{minor}")]
@@ -293,8 +324,24 @@ pub struct Reader<'a> {
     big_endian: bool,
     /// pcap: nanoseconds per unit of `ts_frac`.
     frac_ns: u64,
+    /// pcap: bytes of FCS to cut from the end of each packet.
+    fcs: u32,
     /// pcapng: the time of the last packet that had one, for a Simple Packet Block.
     prev_ns: u64,
+    /// ERF: the interface of each (port, payload link type) met so far.
+    erf_ports: Vec<(u8, LinkType)>,
+    /// ERF: records skipped for their type, per type.
+    skipped: Vec<(erf::RecordType, u64)>,
+}
+
+/// Whether `bytes` start with a pcap magic in either byte order and resolution.
+fn pcap_magic(bytes: &[u8]) -> bool {
+    bytes.first_chunk::<4>().is_some_and(|m| {
+        let m = u32::from_le_bytes(*m);
+        [pcap::MAGIC_MICROS, pcap::MAGIC_NANOS]
+            .iter()
+            .any(|&k| m == k || m == k.swap_bytes())
+    })
 }
 
 /// What one pcapng block turned out to be.
@@ -315,11 +362,17 @@ impl<'a> Reader<'a> {
             section_base: 0,
             big_endian: false,
             frac_ns: 1,
+            fcs: 0,
             prev_ns: 0,
+            erf_ports: Vec::new(),
+            skipped: Vec::new(),
         };
         if bytes.first_chunk::<4>() == Some(&pcapng::BLOCK_SHB.to_le_bytes()) {
             r.read_first_shb().map_err(at0)?;
             r.read_leading_blocks();
+        } else if !pcap_magic(bytes) && erf::sniff(bytes) {
+            r.format = Format::Erf;
+            r.read_leading_erf();
         } else {
             let h = pcap::FileHeader::parse(bytes).map_err(at0)?;
             r.format = Format::Pcap {
@@ -328,10 +381,12 @@ impl<'a> Reader<'a> {
             };
             r.big_endian = h.big_endian;
             r.frac_ns = if h.nanos { 1 } else { 1000 };
+            r.fcs = u32::from(h.fcs_len());
             r.interfaces.push(Interface {
                 linktype: h.linktype,
                 snaplen: h.snaplen,
                 name: None,
+                fcs_len: h.fcs_len(),
                 ts: TsScale::new(if h.nanos { 9 } else { 6 }, 0),
             });
             r.pos = pcap::HEADER_LEN;
@@ -342,6 +397,12 @@ impl<'a> Reader<'a> {
     /// The file's format.
     pub fn format(&self) -> Format {
         self.format
+    }
+
+    /// ERF records skipped because tapflow does not read their type (padding and metadata
+    /// not counted), per type, in the order first met.
+    pub fn skipped(&self) -> &[(erf::RecordType, u64)] {
+        &self.skipped
     }
 
     /// The interfaces met so far; [`FilePacket::interface`] indexes this slice.
@@ -374,6 +435,74 @@ impl<'a> Reader<'a> {
                     return p;
                 }
             },
+            Format::Erf => self.next_erf(),
+        }
+    }
+
+    /// ERF: the next record that holds a packet; others are skipped (and counted if their type
+    /// is one tapflow does not read).
+    fn next_erf(&mut self) -> Option<Result<FilePacket<'a>, FileError>> {
+        loop {
+            let rest = &self.bytes[self.pos..];
+            if rest.is_empty() {
+                return None;
+            }
+            let r = match erf::Record::new_checked(rest) {
+                Ok(r) => r,
+                Err(kind) => return Some(Err(self.fail(kind))),
+            };
+            self.pos += usize::from(r.rlen());
+            let t = r.record_type();
+            let Some(linktype) = t.linktype() else {
+                if !t.is_not_a_packet() {
+                    match self.skipped.iter_mut().find(|(s, _)| *s == t) {
+                        Some((_, n)) => *n += 1,
+                        None => self.skipped.push((t, 1)),
+                    }
+                }
+                continue;
+            };
+            let drops = if t.has_loss_counter() { r.lctr() } else { 0 };
+            let (port, ts, wlen) = (r.port(), r.ts(), r.wlen());
+            let data = r.into_payload();
+            return Some(Ok(FilePacket {
+                interface: self.erf_interface(port, linktype),
+                ts_ns: erf::ts_to_ns(ts),
+                ts_source: TsSource::File,
+                len: u32::from(wlen).max(data.len() as u32),
+                data,
+                epb_flags: None,
+                dropcount: (drops > 0).then_some(u64::from(drops)),
+            }));
+        }
+    }
+
+    /// ERF: the interface of capture port `port` with payloads of `linktype`, made if new.
+    fn erf_interface(&mut self, port: u8, linktype: LinkType) -> u32 {
+        if let Some(i) = self.erf_ports.iter().position(|&p| p == (port, linktype)) {
+            return i as u32;
+        }
+        self.erf_ports.push((port, linktype));
+        self.interfaces.push(Interface {
+            linktype,
+            snaplen: 0,
+            name: Some(format!("port {}", char::from(b'A' + port))),
+            fcs_len: 0,
+            ts: TsScale::new(9, 0),
+        });
+        (self.interfaces.len() - 1) as u32
+    }
+
+    /// ERF: makes the interface of the first packet record known before it is read, as a
+    /// pcapng file's leading IDBs are.
+    fn read_leading_erf(&mut self) {
+        let mut rest = self.bytes;
+        while let Ok(r) = erf::Record::new_checked(rest) {
+            if let Some(linktype) = r.record_type().linktype() {
+                self.erf_interface(r.port(), linktype);
+                return;
+            }
+            rest = &rest[usize::from(r.rlen())..];
         }
     }
 
@@ -415,11 +544,18 @@ impl<'a> Reader<'a> {
             return Some(Err(self.fail(kind)));
         };
         self.pos += end;
+        let mut len = r.len.max(r.caplen);
+        let mut data = data;
+        if self.fcs != 0 {
+            // The FCS is the frame's last bytes: cut whatever of it was captured.
+            len = len.saturating_sub(self.fcs);
+            data = &data[..data.len().min(len as usize)];
+        }
         Some(Ok(FilePacket {
             interface: 0,
             ts_ns: u64::from(r.ts_sec) * 1_000_000_000 + u64::from(r.ts_frac) * self.frac_ns,
             ts_source: TsSource::File,
-            len: r.len.max(r.caplen),
+            len,
             data,
             epb_flags: None,
             dropcount: None,
@@ -535,6 +671,7 @@ impl<'a> Reader<'a> {
                     linktype: i.linktype,
                     snaplen: i.snaplen,
                     name: i.name.map(|n| String::from_utf8_lossy(n).into_owned()),
+                    fcs_len: 0,
                     ts: TsScale::new(i.tsresol, i.tsoffset),
                 });
             }
@@ -651,7 +788,7 @@ mod tests {
         );
         assert_eq!(
             e(0, FileErrorKind::NotCapture { magic: 0x504b_0304 }),
-            "byte offset 0: not a pcap or pcapng file: magic 0x504b0304"
+            "byte offset 0: not a pcap, pcapng or ERF file: magic 0x504b0304"
         );
         assert_eq!(
             e(
@@ -821,6 +958,86 @@ mod tests {
                 (5, 1, T + 5, TsSource::File),
                 (6, 0, T + 5, TsSource::Copied),
             ]
+        );
+    }
+
+    /// What `editcap -F erf` (Wireshark 4.0) writes first: a META record (type 27 with an
+    /// extension header, 0x9b) naming the program, 128 bytes.
+    const EDITCAP_META: &str = "00000000000000009b04008000000068110000000000000000020008000000000000\
+        0000ff000004000000540010004545646974636170202857697265736861726b2920342e302e313720284769\
+        742076342e302e3137207061636b6167656420617320342e302e31372d302b64656231327533290000\
+        00ff01000400000008";
+
+    #[test]
+    fn erf_files_are_recognised_and_their_records_sorted_out() {
+        let mut f: Vec<u8> = (0..EDITCAP_META.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&EDITCAP_META[i..i + 2], 16).unwrap())
+            .collect();
+        assert_eq!(f.len(), 128);
+        let t = 1_700_000_000_123_456_789;
+        erf::write_record(&mut f, erf::RecordType::Pad, 0, 0, 0, &[0; 8], 0);
+        erf::write_record(
+            &mut f,
+            erf::RecordType::HdlcPos,
+            0,
+            t,
+            0,
+            &[0xff, 3, 0, 0x21],
+            4,
+        );
+        erf::write_record(&mut f, erf::RecordType::ColorEth, 2, t, 0x77, &[1; 60], 64);
+        erf::write_record(&mut f, erf::RecordType::Eth, 0, t + 1, 3, &[2; 60], 64);
+        erf::write_record(&mut f, erf::RecordType::Ipv6, 2, t + 2, 0, &[0x60; 40], 40);
+        erf::write_record(
+            &mut f,
+            erf::RecordType::ColorHashEth,
+            2,
+            t + 3,
+            9,
+            &[3; 60],
+            60,
+        );
+        let mut r = Reader::new(&f).unwrap();
+        assert_eq!(r.format(), Format::Erf);
+        // The first packet's interface is known before it is read.
+        assert_eq!(r.interfaces().len(), 1);
+        assert_eq!(r.interfaces()[0].name.as_deref(), Some("port C"));
+        let got: Vec<_> = std::iter::from_fn(|| r.next_packet())
+            .map(|p| p.unwrap())
+            .map(|p| (p.interface, p.ts_ns, p.len, p.data[0], p.dropcount))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, t, 64, 1, None),
+                (1, t + 1, 64, 2, Some(3)),
+                (2, t + 2, 40, 0x60, None),
+                (0, t + 3, 60, 3, None),
+            ]
+        );
+        let lts: Vec<_> = r.interfaces().iter().map(|i| i.linktype).collect();
+        assert_eq!(lts, [LinkType::Ethernet, LinkType::Ethernet, LinkType::Raw]);
+        assert_eq!(r.skipped(), [(erf::RecordType::HdlcPos, 1)]);
+        assert_eq!(r.offset(), f.len() as u64);
+
+        // Damage after a good record ends the file there, named.
+        let cut = f.len() - 3;
+        let mut r = Reader::new(&f[..cut]).unwrap();
+        let n = std::iter::from_fn(|| r.next_packet())
+            .take_while(|p| p.is_ok())
+            .count();
+        assert_eq!(n, 3);
+        let mut bad = f.clone();
+        let last = f.len() - 80;
+        bad[last + 11] = 8; // rlen 8
+        let mut r = Reader::new(&bad).unwrap();
+        let e = std::iter::from_fn(|| r.next_packet())
+            .find_map(|p| p.err())
+            .unwrap();
+        assert_eq!(
+            e.to_string(),
+            format!("byte offset {last}: ERF record length 8 is below the 18 bytes of its headers")
         );
     }
 

@@ -34,6 +34,7 @@ pub mod template;
 pub mod capfile;
 pub mod cbpf;
 pub mod datagram;
+pub mod erf;
 pub mod flowkey;
 pub mod pcap;
 pub mod pcapng;

@@ -29,9 +29,6 @@ pub struct NetworkLayer {
 /// VLAN tags followed before giving up.
 pub const MAX_VLAN_TAGS: usize = 8;
 
-/// MPLS labels followed before giving up.
-pub const MAX_MPLS_LABELS: usize = 16;
-
 /// NFLOG TLVs followed before giving up.
 pub const MAX_NFLOG_TLVS: usize = 32;
 
@@ -143,17 +140,18 @@ fn payload(b: &[u8], off: usize, proto: NetworkProto, vlan: Option<u16>) -> Opti
     }
 }
 
-/// Walks an MPLS label stack to the bottom and guesses the payload from its version nibble.
+/// Walks an MPLS label stack to its bottom-of-stack bit, however deep (each label takes 4 of
+/// the captured bytes, so the walk ends with them), and guesses the payload from its version
+/// nibble.
 #[inline]
 fn mpls(b: &[u8], mut off: usize, vlan: Option<u16>) -> Option<NetworkLayer> {
-    for _ in 0..MAX_MPLS_LABELS {
+    loop {
         let entry = b.get(off..off + 4)?;
         off += 4;
         if entry[2] & 0x01 != 0 {
             return by_version(b, off, vlan);
         }
     }
-    None
 }
 
 /// A PPP protocol field at `off` (2 bytes, or 1 if protocol-field-compressed).
@@ -296,6 +294,47 @@ mod tests {
         let mut b = QINQ_MPLS;
         b[30] = 0x00; // pseudowire control word: not IP
         assert_eq!(network_layer(LinkType::Ethernet, &b), None);
+    }
+
+    /// An Ethernet frame: `labels` MPLS labels (the last with the bottom-of-stack bit, unless
+    /// `bottom` is false), then `ip`.
+    fn mpls_frame(labels: usize, bottom: bool, ip: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&[0x88, 0x47]);
+        for i in 0..labels {
+            let s = u8::from(bottom && i + 1 == labels);
+            f.extend_from_slice(&[0x00, 0x01, s, 0x40]);
+        }
+        f.extend_from_slice(ip);
+        f
+    }
+
+    #[test]
+    fn a_label_stack_is_walked_to_its_bottom_however_deep() {
+        let v4 = [0x45, 0, 0, 20];
+        let v6 = [0x60, 0, 0, 0];
+        for labels in [1, 16, 17, 20, 100, 1000] {
+            let at = 14 + 4 * labels;
+            assert_eq!(
+                network_layer(LinkType::Ethernet, &mpls_frame(labels, true, &v4)),
+                nl(at, V4, None),
+                "{labels} labels"
+            );
+            assert_eq!(
+                network_layer(LinkType::Ethernet, &mpls_frame(labels, true, &v6)),
+                nl(at, V6, None),
+                "{labels} labels"
+            );
+            // No bottom of stack before the capture ends: not IP.
+            let f = mpls_frame(labels, false, &[]);
+            assert_eq!(network_layer(LinkType::Ethernet, &f), None);
+            assert_eq!(network_layer(LinkType::Ethernet, &f[..f.len() - 1]), None);
+        }
+        // Under 802.1Q, and cut inside the last label.
+        let mut f = mpls_frame(20, true, &v4);
+        f.splice(12..12, [0x81, 0x00, 0x00, 0x07]);
+        assert_eq!(network_layer(LinkType::Ethernet, &f), nl(98, V4, Some(7)));
+        assert_eq!(network_layer(LinkType::Ethernet, &f[..97]), None);
     }
 
     #[test]

@@ -13,6 +13,11 @@
 //! +--------------------------------+
 //! ```
 //!
+//! The upper 16 bits of the `linktype` field are libpcap's `LT_LINKTYPE_EXT`: bits 28-31 hold
+//! the length of the FCS at the end of every packet in 16-bit words, valid when bit 26 (the
+//! "F" bit) is set; bits 16-25 (`LT_RESERVED1`) must be zero, and a file with any of them set
+//! is refused, as tcpdump and tshark refuse it. Bit 27 is ignored, as libpcap ignores it.
+//!
 //! The byte order of every field is the writer's; the magic tells which. tapflow writes
 //! little-endian, nanosecond files (magic `0xa1b23c4d`), version 2.4.
 
@@ -28,6 +33,11 @@ pub const MAGIC_NANOS: u32 = 0xa1b2_3c4d;
 pub const HEADER_LEN: usize = 24;
 /// Length of a record header.
 pub const RECORD_HEADER_LEN: usize = 16;
+/// `LT_RESERVED1`: the bits of the `linktype` field that must be zero.
+pub const LINKTYPE_RESERVED: u32 = 0x03ff_0000;
+/// `LT_FCS_LENGTH_PRESENT`: the "F" bit, set when bits 28-31 hold an FCS length.
+pub const LINKTYPE_FCS_PRESENT: u32 = 0x0400_0000;
+
 /// The major version tapflow writes and the only one it reads.
 pub const VERSION_MAJOR: u16 = 2;
 /// The minor version tapflow writes.
@@ -68,7 +78,8 @@ pub struct FileHeader {
     pub snaplen: u32,
     /// The link type: the low 16 bits of the `linktype` field.
     pub linktype: LinkType,
-    /// The high 16 bits of the `linktype` field (FCS length and flag; tapflow ignores them).
+    /// The high 16 bits of the `linktype` field (`LT_LINKTYPE_EXT`: FCS length and flag);
+    /// [`FileHeader::parse`] has checked that its reserved bits are zero.
     pub link_info: u16,
 }
 
@@ -106,6 +117,9 @@ impl FileHeader {
             });
         }
         let linktype = read_u32_as(big_endian, &h[field::LINKTYPE]);
+        if linktype & LINKTYPE_RESERVED != 0 {
+            return Err(FileErrorKind::LinkTypeReserved { field: linktype });
+        }
         Ok(FileHeader {
             nanos,
             big_endian,
@@ -117,6 +131,16 @@ impl FileHeader {
             linktype: LinkType::from_u16(linktype as u16),
             link_info: (linktype >> 16) as u16,
         })
+    }
+
+    /// Bytes of FCS at the end of every packet (`LT_FCS_LENGTH` words of 16 bits, when the
+    /// "F" bit says the length is valid), 0 if the packets carry none.
+    pub fn fcs_len(&self) -> u8 {
+        let ext = u32::from(self.link_info) << 16;
+        if ext & LINKTYPE_FCS_PRESENT == 0 {
+            return 0;
+        }
+        (ext >> 28) as u8 * 2
     }
 
     /// Writes the header into the first 24 bytes of `buf`, in the byte order it names.
@@ -320,6 +344,7 @@ mod tests {
         assert!(h.big_endian && !h.nanos);
         assert_eq!(h.linktype, LinkType::LinuxSll);
         assert_eq!(h.link_info, 0x1400);
+        assert_eq!(h.fcs_len(), 2, "F bit set, one 16-bit word of FCS");
         assert_eq!(h.snaplen, 128);
         let mut back = [0u8; HEADER_LEN];
         h.emit(&mut back);
@@ -334,9 +359,11 @@ mod tests {
             }
         );
         assert_eq!(r.interfaces()[0].linktype, LinkType::LinuxSll);
+        assert_eq!(r.interfaces()[0].fcs_len, 2);
         let p = r.next_packet().unwrap().unwrap();
         assert_eq!(p.ts_ns, 1_700_000_000_123_456_000);
-        assert_eq!((p.len, p.data), (60, &[0xde, 0xad, 0xbe, 0xef][..]));
+        // The FCS (bytes 58-59 of the frame) was not captured: only `len` loses it.
+        assert_eq!((p.len, p.data), (58, &[0xde, 0xad, 0xbe, 0xef][..]));
         assert!(r.next_packet().is_none());
     }
 
@@ -363,6 +390,68 @@ mod tests {
                 need: 24,
                 have: 10
             })
+        );
+    }
+
+    /// `FILE_BYTES` with another `linktype` field and its packet captured whole (caplen = len).
+    fn with_linktype_field(field: u32) -> [u8; 44] {
+        let mut b = FILE_BYTES;
+        b[20..24].copy_from_slice(&field.to_le_bytes());
+        b[36..40].copy_from_slice(&4u32.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn reserved_linktype_bits_refuse_the_file() {
+        for field in [0x0008_0001, 0x0001_0001, 0x0200_0001, 0x27ff_0001] {
+            let e = FileHeader::parse(&with_linktype_field(field)).unwrap_err();
+            assert_eq!(e, FileErrorKind::LinkTypeReserved { field });
+        }
+        assert_eq!(
+            Reader::new(&with_linktype_field(0x0008_0001))
+                .unwrap_err()
+                .to_string(),
+            "byte offset 0: pcap link-type field 0x00080001 has reserved bits 0x00080000 set \
+             (bits 16-25 must be zero)"
+        );
+        // Bit 27, and an FCS length without the "F" bit, mean nothing to libpcap or tshark.
+        for field in [0x0800_0001, 0x2000_0001] {
+            let b = with_linktype_field(field);
+            assert_eq!(FileHeader::parse(&b).unwrap().fcs_len(), 0);
+            let p = Reader::new(&b).unwrap().next_packet().unwrap().unwrap();
+            assert_eq!((p.len, p.data.len()), (4, 4));
+        }
+    }
+
+    #[test]
+    fn an_fcs_length_cuts_the_fcs_from_each_packet() {
+        // LINKTYPE_ETHERNET, F bit, 2 words: a 4-byte FCS.
+        let b = with_linktype_field(0x2400_0001);
+        let h = FileHeader::parse(&b).unwrap();
+        assert_eq!((h.linktype, h.fcs_len()), (LinkType::Ethernet, 4));
+        let p = Reader::new(&b).unwrap().next_packet().unwrap().unwrap();
+        assert_eq!((p.len, p.data), (0, &[][..]));
+        let mut out = Vec::new();
+        write_header(&mut out, LinkType::Ethernet, 65535);
+        out[22..24].copy_from_slice(&0x2400u16.to_le_bytes());
+        write_record(&mut out, 1, &[1, 2, 3, 4, 5, 6, 0xfc, 0xfc, 0xfc, 0xfc], 10);
+        write_record(&mut out, 2, &[1, 2, 3, 4, 5, 6, 0xfc, 0xfc], 10);
+        write_record(&mut out, 3, &[1, 2, 3], 10);
+        write_record(&mut out, 4, &[1, 2], 2);
+        let mut r = Reader::new(&out).unwrap();
+        let mut got = Vec::new();
+        while let Some(p) = r.next_packet() {
+            let p = p.unwrap();
+            got.push((p.len, p.data.to_vec()));
+        }
+        assert_eq!(
+            got,
+            [
+                (6, vec![1, 2, 3, 4, 5, 6]),
+                (6, vec![1, 2, 3, 4, 5, 6]),
+                (6, vec![1, 2, 3]),
+                (0, vec![]),
+            ]
         );
     }
 

@@ -422,7 +422,7 @@ fn damaged_copies(entries: &[Entry]) {
         let err = Reader::new(&zero).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "byte offset 0: not a pcap or pcapng file: magic 0x7f454c46"
+            "byte offset 0: not a pcap, pcapng or ERF file: magic 0x7f454c46"
         );
 
         if e.file_format != "pcapng" {

@@ -64,6 +64,9 @@ struct OpenFile {
     file: DirectFile,
     part: PathBuf,
     path: PathBuf,
+    /// The `.part` file's claim to `path`: published when the file is complete, and the
+    /// `.part` removed when it is dropped otherwise. `None` for a stream written in place.
+    name: Option<outfile::PartName>,
     bytes: u64,
     opened: Instant,
 }
@@ -121,6 +124,8 @@ pub struct FileSink {
     note: Option<String>,
     /// The finished files still kept, oldest first, when `cfg.keep` bounds them.
     kept: std::collections::VecDeque<PathBuf>,
+    /// This sink returned an error: its open file is not complete and never takes its name.
+    failed: bool,
 }
 
 impl std::fmt::Debug for FileSink {
@@ -154,6 +159,7 @@ impl FileSink {
             gap: None,
             note: None,
             kept: std::collections::VecDeque::new(),
+            failed: false,
         }
     }
 
@@ -171,11 +177,79 @@ impl RecordSink for FileSink {
     type Report = FileReport;
 
     fn add_interface(&mut self, info: &InterfaceInfo) -> Result<(), EngineError> {
-        self.add_interface(info.clone())
+        let r = self.add_interface(info.clone());
+        self.failed |= r.is_err();
+        r
     }
 
     #[inline(always)]
     fn record(
+        &mut self,
+        interface: u32,
+        drops_before: u64,
+        ctl: &ControlField,
+        data: &[u8],
+    ) -> Result<(), EngineError> {
+        let r = self.write_record(interface, drops_before, ctl, data);
+        if r.is_err() {
+            self.failed = true;
+        }
+        r
+    }
+
+    fn end_of_block(
+        &mut self,
+        totals: &Totals,
+        if_stats: Option<(u64, u64)>,
+    ) -> Result<(), EngineError> {
+        let r = self.on_end_of_block(totals, if_stats);
+        self.failed |= r.is_err();
+        r
+    }
+
+    fn link_changed(
+        &mut self,
+        event: &LinkEvent,
+        totals: &Totals,
+        if_stats: Option<(u64, u64)>,
+    ) -> Result<(), EngineError> {
+        let r = self.on_link_changed(event, totals, if_stats);
+        self.failed |= r.is_err();
+        r
+    }
+
+    fn wake_within(&self) -> Option<Duration> {
+        let f = self.file.as_ref()?;
+        let isb = (self.cfg.format == Format::Pcapng)
+            .then(|| self.cfg.isb_every.saturating_sub(self.last_isb.elapsed()));
+        let rotation = self
+            .cfg
+            .rotate_every
+            .map(|d| d.saturating_sub(f.opened.elapsed()));
+        isb.into_iter().chain(rotation).min()
+    }
+
+    fn lost(&self) -> u64 {
+        self.lost
+    }
+
+    fn close(
+        &mut self,
+        totals: &Totals,
+        if_stats: Option<(u64, u64)>,
+    ) -> Result<FileReport, EngineError> {
+        self.last_totals = *totals;
+        self.last_if_stats = if_stats.or(self.last_if_stats);
+        self.close_file()?;
+        // Every record was delivered on an announced interface.
+        self.report.records = self.delivered.iter().sum();
+        Ok(std::mem::take(&mut self.report))
+    }
+}
+
+impl FileSink {
+    #[inline(always)]
+    fn write_record(
         &mut self,
         interface: u32,
         drops_before: u64,
@@ -232,7 +306,7 @@ impl RecordSink for FileSink {
         Ok(())
     }
 
-    fn end_of_block(
+    fn on_end_of_block(
         &mut self,
         totals: &Totals,
         if_stats: Option<(u64, u64)>,
@@ -258,7 +332,7 @@ impl RecordSink for FileSink {
         Ok(())
     }
 
-    fn link_changed(
+    fn on_link_changed(
         &mut self,
         event: &LinkEvent,
         totals: &Totals,
@@ -297,34 +371,6 @@ impl RecordSink for FileSink {
             self.write_isbs(Some((comment.0, &comment.1)))?;
         }
         Ok(())
-    }
-
-    fn wake_within(&self) -> Option<Duration> {
-        let f = self.file.as_ref()?;
-        let isb = (self.cfg.format == Format::Pcapng)
-            .then(|| self.cfg.isb_every.saturating_sub(self.last_isb.elapsed()));
-        let rotation = self
-            .cfg
-            .rotate_every
-            .map(|d| d.saturating_sub(f.opened.elapsed()));
-        isb.into_iter().chain(rotation).min()
-    }
-
-    fn lost(&self) -> u64 {
-        self.lost
-    }
-
-    fn close(
-        &mut self,
-        totals: &Totals,
-        if_stats: Option<(u64, u64)>,
-    ) -> Result<FileReport, EngineError> {
-        self.last_totals = *totals;
-        self.last_if_stats = if_stats.or(self.last_if_stats);
-        self.close_file()?;
-        // Every record was delivered on an announced interface.
-        self.report.records = self.delivered.iter().sum();
-        Ok(std::mem::take(&mut self.report))
     }
 }
 
@@ -430,6 +476,8 @@ impl FileSink {
             }
             Err(e) => return Err(e.into()),
         };
+        // Created here, so removed unless it is complete.
+        let name = (part != path).then(|| outfile::PartName::new(part.clone(), path.clone()));
         // A file rotated within a block opens before the totals move: it counts from where
         // the last file's statistics ended.
         let mut totals = self.last_totals;
@@ -449,6 +497,7 @@ impl FileSink {
             file,
             part,
             path,
+            name,
             bytes: 0,
             opened: Instant::now(),
         });
@@ -549,7 +598,9 @@ impl FileSink {
 
     /// Finishes the current file: statistics, flush, sync, rename from `.part`. If a write
     /// failed (a full disk), the file keeps the records that reached it whole (see
-    /// [`FileSink::salvage`]), and the error is returned.
+    /// [`FileSink::salvage`]), and the error is returned. If the sink returned an error of
+    /// another kind (an input the format cannot hold), the file is not complete: its `.part`
+    /// is removed and no file takes the name.
     fn close_file(&mut self) -> Result<(), EngineError> {
         // No file is open if no interface was ever announced, or if nothing arrived since the
         // last rotation.
@@ -557,7 +608,7 @@ impl FileSink {
             return Ok(());
         }
         let isbs = match self.cfg.format {
-            Format::Pcapng => {
+            Format::Pcapng if !self.failed => {
                 let still_down = self.gap.map(|(i, why)| {
                     let name = self.name(i);
                     (
@@ -570,26 +621,35 @@ impl FileSink {
                 });
                 self.write_isbs(still_down.as_ref().map(|(i, c)| (*i, c.as_str())))
             }
-            Format::Pcap => Ok(()),
+            _ => Ok(()),
         };
-        let f = self.file.take().expect("checked above");
+        let OpenFile {
+            file,
+            part,
+            path,
+            name,
+            ..
+        } = self.file.take().expect("checked above");
         // Finished in every case: it waits for the I/O thread, so the file is still after it.
-        let finished = f.file.finish().map_err(|e| write_err(&f.part, e));
+        let finished = file.finish().map_err(|e| write_err(&part, e));
         if let Err(e) = isbs.and(finished) {
-            self.salvage(&f.part, &f.path);
+            self.salvage(name);
             return Err(e);
         }
-        if f.part == f.path {
-            // A device or FIFO, written in place.
-            self.report.files.push(f.path);
+        if self.failed {
+            // Dropping `name` removes the `.part` file.
             return Ok(());
         }
+        let Some(name) = name else {
+            // A device or FIFO, written in place.
+            self.report.files.push(path);
+            return Ok(());
+        };
         // The name is taken only from a regular file: a device, a directory or a link put
         // there keeps it, and the packets stay in the `.part` file.
-        outfile::check_replaceable(&f.path)?;
-        std::fs::rename(&f.part, &f.path).map_err(|e| write_err(&f.path, e))?;
-        self.keep_within(&f.path)?;
-        self.report.files.push(f.path);
+        let path = name.publish()?;
+        self.keep_within(&path)?;
+        self.report.files.push(path);
         Ok(())
     }
 
@@ -614,17 +674,20 @@ impl FileSink {
     }
 
     /// After a failed write: cuts the `.part` file after its last whole record, gives it its
-    /// name, and counts the records handed to it that did not reach it as lost. Out of line:
-    /// once, at the end.
+    /// name, and counts the records handed to it that did not reach it as lost. A `.part` file
+    /// that holds no capture, or could not be cut, is removed. Out of line: once, at the end.
     #[cold]
     #[inline(never)]
-    fn salvage(&mut self, part: &Path, path: &Path) {
+    fn salvage(&mut self, name: Option<outfile::PartName>) {
         let handed: u64 = (0..self.delivered.len())
             .map(|i| self.delivered[i] - self.base.delivered.get(i).copied().unwrap_or(0))
             .sum();
         // A device or FIFO cannot be read back: nothing of it is counted as kept.
-        let kept = match whole_records(part, Codec::for_path(path)).filter(|_| part != path) {
-            Some((kept, end, seal)) => {
+        let kept = match name
+            .as_ref()
+            .and_then(|n| whole_records(n.part(), Codec::for_path(n.path())).map(|w| (n.part(), w)))
+        {
+            Some((part, (kept, end, seal))) => {
                 let cut = std::fs::OpenOptions::new()
                     .write(true)
                     .open(part)
@@ -632,13 +695,16 @@ impl FileSink {
                         f.set_len(end)?;
                         std::os::unix::fs::FileExt::write_all_at(&f, seal, end)
                     });
-                if cut.is_ok()
-                    && outfile::check_replaceable(path).is_ok()
-                    && std::fs::rename(part, path).is_ok()
-                {
-                    self.report.files.push(path.to_path_buf());
+                match (cut, name) {
+                    (Ok(()), Some(name)) => match name.publish() {
+                        Ok(path) => {
+                            self.report.files.push(path);
+                            kept
+                        }
+                        Err(_) => kept,
+                    },
+                    _ => 0,
                 }
-                kept
             }
             None => 0,
         };
@@ -776,6 +842,33 @@ mod tests {
         assert_eq!(files(&dir), ["out-00000.pcapng", "out-00001.pcapng"]);
         let first = std::fs::read(dir.join("out-00000.pcapng")).unwrap();
         assert_eq!(first[..4], [0x0A, 0x0D, 0x0D, 0x0A], "section header block");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_sink_that_refused_its_input_leaves_no_file() {
+        let dir = std::env::temp_dir().join(format!("tf-writer-refused-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut s = FileSink::new(WriterConfig {
+            path: dir.join("out.pcap"),
+            format: Format::Pcap,
+            ..sink(&dir, None).cfg
+        });
+        RecordSink::add_interface(&mut s, &ethernet()).unwrap();
+        let ctl = ControlField::new(1, Flags::default(), 60, 0, 60);
+        s.record(0, 0, &ctl, &[0u8; 60]).unwrap();
+        assert_eq!(files(&dir), ["out.pcap.part"]);
+        let null = InterfaceInfo {
+            linktype: LinkType::Null,
+            ..ethernet()
+        };
+        let e = RecordSink::add_interface(&mut s, &null).unwrap_err();
+        assert!(e.to_string().contains("one link type"), "{e}");
+        // The worker closes every sink at the end, this one too: the file is not complete.
+        let report = s.close(&Totals::default(), None).unwrap();
+        assert!(report.files.is_empty());
+        assert!(files(&dir).is_empty(), "{:?}", files(&dir));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -1,4 +1,4 @@
-//! A capture file as a packet source: pcap (µs or ns, either byte order) or pcapng.
+//! A capture file as a packet source: pcap (µs or ns, either byte order), pcapng or ERF.
 
 use std::io::Write;
 use std::path::Path;
@@ -142,6 +142,26 @@ impl<'a> FileSource<'a> {
     }
 }
 
+impl FileSource<'_> {
+    /// Says, in one line, which ERF records were skipped for a type tapflow does not read.
+    #[cold]
+    fn report_skipped(&self) {
+        let skipped = self.reader.skipped();
+        if skipped.is_empty() {
+            return;
+        }
+        let what: Vec<String> = skipped
+            .iter()
+            .map(|(t, n)| format!("{n} of unsupported type {}", t.to_u8()))
+            .collect();
+        eprintln!(
+            "tapflow: {}: skipped ERF records: {}",
+            self.map.path().display(),
+            what.join(", ")
+        );
+    }
+}
+
 fn packet<'p>(fp: &FilePacket<'p>) -> Packet<'p> {
     let mut flags = Flags::default().with_ts_source(fp.ts_source);
     if let Some(f) = fp.epb_flags {
@@ -201,6 +221,7 @@ impl PacketSource for FileSource<'_> {
                     // Done with the file: its page tables go now, while the sinks drain, not
                     // at exit.
                     self.ended = true;
+                    self.report_skipped();
                     self.map.release();
                     break;
                 }
