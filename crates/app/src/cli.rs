@@ -219,7 +219,7 @@ pub struct CaptureArgs {
     /// cooked v2 headers naming the interface and direction; no promiscuous mode).
     #[arg(short = 'i', long)]
     pub interface: Option<String>,
-    /// Capture file to read instead (pcap or pcapng; `-`: standard input, read to its end).
+    /// Capture file to read instead (pcap, pcapng or ERF; `-`: standard input, read to its end).
     #[arg(short = 'r', long)]
     pub read: Option<PathBuf>,
     /// Print the interfaces that can be captured on, with their state, and exit (as tcpdump
@@ -523,7 +523,7 @@ pub struct GenArgs {
     /// Destination port.
     #[arg(long, default_value_t = 9)]
     pub dst_port: u16,
-    /// Send the packets of this capture file instead (pcap or pcapng, zstd- or gzip-compressed
+    /// Send the packets of this capture file instead (pcap, pcapng or ERF, zstd- or gzip-compressed
     /// or not), once (see --loop), as fast as possible or at --rate; frames longer than the
     /// MTU + 14-byte Ethernet header are not sent.
     #[arg(long)]
@@ -892,7 +892,7 @@ pub struct ImportArgs {
 /// `tapflow anonymize`.
 #[derive(Debug, Args)]
 pub struct AnonymizeArgs {
-    /// Capture file to read (pcap or pcapng, zstd- or gzip-compressed or not).
+    /// Capture file to read (pcap, pcapng or ERF, zstd- or gzip-compressed or not).
     #[arg(short = 'r', long)]
     pub read: PathBuf,
     /// Output file (`.zst` or `.gz` compresses it; written as NAME.part, renamed when complete).

@@ -41,7 +41,7 @@ pub use crate::tools::plan::RingGeometry;
 pub enum Input {
     /// A live interface.
     Live(RingInput),
-    /// A pcap or pcapng file.
+    /// A pcap, pcapng or ERF file.
     File(PathBuf),
     /// Batch datagrams from probes (`tapflow recv`).
     Datagrams(DatagramInput),
