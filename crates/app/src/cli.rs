@@ -523,8 +523,8 @@ pub struct GenArgs {
     /// Destination port.
     #[arg(long, default_value_t = 9)]
     pub dst_port: u16,
-    /// Send the packets of this capture file instead (pcap, pcapng or ERF, zstd- or gzip-compressed
-    /// or not), once (see --loop), as fast as possible or at --rate; frames longer than the
+    /// Send the packets of this capture file instead (pcap, pcapng or ERF, zstd- or
+    /// gzip-compressed or not), once (see --loop), as fast as possible or at --rate; frames longer than the
     /// MTU + 14-byte Ethernet header are not sent.
     #[arg(long)]
     pub replay: Option<PathBuf>,
