@@ -524,8 +524,8 @@ pub struct GenArgs {
     #[arg(long, default_value_t = 9)]
     pub dst_port: u16,
     /// Send the packets of this capture file instead (pcap, pcapng or ERF, zstd- or
-    /// gzip-compressed or not), once (see --loop), as fast as possible or at --rate; frames longer than the
-    /// MTU + 14-byte Ethernet header are not sent.
+    /// gzip-compressed or not), once (see --loop), as fast as possible or at --rate; frames
+    /// longer than the MTU + 14-byte Ethernet header are not sent.
     #[arg(long)]
     pub replay: Option<PathBuf>,
     /// Send the --replay file N times over; 0 repeats it until --count, --duration or a signal.
