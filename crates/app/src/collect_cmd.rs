@@ -28,6 +28,10 @@ use crate::cli::CollectArgs;
 
 pub fn run(a: CollectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
     let cfg = config(&a)?;
+    // Descriptors held by exporters' sessions and console clients must not starve the stores.
+    if let Err(e) = tapflow_sys::rlimit::raise_nofile() {
+        eprintln!("tapflow: warning: {e}");
+    }
     let metrics_at = a.metrics;
     let server: Mutex<Option<MetricsServer>> = Mutex::new(None);
     let mut setup_error = None;
@@ -351,13 +355,16 @@ fn summary_lines(s: &CollectSummary) -> Vec<String> {
     }
     for st in &s.stores {
         out.push(format!(
-            "tapflow:   store {}: {} flows, {} stored, {} dropped, {} pending, {} withheld{}",
+            "tapflow:   store {}: {} flows, {} stored, {} dropped, {} pending, {} withheld, {} \
+             held back while it failed ({} retries){}",
             st.name,
             st.flows,
             st.stored,
             st.dropped,
             st.pending,
             st.withheld,
+            st.held_back,
+            st.retries,
             st.error
                 .as_ref()
                 .map_or(String::new(), |e| format!(" (error: {e})"))

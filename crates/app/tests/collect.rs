@@ -860,3 +860,89 @@ fn a_full_disk_is_a_named_loss_not_a_crash() {
     assert_eq!(flows, 3000, "{err}");
     assert!(dropped > 0 && stored + dropped == flows, "{json}");
 }
+
+/// NetFlow v5 messages of one flow each, numbered `from..from + n`, sent to 2055 from `ns`.
+fn send_v5(ns: &Netns, from: u32, n: u32) {
+    let hex: String = v5_message(0).iter().map(|b| format!("{b:02x}")).collect();
+    run_ok(ns.cmd("python3").args([
+        "-c",
+        &format!(
+            "import socket,time;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+             m=bytearray.fromhex('{hex}')\n\
+             for i in range({from},{from}+{n}):\n m[16:20]=i.to_bytes(4,'big');\
+             s.sendto(m,('127.0.0.1',2055));time.sleep(0.001)"
+        ),
+    ]));
+}
+
+/// Sets the soft descriptor limit of process `pid` (`None`: up to its hard limit).
+fn set_nofile(pid: i32, soft: Option<usize>) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let hard = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(4))
+        .unwrap()
+        .to_string();
+    let soft = soft.map_or(hard.clone(), |n| n.to_string());
+    run_ok(Command::new("prlimit").args([
+        "--pid",
+        &pid.to_string(),
+        &format!("--nofile={soft}:{hard}"),
+    ]));
+}
+
+#[test]
+fn a_store_out_of_descriptors_is_retried_and_loses_nothing() {
+    let ns = Netns::new("fds");
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let summary = dir.path().join("summary.json");
+    let child = ns
+        .tapflow(&[
+            "collect",
+            "-q",
+            "-l",
+            "nfv5://127.0.0.1",
+            "--flush-seconds",
+            "0.5",
+        ])
+        .arg("--store")
+        .arg(&store)
+        .arg("--summary-json")
+        .arg(&summary)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut g = ChildGuard::new(child, "tapflow collect");
+    wait_udp_bound(&mut g, 2055);
+    send_v5(&ns, 0, 100);
+    std::thread::sleep(Duration::from_secs(1));
+    // Every descriptor taken: a limit at the lowest free descriptor number makes each open
+    // fail with EMFILE, as a thousand idle connections did.
+    let open: Vec<usize> = std::fs::read_dir(format!("/proc/{}/fd", g.pid()))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let free = (0..).find(|n| !open.contains(n)).unwrap();
+    set_nofile(g.pid(), Some(free));
+    send_v5(&ns, 100, 200);
+    std::thread::sleep(Duration::from_secs(2));
+    send_v5(&ns, 300, 200);
+    std::thread::sleep(Duration::from_secs(2));
+    set_nofile(g.pid(), None);
+    std::thread::sleep(Duration::from_secs(1));
+    g.signal(libc::SIGTERM);
+    let (status, err) = g.wait_output(Duration::from_secs(30));
+    let json = std::fs::read_to_string(&summary).unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert!(status.success(), "{err}");
+    assert_eq!(json_u64(&json, "stores.0.flows"), 500, "{json}");
+    assert_eq!(json_u64(&json, "stores.0.stored"), 500, "{json}");
+    assert_eq!(json_u64(&json, "stores.0.dropped"), 0, "{json}");
+    assert_eq!(json_u64(&json, "stores.0.withheld"), 0, "{json}");
+    assert!(json_u64(&json, "stores.0.held_back") > 0, "{json}");
+    assert!(json_u64(&json, "stores.0.retries") > 0, "{json}");
+    assert!(err.contains("held back while it failed"), "{err}");
+    assert_eq!(store_flows(&store).len(), 500);
+}

@@ -40,6 +40,23 @@ pub enum StoreError {
     Other(String),
 }
 
+impl StoreError {
+    /// Whether the failure may pass: no descriptor or memory left, a full disk or quota. A
+    /// store keeps what such a failure could not write, to try again.
+    pub fn is_transient(&self) -> bool {
+        let StoreError::Io { source, .. } = self else {
+            return false;
+        };
+        tapflow_sys::rlimit::is_out_of_descriptors(source)
+            || matches!(
+                source.kind(),
+                std::io::ErrorKind::OutOfMemory
+                    | std::io::ErrorKind::StorageFull
+                    | std::io::ErrorKind::QuotaExceeded
+            )
+    }
+}
+
 /// How many flows a store kept and lost, for the summary and `/metrics`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreReport {

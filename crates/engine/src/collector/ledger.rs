@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::Serialize;
 use tapflow_wire::flowdecode::{DecodeError, MessageSummary};
 
+use crate::metrics::escape;
 use crate::source::SourceCounter;
 
 /// Exporters (address and domain) one worker counts apart; the rest are summed under the
@@ -83,6 +84,19 @@ impl ExporterCounts {
     }
 }
 
+/// What the store thread held back for one store while it failed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct StoreHold {
+    /// Flows held back, in all (handed over once the store recovered, or dropped).
+    pub held_back: u64,
+    /// Flows held back now.
+    pub waiting: u64,
+    /// Flows dropped because the store failed longer than the collector could hold them.
+    pub dropped: u64,
+    /// Times the store was tried again.
+    pub retries: u64,
+}
+
 /// One worker's counts.
 #[derive(Debug, Clone, Default)]
 pub struct Book {
@@ -96,6 +110,8 @@ pub struct Book {
     pub socket_drops: u64,
     /// Flow records handed to the store.
     pub flows: u64,
+    /// Per store (by name), what the store thread held back; only in a [`Ledger::snapshot`].
+    pub stores: BTreeMap<String, StoreHold>,
 }
 
 impl Book {
@@ -175,6 +191,8 @@ pub struct Ledger {
     slots: Mutex<Vec<Arc<Mutex<Book>>>>,
     /// Sessions that ended, summed.
     ended: Mutex<Book>,
+    /// The store thread's holds.
+    stores: Mutex<BTreeMap<String, StoreHold>>,
 }
 
 impl Ledger {
@@ -211,7 +229,14 @@ impl Ledger {
         for s in slots.iter() {
             all.add(&s.lock().unwrap_or_else(PoisonError::into_inner));
         }
+        all.stores
+            .clone_from(&self.stores.lock().unwrap_or_else(PoisonError::into_inner));
         all
+    }
+
+    /// Publishes what the store thread holds back, per store.
+    pub fn set_stores(&self, stores: BTreeMap<String, StoreHold>) {
+        *self.stores.lock().unwrap_or_else(PoisonError::into_inner) = stores;
     }
 }
 
@@ -227,6 +252,12 @@ pub fn metrics(b: &Book) -> Vec<SourceCounter> {
             .collect()
     };
     let one = |v: u64| vec![(String::new(), v as f64)];
+    let per_store = |pick: fn(&StoreHold) -> u64| -> Vec<(String, f64)> {
+        b.stores
+            .iter()
+            .map(|(name, h)| (format!("store=\"{}\"", escape(name)), pick(h) as f64))
+            .collect()
+    };
     vec![
         SourceCounter {
             name: "tapflow_collect_records_total",
@@ -281,6 +312,23 @@ pub fn metrics(b: &Book) -> Vec<SourceCounter> {
             name: "tapflow_collect_flows_total",
             help: "Flows handed to the stores.",
             samples: one(b.flows),
+        },
+        SourceCounter {
+            name: "tapflow_collect_store_held_back_total",
+            help: "Flows held back in the collector while a store failed (no descriptor, a \
+                   full disk), handed over once it recovered.",
+            samples: per_store(|h| h.held_back),
+        },
+        SourceCounter {
+            name: "tapflow_collect_store_held_dropped_total",
+            help: "Flows dropped because a store failed longer than the collector could hold \
+                   them back.",
+            samples: per_store(|h| h.dropped),
+        },
+        SourceCounter {
+            name: "tapflow_collect_store_retries_total",
+            help: "Times a failing store was tried again.",
+            samples: per_store(|h| h.retries),
         },
     ]
 }
