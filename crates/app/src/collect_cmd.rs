@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde::Serialize;
-use tapflow_engine::collector::ledger::{self, Book, ExporterCounts};
+use tapflow_engine::collector::ledger::{self, Book, ExporterCounts, SessionCounts};
 use tapflow_engine::collector::listen::Listen;
 use tapflow_engine::collector::writer::{NamedStore, StoreOutcome};
 use tapflow_engine::collector::{self, CollectConfig, CollectSummary};
@@ -322,6 +322,14 @@ fn summary_lines(s: &CollectSummary) -> Vec<String> {
             b.refused
         ),
     ];
+    let ss = &b.sessions;
+    if ss.served + ss.refused > 0 {
+        out.push(format!(
+            "tapflow: IPFIX/TCP sessions: {} served, {} refused (too many at once, or from one \
+             address), {} cut (a message not whole in time)",
+            ss.served, ss.refused, ss.timed_out
+        ));
+    }
     let mut keys: Vec<_> = b.exporters.iter().collect();
     keys.sort_by_key(|(k, _)| **k);
     for (k, c) in keys {
@@ -387,6 +395,7 @@ struct CollectJson<'a> {
     socket_drops: u64,
     refused: u64,
     flows: u64,
+    tcp_sessions: SessionCounts,
     exporters: Vec<ExporterJson<'a>>,
     stores: &'a [StoreOutcome],
 }
@@ -426,6 +435,7 @@ impl<'a> CollectJson<'a> {
             socket_drops: s.book.socket_drops,
             refused: s.book.refused,
             flows: s.book.flows,
+            tcp_sessions: s.book.sessions,
             exporters,
             stores: &s.stores,
         }

@@ -97,6 +97,17 @@ pub struct StoreHold {
     pub retries: u64,
 }
 
+/// What became of the IPFIX-over-TCP sessions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SessionCounts {
+    /// Sessions accepted and served.
+    pub served: u64,
+    /// Sessions closed at once: too many open, or too many from the same address.
+    pub refused: u64,
+    /// Sessions ended because a message was not whole in time.
+    pub timed_out: u64,
+}
+
 /// One worker's counts.
 #[derive(Debug, Clone, Default)]
 pub struct Book {
@@ -112,6 +123,8 @@ pub struct Book {
     pub flows: u64,
     /// Per store (by name), what the store thread held back; only in a [`Ledger::snapshot`].
     pub stores: BTreeMap<String, StoreHold>,
+    /// IPFIX-over-TCP sessions; only in a [`Ledger::snapshot`].
+    pub sessions: SessionCounts,
 }
 
 impl Book {
@@ -193,6 +206,8 @@ pub struct Ledger {
     ended: Mutex<Book>,
     /// The store thread's holds.
     stores: Mutex<BTreeMap<String, StoreHold>>,
+    /// The TCP listeners' sessions.
+    sessions: Mutex<SessionCounts>,
 }
 
 impl Ledger {
@@ -231,7 +246,13 @@ impl Ledger {
         }
         all.stores
             .clone_from(&self.stores.lock().unwrap_or_else(PoisonError::into_inner));
+        all.sessions = *self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
         all
+    }
+
+    /// Publishes what became of the TCP sessions, over every listener.
+    pub fn set_sessions(&self, s: SessionCounts) {
+        *self.sessions.lock().unwrap_or_else(PoisonError::into_inner) = s;
     }
 
     /// Publishes what the store thread holds back, per store.
@@ -312,6 +333,22 @@ pub fn metrics(b: &Book) -> Vec<SourceCounter> {
             name: "tapflow_collect_flows_total",
             help: "Flows handed to the stores.",
             samples: one(b.flows),
+        },
+        SourceCounter {
+            name: "tapflow_collect_tcp_sessions_total",
+            help: "IPFIX-over-TCP sessions served.",
+            samples: one(b.sessions.served),
+        },
+        SourceCounter {
+            name: "tapflow_collect_tcp_sessions_refused_total",
+            help: "IPFIX-over-TCP sessions closed at once: 256 open, or 16 from the address.",
+            samples: one(b.sessions.refused),
+        },
+        SourceCounter {
+            name: "tapflow_collect_tcp_sessions_timed_out_total",
+            help: "IPFIX-over-TCP sessions ended because a message was not whole 10 s after its \
+                   first byte.",
+            samples: one(b.sessions.timed_out),
         },
         SourceCounter {
             name: "tapflow_collect_store_held_back_total",
