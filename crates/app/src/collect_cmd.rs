@@ -336,7 +336,7 @@ fn summary_lines(s: &CollectSummary) -> Vec<String> {
         let bad: Vec<String> = c.bad.iter().map(|(w, n)| format!("{n} {w}")).collect();
         out.push(format!(
             "tapflow:   exporter {} domain {} ({}): {} records in {} messages, {} lost \
-             (sequence){}, {} without template, {} templates, {} bad messages{}",
+             (sequence){}, {} without template, {} templates, {} bad messages{}{}",
             k.address(),
             k.domain,
             if c.protocol.is_empty() {
@@ -358,6 +358,10 @@ fn summary_lines(s: &CollectSummary) -> Vec<String> {
                 String::new()
             } else {
                 format!(" ({})", bad.join(", "))
+            },
+            match c.names_refused {
+                0 => String::new(),
+                n => format!(", {n} interface names refused"),
             }
         ));
     }

@@ -60,6 +60,8 @@ pub struct ExporterCounts {
     pub skipped: u64,
     /// Messages refused whole.
     pub bad_messages: u64,
+    /// Interface names (new or changed) refused: the exporter passed on its share already.
+    pub names_refused: u64,
     /// Refused messages and parts, by reason.
     pub bad: BTreeMap<&'static str, u64>,
 }
@@ -78,6 +80,7 @@ impl ExporterCounts {
         self.malformed += o.malformed;
         self.skipped += o.skipped;
         self.bad_messages += o.bad_messages;
+        self.names_refused += o.names_refused;
         for (k, v) in &o.bad {
             *self.bad.entry(k).or_insert(0) += v;
         }
@@ -168,6 +171,11 @@ impl Book {
         });
         e.bad_messages += 1;
         *e.bad.entry(why).or_insert(0) += 1;
+    }
+
+    /// Counts an interface name refused for `key`.
+    pub fn names_refused(&mut self, key: ExporterKey) {
+        self.entry(key).names_refused += 1;
     }
 
     /// Counts a message the decoder refused.
@@ -301,6 +309,11 @@ pub fn metrics(b: &Book) -> Vec<SourceCounter> {
             name: "tapflow_collect_template_missing_total",
             help: "Data records dropped because their template was not known.",
             samples: per(|c| c.template_missing),
+        },
+        SourceCounter {
+            name: "tapflow_collect_interface_names_refused_total",
+            help: "Interface names (new or changed) refused past an exporter's share.",
+            samples: per(|c| c.names_refused),
         },
         SourceCounter {
             name: "tapflow_collect_bad_total",
