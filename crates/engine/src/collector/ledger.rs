@@ -18,6 +18,11 @@ use crate::source::SourceCounter;
 /// Exporters (address and domain) one worker counts apart; the rest are summed under the
 /// unspecified address, so forged sources cannot grow the table without bound.
 pub const MAX_EXPORTERS: usize = 4096;
+/// Observation domains of one address one worker counts apart; the rest of the address's are
+/// summed under its domain [`OTHER_DOMAINS`], so one host forging domains fills only its share.
+pub const MAX_DOMAINS_PER_ADDRESS: usize = 64;
+/// The domain an address's domains past [`MAX_DOMAINS_PER_ADDRESS`] are counted under.
+pub const OTHER_DOMAINS: u32 = u32::MAX;
 
 /// One exporter and observation domain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -128,18 +133,29 @@ pub struct Book {
     pub stores: BTreeMap<String, StoreHold>,
     /// IPFIX-over-TCP sessions; only in a [`Ledger::snapshot`].
     pub sessions: SessionCounts,
+    /// Domains counted apart per address.
+    per_address: HashMap<[u8; 16], usize>,
 }
 
 impl Book {
     fn entry(&mut self, key: ExporterKey) -> &mut ExporterCounts {
-        let key = if self.exporters.len() < MAX_EXPORTERS || self.exporters.contains_key(&key) {
-            key
-        } else {
-            ExporterKey {
-                exporter: [0; 16],
-                domain: 0,
+        let mut key = key;
+        if !self.exporters.contains_key(&key) {
+            let held = self.per_address.entry(key.exporter).or_insert(0);
+            if *held >= MAX_DOMAINS_PER_ADDRESS {
+                key.domain = OTHER_DOMAINS;
             }
-        };
+            if !self.exporters.contains_key(&key) {
+                if self.exporters.len() < MAX_EXPORTERS {
+                    *held += 1;
+                } else {
+                    key = ExporterKey {
+                        exporter: [0; 16],
+                        domain: 0,
+                    };
+                }
+            }
+        }
         self.exporters.entry(key).or_default()
     }
 
@@ -178,9 +194,15 @@ impl Book {
         self.entry(key).names_refused += 1;
     }
 
-    /// Counts a message the decoder refused.
+    /// Counts a message the decoder refused (a refused exporter under its own domain).
     pub fn refused_message(&mut self, exporter: [u8; 16], e: &DecodeError) {
-        self.bad(exporter, e.reason());
+        let domain = match *e {
+            DecodeError::TooManyExporters { domain, .. } => domain,
+            _ => 0,
+        };
+        let c = self.entry(ExporterKey { exporter, domain });
+        c.bad_messages += 1;
+        *c.bad.entry(e.reason()).or_insert(0) += 1;
     }
 
     /// Adds `o`'s counts.
@@ -449,9 +471,45 @@ mod tests {
     fn forged_exporters_are_summed_past_the_limit() {
         let mut b = Book::default();
         for i in 0..(MAX_EXPORTERS as u32 + 100) {
-            b.message([9; 16], &summary(i, 1, 0));
+            let mut a = [9; 16];
+            a[12..].copy_from_slice(&i.to_be_bytes());
+            b.message(a, &summary(1, 1, 0));
         }
         assert_eq!(b.exporters.len(), MAX_EXPORTERS + 1);
         assert_eq!(b.totals().records, MAX_EXPORTERS as u64 + 100);
+    }
+
+    #[test]
+    fn one_address_forging_domains_fills_its_share_and_a_refusal_is_named() {
+        let mut b = Book::default();
+        let (forger, other) = ([9; 16], [7; 16]);
+        for i in 0..10_000 {
+            b.message(forger, &summary(i, 1, 0));
+        }
+        let of = |b: &Book, a| b.exporters.keys().filter(|k| k.exporter == a).count();
+        assert_eq!(of(&b, forger), MAX_DOMAINS_PER_ADDRESS + 1);
+        let rest = ExporterKey {
+            exporter: forger,
+            domain: OTHER_DOMAINS,
+        };
+        assert_eq!(
+            b.exporters[&rest].records,
+            10_000 - MAX_DOMAINS_PER_ADDRESS as u64
+        );
+        // Another exporter is counted under its own name, a refusal under its domain.
+        b.message(other, &summary(3, 1, 0));
+        b.refused_message(
+            other,
+            &DecodeError::TooManyExporters {
+                domain: 5,
+                limit: 4096,
+            },
+        );
+        let k = |domain| ExporterKey {
+            exporter: other,
+            domain,
+        };
+        assert_eq!(b.exporters[&k(3)].records, 1);
+        assert_eq!(b.exporters[&k(5)].bad["too_many_exporters"], 1);
     }
 }
