@@ -14,6 +14,7 @@ use tapflow_wire::flowdecode::{DecodeError, MessageSummary};
 
 use crate::metrics::escape;
 use crate::source::SourceCounter;
+use crate::source::datagrams::within_reach;
 
 /// Exporters (address and domain) one worker counts apart; the rest are summed under the
 /// unspecified address, so forged sources cannot grow the table without bound.
@@ -21,6 +22,10 @@ pub const MAX_EXPORTERS: usize = 4096;
 /// Observation domains of one address one worker counts apart; the rest of the address's are
 /// summed under its domain [`OTHER_DOMAINS`], so one host forging domains fills only its share.
 pub const MAX_DOMAINS_PER_ADDRESS: usize = 64;
+/// The most messages one sequence jump may say were lost, each the size of the message that
+/// shows the jump: a longer jump is counted as a restart of the numbers, not as loss, so
+/// forged numbers claim at most this many times what the exporter delivered.
+pub const MAX_MISSING_MESSAGES: u64 = 4096;
 /// The domain an address's domains past [`MAX_DOMAINS_PER_ADDRESS`] are counted under.
 pub const OTHER_DOMAINS: u32 = u32::MAX;
 
@@ -168,7 +173,12 @@ impl Book {
         e.protocol = m.protocol.name();
         e.messages += 1;
         e.records += u64::from(m.records);
-        e.sequence_lost = e.sequence_lost.saturating_add(m.sequence_lost);
+        let per = u64::from(m.records.max(1));
+        if within_reach(m.sequence_lost, MAX_MISSING_MESSAGES, per) {
+            e.sequence_lost = e.sequence_lost.saturating_add(m.sequence_lost);
+        } else {
+            e.sequence_resets += 1;
+        }
         e.sequence_resets += u64::from(m.sequence_resets);
         e.template_missing += u64::from(m.template_missing);
         e.templates += u64::from(m.templates);
@@ -465,6 +475,25 @@ mod tests {
         assert_eq!((t.records, t.template_missing, t.bad_messages), (16, 6, 1));
         assert_eq!(t.bad["truncated"], 1);
         assert_eq!(all.socket_drops, 4);
+    }
+
+    #[test]
+    fn a_sequence_jump_claims_no_more_than_its_messages_could_carry() {
+        let mut b = Book::default();
+        let x = [5; 16];
+        // 1,120 messages of one record, each numbered 2^22 past the last: 4.7 billion claimed.
+        for _ in 0..1120 {
+            let mut m = summary(1, 1, 1 << 22);
+            m.sequence_resets = 0;
+            b.message(x, &m);
+        }
+        let t = b.totals();
+        assert_eq!((t.sequence_lost, t.sequence_resets), (0, 1120));
+        // 100 messages of 30 records lost is loss.
+        let mut m = summary(1, 30, 3000);
+        m.sequence_resets = 0;
+        b.message(x, &m);
+        assert_eq!(b.totals().sequence_lost, 3000);
     }
 
     #[test]
