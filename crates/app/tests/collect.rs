@@ -789,8 +789,7 @@ fn hostile_datagrams_are_counted_by_reason_and_a_stop_reports() {
     }
     // The accounting lines, at a stop by SIGTERM.
     assert!(
-        got.err
-            .contains("tapflow: lost before the collector: 3999"),
+        got.err.contains("tapflow: lost before the collector: 3999"),
         "{}",
         got.err
     );

@@ -41,13 +41,19 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// Whether the failure may pass: no descriptor or memory left, a full disk or quota. A
-    /// store keeps what such a failure could not write, to try again.
+    /// Whether the process or the system had no descriptor left (`EMFILE`, `ENFILE`): the
+    /// Parquet store keeps the flows of a file it could not create so, to write them later.
+    pub fn is_out_of_descriptors(&self) -> bool {
+        matches!(self, StoreError::Io { source, .. } if tapflow_sys::rlimit::is_out_of_descriptors(source))
+    }
+
+    /// Whether the failure may pass: no descriptor or memory left, a full disk or quota. The
+    /// collector tries such a store again.
     pub fn is_transient(&self) -> bool {
         let StoreError::Io { source, .. } = self else {
             return false;
         };
-        tapflow_sys::rlimit::is_out_of_descriptors(source)
+        self.is_out_of_descriptors()
             || matches!(
                 source.kind(),
                 std::io::ErrorKind::OutOfMemory

@@ -226,8 +226,8 @@ impl ParquetStore {
         let mut first_error = None;
         let mut staged = Vec::new();
         let mut groups = Vec::new();
-        // Flows whose file could not be created for a failure that passes (no descriptor, a
-        // full disk), kept for the next write up to the buffer's size.
+        // Flows whose file could not be created for want of a descriptor, kept for the next
+        // write up to the buffer's size (a full disk drops them: the files would not fit).
         let mut kept: Vec<StoredFlow> = Vec::new();
         let mut at = 0;
         while at < keys.len() {
@@ -247,7 +247,7 @@ impl ParquetStore {
                     staged.push(s);
                     groups.push((group, dir, hour));
                 }
-                Err(e) if e.is_transient() && kept.len() + n <= self.opts.max_buffered => {
+                Err(e) if e.is_out_of_descriptors() && kept.len() + n <= self.opts.max_buffered => {
                     kept.extend(group.iter().map(|&i| flows[i as usize]));
                     first_error.get_or_insert(e);
                 }
