@@ -906,6 +906,8 @@ fn a_store_out_of_descriptors_is_retried_and_loses_nothing() {
             "nfv5://127.0.0.1",
             "--flush-seconds",
             "0.5",
+            "--metrics",
+            "9466",
         ])
         .arg("--store")
         .arg(&store)
@@ -932,7 +934,22 @@ fn a_store_out_of_descriptors_is_retried_and_loses_nothing() {
     send_v5(&ns, 300, 200);
     std::thread::sleep(Duration::from_secs(2));
     set_nofile(g.pid(), None);
-    std::thread::sleep(Duration::from_secs(1));
+    // /metrics says what was held back, once it has a descriptor to answer with.
+    let held = |m: &str| {
+        m.lines().any(|l| {
+            l.starts_with("tapflow_collect_store_held_back_total{store=\"parquet:")
+                && !l.ends_with(" 0")
+        })
+    };
+    let mut metrics = String::new();
+    for _ in 0..50 {
+        metrics = scrape(&ns, 9466);
+        if held(&metrics) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(held(&metrics), "{metrics}");
     g.signal(libc::SIGTERM);
     let (status, err) = g.wait_output(Duration::from_secs(30));
     let json = std::fs::read_to_string(&summary).unwrap_or_else(|e| panic!("{e}: {err}"));

@@ -57,7 +57,7 @@ pub struct Intake {
     flows: Vec<StoredFlow>,
     interfaces: Vec<InterfaceName>,
     names: HashMap<(ExporterKey, u32), (String, String)>,
-    /// Per exporter address: names passed on, and when it last sent one (ns since 1970).
+    /// Per exporter address: names passed on, and when it last sent a message (ns since 1970).
     named: HashMap<[u8; 16], (u32, u64)>,
     since: Option<Instant>,
 }
@@ -139,6 +139,10 @@ impl Intake {
                 now_ns,
             ),
         });
+        // Its names live as long as its state: while it sends anything.
+        if let Some(e) = self.named.get_mut(&exporter) {
+            e.1 = now_ns;
+        }
         match r {
             Ok(m) => self.book.message(exporter, &m),
             Err(e) => self.book.refused_message(exporter, &e),
