@@ -115,10 +115,7 @@ fn read_messages(
     let (mut last_tick, mut last_data) = (Instant::now(), Instant::now());
     // When the first byte of the message at the start of the buffer arrived.
     let mut message_since: Option<Instant> = None;
-    // Read the stream itself, with a timeout that wakes the session to tick; the server's
-    // request deadline does not fit a session. Stopping the server shuts the stream down,
-    // which ends the read.
-    let _ = c.stream().set_read_timeout(Some(TICK));
+    let mut timeout = None;
     loop {
         // Cut every whole message in the buffer.
         loop {
@@ -168,13 +165,19 @@ fn read_messages(
                 return;
             }
         }
+        // Read the stream itself, with a timeout that wakes the session to tick or at its
+        // message's deadline; the server's request deadline does not fit a session. Stopping
+        // the server shuts the stream down, which ends the read.
         let wait = message_since.map_or(TICK, |t| {
             MESSAGE_DEADLINE
                 .saturating_sub(t.elapsed())
                 .clamp(Duration::from_millis(10), TICK)
         });
         let mut stream: &TcpStream = c.stream();
-        let _ = stream.set_read_timeout(Some(wait));
+        if timeout != Some(wait) {
+            timeout = Some(wait);
+            let _ = stream.set_read_timeout(timeout);
+        }
         match stream.read(&mut buf[end..]) {
             Ok(0) => {
                 if end > 0 {
