@@ -28,6 +28,7 @@ fuzz_target!(|data: &[u8]| {
         Decoder::new(Limits {
             max_templates_per_exporter: 16,
             max_exporters: 6,
+            max_exporters_per_address: 3,
             max_templates: 48,
             max_fields: 64,
         })

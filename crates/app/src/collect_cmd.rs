@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde::Serialize;
-use tapflow_engine::collector::ledger::{self, Book, ExporterCounts};
+use tapflow_engine::collector::ledger::{self, Book, ExporterCounts, SessionCounts};
 use tapflow_engine::collector::listen::Listen;
 use tapflow_engine::collector::writer::{NamedStore, StoreOutcome};
 use tapflow_engine::collector::{self, CollectConfig, CollectSummary};
@@ -28,6 +28,10 @@ use crate::cli::CollectArgs;
 
 pub fn run(a: CollectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
     let cfg = config(&a)?;
+    // Descriptors held by exporters' sessions and console clients must not starve the stores.
+    if let Err(e) = tapflow_sys::rlimit::raise_nofile() {
+        eprintln!("tapflow: warning: {e}");
+    }
     let metrics_at = a.metrics;
     let server: Mutex<Option<MetricsServer>> = Mutex::new(None);
     let mut setup_error = None;
@@ -318,13 +322,21 @@ fn summary_lines(s: &CollectSummary) -> Vec<String> {
             b.refused
         ),
     ];
+    let ss = &b.sessions;
+    if ss.served + ss.refused > 0 {
+        out.push(format!(
+            "tapflow: IPFIX/TCP sessions: {} served, {} refused (too many at once, or from one \
+             address), {} cut (a message not whole in time)",
+            ss.served, ss.refused, ss.timed_out
+        ));
+    }
     let mut keys: Vec<_> = b.exporters.iter().collect();
     keys.sort_by_key(|(k, _)| **k);
     for (k, c) in keys {
         let bad: Vec<String> = c.bad.iter().map(|(w, n)| format!("{n} {w}")).collect();
         out.push(format!(
             "tapflow:   exporter {} domain {} ({}): {} records in {} messages, {} lost \
-             (sequence){}, {} without template, {} templates, {} bad messages{}",
+             (sequence){}, {} without template, {} templates, {} bad messages{}{}",
             k.address(),
             k.domain,
             if c.protocol.is_empty() {
@@ -346,18 +358,25 @@ fn summary_lines(s: &CollectSummary) -> Vec<String> {
                 String::new()
             } else {
                 format!(" ({})", bad.join(", "))
+            },
+            match c.names_refused {
+                0 => String::new(),
+                n => format!(", {n} interface names refused"),
             }
         ));
     }
     for st in &s.stores {
         out.push(format!(
-            "tapflow:   store {}: {} flows, {} stored, {} dropped, {} pending, {} withheld{}",
+            "tapflow:   store {}: {} flows, {} stored, {} dropped, {} pending, {} withheld, {} \
+             held back while it failed ({} retries){}",
             st.name,
             st.flows,
             st.stored,
             st.dropped,
             st.pending,
             st.withheld,
+            st.held_back,
+            st.retries,
             st.error
                 .as_ref()
                 .map_or(String::new(), |e| format!(" (error: {e})"))
@@ -380,6 +399,7 @@ struct CollectJson<'a> {
     socket_drops: u64,
     refused: u64,
     flows: u64,
+    tcp_sessions: SessionCounts,
     exporters: Vec<ExporterJson<'a>>,
     stores: &'a [StoreOutcome],
 }
@@ -419,6 +439,7 @@ impl<'a> CollectJson<'a> {
             socket_drops: s.book.socket_drops,
             refused: s.book.refused,
             flows: s.book.flows,
+            tcp_sessions: s.book.sessions,
             exporters,
             stores: &s.stores,
         }

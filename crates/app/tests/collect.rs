@@ -740,9 +740,10 @@ fn hostile_datagrams_are_counted_by_reason_and_a_stop_reports() {
     datagrams.push(ipfix_message(0, 16 + t.len() as u16, &t));
     t = vec![0, 2, 0, 8, 1, 1, 0xea, 0x60];
     datagrams.push(ipfix_message(0, 16 + t.len() as u16, &t));
-    // NetFlow v5 numbered 0, 1,000,000 (999,999 flows lost before the collector), then
+    // NetFlow v5 numbered 0, 4,000 (3,999 flows lost before the collector), 1,000,000 (more
+    // than 4096 messages of one flow could have carried: forged, not loss), then
     // 4,000,000,000: an exporter that restarted, not billions lost.
-    for seq in [0, 1_000_000, 4_000_000_000] {
+    for seq in [0, 4_000, 1_000_000, 4_000_000_000] {
         datagrams.push(v5_message(seq));
     }
     let script = format!(
@@ -766,16 +767,16 @@ fn hostile_datagrams_are_counted_by_reason_and_a_stop_reports() {
     let got = col.stop();
     assert!(got.status.success(), "{}", got.err);
     assert!(got.n("bad_messages") > 100, "{}", got.err);
-    assert_eq!(got.n("records"), 3, "the v5 flows: {}", got.err);
-    assert_eq!(got.n("sequence_lost"), 999_999, "{}", got.err);
-    assert_eq!(got.n("sequence_resets"), 1, "{}", got.err);
+    assert_eq!(got.n("records"), 4, "the v5 flows: {}", got.err);
+    assert_eq!(got.n("sequence_lost"), 3_999, "{}", got.err);
+    assert_eq!(got.n("sequence_resets"), 2, "{}", got.err);
     assert!(
         got.err
-            .contains("999999 lost (sequence) across 1 sequence restarts"),
+            .contains("3999 lost (sequence) across 2 sequence restarts"),
         "{}",
         got.err
     );
-    assert_eq!(got.n("stores.0.stored"), 3);
+    assert_eq!(got.n("stores.0.stored"), 4);
     let reasons = json_at(&got.json, "exporters");
     let text = reasons.to_string();
     for why in [
@@ -788,8 +789,7 @@ fn hostile_datagrams_are_counted_by_reason_and_a_stop_reports() {
     }
     // The accounting lines, at a stop by SIGTERM.
     assert!(
-        got.err
-            .contains("tapflow: lost before the collector: 999999"),
+        got.err.contains("tapflow: lost before the collector: 3999"),
         "{}",
         got.err
     );
@@ -859,4 +859,107 @@ fn a_full_disk_is_a_named_loss_not_a_crash() {
     );
     assert_eq!(flows, 3000, "{err}");
     assert!(dropped > 0 && stored + dropped == flows, "{json}");
+}
+
+/// NetFlow v5 messages of one flow each, numbered `from..from + n`, sent to 2055 from `ns`.
+fn send_v5(ns: &Netns, from: u32, n: u32) {
+    let hex: String = v5_message(0).iter().map(|b| format!("{b:02x}")).collect();
+    run_ok(ns.cmd("python3").args([
+        "-c",
+        &format!(
+            "import socket,time;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+             m=bytearray.fromhex('{hex}')\n\
+             for i in range({from},{from}+{n}):\n m[16:20]=i.to_bytes(4,'big');\
+             s.sendto(m,('127.0.0.1',2055));time.sleep(0.001)"
+        ),
+    ]));
+}
+
+/// Sets the soft descriptor limit of process `pid` (`None`: up to its hard limit).
+fn set_nofile(pid: i32, soft: Option<usize>) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let hard = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(4))
+        .unwrap()
+        .to_string();
+    let soft = soft.map_or(hard.clone(), |n| n.to_string());
+    run_ok(Command::new("prlimit").args([
+        "--pid",
+        &pid.to_string(),
+        &format!("--nofile={soft}:{hard}"),
+    ]));
+}
+
+#[test]
+fn a_store_out_of_descriptors_is_retried_and_loses_nothing() {
+    let ns = Netns::new("fds");
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let summary = dir.path().join("summary.json");
+    let child = ns
+        .tapflow(&[
+            "collect",
+            "-q",
+            "-l",
+            "nfv5://127.0.0.1",
+            "--flush-seconds",
+            "0.5",
+            "--metrics",
+            "9466",
+        ])
+        .arg("--store")
+        .arg(&store)
+        .arg("--summary-json")
+        .arg(&summary)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut g = ChildGuard::new(child, "tapflow collect");
+    wait_udp_bound(&mut g, 2055);
+    send_v5(&ns, 0, 100);
+    std::thread::sleep(Duration::from_secs(1));
+    // Every descriptor taken: a limit at the lowest free descriptor number makes each open
+    // fail with EMFILE, as a thousand idle connections did.
+    let open: Vec<usize> = std::fs::read_dir(format!("/proc/{}/fd", g.pid()))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let free = (0..).find(|n| !open.contains(n)).unwrap();
+    set_nofile(g.pid(), Some(free));
+    send_v5(&ns, 100, 200);
+    std::thread::sleep(Duration::from_secs(2));
+    send_v5(&ns, 300, 200);
+    std::thread::sleep(Duration::from_secs(2));
+    set_nofile(g.pid(), None);
+    // /metrics says what was held back, once it has a descriptor to answer with.
+    let held = |m: &str| {
+        m.lines().any(|l| {
+            l.starts_with("tapflow_collect_store_held_back_total{store=\"parquet:")
+                && !l.ends_with(" 0")
+        })
+    };
+    let mut metrics = String::new();
+    for _ in 0..50 {
+        metrics = scrape(&ns, 9466);
+        if held(&metrics) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(held(&metrics), "{metrics}");
+    g.signal(libc::SIGTERM);
+    let (status, err) = g.wait_output(Duration::from_secs(30));
+    let json = std::fs::read_to_string(&summary).unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert!(status.success(), "{err}");
+    assert_eq!(json_u64(&json, "stores.0.flows"), 500, "{json}");
+    assert_eq!(json_u64(&json, "stores.0.stored"), 500, "{json}");
+    assert_eq!(json_u64(&json, "stores.0.dropped"), 0, "{json}");
+    assert_eq!(json_u64(&json, "stores.0.withheld"), 0, "{json}");
+    assert!(json_u64(&json, "stores.0.held_back") > 0, "{json}");
+    assert!(json_u64(&json, "stores.0.retries") > 0, "{json}");
+    assert!(err.contains("held back while it failed"), "{err}");
+    assert_eq!(store_flows(&store).len(), 500);
 }

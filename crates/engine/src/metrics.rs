@@ -338,7 +338,7 @@ fn write_families(out: &mut String, families: impl IntoIterator<Item = Family>) 
     }
 }
 
-fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")

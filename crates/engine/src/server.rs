@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{IpAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,6 +35,8 @@ pub(crate) trait Stream: Read + Write + AsFd + Send + 'static {
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()>;
     /// `SO_SNDTIMEO`.
     fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()>;
+    /// The peer's address, for [`Limits::per_source`] (`None` for a Unix socket).
+    fn peer_ip(&self) -> Option<IpAddr>;
 }
 
 impl Stream for UnixStream {
@@ -44,6 +46,9 @@ impl Stream for UnixStream {
     fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         UnixStream::set_write_timeout(self, t)
     }
+    fn peer_ip(&self) -> Option<IpAddr> {
+        None
+    }
 }
 
 impl Stream for TcpStream {
@@ -52,6 +57,9 @@ impl Stream for TcpStream {
     }
     fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         TcpStream::set_write_timeout(self, t)
+    }
+    fn peer_ip(&self) -> Option<IpAddr> {
+        self.peer_addr().ok().map(|a| a.ip().to_canonical())
     }
 }
 
@@ -82,6 +90,8 @@ impl Listener for TcpListener {
 pub(crate) struct Limits {
     /// Connections served at once; one more is closed unanswered.
     pub(crate) connections: usize,
+    /// Connections served at once from one address; one more is closed unanswered.
+    pub(crate) per_source: usize,
     /// From a connection's acceptance to the end of its request.
     pub(crate) request: Duration,
     /// From the first byte of the answer to its last.
@@ -94,14 +104,17 @@ impl Limits {
     /// machine, and a few slow clients cannot take every place.
     pub(crate) const SERVICE: Limits = Limits {
         connections: 16,
+        per_source: 16,
         request: Duration::from_secs(5),
         reply: Duration::from_secs(5),
     };
 
     /// IPFIX over TCP (`tapflow collect`): an exporter holds its session open for as long as
-    /// it runs, so a session has no deadline; at most 256 are served at once.
+    /// it runs, so a session has no deadline of its own here (the collector gives each message
+    /// one, and ends a silent session); at most 256 are served at once, 16 from one address.
     pub(crate) const SESSIONS: Limits = Limits {
         connections: 256,
+        per_source: 16,
         request: Duration::from_secs(100 * 365 * 24 * 3600),
         reply: Duration::from_secs(5),
     };
@@ -112,8 +125,8 @@ impl Limits {
 pub(crate) struct ServerCounts {
     /// Connections accepted and served.
     pub(crate) served: u64,
-    /// Connections closed unanswered: [`Limits::connections`] were open already, or no thread
-    /// could be started for them.
+    /// Connections closed unanswered: [`Limits::connections`] (or [`Limits::per_source`] from
+    /// its address) were open already, or no thread could be started for them.
     pub(crate) refused: u64,
     /// Connections closed because the client missed a deadline.
     pub(crate) timed_out: u64,
@@ -123,7 +136,9 @@ pub(crate) struct ServerCounts {
 #[derive(Debug, Default)]
 struct Open {
     next: u64,
-    conns: HashMap<u64, OwnedFd>,
+    conns: HashMap<u64, (OwnedFd, Option<IpAddr>)>,
+    /// Connections open per peer address.
+    sources: HashMap<IpAddr, usize>,
 }
 
 /// What the accepting thread, the connections' threads and the [`Server`] share.
@@ -157,22 +172,37 @@ impl Shared {
         self.refused.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Registers a connection, unless [`Limits::connections`] are open already.
-    fn admit(&self, s: &impl AsFd, limit: usize) -> Option<u64> {
+    /// Registers a connection, unless [`Limits::connections`] are open already, or
+    /// [`Limits::per_source`] from its address.
+    fn admit(&self, s: &impl Stream, limits: Limits) -> Option<u64> {
+        let source = s.peer_ip();
         let mut open = self.open();
-        if open.conns.len() >= limit {
+        let from_source = source.map_or(0, |a| open.sources.get(&a).copied().unwrap_or(0));
+        if open.conns.len() >= limits.connections || from_source >= limits.per_source {
             return None;
         }
         let fd = s.as_fd().try_clone_to_owned().ok()?;
         let id = open.next;
         open.next += 1;
-        open.conns.insert(id, fd);
+        open.conns.insert(id, (fd, source));
+        if let Some(a) = source {
+            *open.sources.entry(a).or_insert(0) += 1;
+        }
         Some(id)
     }
 
     /// Forgets connection `id`, whose thread is ending.
     fn release(&self, id: u64) {
-        self.open().conns.remove(&id);
+        let mut open = self.open();
+        if let Some((_, Some(a))) = open.conns.remove(&id)
+            && let Some(n) = open.sources.get_mut(&a)
+        {
+            *n -= 1;
+            if *n == 0 {
+                open.sources.remove(&a);
+            }
+        }
+        drop(open);
         self.closed.notify_all();
     }
 }
@@ -213,6 +243,11 @@ impl<S: Stream> Connection<S> {
     /// What its server did with its connections so far.
     pub(crate) fn server_counts(&self) -> ServerCounts {
         self.shared.counts()
+    }
+
+    /// Counts the connection as ended for a deadline the serving function keeps itself (once).
+    pub(crate) fn time_out(&mut self) {
+        let _ = self.missed();
     }
 
     /// The time left until `by`, or the error of a missed deadline (counted once).
@@ -332,7 +367,6 @@ impl Server {
     }
 
     /// What it did with its connections so far.
-    #[cfg(test)]
     pub(crate) fn counts(&self) -> ServerCounts {
         self.shared.counts()
     }
@@ -347,7 +381,7 @@ fn start<S: Stream>(
     serve: &Arc<impl Fn(&mut Connection<S>) + Send + Sync + 'static>,
 ) {
     let accepted = Instant::now();
-    let Some(id) = shared.admit(&s, limits.connections) else {
+    let Some(id) = shared.admit(&s, limits) else {
         return shared.refuse();
     };
     let release = Release {
@@ -388,7 +422,7 @@ impl Drop for Server {
             }
         }
         let open = self.shared.open();
-        for fd in open.conns.values() {
+        for (fd, _) in open.conns.values() {
             let _ = shut_down(fd, &self.name);
         }
         let _ = self

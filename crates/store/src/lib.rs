@@ -40,6 +40,29 @@ pub enum StoreError {
     Other(String),
 }
 
+impl StoreError {
+    /// Whether the process or the system had no descriptor left (`EMFILE`, `ENFILE`): the
+    /// Parquet store keeps the flows of a file it could not create so, to write them later.
+    pub fn is_out_of_descriptors(&self) -> bool {
+        matches!(self, StoreError::Io { source, .. } if tapflow_sys::rlimit::is_out_of_descriptors(source))
+    }
+
+    /// Whether the failure may pass: no descriptor or memory left, a full disk or quota. The
+    /// collector tries such a store again.
+    pub fn is_transient(&self) -> bool {
+        let StoreError::Io { source, .. } = self else {
+            return false;
+        };
+        self.is_out_of_descriptors()
+            || matches!(
+                source.kind(),
+                std::io::ErrorKind::OutOfMemory
+                    | std::io::ErrorKind::StorageFull
+                    | std::io::ErrorKind::QuotaExceeded
+            )
+    }
+}
+
 /// How many flows a store kept and lost, for the summary and `/metrics`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreReport {

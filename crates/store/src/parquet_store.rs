@@ -226,6 +226,9 @@ impl ParquetStore {
         let mut first_error = None;
         let mut staged = Vec::new();
         let mut groups = Vec::new();
+        // Flows whose file could not be created for want of a descriptor, kept for the next
+        // write up to the buffer's size (a full disk drops them: the files would not fit).
+        let mut kept: Vec<StoredFlow> = Vec::new();
         let mut at = 0;
         while at < keys.len() {
             let hour = partition_start(Table::Flows, us(keys[at].0));
@@ -243,6 +246,10 @@ impl ParquetStore {
                 Ok(s) => {
                     staged.push(s);
                     groups.push((group, dir, hour));
+                }
+                Err(e) if e.is_out_of_descriptors() && kept.len() + n <= self.opts.max_buffered => {
+                    kept.extend(group.iter().map(|&i| flows[i as usize]));
+                    first_error.get_or_insert(e);
                 }
                 Err(e) => {
                     self.report.pending -= n as u64;
@@ -269,9 +276,13 @@ impl ParquetStore {
                 }
             }
         }
-        let mut flows = flows;
-        flows.clear();
-        self.flows = flows;
+        if kept.is_empty() {
+            let mut flows = flows;
+            flows.clear();
+            self.flows = flows;
+        } else {
+            self.flows = kept;
+        }
         first_error.map_or(Ok(()), Err)
     }
 

@@ -10,7 +10,7 @@
 //! - [`xdp`], [`xsk`], [`ringbuf`]: XDP capture: the XDP programs (eBPF written here), their
 //!   maps and link, the AF_XDP socket with its UMEM and rings, and the BPF ring buffer that
 //!   carries copies of frames left to the stack.
-//! - [`iface`], [`mmap`], [`clock`], [`cpu`], [`netns`]: small lookups and helpers.
+//! - [`iface`], [`mmap`], [`clock`], [`cpu`], [`netns`], [`rlimit`]: small lookups and helpers.
 //!
 //! Unsafe code is denied at the root and allowed only in the modules that call the kernel; each
 //! `unsafe` block says why it is sound. Socket setup goes through one funnel (`syscall`), which
@@ -34,6 +34,7 @@ pub mod peer;
 pub mod privilege;
 pub mod ring;
 pub mod ringbuf;
+pub mod rlimit;
 mod syscall;
 mod tpacket;
 pub mod tx;

@@ -170,9 +170,12 @@ pub enum DecodeError {
         /// Its offset.
         at: usize,
     },
-    /// A new exporter while [`Limits::max_exporters`] are known.
-    #[error("exporter refused: {limit} exporters already known")]
+    /// A new exporter while [`Limits::max_exporters`] are known and none has been idle for
+    /// [`EVICT_IDLE_NS`].
+    #[error("exporter refused (domain {domain}): {limit} exporters already known, none idle")]
     TooManyExporters {
+        /// The observation domain refused.
+        domain: u32,
         /// The limit.
         limit: usize,
     },
@@ -221,6 +224,9 @@ pub struct Limits {
     pub max_templates_per_exporter: usize,
     /// (exporter, protocol, domain) states held at once.
     pub max_exporters: usize,
+    /// (exporter, protocol, domain) states one exporter address holds at once; a new one past
+    /// this replaces the address's state idle longest.
+    pub max_exporters_per_address: usize,
     /// Templates held by all exporters together.
     pub max_templates: usize,
     /// Fields in one template.
@@ -232,11 +238,16 @@ impl Default for Limits {
         Limits {
             max_templates_per_exporter: 512,
             max_exporters: 4096,
+            max_exporters_per_address: 64,
             max_templates: 65536,
             max_fields: 256,
         }
     }
 }
+
+/// A new exporter past [`Limits::max_exporters`] replaces the state idle longest if it has been
+/// idle this long (ns); otherwise it is refused.
+pub const EVICT_IDLE_NS: u64 = 60_000_000_000;
 
 /// Largest forward jump of a sequence number counted as loss; a longer one (an exporter that
 /// restarted, or a hostile number) restarts the count instead of adding billions.
@@ -487,6 +498,8 @@ impl Exporter {
 pub struct Decoder {
     limits: Limits,
     exporters: HashMap<ExporterKey, Exporter>,
+    /// States held per exporter address.
+    per_address: HashMap<[u8; 16], usize>,
     budget: Budget,
 }
 
@@ -496,6 +509,7 @@ impl Decoder {
         Decoder {
             limits,
             exporters: HashMap::new(),
+            per_address: HashMap::new(),
             budget: Budget {
                 per_exporter: limits.max_templates_per_exporter,
                 total: limits.max_templates,
@@ -521,24 +535,56 @@ impl Decoder {
         self.budget.held
     }
 
-    /// The state of `key`, created if new and the limit allows.
+    /// The state of `key`, created if new. A new state past the address's share replaces the
+    /// address's state idle longest; past the limit of all, the state idle longest if it has
+    /// been idle [`EVICT_IDLE_NS`], else the new one is refused.
     fn exporter(
         &mut self,
         key: ExporterKey,
         now_ns: u64,
     ) -> Result<(&mut Exporter, &mut Budget), DecodeError> {
-        let n = self.exporters.len();
-        let ex = match self.exporters.entry(key) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(_) if n >= self.limits.max_exporters => {
-                return Err(DecodeError::TooManyExporters {
-                    limit: self.limits.max_exporters,
-                });
+        if !self.exporters.contains_key(&key) {
+            let oldest = |of: Option<[u8; 16]>| {
+                self.exporters
+                    .iter()
+                    .filter(|(k, _)| of.is_none_or(|a| k.0 == a))
+                    .min_by_key(|(_, e)| e.last_ns)
+                    .map(|(k, e)| (*k, e.last_ns))
+            };
+            let held = self.per_address.get(&key.0).copied().unwrap_or(0);
+            let evict = if held >= self.limits.max_exporters_per_address {
+                oldest(Some(key.0))
+            } else if self.exporters.len() >= self.limits.max_exporters {
+                match oldest(None) {
+                    Some((k, last)) if now_ns.saturating_sub(last) >= EVICT_IDLE_NS => {
+                        Some((k, last))
+                    }
+                    _ => {
+                        return Err(DecodeError::TooManyExporters {
+                            domain: key.2,
+                            limit: self.limits.max_exporters,
+                        });
+                    }
+                }
+            } else {
+                None
+            };
+            if let Some((k, _)) = evict {
+                self.forget(&k);
             }
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(Exporter::default()),
-        };
+            *self.per_address.entry(key.0).or_insert(0) += 1;
+        }
+        let ex = self.exporters.entry(key).or_default();
         ex.last_ns = now_ns;
         Ok((ex, &mut self.budget))
+    }
+
+    /// Drops the state of `key` and its templates.
+    fn forget(&mut self, key: &ExporterKey) {
+        if let Some(mut ex) = self.exporters.remove(key) {
+            ex.templates.clear(&mut self.budget);
+            release(&mut self.per_address, key.0);
+        }
     }
 
     /// Decodes one message (a datagram, or one IPFIX message cut from a TCP stream) from
@@ -603,14 +649,25 @@ impl Decoder {
 
     /// Forgets exporters (templates, sequence state) not heard from for `idle_ns`.
     pub fn expire(&mut self, now_ns: u64, idle_ns: u64) {
-        let budget = &mut self.budget;
-        self.exporters.retain(|_, ex| {
+        let (budget, per_address) = (&mut self.budget, &mut self.per_address);
+        self.exporters.retain(|k, ex| {
             let keep = now_ns.saturating_sub(ex.last_ns) < idle_ns;
             if !keep {
                 ex.templates.clear(budget);
+                release(per_address, k.0);
             }
             keep
         });
+    }
+}
+
+/// One state of `address` fewer.
+fn release(per_address: &mut HashMap<[u8; 16], usize>, address: [u8; 16]) {
+    if let Some(n) = per_address.get_mut(&address) {
+        *n -= 1;
+        if *n == 0 {
+            per_address.remove(&address);
+        }
     }
 }
 
@@ -842,6 +899,7 @@ mod tests {
         fn arbitrary_bytes_never_panic(msgs in proptest::collection::vec(
             (0..4usize, proptest::collection::vec(any::<u8>(), 0..300)), 0..20)) {
             let mut d = Decoder::new(Limits { max_templates_per_exporter: 4, max_exporters: 4,
+                                              max_exporters_per_address: 2,
                                               max_templates: 8, max_fields: 16 });
             let protocols = [Protocol::Ipfix, Protocol::NetflowV9, Protocol::NetflowV5, Protocol::Sflow5];
             for (p, m) in &msgs {
@@ -1167,11 +1225,114 @@ mod tests {
         assert_eq!(got, [(200, 10000, 100), (20, 1000, 10), (300, 0, 100)]);
     }
 
+    /// An IPFIX message of no set from observation domain `domain`.
+    fn from_domain(domain: u32) -> Vec<u8> {
+        let mut m = ipfix_msg(0, &[]);
+        m[12..16].copy_from_slice(&domain.to_be_bytes());
+        m
+    }
+
+    #[test]
+    fn one_address_forging_domains_holds_its_share_and_locks_no_one_out() {
+        let mut d = Decoder::new(Limits::default());
+        let limits = Limits::default();
+        for domain in 0..10_000u32 {
+            let at = T0 + u64::from(domain) * MS;
+            assert!(
+                d.decode(
+                    Protocol::Ipfix,
+                    EXPORTER,
+                    &from_domain(domain),
+                    at,
+                    &mut |_| {}
+                )
+                .is_ok()
+            );
+        }
+        // The address keeps its newest 64 domains, not 4096.
+        assert_eq!(d.exporters(), limits.max_exporters_per_address);
+        let newest = d.decode(
+            Protocol::Ipfix,
+            EXPORTER,
+            &from_domain(9_999),
+            T0 + 10 * SEC,
+            &mut |_| {},
+        );
+        assert!(newest.is_ok());
+        // A new exporter is taken at once.
+        let other = [7; 16];
+        let s = d.decode(
+            Protocol::Ipfix,
+            other,
+            &from_domain(1),
+            T0 + 10 * SEC,
+            &mut |_| {},
+        );
+        assert_eq!(s.unwrap().domain, 1);
+    }
+
+    #[test]
+    fn past_the_limit_the_state_idle_longest_makes_room_and_a_refusal_names_the_domain() {
+        let limits = Limits {
+            max_exporters: 4,
+            ..Limits::default()
+        };
+        let mut d = Decoder::new(limits);
+        for a in 0..4u8 {
+            let t = T0 + u64::from(a) * SEC;
+            assert!(
+                d.decode(Protocol::Ipfix, [a; 16], &from_domain(1), t, &mut |_| {})
+                    .is_ok()
+            );
+        }
+        // None idle for a minute: refused, naming the domain.
+        let e = d
+            .decode(
+                Protocol::Ipfix,
+                [9; 16],
+                &from_domain(42),
+                T0 + 5 * SEC,
+                &mut |_| {},
+            )
+            .unwrap_err();
+        assert_eq!(
+            e,
+            DecodeError::TooManyExporters {
+                domain: 42,
+                limit: 4
+            }
+        );
+        // The one idle longest gives way once it has been idle that long; the rest stay.
+        let later = T0 + EVICT_IDLE_NS + SEC;
+        assert!(
+            d.decode(
+                Protocol::Ipfix,
+                [9; 16],
+                &from_domain(42),
+                later,
+                &mut |_| {}
+            )
+            .is_ok()
+        );
+        assert_eq!(d.exporters(), 4);
+        let e = d.decode(
+            Protocol::Ipfix,
+            [8; 16],
+            &from_domain(1),
+            later,
+            &mut |_| {},
+        );
+        assert!(e.is_ok(), "[1; 16] was idle as long: {e:?}");
+        assert!(d.exporters.contains_key(&([3; 16], Protocol::Ipfix, 1)));
+        assert!(!d.exporters.contains_key(&([0; 16], Protocol::Ipfix, 1)));
+    }
+
     #[test]
     fn limits_refuse_what_does_not_fit() {
         let limits = Limits {
             max_templates_per_exporter: 2,
             max_exporters: 1,
+            max_exporters_per_address: 1,
             max_templates: 3,
             max_fields: 3,
         };
@@ -1200,7 +1361,10 @@ mod tests {
             )
             .unwrap_err();
         assert_eq!(e.reason(), "too_many_exporters");
-        assert_eq!(e.to_string(), "exporter refused: 1 exporters already known");
+        assert_eq!(
+            e.to_string(),
+            "exporter refused (domain 1): 1 exporters already known, none idle"
+        );
         // Expiry forgets the exporter and its templates.
         d.expire(T0 + 10 * SEC, 5 * SEC);
         assert_eq!((d.exporters(), d.templates()), (0, 0));

@@ -12,11 +12,22 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::Serialize;
 use tapflow_wire::flowdecode::{DecodeError, MessageSummary};
 
+use crate::metrics::escape;
 use crate::source::SourceCounter;
+use crate::source::datagrams::within_reach;
 
 /// Exporters (address and domain) one worker counts apart; the rest are summed under the
 /// unspecified address, so forged sources cannot grow the table without bound.
 pub const MAX_EXPORTERS: usize = 4096;
+/// Observation domains of one address one worker counts apart; the rest of the address's are
+/// summed under its domain [`OTHER_DOMAINS`], so one host forging domains fills only its share.
+pub const MAX_DOMAINS_PER_ADDRESS: usize = 64;
+/// The most messages one sequence jump may say were lost, each the size of the message that
+/// shows the jump: a longer jump is counted as a restart of the numbers, not as loss, so
+/// forged numbers claim at most this many times what the exporter delivered.
+pub const MAX_MISSING_MESSAGES: u64 = 4096;
+/// The domain an address's domains past [`MAX_DOMAINS_PER_ADDRESS`] are counted under.
+pub const OTHER_DOMAINS: u32 = u32::MAX;
 
 /// One exporter and observation domain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -59,6 +70,8 @@ pub struct ExporterCounts {
     pub skipped: u64,
     /// Messages refused whole.
     pub bad_messages: u64,
+    /// Interface names (new or changed) refused: the exporter passed on its share already.
+    pub names_refused: u64,
     /// Refused messages and parts, by reason.
     pub bad: BTreeMap<&'static str, u64>,
 }
@@ -77,10 +90,35 @@ impl ExporterCounts {
         self.malformed += o.malformed;
         self.skipped += o.skipped;
         self.bad_messages += o.bad_messages;
+        self.names_refused += o.names_refused;
         for (k, v) in &o.bad {
             *self.bad.entry(k).or_insert(0) += v;
         }
     }
+}
+
+/// What the store thread held back for one store while it failed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct StoreHold {
+    /// Flows held back, in all (handed over once the store recovered, or dropped).
+    pub held_back: u64,
+    /// Flows held back now.
+    pub waiting: u64,
+    /// Flows dropped because the store failed longer than the collector could hold them.
+    pub dropped: u64,
+    /// Times the store was tried again.
+    pub retries: u64,
+}
+
+/// What became of the IPFIX-over-TCP sessions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SessionCounts {
+    /// Sessions accepted and served.
+    pub served: u64,
+    /// Sessions closed at once: too many open, or too many from the same address.
+    pub refused: u64,
+    /// Sessions ended because a message was not whole in time.
+    pub timed_out: u64,
 }
 
 /// One worker's counts.
@@ -96,18 +134,33 @@ pub struct Book {
     pub socket_drops: u64,
     /// Flow records handed to the store.
     pub flows: u64,
+    /// Per store (by name), what the store thread held back; only in a [`Ledger::snapshot`].
+    pub stores: BTreeMap<String, StoreHold>,
+    /// IPFIX-over-TCP sessions; only in a [`Ledger::snapshot`].
+    pub sessions: SessionCounts,
+    /// Domains counted apart per address.
+    per_address: HashMap<[u8; 16], usize>,
 }
 
 impl Book {
     fn entry(&mut self, key: ExporterKey) -> &mut ExporterCounts {
-        let key = if self.exporters.len() < MAX_EXPORTERS || self.exporters.contains_key(&key) {
-            key
-        } else {
-            ExporterKey {
-                exporter: [0; 16],
-                domain: 0,
+        let mut key = key;
+        if !self.exporters.contains_key(&key) {
+            let held = self.per_address.entry(key.exporter).or_insert(0);
+            if *held >= MAX_DOMAINS_PER_ADDRESS {
+                key.domain = OTHER_DOMAINS;
             }
-        };
+            if !self.exporters.contains_key(&key) {
+                if self.exporters.len() < MAX_EXPORTERS {
+                    *held += 1;
+                } else {
+                    key = ExporterKey {
+                        exporter: [0; 16],
+                        domain: 0,
+                    };
+                }
+            }
+        }
         self.exporters.entry(key).or_default()
     }
 
@@ -120,7 +173,12 @@ impl Book {
         e.protocol = m.protocol.name();
         e.messages += 1;
         e.records += u64::from(m.records);
-        e.sequence_lost = e.sequence_lost.saturating_add(m.sequence_lost);
+        let per = u64::from(m.records.max(1));
+        if within_reach(m.sequence_lost, MAX_MISSING_MESSAGES, per) {
+            e.sequence_lost = e.sequence_lost.saturating_add(m.sequence_lost);
+        } else {
+            e.sequence_resets += 1;
+        }
         e.sequence_resets += u64::from(m.sequence_resets);
         e.template_missing += u64::from(m.template_missing);
         e.templates += u64::from(m.templates);
@@ -141,9 +199,20 @@ impl Book {
         *e.bad.entry(why).or_insert(0) += 1;
     }
 
-    /// Counts a message the decoder refused.
+    /// Counts an interface name refused for `key`.
+    pub fn names_refused(&mut self, key: ExporterKey) {
+        self.entry(key).names_refused += 1;
+    }
+
+    /// Counts a message the decoder refused (a refused exporter under its own domain).
     pub fn refused_message(&mut self, exporter: [u8; 16], e: &DecodeError) {
-        self.bad(exporter, e.reason());
+        let domain = match *e {
+            DecodeError::TooManyExporters { domain, .. } => domain,
+            _ => 0,
+        };
+        let c = self.entry(ExporterKey { exporter, domain });
+        c.bad_messages += 1;
+        *c.bad.entry(e.reason()).or_insert(0) += 1;
     }
 
     /// Adds `o`'s counts.
@@ -175,6 +244,10 @@ pub struct Ledger {
     slots: Mutex<Vec<Arc<Mutex<Book>>>>,
     /// Sessions that ended, summed.
     ended: Mutex<Book>,
+    /// The store thread's holds.
+    stores: Mutex<BTreeMap<String, StoreHold>>,
+    /// The TCP listeners' sessions.
+    sessions: Mutex<SessionCounts>,
 }
 
 impl Ledger {
@@ -211,7 +284,20 @@ impl Ledger {
         for s in slots.iter() {
             all.add(&s.lock().unwrap_or_else(PoisonError::into_inner));
         }
+        all.stores
+            .clone_from(&self.stores.lock().unwrap_or_else(PoisonError::into_inner));
+        all.sessions = *self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
         all
+    }
+
+    /// Publishes what became of the TCP sessions, over every listener.
+    pub fn set_sessions(&self, s: SessionCounts) {
+        *self.sessions.lock().unwrap_or_else(PoisonError::into_inner) = s;
+    }
+
+    /// Publishes what the store thread holds back, per store.
+    pub fn set_stores(&self, stores: BTreeMap<String, StoreHold>) {
+        *self.stores.lock().unwrap_or_else(PoisonError::into_inner) = stores;
     }
 }
 
@@ -227,6 +313,12 @@ pub fn metrics(b: &Book) -> Vec<SourceCounter> {
             .collect()
     };
     let one = |v: u64| vec![(String::new(), v as f64)];
+    let per_store = |pick: fn(&StoreHold) -> u64| -> Vec<(String, f64)> {
+        b.stores
+            .iter()
+            .map(|(name, h)| (format!("store=\"{}\"", escape(name)), pick(h) as f64))
+            .collect()
+    };
     vec![
         SourceCounter {
             name: "tapflow_collect_records_total",
@@ -249,6 +341,11 @@ pub fn metrics(b: &Book) -> Vec<SourceCounter> {
             name: "tapflow_collect_template_missing_total",
             help: "Data records dropped because their template was not known.",
             samples: per(|c| c.template_missing),
+        },
+        SourceCounter {
+            name: "tapflow_collect_interface_names_refused_total",
+            help: "Interface names (new or changed) refused past an exporter's share.",
+            samples: per(|c| c.names_refused),
         },
         SourceCounter {
             name: "tapflow_collect_bad_total",
@@ -281,6 +378,39 @@ pub fn metrics(b: &Book) -> Vec<SourceCounter> {
             name: "tapflow_collect_flows_total",
             help: "Flows handed to the stores.",
             samples: one(b.flows),
+        },
+        SourceCounter {
+            name: "tapflow_collect_tcp_sessions_total",
+            help: "IPFIX-over-TCP sessions served.",
+            samples: one(b.sessions.served),
+        },
+        SourceCounter {
+            name: "tapflow_collect_tcp_sessions_refused_total",
+            help: "IPFIX-over-TCP sessions closed at once: 256 open, or 16 from the address.",
+            samples: one(b.sessions.refused),
+        },
+        SourceCounter {
+            name: "tapflow_collect_tcp_sessions_timed_out_total",
+            help: "IPFIX-over-TCP sessions ended because a message was not whole 10 s after its \
+                   first byte.",
+            samples: one(b.sessions.timed_out),
+        },
+        SourceCounter {
+            name: "tapflow_collect_store_held_back_total",
+            help: "Flows held back in the collector while a store failed (no descriptor, a \
+                   full disk), handed over once it recovered.",
+            samples: per_store(|h| h.held_back),
+        },
+        SourceCounter {
+            name: "tapflow_collect_store_held_dropped_total",
+            help: "Flows dropped because a store failed longer than the collector could hold \
+                   them back.",
+            samples: per_store(|h| h.dropped),
+        },
+        SourceCounter {
+            name: "tapflow_collect_store_retries_total",
+            help: "Times a failing store was tried again.",
+            samples: per_store(|h| h.retries),
         },
     ]
 }
@@ -348,12 +478,67 @@ mod tests {
     }
 
     #[test]
+    fn a_sequence_jump_claims_no_more_than_its_messages_could_carry() {
+        let mut b = Book::default();
+        let x = [5; 16];
+        // 1,120 messages of one record, each numbered 2^22 past the last: 4.7 billion claimed.
+        for _ in 0..1120 {
+            let mut m = summary(1, 1, 1 << 22);
+            m.sequence_resets = 0;
+            b.message(x, &m);
+        }
+        let t = b.totals();
+        assert_eq!((t.sequence_lost, t.sequence_resets), (0, 1120));
+        // 100 messages of 30 records lost is loss.
+        let mut m = summary(1, 30, 3000);
+        m.sequence_resets = 0;
+        b.message(x, &m);
+        assert_eq!(b.totals().sequence_lost, 3000);
+    }
+
+    #[test]
     fn forged_exporters_are_summed_past_the_limit() {
         let mut b = Book::default();
         for i in 0..(MAX_EXPORTERS as u32 + 100) {
-            b.message([9; 16], &summary(i, 1, 0));
+            let mut a = [9; 16];
+            a[12..].copy_from_slice(&i.to_be_bytes());
+            b.message(a, &summary(1, 1, 0));
         }
         assert_eq!(b.exporters.len(), MAX_EXPORTERS + 1);
         assert_eq!(b.totals().records, MAX_EXPORTERS as u64 + 100);
+    }
+
+    #[test]
+    fn one_address_forging_domains_fills_its_share_and_a_refusal_is_named() {
+        let mut b = Book::default();
+        let (forger, other) = ([9; 16], [7; 16]);
+        for i in 0..10_000 {
+            b.message(forger, &summary(i, 1, 0));
+        }
+        let of = |b: &Book, a| b.exporters.keys().filter(|k| k.exporter == a).count();
+        assert_eq!(of(&b, forger), MAX_DOMAINS_PER_ADDRESS + 1);
+        let rest = ExporterKey {
+            exporter: forger,
+            domain: OTHER_DOMAINS,
+        };
+        assert_eq!(
+            b.exporters[&rest].records,
+            10_000 - MAX_DOMAINS_PER_ADDRESS as u64
+        );
+        // Another exporter is counted under its own name, a refusal under its domain.
+        b.message(other, &summary(3, 1, 0));
+        b.refused_message(
+            other,
+            &DecodeError::TooManyExporters {
+                domain: 5,
+                limit: 4096,
+            },
+        );
+        let k = |domain| ExporterKey {
+            exporter: other,
+            domain,
+        };
+        assert_eq!(b.exporters[&k(3)].records, 1);
+        assert_eq!(b.exporters[&k(5)].bad["too_many_exporters"], 1);
     }
 }

@@ -30,7 +30,7 @@ use tapflow_wire::flowdecode::Limits;
 
 use crate::EngineError;
 use crate::collector::intake::Intake;
-use crate::collector::ledger::{Book, Ledger};
+use crate::collector::ledger::{Book, Ledger, SessionCounts};
 use crate::collector::listen::{Listen, ListenTransport};
 use crate::collector::tcp::TcpIntake;
 use crate::collector::udp::{READ_TIMEOUT, UdpWorker};
@@ -172,6 +172,7 @@ pub fn run(
         let elapsed = start.elapsed();
         if elapsed >= next_tick {
             next_tick = elapsed + Duration::from_secs(1);
+            ledger.set_sessions(session_counts(&sessions));
             tick(elapsed, &ledger.snapshot());
         }
     }
@@ -179,6 +180,7 @@ pub fn run(
     for t in threads {
         let _ = t.join();
     }
+    ledger.set_sessions(session_counts(&sessions));
     drop(sessions);
     let stores = writer.finish();
     Ok(CollectSummary {
@@ -186,6 +188,17 @@ pub fn run(
         book: ledger.snapshot(),
         stores,
     })
+}
+
+/// The sessions of every TCP listener, summed.
+fn session_counts(listeners: &[TcpIntake]) -> SessionCounts {
+    let mut all = SessionCounts::default();
+    for s in listeners.iter().map(TcpIntake::sessions) {
+        all.served += s.served;
+        all.refused += s.refused;
+        all.timed_out += s.timed_out;
+    }
+    all
 }
 
 /// `n` sockets bound to `addr` in one `SO_REUSEPORT` group (port 0: one the kernel picks),

@@ -1,8 +1,11 @@
 //! The store thread: takes the workers' batches and hands them to every store, makes them
 //! visible every flush interval, and writes each exporter's counters every stats interval.
 //!
-//! A store that fails (a full disk, a server gone) is not a crash: what it could not take is
-//! counted as its loss, and the collector goes on.
+//! A store that fails is not a crash. A failure that passes (no descriptor left, a full disk,
+//! no memory) is tried again with a growing wait ([`RETRY_FIRST`] to [`RETRY_MAX`]); meanwhile
+//! the thread holds the store's flows back, up to [`MAX_HELD`], and counts what it drops past
+//! that. Any other failure ends the store: what it could not take is counted as its loss, and
+//! the collector goes on.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,14 +14,22 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tapflow_store::{ExporterStats, FlowStore, StoreReport};
+use tapflow_store::{ExporterStats, FlowStore, InterfaceName, StoreError, StoreReport, StoredFlow};
 
 use crate::EngineError;
 use crate::collector::intake::Batch;
-use crate::collector::ledger::{ExporterCounts, ExporterKey, Ledger};
+use crate::collector::ledger::{ExporterCounts, ExporterKey, Ledger, StoreHold};
 
 /// Batches waiting for the store thread: with 4096 flows each, 256k flows.
 const QUEUE: usize = 64;
+/// Flows held back for one store while it fails, about 200 MiB; more are dropped, counted.
+pub const MAX_HELD: usize = 1 << 20;
+/// Interface names held back for one store while it fails.
+const MAX_HELD_NAMES: usize = 65_536;
+/// The wait before a store that failed is tried again the first time.
+pub const RETRY_FIRST: Duration = Duration::from_millis(100);
+/// The longest wait between two tries; each failed try doubles the wait up to this.
+pub const RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// One store, by name, as it was handed to the collector.
 #[derive(Debug)]
@@ -42,9 +53,14 @@ pub struct StoreOutcome {
     pub dropped: u64,
     /// Flows it took and did not write by the end.
     pub pending: u64,
-    /// Flows not handed to it because it had failed.
+    /// Flows not handed to it because it had failed for good.
     pub withheld: u64,
-    /// The first error it returned.
+    /// Flows held back in the collector while it failed for a while, handed over once it
+    /// recovered (or counted in `dropped` if it did not).
+    pub held_back: u64,
+    /// Times it was tried again after a failure that passes.
+    pub retries: u64,
+    /// The first error it returned (it may have recovered since: see `lost`).
     pub error: Option<String>,
 }
 
@@ -64,12 +80,111 @@ struct Held {
     withheld: u64,
     failed: bool,
     error: Option<String>,
+    /// Flows and names waiting for the store to recover.
+    waiting: Vec<StoredFlow>,
+    waiting_names: Vec<InterfaceName>,
+    /// While it fails: when to try again, and the wait after that.
+    retry: Option<(Instant, Duration)>,
+    hold: StoreHold,
 }
 
 impl Held {
-    fn fail(&mut self, e: impl std::fmt::Display) {
-        self.failed = true;
+    fn new(s: NamedStore) -> Held {
+        Held {
+            name: s.name,
+            store: s.store,
+            flows: 0,
+            withheld: 0,
+            failed: false,
+            error: None,
+            waiting: Vec::new(),
+            waiting_names: Vec::new(),
+            retry: None,
+            hold: StoreHold::default(),
+        }
+    }
+
+    /// A failure that passes starts (or keeps) the retries; any other ends the store.
+    fn trouble(&mut self, e: &StoreError) {
         self.error.get_or_insert_with(|| e.to_string());
+        if !e.is_transient() {
+            self.failed = true;
+            self.withheld += self.waiting.len() as u64;
+            self.waiting = Vec::new();
+            self.waiting_names = Vec::new();
+            self.retry = None;
+            return;
+        }
+        let wait = self
+            .retry
+            .map_or(RETRY_FIRST, |(_, w)| (w * 2).min(RETRY_MAX));
+        self.retry = Some((Instant::now() + wait, wait));
+    }
+
+    /// Takes one batch: hands it to the store, holds it back while the store fails, or counts
+    /// it withheld once the store has failed for good.
+    fn take(&mut self, flows: &[StoredFlow], names: &[InterfaceName]) {
+        self.flows += flows.len() as u64;
+        if self.failed {
+            self.withheld += flows.len() as u64;
+        } else if self.retry.is_some() {
+            self.hold_back(flows, names);
+        } else {
+            self.insert(flows, names);
+        }
+    }
+
+    fn insert(&mut self, flows: &[StoredFlow], names: &[InterfaceName]) {
+        // The store counts what a failed insert held (dropped, or pending for its next write).
+        let r = self.store.insert(flows).and_then(|()| {
+            if names.is_empty() {
+                Ok(())
+            } else {
+                self.store.insert_interfaces(names)
+            }
+        });
+        if let Err(e) = r {
+            self.trouble(&e);
+        }
+    }
+
+    fn hold_back(&mut self, flows: &[StoredFlow], names: &[InterfaceName]) {
+        let room = MAX_HELD - self.waiting.len();
+        let (now, over) = flows.split_at(room.min(flows.len()));
+        self.waiting.extend_from_slice(now);
+        self.hold.held_back += now.len() as u64;
+        self.hold.dropped += over.len() as u64;
+        let room = MAX_HELD_NAMES - self.waiting_names.len();
+        self.waiting_names
+            .extend_from_slice(&names[..room.min(names.len())]);
+        self.hold.waiting = self.waiting.len() as u64;
+    }
+
+    /// Tries a failing store again once its wait is over (or at once if `now`): a flush, then
+    /// what was held back.
+    fn try_again(&mut self, now: bool) {
+        match self.retry {
+            Some((at, _)) if now || Instant::now() >= at => {}
+            _ => return,
+        }
+        self.hold.retries += 1;
+        if let Err(e) = self.store.flush() {
+            return self.trouble(&e);
+        }
+        self.retry = None;
+        let (flows, names) = (
+            std::mem::take(&mut self.waiting),
+            std::mem::take(&mut self.waiting_names),
+        );
+        self.hold.waiting = 0;
+        self.insert(&flows, &names);
+    }
+
+    /// What is still held back at the end is dropped.
+    fn give_up(&mut self) {
+        self.hold.dropped += self.waiting.len() as u64;
+        self.waiting = Vec::new();
+        self.hold.waiting = 0;
     }
 }
 
@@ -90,17 +205,7 @@ impl Writer {
         stats: Duration,
     ) -> Result<Writer, EngineError> {
         let (tx, rx) = mpsc::sync_channel(QUEUE);
-        let held = stores
-            .into_iter()
-            .map(|s| Held {
-                name: s.name,
-                store: s.store,
-                flows: 0,
-                withheld: 0,
-                failed: false,
-                error: None,
-            })
-            .collect();
+        let held = stores.into_iter().map(Held::new).collect();
         let thread = thread::Builder::new()
             .name("tapflow-store".into())
             .spawn(move || run(&rx, held, &ledger, flush, stats))
@@ -133,20 +238,7 @@ fn run(
         match rx.recv_timeout(Duration::from_millis(100)) {
             Ok(b) => {
                 for s in &mut stores {
-                    s.flows += b.flows.len() as u64;
-                    if s.failed {
-                        s.withheld += b.flows.len() as u64;
-                        continue;
-                    }
-                    if let Err(e) = s.store.insert(&b.flows) {
-                        s.fail(e);
-                    }
-                    if !b.interfaces.is_empty()
-                        && !s.failed
-                        && let Err(e) = s.store.insert_interfaces(&b.interfaces)
-                    {
-                        s.fail(e);
-                    }
+                    s.take(&b.flows, &b.interfaces);
                 }
                 let mut flows = b.flows;
                 flows.clear();
@@ -155,11 +247,14 @@ fn run(
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
+        for s in &mut stores {
+            s.try_again(false);
+        }
         if last_flush.elapsed() >= flush {
             last_flush = Instant::now();
-            for s in stores.iter_mut().filter(|s| !s.failed) {
+            for s in stores.iter_mut().filter(|s| !s.failed && s.retry.is_none()) {
                 if let Err(e) = s.store.flush() {
-                    s.fail(e);
+                    s.trouble(&e);
                 }
             }
         }
@@ -167,8 +262,15 @@ fn run(
             last_stats = Instant::now();
             write_stats(&mut stores, ledger, &mut before);
         }
+        ledger.set_stores(stores.iter().map(|s| (s.name.clone(), s.hold)).collect());
     }
     write_stats(&mut stores, ledger, &mut before);
+    for s in &mut stores {
+        // A last try for what is held back, then it is dropped.
+        s.try_again(true);
+        s.give_up();
+    }
+    ledger.set_stores(stores.iter().map(|s| (s.name.clone(), s.hold)).collect());
     stores.into_iter().map(close).collect()
 }
 
@@ -205,9 +307,9 @@ fn write_stats(
     if rows.is_empty() {
         return;
     }
-    for s in stores.iter_mut().filter(|s| !s.failed) {
+    for s in stores.iter_mut().filter(|s| !s.failed && s.retry.is_none()) {
         if let Err(e) = s.store.insert_exporter_stats(&rows) {
-            s.fail(e);
+            s.trouble(&e);
         }
     }
 }
@@ -219,6 +321,7 @@ fn close(s: Held) -> StoreOutcome {
         flows,
         withheld,
         mut error,
+        hold,
         ..
     } = s;
     let report = store.report();
@@ -238,9 +341,11 @@ fn close(s: Held) -> StoreOutcome {
         name,
         flows,
         stored: r.stored,
-        dropped: r.dropped,
+        dropped: r.dropped + hold.dropped,
         pending: r.pending,
         withheld,
+        held_back: hold.held_back,
+        retries: hold.retries,
         error,
     }
 }

@@ -47,6 +47,11 @@ const MAX_DROPS_STEP: u64 = 1 << 40;
 /// probes sees a large first one): 2^40 datagrams, years of a busy probe. With the steps
 /// above, no count a sender can claim comes near overflowing a sum.
 const MAX_SEQUENCE_STEP: u64 = 1 << 40;
+/// Whether `lost` records fit in `missing` datagrams (or messages) of at most `per` records
+/// each: a counter that claims more is forged or broken, and what it claims is not loss.
+pub(crate) fn within_reach(lost: u64, missing: u64, per: u64) -> bool {
+    lost <= missing.saturating_mul(per)
+}
 /// Distinct sequence streams followed; more become bad datagrams.
 pub const MAX_STREAMS: usize = 65_536;
 /// Distinct source addresses whose bad datagrams are counted apart; the rest are summed.
@@ -432,7 +437,7 @@ impl Book {
             return Accepted::Nothing;
         };
         if missing > MAX_SEQUENCE_STEP
-            || transit > missing.saturating_mul(MAX_RECORDS_PER_DATAGRAM)
+            || !within_reach(transit, missing, MAX_RECORDS_PER_DATAGRAM)
             || on_probe > MAX_DROPS_STEP
         {
             self.count_bad(source, Reject::Impossible);
