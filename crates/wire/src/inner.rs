@@ -367,7 +367,7 @@ impl<M: AddressMap> Walk<'_, M> {
             return None;
         }
         self.cover(l4, 2, end, false);
-        if ty == 5 && l4 + 8 <= end {
+        if ty == 5 && l4 + 4 < end {
             self.address(l4 + 4, false, false);
         }
         self.ip_at(l4 + 8, false, end)
@@ -382,7 +382,7 @@ impl<M: AddressMap> Walk<'_, M> {
                 self.ip_at(l4 + 8, true, end)
             }
             // Neighbour solicitation and advertisement: the target.
-            135 | 136 if l4 + 24 <= end => {
+            135 | 136 if l4 + 8 < end => {
                 self.cover(l4, 2, end, false);
                 self.address(l4 + 8, true, false);
                 None
@@ -467,7 +467,7 @@ impl<M: AddressMap> Walk<'_, M> {
             let au = usize::from(*self.f.get(off + 3)?);
             off += 4 + id + au + 8 + 1;
         }
-        if get_u16(self.f, off) == Some(0) && off + 8 <= end {
+        if get_u16(self.f, off) == Some(0) && off + 4 < end {
             self.address(off + 4, false, true);
             off += 8;
         }
@@ -569,5 +569,465 @@ impl<M: AddressMap> Walk<'_, M> {
             return None;
         }
         self.ethertype(get_u16(self.f, off + 6)?, off + 8, end)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cryptopan::{Anonymizer, CryptoPan};
+    use core::net::IpAddr;
+
+    const KEY: [u8; 32] = [7; 32];
+
+    /// An address as the fixture has it: the original, or its image.
+    type Map<'a> = &'a dyn Fn(&str) -> IpAddr;
+
+    fn mapped(pan: &CryptoPan) -> impl Fn(&str) -> IpAddr + '_ {
+        move |a| match a.parse().unwrap() {
+            IpAddr::V4(v) => IpAddr::from(pan.ipv4(v.octets())),
+            IpAddr::V6(v) => IpAddr::from(pan.ipv6(v.octets())),
+        }
+    }
+
+    fn original(a: &str) -> IpAddr {
+        a.parse().unwrap()
+    }
+
+    fn octets(a: IpAddr) -> Vec<u8> {
+        match a {
+            IpAddr::V4(v) => v.octets().to_vec(),
+            IpAddr::V6(v) => v.octets().to_vec(),
+        }
+    }
+
+    fn set_checksum(b: &mut [u8], at: usize, sum: u32) {
+        let mut c = checksum::finish(sum);
+        if c == 0 {
+            c = 0xffff;
+        }
+        b[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    }
+
+    /// The sum of the pseudo-header of a `proto` segment of `len` bytes.
+    fn pseudo(src: IpAddr, dst: IpAddr, proto: u8, len: usize) -> u32 {
+        match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => checksum::pseudo_header_v4(s, d, proto, len as u16),
+            (IpAddr::V6(s), IpAddr::V6(d)) => checksum::pseudo_header_v6(s, d, proto, len as u32),
+            _ => unreachable!("one family per header"),
+        }
+    }
+
+    /// An IP packet with a right header checksum.
+    fn ip(src: IpAddr, dst: IpAddr, proto: u8, payload: &[u8]) -> Vec<u8> {
+        let mut p = if src.is_ipv4() {
+            let len = (20 + payload.len()) as u16;
+            let mut h = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, proto, 0, 0];
+            h[2..4].copy_from_slice(&len.to_be_bytes());
+            h.extend(octets(src));
+            h.extend(octets(dst));
+            let s = checksum::sum(&h);
+            set_checksum(&mut h, 10, s);
+            h
+        } else {
+            let mut h = vec![0x60, 0, 0, 0, 0, 0, proto, 64];
+            h[4..6].copy_from_slice(&(payload.len() as u16).to_be_bytes());
+            h.extend(octets(src));
+            h.extend(octets(dst));
+            h
+        };
+        p.extend_from_slice(payload);
+        p
+    }
+
+    /// A transport segment (`proto` 6, 17 or 58) with its checksum field at `at` made right.
+    fn segment(src: IpAddr, dst: IpAddr, proto: u8, mut seg: Vec<u8>, at: usize) -> Vec<u8> {
+        let s = checksum::combine(pseudo(src, dst, proto, seg.len()), checksum::sum(&seg));
+        set_checksum(&mut seg, at, s);
+        seg
+    }
+
+    fn udp(src: IpAddr, dst: IpAddr, sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+        let mut s = Vec::new();
+        s.extend(sport.to_be_bytes());
+        s.extend(dport.to_be_bytes());
+        s.extend(((8 + payload.len()) as u16).to_be_bytes());
+        s.extend([0, 0]);
+        s.extend_from_slice(payload);
+        segment(src, dst, 17, s, 6)
+    }
+
+    fn tcp(src: IpAddr, dst: IpAddr, payload: &[u8]) -> Vec<u8> {
+        let mut s = vec![
+            0x9c, 0x40, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x18, 0xff, 0xff,
+        ];
+        s.extend([0, 0, 0, 0]);
+        s.extend_from_slice(payload);
+        segment(src, dst, 6, s, 16)
+    }
+
+    /// An ICMP message (`word`: its second 4 bytes) with a right checksum.
+    fn icmp(ty: u8, word: [u8; 4], body: &[u8]) -> Vec<u8> {
+        let mut m = vec![ty, 0, 0, 0];
+        m.extend(word);
+        m.extend_from_slice(body);
+        let s = checksum::sum(&m);
+        set_checksum(&mut m, 2, s);
+        m
+    }
+
+    fn icmpv6(src: IpAddr, dst: IpAddr, ty: u8, word: [u8; 4], body: &[u8]) -> Vec<u8> {
+        let mut m = vec![ty, 0, 0, 0];
+        m.extend(word);
+        m.extend_from_slice(body);
+        segment(src, dst, 58, m, 2)
+    }
+
+    /// GRE with a checksum (made right) if `csum`, a key and a sequence number if `seq`.
+    fn gre(csum: bool, seq: bool, proto: u16, payload: &[u8]) -> Vec<u8> {
+        let flags = if csum { 0x8000u16 } else { 0 } | 0x2000 | if seq { 0x1000 } else { 0 };
+        let mut g = flags.to_be_bytes().to_vec();
+        g.extend(proto.to_be_bytes());
+        if csum {
+            g.extend([0, 0, 0, 0]);
+        }
+        g.extend([0, 0, 0, 42]);
+        if seq {
+            g.extend([0, 0, 0, 9]);
+        }
+        g.extend_from_slice(payload);
+        if csum {
+            let s = checksum::sum(&g);
+            set_checksum(&mut g, 4, s);
+        }
+        g
+    }
+
+    fn eth(et: u16, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+        f.extend(et.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// An outer Ethernet frame around `ip`.
+    fn frame(ip: Vec<u8>) -> Vec<u8> {
+        eth(if ip[0] >> 4 == 6 { 0x86dd } else { 0x0800 }, &ip)
+    }
+
+    const A: &str = "192.0.2.1";
+    const B: &str = "198.51.100.2";
+    const C: &str = "10.1.2.3";
+    const D: &str = "10.9.8.7";
+    const E: &str = "2001:db8::1";
+    const F: &str = "2001:db8:1::2";
+
+    /// An inner IPv4 TCP packet from C to D.
+    fn inner_tcp(m: Map) -> Vec<u8> {
+        ip(m(C), m(D), 6, &tcp(m(C), m(D), b"GET / HTTP/1.1\r\n"))
+    }
+
+    /// An inner IPv6 UDP packet from E to F.
+    fn inner_udp6(m: Map) -> Vec<u8> {
+        ip(m(E), m(F), 17, &udp(m(E), m(F), 5353, 53, b"question"))
+    }
+
+    /// ICMP port unreachable from B to A quoting A's UDP datagram from C to D, cut after the
+    /// UDP header as routers quote.
+    fn icmp_unreachable(m: Map) -> Vec<u8> {
+        let quoted = ip(m(C), m(D), 17, &udp(m(C), m(D), 40000, 53, &[0x55; 33]));
+        frame(ip(m(B), m(A), 1, &icmp(3, [0; 4], &quoted[..28])))
+    }
+
+    /// ICMP redirect: the gateway D and the whole quoted TCP packet.
+    fn icmp_redirect(m: Map) -> Vec<u8> {
+        let g: [u8; 4] = octets(m(D)).try_into().unwrap();
+        frame(ip(m(B), m(A), 1, &icmp(5, g, &inner_tcp(m))))
+    }
+
+    /// ICMPv6 packet too big from F to E quoting a whole IPv6 UDP packet.
+    fn icmpv6_too_big(m: Map) -> Vec<u8> {
+        frame(ip(
+            m(F),
+            m(E),
+            58,
+            &icmpv6(m(F), m(E), 2, [0, 0, 5, 0xdc], &inner_udp6(m)),
+        ))
+    }
+
+    fn ip_in_ip(m: Map) -> Vec<u8> {
+        frame(ip(m(A), m(B), 4, &inner_tcp(m)))
+    }
+
+    fn six_in_four(m: Map) -> Vec<u8> {
+        frame(ip(m(A), m(B), 41, &inner_udp6(m)))
+    }
+
+    fn four_in_six(m: Map) -> Vec<u8> {
+        frame(ip(m(E), m(F), 4, &inner_tcp(m)))
+    }
+
+    /// GRE with checksums in GRE, IPv4 in IPv6 in IPv4.
+    fn gre_in_gre(m: Map) -> Vec<u8> {
+        let inner = ip(m(E), m(F), 47, &gre(true, true, 0x0800, &inner_tcp(m)));
+        frame(ip(m(A), m(B), 47, &gre(true, false, 0x86dd, &inner)))
+    }
+
+    /// Transparent Ethernet bridging, the inner frame with a VLAN tag.
+    fn gre_ethernet(m: Map) -> Vec<u8> {
+        let mut tagged = vec![0, 100];
+        tagged.extend(0x86ddu16.to_be_bytes());
+        tagged.extend(inner_udp6(m));
+        frame(ip(
+            m(A),
+            m(B),
+            47,
+            &gre(true, false, 0x6558, &eth(0x8100, &tagged)),
+        ))
+    }
+
+    fn erspan_2(m: Map) -> Vec<u8> {
+        let mut e = vec![0x10, 0x01, 0x00, 0x07, 0, 0, 0, 0];
+        e.extend(eth(0x0800, &inner_tcp(m)));
+        frame(ip(m(A), m(B), 47, &gre(false, true, 0x88be, &e)))
+    }
+
+    fn erspan_3(m: Map) -> Vec<u8> {
+        // Version 2 (type III), frame type 0, with the platform subheader (O).
+        let mut e = vec![0x20, 0x01, 0x00, 0x07, 0, 0, 0, 1, 0, 0, 0, 0x01];
+        e.extend([0; 8]);
+        e.extend(eth(0x0800, &inner_tcp(m)));
+        frame(ip(m(A), m(B), 47, &gre(false, true, 0x22eb, &e)))
+    }
+
+    /// Aruba: a QoS data frame to the distribution system, LLC/SNAP, IPv4.
+    fn aruba(m: Map) -> Vec<u8> {
+        let mut w = vec![0x88, 0x01, 0, 0];
+        w.extend([0x11; 18]);
+        w.extend([0, 0, 0, 0]);
+        w.extend([0xaa, 0xaa, 0x03, 0, 0, 0, 0x08, 0x00]);
+        w.extend(inner_tcp(m));
+        frame(ip(m(A), m(B), 47, &gre(false, false, 0x8200, &w)))
+    }
+
+    /// GTP-U with a sequence number and one extension header (PDU session container).
+    fn gtp_u(m: Map) -> Vec<u8> {
+        let inner = inner_tcp(m);
+        let mut g = vec![0x36, 0xff];
+        g.extend(((inner.len() + 8) as u16).to_be_bytes());
+        g.extend([0, 0, 0, 1, 0, 7, 0, 0x85, 1, 0x10, 9, 0]);
+        g.extend(inner);
+        frame(ip(m(A), m(B), 17, &udp(m(A), m(B), 2152, 2152, &g)))
+    }
+
+    fn vxlan(m: Map) -> Vec<u8> {
+        let mut v = vec![0x08, 0, 0, 0, 0, 0, 1, 0];
+        v.extend(eth(0x0800, &inner_tcp(m)));
+        frame(ip(m(A), m(B), 17, &udp(m(A), m(B), 51000, 4789, &v)))
+    }
+
+    fn geneve(m: Map) -> Vec<u8> {
+        let mut g = vec![0x01, 0, 0x65, 0x58, 0, 0, 1, 0, 0x01, 0x02, 0x03, 0x01];
+        g.extend(eth(0x86dd, &inner_udp6(m)));
+        frame(ip(m(A), m(B), 17, &udp(m(A), m(B), 51000, 6081, &g)))
+    }
+
+    /// Teredo: an authentication indicator of odd length (the inner header at an odd offset
+    /// from the UDP header), an origin indication for C, then IPv6.
+    fn teredo(m: Map) -> Vec<u8> {
+        let mut t = vec![0, 1, 2, 0, 0xaa, 0xbb];
+        t.extend([0; 9]);
+        t.extend([0, 0, 0xf2, 0x3a]);
+        t.extend(octets(m(C)).iter().map(|b| !b));
+        t.extend(ip(
+            m(E),
+            m(F),
+            58,
+            &icmpv6(m(E), m(F), 128, [0, 1, 0, 1], b"ping"),
+        ));
+        frame(ip(m(A), m(B), 17, &udp(m(A), m(B), 3544, 3797, &t)))
+    }
+
+    /// IPv4 in IPv4 `levels` times around a TCP packet, the outermost first: A to B, C to D, A
+    /// to B...
+    fn nested(m: Map, levels: usize) -> Vec<u8> {
+        let mut p = inner_tcp(m);
+        for i in 0..levels {
+            let (s, d) = if i % 2 == 0 { (A, B) } else { (C, D) };
+            p = ip(m(s), m(d), 4, &p);
+        }
+        frame(p)
+    }
+
+    type Fixture = fn(Map) -> Vec<u8>;
+
+    const FIXTURES: [(&str, Fixture); 17] = [
+        ("icmp unreachable", icmp_unreachable),
+        ("icmp redirect", icmp_redirect),
+        ("icmpv6 too big", icmpv6_too_big),
+        ("ip in ip", ip_in_ip),
+        ("6in4", six_in_four),
+        ("4in6", four_in_six),
+        ("gre in gre", gre_in_gre),
+        ("gre ethernet", gre_ethernet),
+        ("erspan ii", erspan_2),
+        ("erspan iii", erspan_3),
+        ("aruba", aruba),
+        ("gtp-u", gtp_u),
+        ("vxlan", vxlan),
+        ("geneve", geneve),
+        ("teredo", teredo),
+        ("four levels inside", |m| nested(m, 4)),
+        ("three levels inside", |m| nested(m, 3)),
+    ];
+
+    /// Each kind: the frame anonymised is the frame built from the images of its addresses,
+    /// byte for byte, so every address is its image and every checksum is right.
+    #[test]
+    fn every_inner_address_becomes_its_image_and_every_checksum_stays_right() {
+        let pan = CryptoPan::new(&KEY);
+        let image = mapped(&pan);
+        let mut anon = Anonymizer::new(pan.clone());
+        for (name, fixture) in FIXTURES {
+            let mut f = fixture(&original);
+            let want = fixture(&image);
+            assert_eq!(f.len(), want.len());
+            assert!(anon.frame(LinkType::Ethernet, &mut f), "{name}");
+            assert_eq!(f, want, "{name}");
+        }
+        assert_eq!(pan.unread().map(|(_, n)| n), [0, 0]);
+    }
+
+    /// A checksum that was wrong stays wrong by as much, and a UDP checksum of 0 stays 0.
+    #[test]
+    fn wrong_checksums_stay_wrong_and_absent_ones_absent() {
+        let pan = CryptoPan::new(&KEY);
+        let image = mapped(&pan);
+        let mut anon = Anonymizer::new(pan.clone());
+        for (name, fixture) in FIXTURES {
+            // A byte of data changed after the checksums were made: each over it is wrong. The
+            // last byte, or in the quote cut after the UDP checksum, the ICMP header's unused
+            // word.
+            let mut f = fixture(&original);
+            let mut want = fixture(&image);
+            let at = if name == "icmp unreachable" {
+                14 + 20 + 5
+            } else {
+                f.len() - 1
+            };
+            f[at] ^= 0x21;
+            want[at] ^= 0x21;
+            anon.frame(LinkType::Ethernet, &mut f);
+            assert_eq!(f, want, "{name}");
+        }
+        for fixture in [vxlan, gtp_u, teredo, geneve] {
+            let (mut f, mut want) = (fixture(&original), fixture(&image));
+            f[40..42].copy_from_slice(&[0, 0]);
+            want[40..42].copy_from_slice(&[0, 0]);
+            anon.frame(LinkType::Ethernet, &mut f);
+            assert_eq!(f, want);
+        }
+    }
+
+    /// A frame cut anywhere: every address byte there is the whole frame's image's.
+    #[test]
+    fn a_cut_frame_has_the_address_bytes_the_whole_one_would() {
+        let mut anon = Anonymizer::new(CryptoPan::new(&KEY));
+        for (name, fixture) in FIXTURES {
+            let full = fixture(&original);
+            let mut whole = full.clone();
+            anon.frame(LinkType::Ethernet, &mut whole);
+            // Where the fixture's addresses are.
+            let mut at = Vec::new();
+            for a in [A, B, C, D, E, F] {
+                let o = octets(original(a));
+                at.extend(
+                    (0..=full.len() - o.len())
+                        .filter(|&i| full[i..i + o.len()] == o[..])
+                        .map(|i| i..i + o.len()),
+                );
+            }
+            assert!(at.len() >= 4, "{name}");
+            for cut in 14..full.len() {
+                let mut f = full[..cut].to_vec();
+                anon.frame(LinkType::Ethernet, &mut f);
+                for r in &at {
+                    let r = r.start.min(cut)..r.end.min(cut);
+                    assert_eq!(f[r.clone()], whole[r.clone()], "{name} cut at {cut}: {r:?}");
+                }
+            }
+        }
+    }
+
+    /// Deeper than the bound, or a GRE payload it does not read: counted, and what it reached
+    /// rewritten.
+    #[test]
+    fn what_cannot_be_reached_is_counted_by_kind() {
+        let pan = CryptoPan::new(&KEY);
+        let image = mapped(&pan);
+        let mut anon = Anonymizer::new(pan.clone());
+        let mut f = nested(&original, 5);
+        anon.frame(LinkType::Ethernet, &mut f);
+        let want = nested(&image, 5);
+        // The five outer headers are rewritten; the sixth, at 14 + 5 * 20, is not.
+        assert_eq!(f[..14 + 5 * 20 - 8], want[..14 + 5 * 20 - 8]);
+        assert_eq!(
+            f[14 + 5 * 20 + 12..14 + 5 * 20 + 20],
+            nested(&original, 5)[126..134]
+        );
+        let pptp = |m: Map| {
+            let mut g = vec![
+                0x30, 0x01, 0x88, 0x0b, 0, 4, 0, 1, 0, 0, 0, 1, 0xff, 0x03, 0, 0x21,
+            ];
+            g.extend(inner_tcp(m));
+            frame(ip(m(A), m(B), 47, &g))
+        };
+        let mut f = pptp(&original);
+        assert!(anon.frame(LinkType::Ethernet, &mut f));
+        assert_eq!(f[26..34], pptp(&image)[26..34]);
+        assert_eq!(
+            pan.unread(),
+            [(Unread::Gre, 1), (Unread::TooDeep, 1)],
+            "counted once each"
+        );
+    }
+
+    #[test]
+    fn arp_in_vxlan_is_rewritten() {
+        let pan = CryptoPan::new(&KEY);
+        let image = mapped(&pan);
+        let arp = |m: Map| {
+            let mut a = vec![0, 1, 8, 0, 6, 4, 0, 1, 2, 0, 0, 0, 0, 1];
+            a.extend(octets(m(C)));
+            a.extend([0; 6]);
+            a.extend(octets(m(D)));
+            let mut v = vec![0x08, 0, 0, 0, 0, 0, 1, 0];
+            v.extend(eth(0x0806, &a));
+            frame(ip(m(A), m(B), 17, &udp(m(A), m(B), 51000, 4789, &v)))
+        };
+        let mut f = arp(&original);
+        Anonymizer::new(pan.clone()).frame(LinkType::Ethernet, &mut f);
+        assert_eq!(f, arp(&image));
+    }
+
+    proptest::proptest! {
+        /// Fixtures with bytes changed at random and cut anywhere: no panic, no change of
+        /// length.
+        #[test]
+        fn damaged_fixtures_are_taken_without_a_panic(
+            which in 0usize..FIXTURES.len(),
+            changes in proptest::collection::vec((0usize..400, proptest::prelude::any::<u8>()), 0..8),
+            cut in 0usize..400,
+        ) {
+            let mut f = (FIXTURES[which].1)(&original);
+            for (at, v) in changes {
+                let n = f.len();
+                f[at % n] = v;
+            }
+            f.truncate(cut.max(14));
+            let n = f.len();
+            Anonymizer::new(CryptoPan::new(&KEY)).frame(LinkType::Ethernet, &mut f);
+            proptest::prop_assert_eq!(f.len(), n);
+        }
     }
 }
