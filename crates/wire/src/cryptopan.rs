@@ -211,7 +211,13 @@ impl Anonymizer {
     /// allocation.
     pub fn frame(&mut self, linktype: LinkType, frame: &mut [u8]) -> bool {
         let Some(l3) = link::network_layer(linktype, frame) else {
-            return self.arp(linktype, frame);
+            if self.arp(linktype, frame) {
+                return true;
+            }
+            if inner::unread_link(linktype, frame) {
+                self.pan.unread[Unread::Link.index()].fetch_add(1, Ordering::Relaxed);
+            }
+            return false;
         };
         let walked = inner::rewrite(frame, l3.offset, l3.proto == NetworkProto::Ipv6, self);
         if let Some(k) = walked.unread {

@@ -52,11 +52,14 @@ pub enum Unread {
     Gre,
     /// An IP header nested deeper than [`MAX_DEPTH`] below the outer one.
     TooDeep,
+    /// An Ethernet frame whose link layer [`link::network_layer`] does not read through: MPLS it
+    /// gives up on (a pseudowire's control word), FabricPath, 802.1ah.
+    Link,
 }
 
 impl Unread {
     /// Every kind, in the order of [`Unread::index`].
-    pub const ALL: [Unread; 2] = [Unread::Gre, Unread::TooDeep];
+    pub const ALL: [Unread; 3] = [Unread::Gre, Unread::TooDeep, Unread::Link];
 
     /// The kind's place in [`Unread::ALL`].
     pub const fn index(self) -> usize {
@@ -68,6 +71,7 @@ impl Unread {
         match self {
             Unread::Gre => "in GRE payloads of another kind",
             Unread::TooDeep => "nested deeper than 4 headers",
+            Unread::Link => "behind link-layer headers it does not read",
         }
     }
 }
@@ -115,6 +119,23 @@ pub fn rewrite<M: AddressMap>(frame: &mut [u8], at: usize, v6: bool, map: &mut M
         }
     }
     w.done(outer, None)
+}
+
+/// Whether an Ethernet frame in which [`link::network_layer`] found no IP header is MPLS,
+/// FabricPath or 802.1ah (behind any VLAN tags): a packet or frame may be inside, unread.
+pub fn unread_link(linktype: LinkType, frame: &[u8]) -> bool {
+    if linktype != LinkType::Ethernet {
+        return false;
+    }
+    let mut at = 12;
+    for _ in 0..=link::MAX_VLAN_TAGS {
+        match get_u16(frame, at) {
+            Some(0x8100 | 0x88a8 | 0x9100) => at += 4,
+            Some(0x8847 | 0x8848 | 0x8903 | 0x88e7) => return frame.len() > at + 2,
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// What comes next in the walk.
@@ -913,7 +934,7 @@ mod tests {
             assert!(anon.frame(LinkType::Ethernet, &mut f), "{name}");
             assert_eq!(f, want, "{name}");
         }
-        assert_eq!(pan.unread().map(|(_, n)| n), [0, 0]);
+        assert_eq!(pan.unread().map(|(_, n)| n), [0, 0, 0]);
     }
 
     /// A checksum that was wrong stays wrong by as much, and a UDP checksum of 0 stays 0.
@@ -1003,9 +1024,21 @@ mod tests {
         let mut f = pptp(&original);
         assert!(anon.frame(LinkType::Ethernet, &mut f));
         assert_eq!(f[26..34], pptp(&image)[26..34]);
+        // An MPLS pseudowire (a control word, then Ethernet): the link layer is not read
+        // through, and an ARP or plain frame is not counted.
+        let mut pw = vec![
+            2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x88, 0x47, 0, 0x01, 0x01, 0x40,
+        ];
+        pw.extend([0; 4]);
+        pw.extend(eth(0x0800, &inner_tcp(&original)));
+        let before = pw.clone();
+        assert!(!anon.frame(LinkType::Ethernet, &mut pw));
+        assert_eq!(pw, before);
+        let mut lldp = eth(0x88cc, &[0; 20]);
+        assert!(!anon.frame(LinkType::Ethernet, &mut lldp));
         assert_eq!(
             pan.unread(),
-            [(Unread::Gre, 1), (Unread::TooDeep, 1)],
+            [(Unread::Gre, 1), (Unread::TooDeep, 1), (Unread::Link, 1)],
             "counted once each"
         );
     }
