@@ -20,7 +20,8 @@
 //! by the snap length is rewritten as far as it goes and no checksum is touched for it.
 //!
 //! What the walk recognises but cannot read (a GRE payload of another kind, headers nested
-//! deeper than [`MAX_DEPTH`]) is returned as [`Unread`], for the caller to count.
+//! deeper than [`MAX_DEPTH`]) is returned as [`Unread`], for the caller to count, as is an
+//! Ethernet frame whose link layer is not read through ([`unread_link`]).
 
 use crate::LinkType;
 use crate::bytes::{get_u16, read_u16, write_u16};
@@ -33,7 +34,8 @@ pub const MAX_DEPTH: usize = 4;
 /// GTP-U extension headers followed before giving up.
 const MAX_GTP_EXTENSIONS: usize = 8;
 
-/// Checksums open at once: at most two around each header level, two of the level at hand.
+/// Checksums open at once: one around each header level (ICMP, UDP or GRE) and two of the
+/// level at hand (IPv4 header, pseudo-header), with as much again to spare.
 const MAX_COVERS: usize = 2 * (MAX_DEPTH + 1) + 2;
 
 /// The address mapping [`rewrite`] applies.
