@@ -11,6 +11,7 @@ use tapflow_engine::sink::file::{Format, WriterConfig};
 use tapflow_engine::stop::Stop;
 use tapflow_wire::capfile::MAXIMUM_SNAPLEN;
 use tapflow_wire::cryptopan::{CryptoPan, KEY_LEN};
+use tapflow_wire::inner::Unread;
 
 use crate::cli::{AnonymizeArgs, FormatArg};
 use crate::report::{StatusLine, summary_line};
@@ -78,7 +79,7 @@ pub fn run(a: &AnonymizeArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
         control: None,
         metrics: None,
         drop_privileges: None,
-        anonymize: Some(pan),
+        anonymize: Some(pan.clone()),
         print: false,
     };
     let len = std::fs::metadata(&a.read).ok().map(|m| m.len());
@@ -88,15 +89,46 @@ pub fn run(a: &AnonymizeArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
     if err.is_none() || summary.totals.received > 0 {
         eprintln!("{}", summary_line(&summary.totals));
     }
+    if let Some(line) = unread_line(&pan.unread()) {
+        eprintln!("{line}");
+    }
     match err {
         None => Ok(ExitCode::SUCCESS),
         Some(e) => Err(Failure::from_engine(e)),
     }
 }
 
+/// The closing line for packets whose headers kept addresses, by kind; `None` if there were
+/// none.
+fn unread_line(unread: &[(Unread, u64)]) -> Option<String> {
+    let total: u64 = unread.iter().map(|(_, n)| n).sum();
+    let kinds: Vec<String> = unread
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(k, n)| format!("{n} {}", k.describe()))
+        .collect();
+    (total > 0).then(|| {
+        format!(
+            "tapflow: {total} packet{} had headers it could not anonymise, their addresses kept: {}",
+            if total == 1 { "" } else { "s" },
+            kinds.join(", ")
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_unread_line_names_each_kind_and_is_absent_without_any() {
+        assert_eq!(unread_line(&[(Unread::Gre, 0), (Unread::TooDeep, 0)]), None);
+        assert_eq!(
+            unread_line(&[(Unread::Gre, 3), (Unread::TooDeep, 1)]).unwrap(),
+            "tapflow: 4 packets had headers it could not anonymise, their addresses kept: \
+             3 in GRE payloads of another kind, 1 nested deeper than 4 headers"
+        );
+    }
 
     #[test]
     fn keys_are_32_bytes_or_64_hex_digits_and_anything_else_is_one_line() {

@@ -1,14 +1,18 @@
 //! Crypto-PAn anonymisation against outside oracles: tshark judges the checksums of the
-//! rewritten packets, nfanon (nfdump) anonymises the same flows with the same key.
+//! rewritten packets and lists every address left in them, quoted and tunnelled headers
+//! included; nfanon (nfdump) anonymises the same flows with the same key.
 
 mod common;
 
 use std::collections::{BTreeSet, HashMap};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use common::*;
+use tapflow_wire::checksum;
+use tapflow_wire::cryptopan::CryptoPan;
 
 /// The key of the sample in the Crypto-PAn 1.0 distribution.
 const KEY: [u8; 32] = [
@@ -346,4 +350,255 @@ fn recv_anonymizes_forwarded_headers_as_the_file_command_does() {
     let plain = checked(&input);
     assert!(got.iter().zip(&plain).all(|(a, b)| a[..4] != b[..4]));
     std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// Per packet: every address tshark sees anywhere (outer, quoted and tunnelled headers), and
+/// the status of every checksum it checks.
+fn everywhere(file: &Path) -> Vec<(Vec<String>, Vec<String>)> {
+    let mut c = Command::new("tshark");
+    c.arg("-n").arg("-r").arg(file);
+    for proto in ["ip", "tcp", "udp"] {
+        c.args(["-o", &format!("{proto}.check_checksum:TRUE")]);
+    }
+    c.args(["-T", "fields", "-E", "separator=\t"]);
+    let addresses = ["ip.src", "ip.dst", "ipv6.src", "ipv6.dst"];
+    let statuses = [
+        "ip.checksum.status",
+        "udp.checksum.status",
+        "tcp.checksum.status",
+        "icmp.checksum.status",
+        "icmpv6.checksum.status",
+        "gre.checksum.status",
+    ];
+    for f in addresses.iter().chain(&statuses) {
+        c.args(["-e", f]);
+    }
+    let o = run_limited(&mut c, Duration::from_secs(120));
+    assert!(
+        o.status.success(),
+        "tshark: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            let all = f[..4]
+                .iter()
+                .flat_map(|c| c.split(','))
+                .filter(|a| !a.is_empty())
+                .map(str::to_string)
+                .collect();
+            (all, f[4..].iter().map(|s| s.to_string()).collect())
+        })
+        .collect()
+}
+
+/// The Crypto-PAn image of an address as tshark writes it.
+fn image(pan: &CryptoPan, a: &str) -> String {
+    match a.parse::<IpAddr>().unwrap() {
+        IpAddr::V4(v) => Ipv4Addr::from(pan.ipv4(v.octets())).to_string(),
+        IpAddr::V6(v) => Ipv6Addr::from(pan.ipv6(v.octets())).to_string(),
+    }
+}
+
+/// Anonymises `input` into `dir` and checks what tshark sees in it: every address in the
+/// output is the image of one in the input, no original survives (but one that is its own
+/// image), and every checksum has the status it had, packet by packet. Returns tapflow's
+/// stderr and the number of distinct original addresses.
+fn anonymized_everywhere(input: &Path, dir: &Path, key: &Path) -> (String, usize) {
+    let name = input.file_name().unwrap().to_string_lossy();
+    let out = dir.join(format!("{name}.anon.pcapng"));
+    let o = run_limited(
+        tapflow(["anonymize", "-q", "-r", &p(input), "-w", &p(&out), "-K"]).arg(key),
+        Duration::from_secs(60),
+    );
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{name}: {err}");
+    let pan = CryptoPan::new(&KEY);
+    let (before, after) = (everywhere(input), everywhere(&out));
+    assert_eq!(before.len(), after.len(), "{name}");
+    let mut originals = BTreeSet::new();
+    for (i, ((ab, sb), (aa, sa))) in before.iter().zip(&after).enumerate() {
+        assert_eq!(sb, sa, "{name} packet {}: checksum statuses", i + 1);
+        let want: Vec<String> = ab.iter().map(|a| image(&pan, a)).collect();
+        assert_eq!(*aa, want, "{name} packet {}: addresses", i + 1);
+        originals.extend(ab.iter().cloned());
+    }
+    let left: Vec<&String> = after
+        .iter()
+        .flat_map(|(a, _)| a)
+        .filter(|a| originals.contains(*a) && image(&pan, a) != **a)
+        .collect();
+    assert!(left.is_empty(), "{name}: originals left: {left:?}");
+    (err, originals.len())
+}
+
+fn eth(et: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+    f.extend(et.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+fn put_checksum(b: &mut [u8], at: usize, sum: u32) {
+    let c = checksum::finish(sum);
+    b[at..at + 2].copy_from_slice(&if c == 0 { 0xffff } else { c }.to_be_bytes());
+}
+
+/// An IP packet (the version by the addresses) with a right header checksum.
+fn ip(src: IpAddr, dst: IpAddr, proto: u8, payload: &[u8]) -> Vec<u8> {
+    let mut h = match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let mut h = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, proto, 0, 0];
+            h[2..4].copy_from_slice(&((20 + payload.len()) as u16).to_be_bytes());
+            h.extend(s.octets());
+            h.extend(d.octets());
+            let s = checksum::sum(&h);
+            put_checksum(&mut h, 10, s);
+            h
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let mut h = vec![0x60, 0, 0, 0, 0, 0, proto, 64];
+            h[4..6].copy_from_slice(&(payload.len() as u16).to_be_bytes());
+            h.extend(s.octets());
+            h.extend(d.octets());
+            h
+        }
+        _ => unreachable!("one family per header"),
+    };
+    h.extend_from_slice(payload);
+    h
+}
+
+/// A UDP (17) or TCP (6) segment with a right checksum.
+fn segment(src: IpAddr, dst: IpAddr, proto: u8, payload: &[u8]) -> Vec<u8> {
+    let mut s = if proto == 17 {
+        let mut s = vec![0x9c, 0x40, 0, 53, 0, 0, 0, 0];
+        s[4..6].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        s
+    } else {
+        let mut s = vec![
+            0x9c, 0x40, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x18, 0xff, 0xff,
+        ];
+        s.extend([0; 4]);
+        s
+    };
+    s.extend_from_slice(payload);
+    let len = s.len();
+    let pseudo = match (src, dst) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => checksum::pseudo_header_v4(a, b, proto, len as u16),
+        (IpAddr::V6(a), IpAddr::V6(b)) => checksum::pseudo_header_v6(a, b, proto, len as u32),
+        _ => unreachable!("one family per header"),
+    };
+    let sum = checksum::combine(pseudo, checksum::sum(&s));
+    put_checksum(&mut s, if proto == 17 { 6 } else { 16 }, sum);
+    s
+}
+
+/// An ICMP error of `ty` quoting `quote`.
+fn icmp_error(ty: u8, quote: &[u8]) -> Vec<u8> {
+    let mut m = vec![ty, if ty == 3 { 3 } else { 0 }, 0, 0, 0, 0, 0, 0];
+    m.extend_from_slice(quote);
+    let s = checksum::sum(&m);
+    put_checksum(&mut m, 2, s);
+    m
+}
+
+/// A pcap of `frames` (Ethernet).
+fn pcap_of(path: &Path, frames: &[Vec<u8>]) {
+    let mut out = Vec::new();
+    tapflow_wire::pcap::write_header(&mut out, tapflow_wire::LinkType::Ethernet, 65535);
+    for (i, f) in frames.iter().enumerate() {
+        tapflow_wire::pcap::write_record(&mut out, T0 + i as u64 * 1000, f, f.len() as u32);
+    }
+    std::fs::write(path, out).unwrap();
+}
+
+fn addr(a: &str) -> IpAddr {
+    a.parse().unwrap()
+}
+
+#[test]
+fn quoted_and_tunnelled_headers_keep_no_original_address_and_every_checksum_status() {
+    let d = tempfile::tempdir().unwrap();
+    let key = write_file(d.path(), "key", &KEY);
+    let (a, b, c, e) = (
+        addr("192.0.2.1"),
+        addr("198.51.100.2"),
+        addr("10.1.2.3"),
+        addr("10.9.8.7"),
+    );
+    let (v, w) = (addr("2001:db8::1"), addr("2001:db8:1::2"));
+    let udp = ip(c, e, 17, &segment(c, e, 17, &[0x55; 40]));
+    let tcp = ip(c, e, 6, &segment(c, e, 6, b"GET / HTTP/1.1\r\n\r\n"));
+    let mut wrong = tcp.clone();
+    *wrong.last_mut().unwrap() ^= 1;
+    let frames = [
+        // Port unreachable quoting the UDP header, as routers cut it.
+        eth(0x0800, &ip(b, a, 1, &icmp_error(3, &udp[..28]))),
+        // Time exceeded quoting a whole TCP segment, then one whose checksum is wrong.
+        eth(0x0800, &ip(b, a, 1, &icmp_error(11, &tcp))),
+        eth(0x0800, &ip(b, a, 1, &icmp_error(11, &wrong))),
+        // IP-in-IP, and IPv6 UDP in IPv4 (6in4).
+        eth(0x0800, &ip(a, b, 4, &tcp)),
+        eth(
+            0x0800,
+            &ip(a, b, 41, &ip(v, w, 17, &segment(v, w, 17, b"q"))),
+        ),
+    ];
+    let input = d.path().join("errors-and-tunnels.pcap");
+    pcap_of(&input, &frames);
+    let (err, n) = anonymized_everywhere(&input, d.path(), &key);
+    assert_eq!(n, 6);
+    assert!(!err.contains("could not anonymise"), "{err}");
+
+    // PPTP's GRE (version 1, PPP inside) is not read: the closing line says so.
+    let mut pptp = vec![
+        0x30, 0x01, 0x88, 0x0b, 0, 0, 0, 1, 0, 0, 0, 1, 0xff, 0x03, 0, 0x21,
+    ];
+    pptp[4..6].copy_from_slice(&((tcp.len() + 4) as u16).to_be_bytes());
+    pptp.extend_from_slice(&tcp);
+    let input = d.path().join("pptp.pcap");
+    pcap_of(
+        &input,
+        &[eth(0x0800, &ip(a, b, 47, &pptp)), frames[3].clone()],
+    );
+    let out = d.path().join("pptp.pcapng");
+    let o = run_limited(
+        tapflow(["anonymize", "-q", "-r", &p(&input), "-w", &p(&out), "-K"]).arg(&key),
+        Duration::from_secs(60),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.lines().any(|l| l
+            == "tapflow: 1 packet had headers it could not anonymise, their addresses kept: \
+                1 in GRE payloads of another kind"),
+        "{err}"
+    );
+}
+
+#[test]
+fn corpus_tunnels_and_icmp_errors_keep_no_original_address_and_every_checksum_status() {
+    let Some(corpus) = corpus() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let key = write_file(d.path(), "key", &KEY);
+    for (name, addresses) in [
+        ("chrissanders-icmp-traceroute.pcapng", 10),
+        ("zeek-icmp-destunreach-udp.pcap", 2),
+        ("zeek-icmp6-destunreach-ip6ext-udp.pcap", 2),
+        ("nfstream-6in4tunnel.pcap", 9),
+        ("zeek-gtp1-gn-normal-incl-fragmentation.pcap", 4),
+        ("zeek-tunnels-gre-aruba.pcap", 14),
+        ("zeek-tunnels-gre-within-gre.pcap", 9),
+        ("zeek-tunnels-teredo.pcap", 17),
+        ("zeek-vxlan-encapsulated-http-jumbo.pcap", 4),
+        ("zeek-erspan.pcap", 9),
+        ("ja4-tcpdump-geneve.pcap", 4),
+    ] {
+        let (err, n) = anonymized_everywhere(&corpus.join(name), d.path(), &key);
+        assert_eq!(n, addresses, "{name}: distinct addresses");
+        assert!(!err.contains("could not anonymise"), "{name}: {err}");
+    }
 }

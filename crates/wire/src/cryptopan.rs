@@ -10,30 +10,36 @@
 //! `nfanon` (nfdump). Output bit `i` depends only on input bits `0..=i`, so the bytes of an
 //! address that a snap length cut short are not needed to anonymise the ones before them.
 //!
-//! [`Anonymizer`] rewrites frames in place: the source and destination of the (outer) IPv4 or
-//! IPv6 header, the sender and target of an Ethernet ARP packet, and the IPv4 header checksum
-//! and the TCP, UDP and ICMPv6 checksums over them (RFC 1624 incremental update, for each
-//! checksum whose bytes were captured). A checksum that was right stays right, one that was
-//! wrong (an outgoing packet's, left to the NIC) stays wrong by as much. Not rewritten: MAC
-//! addresses, the headers quoted in ICMP errors, tunnelled inner headers and payloads.
+//! [`Anonymizer`] rewrites frames in place: the source and destination of the outer IPv4 or
+//! IPv6 header and of every header inside it (quoted in ICMP errors, carried by tunnels:
+//! [`crate::inner`]), the sender and target of an Ethernet ARP packet, and every checksum over
+//! them (RFC 1624 incremental update, for each checksum whose bytes were captured). A checksum
+//! that was right stays right, one that was wrong (an outgoing packet's, left to the NIC) stays
+//! wrong by as much. Not rewritten: MAC addresses and payloads; what holds addresses the walk
+//! cannot reach is counted ([`CryptoPan::unread`]).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use aes::Aes128;
 use aes::cipher::{Array, BlockCipherEncrypt, KeyInit};
 
 use crate::LinkType;
-use crate::bytes::{get_u16, read_u16, write_u16};
-use crate::checksum;
+use crate::bytes::get_u16;
 use crate::flowrecord::FlowRecord;
+use crate::inner::{self, AddressMap, Unread};
 use crate::link::{self, NetworkProto};
 
 /// Bytes of a Crypto-PAn key: 16 for the AES key, then 16 that make the pad.
 pub const KEY_LEN: usize = 32;
 
-/// The keyed, prefix-preserving address mapping.
+/// The keyed, prefix-preserving address mapping. Its clones share one tally of the packets
+/// whose addresses [`Anonymizer::frame`] could not all reach ([`CryptoPan::unread`]).
 #[derive(Clone)]
 pub struct CryptoPan {
     aes: Aes128,
     pad: [u8; 16],
+    unread: Arc<[AtomicU64; Unread::ALL.len()]>,
 }
 
 impl std::fmt::Debug for CryptoPan {
@@ -55,7 +61,14 @@ impl CryptoPan {
         CryptoPan {
             aes,
             pad: pad.into(),
+            unread: Arc::default(),
         }
+    }
+
+    /// Packets with headers whose addresses were left as they were, per kind of
+    /// [`Unread::ALL`], counted by every [`Anonymizer`] made from this mapping or a clone.
+    pub fn unread(&self) -> [(Unread, u64); Unread::ALL.len()] {
+        Unread::ALL.map(|k| (k, self.unread[k.index()].load(Ordering::Relaxed)))
     }
 
     /// The one-time pad of `addr` (`N` bytes, 4 or 16): bit `i` from the prefix of length `i`.
@@ -192,73 +205,25 @@ impl Anonymizer {
     }
 
     /// Rewrites the addresses in `frame` (captured with link type `linktype`, perhaps cut
-    /// short) and the checksums over them, in place. Returns whether there was an address to
-    /// rewrite. Never panics; no allocation.
+    /// short), those of the headers inside it ([`inner::rewrite`]) and the checksums over them,
+    /// in place. Returns whether there was an outer address to rewrite; counts the frame in
+    /// [`CryptoPan::unread`] if it holds addresses the walk could not reach. Never panics; no
+    /// allocation.
     pub fn frame(&mut self, linktype: LinkType, frame: &mut [u8]) -> bool {
         let Some(l3) = link::network_layer(linktype, frame) else {
-            return self.arp(linktype, frame);
-        };
-        let Some(ip) = frame.get_mut(l3.offset..) else {
+            if self.arp(linktype, frame) {
+                return true;
+            }
+            if inner::unread_link(linktype, frame) {
+                self.pan.unread[Unread::Link.index()].fetch_add(1, Ordering::Relaxed);
+            }
             return false;
         };
-        match (l3.proto, ip.first().map(|b| b >> 4)) {
-            (NetworkProto::Ipv4, Some(4)) => self.ipv4_packet(ip),
-            (NetworkProto::Ipv6, Some(6)) => self.ipv6_packet(ip),
-            _ => false,
+        let walked = inner::rewrite(frame, l3.offset, l3.proto == NetworkProto::Ipv6, self);
+        if let Some(k) = walked.unread {
+            self.pan.unread[k.index()].fetch_add(1, Ordering::Relaxed);
         }
-    }
-
-    fn ipv4_packet(&mut self, ip: &mut [u8]) -> bool {
-        const ADDRS: std::ops::Range<usize> = 12..20;
-        let ihl = usize::from(ip[0] & 0xf) * 4;
-        if ip.len() <= ADDRS.start || ihl < 20 {
-            return false;
-        }
-        let end = ip.len().min(ADDRS.end);
-        let old = addr_sum(&ip[ADDRS.start..end]);
-        let (src, dst) = ip[ADDRS.start..end].split_at_mut(4.min(end - ADDRS.start));
-        self.rewrite(src, false);
-        if !dst.is_empty() {
-            self.rewrite(dst, false);
-        }
-        if end < ADDRS.end {
-            return true;
-        }
-        let new = addr_sum(&ip[ADDRS]);
-        if ip.len() >= ihl {
-            update(&mut ip[10..12], old, new);
-        }
-        let (proto, first_fragment) = (ip[9], read_u16(&ip[6..8]) & 0x1fff == 0);
-        if first_fragment && let Some(l4) = ip.get_mut(ihl..) {
-            transport(l4, proto, old, new, false);
-        }
-        true
-    }
-
-    fn ipv6_packet(&mut self, ip: &mut [u8]) -> bool {
-        const ADDRS: std::ops::Range<usize> = 8..40;
-        if ip.len() <= ADDRS.start {
-            return false;
-        }
-        let end = ip.len().min(ADDRS.end);
-        let old = addr_sum(&ip[ADDRS.start..end]);
-        let (src, dst) = ip[ADDRS.start..end].split_at_mut(16.min(end - ADDRS.start));
-        self.rewrite(src, true);
-        if !dst.is_empty() {
-            self.rewrite(dst, true);
-        }
-        if end < ADDRS.end {
-            return true;
-        }
-        let new = addr_sum(&ip[ADDRS]);
-        let view = crate::ipv6::Packet::new_unchecked(&ip[..]);
-        if let Some((proto, off, frag)) = view.upper_layer()
-            && frag.is_none_or(|f| f.is_first())
-            && let Some(l4) = ip.get_mut(off..)
-        {
-            transport(l4, proto.to_u8(), old, new, true);
-        }
-        true
+        walked.outer
     }
 
     /// An Ethernet ARP packet for IPv4: the sender's and the target's protocol addresses.
@@ -282,45 +247,13 @@ impl Anonymizer {
     }
 }
 
-/// One's-complement sum of address bytes (an even number of them, or the present part).
-#[inline]
-fn addr_sum(b: &[u8]) -> u32 {
-    checksum::sum(b)
-}
-
-/// RFC 1624 eqn. 3: the checksum in `field` after data summing to `old` became data summing
-/// to `new`: HC' = ~(~HC + ~m + m').
-#[inline]
-fn update(field: &mut [u8], old: u32, new: u32) {
-    let hc = read_u16(field);
-    let s = checksum::combine(
-        checksum::combine(u32::from(!hc), u32::from(!checksum::fold(old))),
-        new,
-    );
-    write_u16(field, checksum::finish(s));
-}
-
-/// Updates the checksum of the transport header at the start of `l4` (protocol `proto`) whose
-/// pseudo-header held addresses summing to `old` and now to `new`, if its bytes were captured.
-fn transport(l4: &mut [u8], proto: u8, old: u32, new: u32, v6: bool) {
-    let at = match proto {
-        6 => 16,
-        17 => 6,
-        58 if v6 => 2,
-        _ => return,
-    };
-    let Some(field) = l4.get_mut(at..at + 2) else {
-        return;
-    };
-    let hc = read_u16(field);
-    if proto == 17 && hc == 0 {
-        // No checksum (IPv4 only; in IPv6 a zero is invalid and stays so).
-        return;
+impl AddressMap for Anonymizer {
+    fn ipv4(&mut self, addr: [u8; 4]) -> [u8; 4] {
+        Anonymizer::ipv4(self, addr)
     }
-    update(field, old, new);
-    if proto == 17 && read_u16(field) == 0 {
-        // RFC 768: a computed zero is sent as all ones.
-        write_u16(field, 0xffff);
+
+    fn ipv6(&mut self, addr: [u8; 16]) -> [u8; 16] {
+        Anonymizer::ipv6(self, addr)
     }
 }
 
@@ -328,6 +261,7 @@ fn transport(l4: &mut [u8], proto: u8, old: u32, new: u32, v6: bool) {
 mod tests {
     use super::*;
     use crate::build::{self, FrameSpec, L4};
+    use crate::checksum;
     use crate::ethernet::EthernetAddress;
     use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
     use proptest::prelude::*;

@@ -14,6 +14,7 @@ pub mod checksum;
 pub mod cryptopan;
 pub mod ethernet;
 pub mod icmp;
+pub mod inner;
 pub mod ipv4;
 pub mod ipv6;
 pub mod link;
