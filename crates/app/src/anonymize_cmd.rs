@@ -100,7 +100,7 @@ pub fn run(a: &AnonymizeArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
 
 /// The closing line for packets whose headers kept addresses, by kind; `None` if there were
 /// none.
-fn unread_line(unread: &[(Unread, u64)]) -> Option<String> {
+pub(crate) fn unread_line(unread: &[(Unread, u64)]) -> Option<String> {
     let total: u64 = unread.iter().map(|(_, n)| n).sum();
     let kinds: Vec<String> = unread
         .iter()

@@ -184,6 +184,13 @@ pub(crate) fn run_input(
         if let Some(l) = &summary.rules {
             eprintln!("{}", rules_line(l));
         }
+        if let Some(line) = cfg
+            .anonymize
+            .as_ref()
+            .and_then(|pan| crate::anonymize_cmd::unread_line(&pan.unread()))
+        {
+            eprintln!("{line}");
+        }
         for line in source_lines(&summary.source) {
             eprintln!("{line}");
         }
