@@ -10,6 +10,8 @@ pub mod batch;
 pub mod clickhouse;
 pub mod compaction;
 pub mod import;
+#[cfg(test)]
+mod in_child;
 pub mod parquet_store;
 pub mod partition;
 pub mod query;
