@@ -7,12 +7,13 @@
 //!
 //! The Parquet library panics on some damaged files. The release build unwinds
 //! (`panic = "unwind"`) so that [`contain`] can catch those; [`install_panic_hook`] makes every
-//! other panic abort the process as before.
+//! other panic abort the process as before, including one in our own code that decoded rows are
+//! handed to ([`uncontained`]).
 
 use std::cell::Cell;
 use std::fs::File;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,18 +53,32 @@ pub fn install_panic_hook() {
     });
 }
 
-/// Runs `decode`; a panic inside it becomes `Err` with the panic's message.
+/// Runs `decode`; a panic inside it becomes `Err` with the panic's message, except one inside
+/// [`uncontained`].
 pub fn contain<T>(decode: impl FnOnce() -> T) -> Result<T, String> {
     let outer = CONTAINED.with(|c| c.replace(true));
     let r = catch_unwind(AssertUnwindSafe(decode));
     CONTAINED.with(|c| c.set(outer));
-    r.map_err(|payload| {
-        payload
+    r.map_err(|payload| match payload.downcast::<Escaped>() {
+        Ok(escaped) => resume_unwind(escaped.0),
+        Err(payload) => payload
             .downcast_ref::<&str>()
             .map(|s| (*s).to_owned())
             .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic".to_owned())
+            .unwrap_or_else(|| "a panic".to_owned()),
     })
+}
+
+/// A panic inside [`uncontained`], on its way through [`contain`].
+struct Escaped(Box<dyn std::any::Any + Send>);
+
+/// Runs `f`, our own code called back from inside [`contain`] (a sink fed decoded rows): a
+/// panic in it is a bug, not a damaged file, and is not contained (the hook aborts).
+pub fn uncontained<T>(f: impl FnOnce() -> T) -> T {
+    let outer = CONTAINED.with(|c| c.replace(false));
+    let r = catch_unwind(AssertUnwindSafe(f));
+    CONTAINED.with(|c| c.set(outer));
+    r.unwrap_or_else(|payload| resume_unwind(Box::new(Escaped(payload))))
 }
 
 /// Opens the store file at `path` for reading if it is a regular file: a symbolic link is
@@ -213,6 +228,15 @@ mod tests {
         assert_eq!(contain(|| 7), Ok(7));
         let e = contain(|| -> u8 { panic!("index {} out of range", 9) }).unwrap_err();
         assert_eq!(e, "index 9 out of range");
+        assert!(!CONTAINED.with(Cell::get));
+    }
+
+    #[test]
+    fn a_panic_in_uncontained_code_goes_through_contain() {
+        let through = catch_unwind(|| contain(|| uncontained(|| panic!("a bug"))));
+        let payload = through.expect_err("contained");
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"a bug"));
+        assert_eq!(contain(|| uncontained(|| 3)), Ok(3));
         assert!(!CONTAINED.with(Cell::get));
     }
 

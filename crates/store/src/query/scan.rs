@@ -472,7 +472,8 @@ fn decode_file<S: Sink>(
     for batch in reader {
         let batch = batch.map_err(|e| parquet_error(path, e))?;
         stats.rows_read += batch.num_rows() as u64;
-        feed(&batch, read, sink).map_err(|e| parquet_error(path, e))?;
+        crate::damaged::uncontained(|| feed(&batch, read, sink))
+            .map_err(|e| parquet_error(path, e))?;
     }
     Ok(())
 }
