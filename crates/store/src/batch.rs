@@ -182,10 +182,11 @@ fn us(ns: u64) -> i64 {
     (ns / 1000) as i64
 }
 
-/// ns from stored µs (a negative time, which no writer here stores, reads as 0).
+/// ns from stored µs (a negative time, which no writer here stores, reads as 0; one past
+/// `u64::MAX` ns, which only a damaged file holds, as `u64::MAX`).
 #[inline]
 fn ns(us: i64) -> u64 {
-    u64::try_from(us).unwrap_or(0) * 1000
+    u64::try_from(us).unwrap_or(0).saturating_mul(1000)
 }
 
 /// `flows` as rows of [`crate::schema::FLOW_COLUMNS`], in the order given.
@@ -391,4 +392,16 @@ pub fn to_exporter_stats(b: &Batch) -> Vec<ExporterStats> {
 /// record's start and end, so `to_flows(&from_flows(&[f])) == [as_stored(f)]`.
 pub fn as_stored(f: &StoredFlow) -> StoredFlow {
     to_flows(&from_flows(std::slice::from_ref(f)))[0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_times_past_the_ns_range_saturate() {
+        assert_eq!(ns(i64::MAX), u64::MAX);
+        assert_eq!(ns(-5), 0);
+        assert_eq!(ns(1_710_028_800_000_000), 1_710_028_800_000_000_000);
+    }
 }

@@ -35,16 +35,14 @@ pub struct Compacted {
     pub files_out: usize,
 }
 
-/// The rows a file holds, from its footer.
+/// The rows a file holds, from its footer. A file that cannot be read is
+/// [`StoreError::Damaged`], and moved into quarantine.
 pub fn file_rows(path: &Path) -> Result<u64, StoreError> {
-    let file = std::fs::File::open(path).map_err(|source| StoreError::Io {
-        what: "open",
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let r = SerializedFileReader::new(file)
-        .map_err(|e| StoreError::Other(format!("read {}: {e}", path.display())))?;
-    Ok(u64::try_from(r.metadata().file_metadata().num_rows()).unwrap_or(0))
+    crate::damaged::read(path, |file| {
+        let r = SerializedFileReader::new(file)
+            .map_err(|e| crate::damaged::damaged(path, &e.to_string()))?;
+        Ok(u64::try_from(r.metadata().file_metadata().num_rows()).unwrap_or(0))
+    })
 }
 
 /// A merged file written but not yet published, and the files it replaces.
@@ -90,8 +88,12 @@ pub fn stage(
     let mut files = Vec::new();
     for f in partition::files(dir)? {
         if !open || is_fresh(&f) {
-            let rows = file_rows(&f)?;
-            files.push((f, rows));
+            match file_rows(&f) {
+                Ok(rows) => files.push((f, rows)),
+                // Moved into quarantine: merged without it.
+                Err(StoreError::Damaged { .. }) => {}
+                Err(e) => return Err(e),
+            }
         }
     }
     let small_merged = files
@@ -116,14 +118,25 @@ pub fn stage(
         runs.last_mut().expect("one run at least").push((f, rows));
     }
     let mut out = Vec::new();
-    for run in runs {
+    for mut run in runs {
         let rewrite = run.len() >= 2 || (!open && run.len() == 1 && is_fresh(&run[0].0));
         if !rewrite {
             continue;
         }
         let mut all = Batch::empty(table.columns());
-        for (f, _) in &run {
-            all.append(&read_file(f, table.columns())?);
+        let mut readable = Vec::with_capacity(run.len());
+        for (f, rows) in run {
+            match read_file(&f, table.columns()) {
+                Ok(b) => all.append(&b),
+                // Moved into quarantine: merged without it.
+                Err(StoreError::Damaged { .. }) => continue,
+                Err(e) => return Err(e),
+            }
+            readable.push((f, rows));
+        }
+        run = readable;
+        if run.is_empty() {
+            continue;
         }
         let names: Vec<&str> = run
             .iter()
@@ -195,8 +208,11 @@ pub fn repair(dir: &Path) -> Result<usize, StoreError> {
         if !merged || !f.exists() {
             continue;
         }
-        let Some(list) = metadata_value(f, REPLACES)? else {
-            continue;
+        let list = match metadata_value(f, REPLACES) {
+            Ok(Some(list)) => list,
+            // Moved into quarantine: its sources stay, and are read instead.
+            Ok(None) | Err(StoreError::Damaged { .. }) => continue,
+            Err(e) => return Err(e),
         };
         for n in list
             .split(',')

@@ -9,7 +9,10 @@ pub mod anonymized;
 pub mod batch;
 pub mod clickhouse;
 pub mod compaction;
+pub mod damaged;
 pub mod import;
+#[cfg(test)]
+mod in_child;
 pub mod parquet_store;
 pub mod partition;
 pub mod query;
@@ -34,6 +37,15 @@ pub enum StoreError {
         path: std::path::PathBuf,
         /// The underlying error.
         source: std::io::Error,
+    },
+    /// A store file that cannot be read: damaged, or not a regular file. The reader that met it
+    /// moved it into quarantine ([`damaged`]) and went on without it.
+    #[error("store file {path}: {why}")]
+    Damaged {
+        /// The file, where it was found.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        why: String,
     },
     /// Anything else, said in one line.
     #[error("{0}")]

@@ -260,6 +260,7 @@ pub fn files(partition: &Path) -> Result<Vec<PathBuf>, StoreError> {
         return Ok(out);
     }
     let mut replaced = std::collections::HashSet::new();
+    let mut gone = Vec::new();
     for f in &out {
         let merged = f
             .file_name()
@@ -272,14 +273,17 @@ pub fn files(partition: &Path) -> Result<Vec<PathBuf>, StoreError> {
                 // Removed by a compaction since the listing: its rows are in a newer file.
                 Err(StoreError::Io { source, .. })
                     if source.kind() == std::io::ErrorKind::NotFound => {}
+                // Moved into quarantine: the files it replaced are read instead.
+                Err(StoreError::Damaged { .. }) => gone.push(f.clone()),
                 Err(e) => return Err(e),
             }
         }
     }
     out.retain(|f| {
-        f.file_name()
-            .and_then(|n| n.to_str())
-            .is_none_or(|n| !replaced.contains(n))
+        !gone.contains(f)
+            && f.file_name()
+                .and_then(|n| n.to_str())
+                .is_none_or(|n| !replaced.contains(n))
     });
     Ok(out)
 }

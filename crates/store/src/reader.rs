@@ -1,7 +1,6 @@
 //! Reading back a file the store wrote: every row, column by column, checked against the
 //! table's columns.
 
-use std::fs::File;
 use std::path::Path;
 
 use parquet::column::reader::ColumnReader;
@@ -12,34 +11,36 @@ use crate::StoreError;
 use crate::batch::{Batch, Column};
 use crate::schema::{ColumnType, FLOW_COLUMNS, StoredFlow};
 
-/// Every row of the file at `path`, a table of `columns`.
+/// Every row of the file at `path`, a table of `columns`. A file that cannot be read is
+/// [`StoreError::Damaged`], and moved into quarantine ([`crate::damaged::read`]).
 pub fn read_file(path: &Path, columns: &[(&str, ColumnType)]) -> Result<Batch, StoreError> {
-    let bad = |e: String| StoreError::Other(format!("read {}: {e}", path.display()));
-    let file = File::open(path).map_err(|source| StoreError::Io {
-        what: "open",
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let reader = SerializedFileReader::new(file).map_err(|e| bad(e.to_string()))?;
-    let schema = reader.metadata().file_metadata().schema_descr();
-    let names: Vec<&str> = schema.columns().iter().map(|c| c.name()).collect();
-    let want: Vec<&str> = columns.iter().map(|c| c.0).collect();
-    if names != want {
-        return Err(bad(format!("columns {names:?}, not the table's {want:?}")));
-    }
-    let mut batch = Batch::empty(columns);
-    for i in 0..reader.num_row_groups() {
-        let rg = reader.get_row_group(i).map_err(|e| bad(e.to_string()))?;
-        let rows = usize::try_from(rg.metadata().num_rows()).unwrap_or(0);
-        for (k, col) in batch.columns.iter_mut().enumerate() {
-            read_column(rg.as_ref(), k, rows, col).map_err(|e| bad(e.to_string()))?;
+    crate::damaged::read(path, |file| {
+        let bad = |e: String| crate::damaged::damaged(path, &e);
+        let reader = SerializedFileReader::new(file).map_err(|e| bad(e.to_string()))?;
+        let schema = reader.metadata().file_metadata().schema_descr();
+        let names: Vec<&str> = schema.columns().iter().map(|c| c.name()).collect();
+        let want: Vec<&str> = columns.iter().map(|c| c.0).collect();
+        if names != want {
+            return Err(bad(format!("columns {names:?}, not the table's {want:?}")));
         }
-    }
-    if batch.columns.iter().any(|c| c.len() != batch.rows()) {
-        return Err(bad("columns of different lengths".into()));
-    }
-    Ok(batch)
+        let mut batch = Batch::empty(columns);
+        for i in 0..reader.num_row_groups() {
+            let rg = reader.get_row_group(i).map_err(|e| bad(e.to_string()))?;
+            let rows = usize::try_from(rg.metadata().num_rows()).unwrap_or(0);
+            for (k, col) in batch.columns.iter_mut().enumerate() {
+                read_column(rg.as_ref(), k, rows, col).map_err(|e| bad(e.to_string()))?;
+            }
+        }
+        if batch.columns.iter().any(|c| c.len() != batch.rows()) {
+            return Err(bad("columns of different lengths".into()));
+        }
+        Ok(batch)
+    })
 }
+
+/// The most rows a column's buffer is made for before they are read: a damaged footer may claim
+/// any number.
+const PREALLOCATED_ROWS: usize = 1 << 16;
 
 /// Appends the `rows` values of column `k` of row group `rg` to `out`.
 fn read_column(
@@ -51,17 +52,17 @@ fn read_column(
     let general = |m: &str| parquet::errors::ParquetError::General(m.to_owned());
     match (rg.get_column_reader(k)?, out) {
         (ColumnReader::Int32ColumnReader(mut r), Column::I32(v)) => {
-            let mut buf = Vec::with_capacity(rows);
+            let mut buf = Vec::with_capacity(rows.min(PREALLOCATED_ROWS));
             read_all(rows, |n, b| r.read_records(n, None, None, b), &mut buf)?;
             v.extend_from_slice(&buf);
         }
         (ColumnReader::Int64ColumnReader(mut r), Column::I64(v)) => {
-            let mut buf = Vec::with_capacity(rows);
+            let mut buf = Vec::with_capacity(rows.min(PREALLOCATED_ROWS));
             read_all(rows, |n, b| r.read_records(n, None, None, b), &mut buf)?;
             v.extend_from_slice(&buf);
         }
         (ColumnReader::FixedLenByteArrayColumnReader(mut r), Column::Addr(v)) => {
-            let mut buf = Vec::with_capacity(rows);
+            let mut buf = Vec::with_capacity(rows.min(PREALLOCATED_ROWS));
             read_all(rows, |n, b| r.read_records(n, None, None, b), &mut buf)?;
             for a in buf {
                 v.push(
@@ -72,7 +73,7 @@ fn read_column(
             }
         }
         (ColumnReader::ByteArrayColumnReader(mut r), Column::Text(v)) => {
-            let mut buf = Vec::with_capacity(rows);
+            let mut buf = Vec::with_capacity(rows.min(PREALLOCATED_ROWS));
             read_all(rows, |n, b| r.read_records(n, None, None, b), &mut buf)?;
             for s in buf {
                 v.push(
@@ -111,19 +112,17 @@ pub fn read_flows(path: &Path) -> Result<Vec<StoredFlow>, StoreError> {
     Ok(crate::batch::to_flows(&read_file(path, FLOW_COLUMNS)?))
 }
 
-/// The file's key-value metadata entry `key`, if it has one.
+/// The file's key-value metadata entry `key`, if it has one. A file that cannot be read is
+/// [`StoreError::Damaged`], and moved into quarantine.
 pub fn metadata_value(path: &Path, key: &str) -> Result<Option<String>, StoreError> {
-    let file = File::open(path).map_err(|source| StoreError::Io {
-        what: "open",
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let reader = SerializedFileReader::new(file)
-        .map_err(|e| StoreError::Other(format!("read {}: {e}", path.display())))?;
-    Ok(reader
-        .metadata()
-        .file_metadata()
-        .key_value_metadata()
-        .and_then(|kv| kv.iter().find(|e| e.key == key))
-        .and_then(|e| e.value.clone()))
+    crate::damaged::read(path, |file| {
+        let reader = SerializedFileReader::new(file)
+            .map_err(|e| crate::damaged::damaged(path, &e.to_string()))?;
+        Ok(reader
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()
+            .and_then(|kv| kv.iter().find(|e| e.key == key))
+            .and_then(|e| e.value.clone()))
+    })
 }

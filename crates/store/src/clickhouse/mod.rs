@@ -17,7 +17,7 @@ mod store;
 pub use ddl::{Dialect, Layout, Schema};
 pub use http::{Server, Version};
 pub use rowbinary::encode_flow;
-pub use sql::ClickHouseEngine;
+pub use sql::{ClickHouseEngine, filter_sql};
 pub use store::{ClickHouseConfig, ClickHouseStore};
 
 use crate::StoreError;

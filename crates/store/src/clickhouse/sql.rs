@@ -88,7 +88,7 @@ impl QueryEngine for ClickHouseEngine {
         let filter = q
             .filter
             .as_ref()
-            .map_or("1".to_string(), |f| self.filter(f));
+            .map_or("1".to_string(), |f| filter_sql(f, self.schema.dialect));
         let from = format!("FROM ({view}) WHERE {filter}");
         let result = match &q.kind {
             Kind::List { limit } => {
@@ -265,57 +265,6 @@ impl ClickHouseEngine {
              WHERE flows > 0{window} UNION ALL \
              SELECT {common}, rev_flows AS n, rev_packets AS pkts, rev_bytes AS octets \
              FROM {table} WHERE rev_flows > 0{window}"
-        )
-    }
-
-    fn filter(&self, f: &Filter) -> String {
-        match f {
-            Filter::And(a, b) => format!("({} AND {})", self.filter(a), self.filter(b)),
-            Filter::Or(a, b) => format!("({} OR {})", self.filter(a), self.filter(b)),
-            Filter::Not(a) => format!("NOT ({})", self.filter(a)),
-            Filter::Term(t) => self.term(t),
-        }
-    }
-
-    fn term(&self, t: &Term) -> String {
-        let either = |a: String, b: String| format!("({a} OR {b})");
-        match *t {
-            Term::Addr(Side::Src, n) => self.within("src", n),
-            Term::Addr(Side::Dst, n) => self.within("dst", n),
-            Term::Addr(Side::Any, n) => either(self.within("src", n), self.within("dst", n)),
-            Term::Port(side, op, p) => {
-                let c = |col| format!("{col} {} {p}", op.symbol());
-                match side {
-                    Side::Src => c("sport"),
-                    Side::Dst => c("dport"),
-                    Side::Any => either(c("sport"), c("dport")),
-                }
-            }
-            Term::Protocol(p) => format!("proto = {p}"),
-            Term::IpVersion(v) => format!("ver = {v}"),
-            Term::Exporter(n) => self.within("exp", n),
-            Term::Interface(IfSide::In, i) => format!("iif = {i}"),
-            Term::Interface(IfSide::Out, i) => format!("oif = {i}"),
-            Term::Interface(IfSide::Any, i) => either(format!("iif = {i}"), format!("oif = {i}")),
-            Term::Vlan(v) => format!("vl = {v}"),
-            Term::Packets(op, n) => format!("pkts {} {n}", op.symbol()),
-            Term::Bytes(op, n) => format!("octets {} {n}", op.symbol()),
-            Term::TcpFlags(m) => format!("bitAnd(flags, {m}) = {m}"),
-        }
-    }
-
-    /// `col` lies in `net`: between its first and last address, as 16-byte strings compare.
-    fn within(&self, col: &str, n: Net) -> String {
-        let mut last = n.addr;
-        for (i, b) in last.iter_mut().enumerate() {
-            let kept = u32::from(n.len).saturating_sub(i as u32 * 8).min(8);
-            *b |= (0xffu16 >> kept) as u8;
-        }
-        let d = self.schema.dialect;
-        format!(
-            "({col} >= {} AND {col} <= {})",
-            d.addr_literal(&n.addr),
-            d.addr_literal(&last)
         )
     }
 
@@ -545,12 +494,66 @@ fn needed(q: &Query) -> Vec<&'static str> {
     v
 }
 
+/// The filter as a SQL condition over the one-way view's columns. A chain of `and`s or `or`s
+/// is one flat `AND`/`OR` list, so the SQL nests no deeper than the filter's `not`s and
+/// parentheses ([`MAX_DEPTH`](crate::query::filter::MAX_DEPTH)).
+pub fn filter_sql(f: &Filter, d: Dialect) -> String {
+    let list = |v: &[Filter], op: &str| {
+        let parts: Vec<String> = v.iter().map(|a| filter_sql(a, d)).collect();
+        format!("({})", parts.join(op))
+    };
+    match f {
+        Filter::And(v) => list(v, " AND "),
+        Filter::Or(v) => list(v, " OR "),
+        Filter::Not(a) => format!("NOT ({})", filter_sql(a, d)),
+        Filter::Term(t) => term_sql(t, d),
+    }
+}
+
+fn term_sql(t: &Term, d: Dialect) -> String {
+    let either = |a: String, b: String| format!("({a} OR {b})");
+    match *t {
+        Term::Addr(Side::Src, n) => within("src", n, d),
+        Term::Addr(Side::Dst, n) => within("dst", n, d),
+        Term::Addr(Side::Any, n) => either(within("src", n, d), within("dst", n, d)),
+        Term::Port(side, op, p) => {
+            let c = |col| format!("{col} {} {p}", op.symbol());
+            match side {
+                Side::Src => c("sport"),
+                Side::Dst => c("dport"),
+                Side::Any => either(c("sport"), c("dport")),
+            }
+        }
+        Term::Protocol(p) => format!("proto = {p}"),
+        Term::IpVersion(v) => format!("ver = {v}"),
+        Term::Exporter(n) => within("exp", n, d),
+        Term::Interface(IfSide::In, i) => format!("iif = {i}"),
+        Term::Interface(IfSide::Out, i) => format!("oif = {i}"),
+        Term::Interface(IfSide::Any, i) => either(format!("iif = {i}"), format!("oif = {i}")),
+        Term::Vlan(v) => format!("vl = {v}"),
+        Term::Packets(op, n) => format!("pkts {} {n}", op.symbol()),
+        Term::Bytes(op, n) => format!("octets {} {n}", op.symbol()),
+        Term::TcpFlags(m) => format!("bitAnd(flags, {m}) = {m}"),
+    }
+}
+
+/// `col` lies in `net`: between its first and last address, as 16-byte strings compare.
+fn within(col: &str, n: Net, d: Dialect) -> String {
+    let mut last = n.addr;
+    for (i, b) in last.iter_mut().enumerate() {
+        let kept = u32::from(n.len).saturating_sub(i as u32 * 8).min(8);
+        *b |= (0xffu16 >> kept) as u8;
+    }
+    format!(
+        "({col} >= {} AND {col} <= {})",
+        d.addr_literal(&n.addr),
+        d.addr_literal(&last)
+    )
+}
+
 fn filter_columns(f: &Filter, v: &mut Vec<&'static str>) {
     match f {
-        Filter::And(a, b) | Filter::Or(a, b) => {
-            filter_columns(a, v);
-            filter_columns(b, v);
-        }
+        Filter::And(all) | Filter::Or(all) => all.iter().for_each(|a| filter_columns(a, v)),
         Filter::Not(a) => filter_columns(a, v),
         Filter::Term(t) => v.extend_from_slice(match t {
             Term::Addr(..) => &["src", "dst"][..],
@@ -670,6 +673,51 @@ fn flow_row(r: &[String]) -> Result<OneWay, QueryError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::in_child::survives;
+    use crate::query::filter::{MAX_DEPTH, parse};
+
+    /// How deep the SQL's parentheses nest.
+    fn parens(sql: &str) -> usize {
+        let mut depth = 0usize;
+        let mut deepest = 0;
+        for c in sql.chars() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                _ => continue,
+            }
+            deepest = deepest.max(depth);
+        }
+        deepest
+    }
+
+    #[test]
+    fn the_deepest_filter_gives_sql_no_deeper_than_it() {
+        let name = module_path!().split_once("::").map_or("", |m| m.1);
+        let name = format!("{name}::the_deepest_filter_gives_sql_no_deeper_than_it");
+        survives(&name, 512 * 1024, || {
+            // Each level opens an OR and an AND inside it, the term two more.
+            let levels = MAX_DEPTH / 2;
+            let text = format!(
+                "{}host 10.0.0.1 port 80{}",
+                "not ( udp or tcp and ".repeat(levels),
+                ")".repeat(levels)
+            );
+            let f = parse(&text).unwrap();
+            for d in [Dialect::Legacy, Dialect::Current] {
+                let sql = filter_sql(&f, d);
+                assert!(parens(&sql) <= 2 * MAX_DEPTH + 3, "{}", parens(&sql));
+            }
+        });
+    }
+
+    #[test]
+    fn a_flat_chain_is_flat_sql() {
+        let text = format!("{}tcp", "udp or icmp and vlan 3 or ".repeat(600));
+        let sql = filter_sql(&parse(&text).unwrap(), Dialect::Legacy);
+        assert_eq!(parens(&sql), 2, "{}", &sql[..200]);
+        assert_eq!(sql.matches(" OR ").count(), 1200);
+    }
 
     #[test]
     fn answers_parse_back() {

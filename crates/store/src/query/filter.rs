@@ -17,17 +17,36 @@
 //!        | any
 //! OP    := = | == | != | < | <= | > | >= | eq | ne | lt | le | gt | ge
 //! ```
+//!
+//! A chain of `or`s (or of `and`s) is one node with a list of operands, so a long flat filter
+//! stays a shallow tree; `not` and `(` nest, at most [`MAX_DEPTH`] deep, and the text is at most
+//! [`MAX_LEN`] bytes. Within both limits parsing, matching, the SQL built from a filter and
+//! ClickHouse's parser of that SQL stay far from their stacks' ends.
 
 use super::{Cmp, Filter, IfSide, Net, QueryError, Side, Term};
 use crate::query::result::PROTOCOLS;
 
+/// How deep `not`s and parentheses may nest: far above a filter a person writes, far below
+/// what overflows a 2 MiB thread stack or ClickHouse's parser (500 nested `NOT`s).
+pub const MAX_DEPTH: usize = 64;
+
+/// The longest filter text, in bytes.
+pub const MAX_LEN: usize = 16 * 1024;
+
 /// Parses filter text (the words after `tapflow query`'s options, joined by spaces).
 pub fn parse(text: &str) -> Result<Filter, QueryError> {
+    if text.len() > MAX_LEN {
+        return Err(err(format!("filter: longer than {MAX_LEN} bytes")));
+    }
     let tokens = lex(text);
     if tokens.is_empty() {
         return Err(err("the filter is empty"));
     }
-    let mut p = Parser { tokens, at: 0 };
+    let mut p = Parser {
+        tokens,
+        at: 0,
+        depth: 0,
+    };
     let f = p.expr()?;
     match p.peek() {
         None => Ok(f),
@@ -76,6 +95,8 @@ fn lex(text: &str) -> Vec<String> {
 struct Parser {
     tokens: Vec<String>,
     at: usize,
+    /// The `not`s and `(`s open around the token at `at`.
+    depth: usize,
 }
 
 impl Parser {
@@ -106,15 +127,15 @@ impl Parser {
     }
 
     fn expr(&mut self) -> Result<Filter, QueryError> {
-        let mut f = self.and()?;
+        let mut any = vec![self.and()?];
         while self.eat("or") || self.eat("||") {
-            f = Filter::Or(Box::new(f), Box::new(self.and()?));
+            any.push(self.and()?);
         }
-        Ok(f)
+        Ok(one_or(any, Filter::Or))
     }
 
     fn and(&mut self) -> Result<Filter, QueryError> {
-        let mut f = self.unary()?;
+        let mut all = vec![self.unary()?];
         loop {
             // `and`, or nothing between two terms.
             let joined = self.eat("and")
@@ -123,24 +144,41 @@ impl Parser {
                     .peek()
                     .is_some_and(|t| t != ")" && t != "||" && !t.eq_ignore_ascii_case("or"));
             if !joined {
-                return Ok(f);
+                return Ok(one_or(all, Filter::And));
             }
-            f = Filter::And(Box::new(f), Box::new(self.unary()?));
+            all.push(self.unary()?);
         }
     }
 
     fn unary(&mut self) -> Result<Filter, QueryError> {
         if self.eat("not") || self.eat("!") {
-            return Ok(Filter::Not(Box::new(self.unary()?)));
+            let f = self.nested(Self::unary)?;
+            return Ok(Filter::Not(Box::new(f)));
         }
         if self.eat("(") {
-            let f = self.expr()?;
+            let f = self.nested(Self::expr)?;
             if !self.eat(")") {
                 return Err(err("filter: ')' expected"));
             }
             return Ok(f);
         }
         self.term()
+    }
+
+    /// Parses with `inner` one level deeper, refusing to go past [`MAX_DEPTH`].
+    fn nested(
+        &mut self,
+        inner: fn(&mut Self) -> Result<Filter, QueryError>,
+    ) -> Result<Filter, QueryError> {
+        if self.depth == MAX_DEPTH {
+            return Err(err(format!(
+                "filter: nested deeper than {MAX_DEPTH} levels"
+            )));
+        }
+        self.depth += 1;
+        let f = inner(self);
+        self.depth -= 1;
+        f
     }
 
     fn term(&mut self) -> Result<Filter, QueryError> {
@@ -217,10 +255,10 @@ impl Parser {
             if lo > hi {
                 return Err(err(format!("filter: port range '{text}' is backwards")));
             }
-            return Ok(Filter::And(
-                Box::new(Filter::Term(Term::Port(side, Cmp::Ge, lo))),
-                Box::new(Filter::Term(Term::Port(side, Cmp::Le, hi))),
-            ));
+            return Ok(Filter::And(vec![
+                Filter::Term(Term::Port(side, Cmp::Ge, lo)),
+                Filter::Term(Term::Port(side, Cmp::Le, hi)),
+            ]));
         }
         Ok(Filter::Term(Term::Port(side, op, port(&text)?)))
     }
@@ -263,6 +301,15 @@ impl Parser {
             .ok()
             .and_then(|n| n.checked_mul(scale))
             .ok_or_else(|| err(format!("filter: '{t}' is not {what}")))
+    }
+}
+
+/// The one operand itself, or `join` of them all.
+fn one_or(mut operands: Vec<Filter>, join: fn(Vec<Filter>) -> Filter) -> Filter {
+    if operands.len() == 1 {
+        operands.swap_remove(0)
+    } else {
+        join(operands)
     }
 }
 
@@ -391,8 +438,8 @@ impl Filter {
     /// Whether the one-way flow passes.
     pub fn matches(&self, f: &OneWay) -> bool {
         match self {
-            Filter::And(a, b) => a.matches(f) && b.matches(f),
-            Filter::Or(a, b) => a.matches(f) || b.matches(f),
+            Filter::And(all) => all.iter().all(|a| a.matches(f)),
+            Filter::Or(any) => any.iter().any(|a| a.matches(f)),
             Filter::Not(a) => !a.matches(f),
             Filter::Term(t) => t.matches(f),
         }
@@ -401,12 +448,18 @@ impl Filter {
     /// Adds the stored columns the filter reads to `out`.
     pub fn columns(&self, out: &mut Vec<&'static str>) {
         match self {
-            Filter::And(a, b) | Filter::Or(a, b) => {
-                a.columns(out);
-                b.columns(out);
-            }
+            Filter::And(v) | Filter::Or(v) => v.iter().for_each(|a| a.columns(out)),
             Filter::Not(a) => a.columns(out),
             Filter::Term(t) => out.extend_from_slice(t.columns()),
+        }
+    }
+
+    /// The nodes on the longest path from the root to a term (a term alone: 1).
+    pub fn depth(&self) -> usize {
+        match self {
+            Filter::And(v) | Filter::Or(v) => 1 + v.iter().map(Filter::depth).max().unwrap_or(0),
+            Filter::Not(a) => 1 + a.depth(),
+            Filter::Term(_) => 1,
         }
     }
 }
@@ -455,6 +508,7 @@ impl Term {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::in_child::survives;
 
     fn v4(a: [u8; 4]) -> [u8; 16] {
         std::net::Ipv4Addr::from(a).to_ipv6_mapped().octets()
@@ -543,6 +597,93 @@ mod tests {
             let e = parse(t).expect_err(t).to_string();
             assert!(e.contains(says), "{t}: {e}");
         }
+    }
+
+    /// `name`, a test of this module, as the test binary names it.
+    fn this(name: &str) -> String {
+        let module = module_path!().split_once("::").map_or("", |m| m.1);
+        format!("{module}::{name}")
+    }
+
+    /// A stack smaller than a thread's default 2 MiB.
+    const STACK: usize = 512 * 1024;
+
+    fn nested(open: &str, close: &str, levels: usize) -> String {
+        format!("{}tcp{}", open.repeat(levels), close.repeat(levels))
+    }
+
+    #[test]
+    fn nesting_to_the_limit_parses_and_past_it_is_refused() {
+        // Each `not` and each `(` is a level.
+        for (open, close, levels) in [
+            ("(", ")", 1),
+            ("not ", "", 1),
+            ("!", "", 1),
+            ("not (", ")", 2),
+            ("! ( udp or ", ")", 2),
+        ] {
+            let deepest = nested(open, close, MAX_DEPTH / levels);
+            parse(&deepest).unwrap_or_else(|e| panic!("{deepest}: {e}"));
+            let deeper = nested(open, close, MAX_DEPTH / levels + 1);
+            let e = parse(&deeper).expect_err(&deeper).to_string();
+            assert_eq!(e, "filter: nested deeper than 64 levels", "{deeper}");
+        }
+        assert!(yes(&nested("(", ")", MAX_DEPTH)));
+        assert!(yes(&nested("not ", "", MAX_DEPTH)));
+    }
+
+    #[test]
+    fn ten_thousand_nots_are_refused_without_overflowing() {
+        survives(
+            &this("ten_thousand_nots_are_refused_without_overflowing"),
+            STACK,
+            || {
+                let e = parse(&nested("!", "", 10_000)).unwrap_err().to_string();
+                assert_eq!(e, "filter: nested deeper than 64 levels");
+                let e = parse(&nested("not ", "", 10_000)).unwrap_err().to_string();
+                assert_eq!(e, "filter: longer than 16384 bytes");
+            },
+        );
+    }
+
+    #[test]
+    fn four_thousand_parentheses_are_refused_without_overflowing() {
+        survives(
+            &this("four_thousand_parentheses_are_refused_without_overflowing"),
+            STACK,
+            || {
+                let e = parse(&nested("(", ")", 4_000)).unwrap_err().to_string();
+                assert_eq!(e, "filter: nested deeper than 64 levels");
+            },
+        );
+    }
+
+    #[test]
+    fn the_deepest_filter_matches_and_drops_on_a_small_stack() {
+        survives(
+            &this("the_deepest_filter_matches_and_drops_on_a_small_stack"),
+            STACK,
+            || {
+                let f = parse(&nested("not ( udp or ", ")", MAX_DEPTH / 2)).unwrap();
+                assert!(f.matches(&flow()));
+                drop(f);
+            },
+        );
+    }
+
+    #[test]
+    fn a_flat_chain_to_the_length_limit_is_a_shallow_tree() {
+        let mut text = "udp or ".repeat(MAX_LEN / 7 - 1);
+        text.push_str("tcp");
+        assert!(text.len() <= MAX_LEN);
+        let f = parse(&text).unwrap();
+        assert!(f.matches(&flow()));
+        assert_eq!(f.depth(), 2, "an or-chain is one node over its terms");
+        let f = parse(&format!("{}tcp", "tcp and ".repeat(99))).unwrap();
+        assert_eq!(f.depth(), 2, "an and-chain is one node over its terms");
+        let padded = format!("{text}{}", " ".repeat(MAX_LEN + 1 - text.len()));
+        let e = parse(&padded).expect_err("one byte too long").to_string();
+        assert_eq!(e, "filter: longer than 16384 bytes");
     }
 
     #[test]

@@ -211,13 +211,13 @@ impl Metric {
     }
 }
 
-/// A filter over one-way flows: a tree of terms.
+/// A filter over one-way flows: a tree of terms, a chain of `and`s or of `or`s one node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Filter {
-    /// Both hold.
-    And(Box<Filter>, Box<Filter>),
-    /// Either holds.
-    Or(Box<Filter>, Box<Filter>),
+    /// Every one holds (two or more).
+    And(Vec<Filter>),
+    /// At least one holds (two or more).
+    Or(Vec<Filter>),
     /// It does not hold.
     Not(Box<Filter>),
     /// One test.

@@ -193,6 +193,8 @@ pub struct ScanStats {
     pub row_groups_read: u64,
     /// Stored rows decoded.
     pub rows_read: u64,
+    /// Files that could not be read, moved into the store's quarantine and left out.
+    pub files_quarantined: u64,
     /// The tier that answered: 0 for the flows themselves, else the rollup's bucket in seconds.
     pub tier_seconds: u32,
     /// The name of the table that answered (`flows`, `rollup_1h`, `hosts_1h`, `ports_1h`…;

@@ -96,8 +96,13 @@ impl QueryEngine for ParquetEngine {
         for path in
             crate::partition::files_between(&self.dir, table, window.start_us, window.end_us)?
         {
-            let rows =
-                crate::batch::to_exporter_stats(&crate::reader::read_file(&path, table.columns())?);
+            let batch = match crate::reader::read_file(&path, table.columns()) {
+                Ok(b) => b,
+                // Moved into quarantine: left out.
+                Err(StoreError::Damaged { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let rows = crate::batch::to_exporter_stats(&batch);
             for row in rows.iter().filter(|r| {
                 let t = i64::try_from(r.time_ns / 1000).unwrap_or(i64::MAX);
                 (window.start_us..window.end_us).contains(&t)
@@ -268,7 +273,13 @@ impl ParquetEngine {
                 let Some(path) = files.get(i) else {
                     return Ok((sink, stats));
                 };
-                scan_file(path, &t.cols, t.read, feed, &mut sink, &mut stats)?;
+                // Each file into a sink of its own: a file found damaged halfway adds nothing.
+                let mut one = make();
+                match scan_file(path, &t.cols, t.read, feed, &mut one, &mut stats) {
+                    Ok(()) => sink.merge(one),
+                    Err(StoreError::Damaged { .. }) => stats.files_quarantined += 1,
+                    Err(e) => return Err(e.into()),
+                }
             }
         };
         let parts: Vec<Result<(S, ScanStats), QueryError>> = std::thread::scope(|s| {
@@ -295,6 +306,7 @@ impl ParquetEngine {
             stats.row_groups += st.row_groups;
             stats.row_groups_read += st.row_groups_read;
             stats.rows_read += st.rows_read;
+            stats.files_quarantined += st.files_quarantined;
         }
         Ok(Answer {
             result: sink.unwrap_or_else(make).finish(),
@@ -368,10 +380,13 @@ fn columns(q: &Query) -> Vec<&'static str> {
     c
 }
 
-fn parquet_error(path: &Path, e: impl std::fmt::Display) -> QueryError {
-    StoreError::Other(format!("{}: {e}", path.display())).into()
+/// A file that does not read as a file of its table: damaged.
+fn parquet_error(path: &Path, e: impl std::fmt::Display) -> StoreError {
+    crate::damaged::damaged(path, &e.to_string())
 }
 
+/// Feeds the rows of the file at `path` to `sink`. A file that cannot be read is
+/// [`StoreError::Damaged`], and moved into quarantine ([`crate::damaged::read`]).
 fn scan_file<S: Sink>(
     path: &Path,
     cols: &[&'static str],
@@ -379,13 +394,22 @@ fn scan_file<S: Sink>(
     feed: Feed<S>,
     sink: &mut S,
     stats: &mut ScanStats,
-) -> Result<(), QueryError> {
+) -> Result<(), StoreError> {
+    crate::damaged::read(path, |file| {
+        decode_file(path, file, cols, read, feed, sink, stats)
+    })
+}
+
+fn decode_file<S: Sink>(
+    path: &Path,
+    file: File,
+    cols: &[&'static str],
+    read: Read<'_>,
+    feed: Feed<S>,
+    sink: &mut S,
+    stats: &mut ScanStats,
+) -> Result<(), StoreError> {
     let q = read.query;
-    let file = File::open(path).map_err(|source| StoreError::Io {
-        what: "open",
-        path: path.to_path_buf(),
-        source,
-    })?;
     let builder =
         ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| parquet_error(path, e))?;
     stats.files_opened += 1;
@@ -463,7 +487,8 @@ fn scan_file<S: Sink>(
     for batch in reader {
         let batch = batch.map_err(|e| parquet_error(path, e))?;
         stats.rows_read += batch.num_rows() as u64;
-        feed(&batch, read, sink).map_err(|e| parquet_error(path, e))?;
+        crate::damaged::uncontained(|| feed(&batch, read, sink))
+            .map_err(|e| parquet_error(path, e))?;
     }
     Ok(())
 }
@@ -578,13 +603,15 @@ pub(crate) fn min_time(path: &Path, col: &str) -> Result<Option<i64>, QueryError
 }
 
 /// The smallest and largest values of the time column `col` in the file's row-group
-/// statistics.
+/// statistics; none if the file cannot be read (moved into quarantine).
 fn time_bounds(path: &Path, col: &str) -> Result<Option<(i64, i64)>, QueryError> {
-    let file = File::open(path).map_err(|source| StoreError::Io {
-        what: "open",
-        path: path.to_path_buf(),
-        source,
-    })?;
+    match crate::damaged::read(path, |file| file_time_bounds(path, file, col)) {
+        Err(StoreError::Damaged { .. }) => Ok(None),
+        r => Ok(r?),
+    }
+}
+
+fn file_time_bounds(path: &Path, file: File, col: &str) -> Result<Option<(i64, i64)>, StoreError> {
     let builder =
         ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| parquet_error(path, e))?;
     let Some(at) = builder

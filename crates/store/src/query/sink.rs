@@ -56,7 +56,9 @@ impl Sink for ListSink {
 
     fn merge(&mut self, other: ListSink) {
         self.rows.extend(other.rows);
-        self.trim();
+        if self.limit.is_some() {
+            self.trim();
+        }
     }
 
     fn finish(mut self) -> QueryResult {

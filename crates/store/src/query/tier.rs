@@ -180,7 +180,7 @@ const COLUMNS: &[&str] = &[
 
 fn filter_answerable(f: &Filter) -> bool {
     match f {
-        Filter::And(a, b) | Filter::Or(a, b) => filter_answerable(a) && filter_answerable(b),
+        Filter::And(v) | Filter::Or(v) => v.iter().all(filter_answerable),
         Filter::Not(a) => filter_answerable(a),
         Filter::Term(t) => matches!(t, Term::Protocol(_) | Term::Exporter(_)),
     }
@@ -289,7 +289,7 @@ fn port_side(key: Key) -> Option<u8> {
 
 fn protocol_only(f: &Filter) -> bool {
     match f {
-        Filter::And(a, b) | Filter::Or(a, b) => protocol_only(a) && protocol_only(b),
+        Filter::And(v) | Filter::Or(v) => v.iter().all(protocol_only),
         Filter::Not(a) => protocol_only(a),
         Filter::Term(t) => matches!(t, Term::Protocol(_)),
     }
