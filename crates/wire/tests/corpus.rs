@@ -86,12 +86,38 @@ impl Entry {
                 .map(|n| LinkType::from_u16(n.parse().unwrap()).name())
                 .collect();
         }
-        let name = self.link_type.split_whitespace().next().unwrap();
+        let name = match self.link_type.split_whitespace().next().unwrap() {
+            // Wireshark's name for link type 1, which some manifest rows give.
+            "Ethernet" => "EN10MB",
+            n => n,
+        };
         let known = (0..=u16::MAX)
             .map(|n| LinkType::from_u16(n).name())
             .find(|n| *n == name);
         BTreeSet::from([known.unwrap_or_else(|| panic!("{}: unknown link type {name}", self.file))])
     }
+}
+
+/// The manifest's file format, unless the file's magic says it is another: some rows give
+/// the name's extension (a classic pcap named `.pcapng` is listed as pcapng).
+fn file_format(path: &std::path::Path, listed: &str) -> String {
+    let mut magic = [0u8; 4];
+    let read =
+        std::fs::File::open(path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic));
+    let found = match (read.is_ok(), u32::from_le_bytes(magic)) {
+        (false, _) => return listed.to_owned(),
+        (true, 0x0a0d_0d0a) => "pcapng",
+        (true, 0xa1b2_c3d4 | 0xd4c3_b2a1) => "pcap",
+        (true, 0xa1b2_3c4d | 0x4d3c_b2a1) => "nsecpcap",
+        _ => return listed.to_owned(),
+    };
+    if found != listed {
+        eprintln!(
+            "corpus: {}: the manifest says {listed}, its magic says {found}",
+            path.display()
+        );
+    }
+    found.to_owned()
 }
 
 /// The corpus's captures, as its manifest describes them; `None` (the test is skipped) without
@@ -115,7 +141,7 @@ fn manifest() -> Option<Vec<Entry>> {
                 source: Source::File(dir.join(f[col("file")])),
                 packets: f[col("packets")].parse().unwrap(),
                 link_type: f[col("link_type")].to_owned(),
-                file_format: f[col("file_format")].to_owned(),
+                file_format: file_format(&dir.join(f[col("file")]), f[col("file_format")]),
                 first_us: iso_micros(f[col("first_ts_utc")]),
                 last_us: iso_micros(f[col("last_ts_utc")]),
                 tshark_open_status: unquote(f[col("tshark_open_status")]),
