@@ -156,20 +156,20 @@ echo "demo: replaying $(capinfos -Mc "$trace" | awk '/Number of packets/ { print
 ip netns exec "${name}a" tcpreplay -q --topspeed -i "$gen_if" "$trace" >/dev/null
 sleep 0.2
 
+# Ends PID with SIGINT, as Ctrl-C would, shows its LOG and fails unless it exited cleanly.
+interrupt() {
+    local pid=$1 log=$2 what=$3 rc=0
+    kill -INT "$pid"
+    wait "$pid" || rc=$?
+    cat "$log" >&2
+    [[ $rc -eq 0 ]] || die "$what exited with status $rc"
+}
 # The probe ends: its open flows are exported, then the collector ends and flushes its store.
-kill -INT "$cap_pid"
-cap_rc=0
-wait "$cap_pid" || cap_rc=$?
+interrupt "$cap_pid" "$caplog" "tapflow capture"
 cap_pid=
-cat "$caplog" >&2
-[[ $cap_rc -eq 0 ]] || die "tapflow capture exited with status $cap_rc"
 sleep 0.5
-kill -INT "$col_pid"
-col_rc=0
-wait "$col_pid" || col_rc=$?
+interrupt "$col_pid" "$collog" "tapflow collect"
 col_pid=
-cat "$collog" >&2
-[[ $col_rc -eq 0 ]] || die "tapflow collect exited with status $col_rc"
 [[ -s $capjson && -s $genjson && -s $coljson ]] ||
     die "missing summary files ($capjson, $genjson, $coljson)"
 
