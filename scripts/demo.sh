@@ -206,6 +206,9 @@ if [[ -z $serve ]]; then
     if [[ -t 0 && -t 1 ]]; then serve=1; else serve=0; fi
 fi
 if [[ $serve == 1 ]]; then
+    # The namespaces go first: the console needs only the store.
+    cleanup
+    trap - EXIT
     echo "demo: the console on http://$http/ (Ctrl-C ends it)"
     exec "$bin" console --store "$store" --http "$http"
 fi
