@@ -89,18 +89,23 @@ pub fn run(a: &AnonymizeArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
     if err.is_none() || summary.totals.received > 0 {
         eprintln!("{}", summary_line(&summary.totals));
     }
-    if let Some(line) = unread_line(&pan.unread()) {
-        eprintln!("{line}");
-    }
+    say_unread(Some(&pan));
     match err {
         None => Ok(ExitCode::SUCCESS),
         Some(e) => Err(Failure::from_engine(e)),
     }
 }
 
+/// Prints [`unread_line`] for the mapping a run anonymised with, if it has one to say.
+pub(crate) fn say_unread(pan: Option<&CryptoPan>) {
+    if let Some(line) = pan.and_then(|p| unread_line(&p.unread())) {
+        eprintln!("{line}");
+    }
+}
+
 /// The closing line for packets whose headers kept addresses, by kind; `None` if there were
 /// none.
-pub(crate) fn unread_line(unread: &[(Unread, u64)]) -> Option<String> {
+fn unread_line(unread: &[(Unread, u64)]) -> Option<String> {
     let total: u64 = unread.iter().map(|(_, n)| n).sum();
     let kinds: Vec<String> = unread
         .iter()

@@ -184,13 +184,7 @@ pub(crate) fn run_input(
         if let Some(l) = &summary.rules {
             eprintln!("{}", rules_line(l));
         }
-        if let Some(line) = cfg
-            .anonymize
-            .as_ref()
-            .and_then(|pan| crate::anonymize_cmd::unread_line(&pan.unread()))
-        {
-            eprintln!("{line}");
-        }
+        crate::anonymize_cmd::say_unread(cfg.anonymize.as_ref());
         for line in source_lines(&summary.source) {
             eprintln!("{line}");
         }

@@ -90,13 +90,7 @@ pub fn run(a: RecvArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
     for line in summary_lines(&summary) {
         eprintln!("{line}");
     }
-    if let Some(line) = cfg
-        .anonymize
-        .as_ref()
-        .and_then(|pan| crate::anonymize_cmd::unread_line(&pan.unread()))
-    {
-        eprintln!("{line}");
-    }
+    crate::anonymize_cmd::say_unread(cfg.anonymize.as_ref());
     if let Some(f) = &summary.flows {
         for line in crate::report::flow_lines(f) {
             eprintln!("{line}");
