@@ -75,6 +75,29 @@ struct Bucket {
 }
 
 impl Bucket {
+    /// An empty bucket whose maps have room for what `like` held, so a new minute's maps do not
+    /// grow (rehashing every entry) a dozen times while the flows come in.
+    fn sized_like(like: [usize; 4]) -> Bucket {
+        Bucket {
+            traffic: HashMap::with_capacity(like[0]),
+            hosts: [
+                HashMap::with_capacity(like[1]),
+                HashMap::with_capacity(like[2]),
+            ],
+            ports: HashMap::with_capacity(like[3]),
+        }
+    }
+
+    /// The sizes of its maps, for [`Bucket::sized_like`].
+    fn sizes(&self) -> [usize; 4] {
+        [
+            self.traffic.len(),
+            self.hosts[0].len(),
+            self.hosts[1].len(),
+            self.ports.len(),
+        ]
+    }
+
     /// Adds this bucket's sums to `other`'s, its ports too if `ports`.
     fn merge_into(&self, other: &mut Bucket, ports: bool) {
         if ports {
@@ -111,6 +134,8 @@ pub struct Rollups {
     delay_us: i64,
     /// The latest `time_start` added, µs.
     clock_us: i64,
+    /// The sizes of the last 1-minute bucket closed ([`Bucket::sized_like`]).
+    minute_sizes: [usize; 4],
 }
 
 /// Rows ready to be written, per table.
@@ -125,6 +150,7 @@ impl Rollups {
             top_k,
             delay_us,
             clock_us: i64::MIN,
+            minute_sizes: [0; 4],
         }
     }
 
@@ -142,7 +168,10 @@ impl Rollups {
         let width = Tier::Minute.bucket_us();
         let t = (f.start_ns() / 1000) as i64;
         self.clock_us = self.clock_us.max(t.min(now_us));
-        let b = self.open[0].entry(t.div_euclid(width) * width).or_default();
+        let sizes = self.minute_sizes;
+        let b = self.open[0]
+            .entry(t.div_euclid(width) * width)
+            .or_insert_with(|| Bucket::sized_like(sizes));
         let rev = f.rev.packets > 0;
         b.traffic
             .entry((s.exporter, s.domain, f.proto))
@@ -209,6 +238,9 @@ impl Rollups {
             let mut ports = Batch::empty(Table::Ports.columns());
             for start in ready {
                 let b = self.open[level].remove(&start).unwrap_or_default();
+                if level == 0 {
+                    self.minute_sizes = b.sizes();
+                }
                 traffic_rows(start, &b, &mut traffic);
                 let k = if tier == Tier::Hour {
                     usize::MAX
