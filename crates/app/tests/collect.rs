@@ -303,18 +303,18 @@ fn softflowd_ipfix_v9_v5_flows_equal_nfcapds() {
 
 /// Every flow row of the Parquet store in `dir`, and the number of files of `table`.
 fn store_flows(dir: &Path) -> Vec<tapflow_store::StoredFlow> {
-    use tapflow_store::partition::{Table, files, partitions};
+    use tapflow_store::parquet::partition::{Table, files, partitions};
     let mut all = Vec::new();
     for p in partitions(dir, Table::Flows).unwrap() {
         for f in files(&p.path).unwrap() {
-            all.extend(tapflow_store::reader::read_flows(&f).unwrap());
+            all.extend(tapflow_store::parquet::reader::read_flows(&f).unwrap());
         }
     }
     all
 }
 
-fn store_files(dir: &Path, table: tapflow_store::partition::Table) -> usize {
-    use tapflow_store::partition::{files, partitions};
+fn store_files(dir: &Path, table: tapflow_store::parquet::partition::Table) -> usize {
+    use tapflow_store::parquet::partition::{files, partitions};
     partitions(dir, table)
         .unwrap()
         .iter()
@@ -368,7 +368,12 @@ fn the_parquet_store_keeps_what_nfcapd_keeps() {
         rows.iter()
             .all(|f| f.exporter == loopback && f.sampling == 1)
     );
-    assert!(store_files(&store, tapflow_store::partition::Table::ExporterStats) > 0);
+    assert!(
+        store_files(
+            &store,
+            tapflow_store::parquet::partition::Table::ExporterStats
+        ) > 0
+    );
 }
 
 /// `tapflow flows --store DIR`: the meter's records reach the store without a network hop,
