@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tapflow_sys::udp::{MMSG_BATCH, RecvBatch, UdpSocket};
+use tapflow_sys::udp::{RecvBatch, UdpSocket};
 
 use crate::collector::intake::{Intake, exporter_addr};
 use crate::collector::ledger::{Book, publish};
@@ -17,12 +17,6 @@ use crate::source::datagrams::Cidr;
 pub const READ_TIMEOUT: Duration = Duration::from_millis(50);
 /// How often a worker publishes its counts and expires idle exporters.
 const TICK: Duration = Duration::from_secs(1);
-/// How long a worker waits after a `recvmmsg` that took less than a full batch, so that the
-/// next one takes what arrived meanwhile: at a few thousand datagrams a second each call then
-/// takes several of them instead of the worker being woken for each one (half its CPU per
-/// record at 11 records a datagram, docs/benchmarks.md). The socket's buffer holds far more than this much
-/// traffic; a flow waits this much longer at most.
-const COALESCE: Duration = Duration::from_millis(1);
 
 /// One UDP worker.
 #[derive(Debug)]
@@ -76,9 +70,6 @@ impl UdpWorker {
             }
             if stopping && n == 0 {
                 break;
-            }
-            if n > 0 && n < MMSG_BATCH && !stopping {
-                std::thread::sleep(COALESCE);
             }
             if last_tick.elapsed() >= TICK {
                 last_tick = Instant::now();
