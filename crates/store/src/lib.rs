@@ -10,10 +10,13 @@ pub mod clickhouse;
 pub mod import;
 #[cfg(test)]
 mod in_child;
+pub mod open;
 pub mod parquet;
 pub mod query;
 pub mod schema;
 
+pub use self::parquet::damaged::install_panic_hook;
+pub use self::parquet::retention::parse_age;
 pub use self::parquet::{ParquetOptions, ParquetStore};
 pub use schema::{ExporterStats, InterfaceName, StoredFlow};
 

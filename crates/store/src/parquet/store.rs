@@ -285,7 +285,7 @@ impl ParquetStore {
                     self.rollups
                         .add(group.iter().map(|&i| &flows[i as usize]), now);
                     self.dirty
-                        .insert((Table::Flows, dir, hour + partition::HOUR_US));
+                        .insert((Table::Flows, dir, hour + crate::schema::HOUR_US));
                 }
                 Err(e) => {
                     self.report.dropped += n;

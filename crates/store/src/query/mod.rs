@@ -27,6 +27,7 @@
 
 pub mod filter;
 pub mod output;
+pub mod plan;
 pub mod result;
 pub mod series;
 pub mod sink;
