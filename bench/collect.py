@@ -484,10 +484,11 @@ def report_ingest(res: dict) -> None:
     med = {t: bl.median([r["cpu"] / max(r["stored"], 1) * 1e6 for r in rs]) for t, rs in res.items()}
     per_m = lambda k: bl.median([r[k] / max(r["stored"], 1) * 1e6 for r in res["tapflow"]])
     recv, ingest = per_m("receive"), per_m("ingest")
-    close = per_m("cpu") - ingest
+    close = bl.median([(r["cpu"] - r["ingest"]) / max(r["stored"], 1) * 1e6
+                       for r in res["tapflow"]])
     print(f"median CPU per million records stored: nfcapd -y {med['nfcapd']:.3f} s, "
           f"tapflow collect --store {med['tapflow']:.3f} s: until its last flush {ingest:.3f} s "
-          f"(its receive workers {recv:.3f} s), after (merges at close) {close:.3f} s; ratios "
+          f"(its receive workers {recv:.3f} s), after it (its close) {close:.3f} s; ratios "
           f"{med['tapflow'] / med['nfcapd']:.2f}, {ingest / med['nfcapd']:.2f} and "
           f"{recv / med['nfcapd']:.2f}")
 

@@ -9,7 +9,7 @@
 //! level, and the last write at close is at that level already where no fresh file waits. A
 //! file too large for compaction to merge ([`compaction::is_small`]: a busy collector's
 //! flush) stays at the fast level, written once: the store's level would cost the collector
-//! twice the CPU per flow for ~5% fewer bytes (docs/benchmarks.md, "Flow store"). A
+//! more than half again the CPU per flow for ~12% fewer bytes (docs/benchmarks.md, "Collect"). A
 //! flow counts as stored once its file is renamed; a write that fails (a full disk) drops the
 //! flows it held, counted, and leaves every file already written intact. Stored flows feed the
 //! rollups ([`crate::parquet::rollup`]).
