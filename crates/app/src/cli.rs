@@ -804,6 +804,10 @@ pub struct CollectArgs {
     /// from it (`3600`, `1h`; seconds).
     #[arg(long, value_name = "DURATION", default_value = "3600", value_parser = units::period)]
     pub exporter_timeout: Duration,
+    /// Keep the UDP exporters' templates in this directory across restarts (default with
+    /// --store: DIR/state; docs/collector.md).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// Also keep the flows in ClickHouse: `http://HOST:8123/DB`, or every shard's
     /// `HOST:PORT` and `?cluster=NAME` (docs/clickhouse.md).
     #[arg(long, value_name = "URL")]

@@ -963,3 +963,208 @@ fn a_store_out_of_descriptors_is_retried_and_loses_nothing() {
     assert!(err.contains("held back while it failed"), "{err}");
     assert_eq!(store_flows(&store).len(), 500);
 }
+
+/// A classic pcap of `n` 60-byte Ethernet frames of the local experimental EtherType 0x88b5.
+fn filler_trace(dir: &Path, n: u32) -> PathBuf {
+    let mut b = Vec::new();
+    b.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    b.extend_from_slice(&[2, 0, 4, 0]);
+    for v in [0u32, 0, 65535, 1] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    for i in 0..n {
+        for v in [i, 0, 60, 60] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        let mut frame = [0u8; 60];
+        frame[..6].fill(0xff);
+        frame[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+        frame[12..14].copy_from_slice(&[0x88, 0xb5]);
+        b.extend_from_slice(&frame);
+    }
+    write_file(dir, "filler.pcap", &b)
+}
+
+/// softflowd capturing live on one end of a veth pair inside `ns`, exporting to 127.0.0.1:2055;
+/// the other end is where traces are replayed. A flow ends 2 s after it began (`maxlife`),
+/// found when softflowd reads the next IP packet: each trace replayed ends the flows of the
+/// one before.
+struct LiveSoftflowd {
+    guard: ChildGuard,
+    ctl: PathBuf,
+}
+
+impl LiveSoftflowd {
+    fn start(ns: &Netns, dir: &Path, version: &str) -> LiveSoftflowd {
+        run_ok(
+            ns.cmd("ip")
+                .args(["link", "add", "va", "type", "veth", "peer", "name", "vb"]),
+        );
+        for i in ["va", "vb"] {
+            run_ok(ns.cmd("ip").args(["link", "set", i, "up"]));
+        }
+        let ctl = dir.join(format!("softflowd-{version}.ctl"));
+        let child = ns
+            .cmd("softflowd")
+            .args(["-i", "vb", "-n", "127.0.0.1:2055", "-v", version, "-d"])
+            .args(["-t", "maxlife=2", "-t", "expint=1", "-c"])
+            .arg(&ctl)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("softflowd");
+        let mut guard = ChildGuard::new(child, "softflowd");
+        guard.wait_until(
+            Duration::from_secs(10),
+            "softflowd's control socket",
+            |_| ctl.exists(),
+        );
+        LiveSoftflowd { guard, ctl }
+    }
+
+    fn statistics(&self, ns: &Netns) -> String {
+        run_ok(
+            ns.cmd("softflowctl")
+                .arg("-c")
+                .arg(&self.ctl)
+                .arg("statistics"),
+        )
+    }
+
+    /// A number from `softflowctl statistics`: the one after `key`.
+    fn stat(&self, ns: &Netns, key: &str) -> u64 {
+        let out = self.statistics(ns);
+        let at = out
+            .find(key)
+            .unwrap_or_else(|| panic!("no {key:?} in {out}"));
+        out[at + key.len()..]
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.trim_start_matches('(').parse().ok())
+            .unwrap_or_else(|| panic!("{key:?} in {out}"))
+    }
+
+    /// Replays `pcap` (`packets` packets) onto the veth pair and waits until softflowd has
+    /// read them all and sent what they ended; returns the export packets sent so far, and
+    /// leaves 2 s for the new flows to reach their end. libpcap hands softflowd its packets a
+    /// ring block at a time, so frames of no protocol (`filler`, which softflowd counts as
+    /// ignored) follow until the block with the trace's last packet is handed over.
+    fn send(&self, ns: &Netns, pcap: &Path, filler: &Path, packets: u64) -> u64 {
+        let before = self.stat(ns, "Packets processed:");
+        run_ok(ns.cmd("tcpreplay").args(["-q", "-i", "va"]).arg(pcap));
+        let start = std::time::Instant::now();
+        while self.stat(ns, "Packets processed:") < before + packets
+            || self.stat(ns, "Flows exported:") < self.stat(ns, "Flows expired:")
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "softflowd did not read the trace: {}",
+                self.statistics(ns)
+            );
+            run_ok(
+                ns.cmd("tcpreplay")
+                    .args(["-q", "-t", "-i", "va"])
+                    .arg(filler),
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(2500));
+        self.stat(ns, "records) in")
+    }
+}
+
+impl Drop for LiveSoftflowd {
+    fn drop(&mut self) {
+        self.guard.signal(libc::SIGTERM);
+        let _ = self.guard.wait_limited(Duration::from_secs(10));
+    }
+}
+
+#[test]
+fn a_restarted_collector_keeps_the_templates_of_a_running_exporter() {
+    // softflowd sends its templates with its first export packet and then every 16th; between,
+    // a collector that forgot them withholds every record. Each collector is stopped with
+    // SIGTERM mid-stream, as a service manager would.
+    let dir = tempfile::tempdir().unwrap();
+    // 20 conversations 20 ms apart, replayed in real time: each flow starts at its own time.
+    let pcap = built_trace(dir.path(), "t.pcap", 20, 4, 20_000_000);
+    let filler = filler_trace(dir.path(), 3000);
+    for (v, scheme) in [("9", "nfv9"), ("10", "ipfix")] {
+        let ns = Netns::new("rst").without_ipv6();
+        let sf = LiveSoftflowd::start(&ns, dir.path(), v);
+        let state = dir.path().join(format!("state-{v}"));
+        let listen = format!("{scheme}://127.0.0.1:2055");
+        let with_state = ["--state-dir", state.to_str().unwrap()];
+        let first = Collector::start(&ns, &listen, 2055, &with_state);
+        sf.send(&ns, &pcap, &filler, 80);
+        sf.send(&ns, &pcap, &filler, 80);
+        let first = first.stop();
+        first.assert_nothing_lost(&format!("softflowd -v {v}, first run"));
+        assert!(state.join("templates.json").is_file(), "{}", first.err);
+
+        // The control: a collector with no state withholds the records (as every collector
+        // did before templates were kept).
+        let empty = dir.path().join(format!("empty-{v}"));
+        let forgot = Collector::start(
+            &ns,
+            &listen,
+            2055,
+            &["--state-dir", empty.to_str().unwrap()],
+        );
+        sf.send(&ns, &pcap, &filler, 80);
+        let forgot = forgot.stop();
+        assert!(
+            forgot.n("template_missing") > 0,
+            "v{v} control: {}",
+            forgot.err
+        );
+        assert_eq!(forgot.n("records"), 0, "v{v} control: {}", forgot.err);
+
+        // Restarted on the state the first run left: every record decoded at once.
+        let again = Collector::start(&ns, &listen, 2055, &with_state);
+        let exported = sf.send(&ns, &pcap, &filler, 80);
+        assert!(
+            exported < 16,
+            "softflowd sent {exported} packets: one was a template refresh"
+        );
+        let again = again.stop();
+        assert!(
+            again.err.contains("templates of 1 exporters restored"),
+            "v{v}: {}",
+            again.err
+        );
+        again.assert_nothing_lost(&format!("softflowd -v {v}, restarted"));
+        // The flows keep their own start times (IPFIX: from the restored
+        // systemInitTimeMilliseconds; without it each would take its message's export time).
+        let starts = |c: &Collected| {
+            let mut t: Vec<u64> = c.rows.iter().map(|r| num(r, "first_ns")).collect();
+            t.sort_unstable();
+            t.dedup();
+            t.len()
+        };
+        assert!(
+            starts(&again) >= 10,
+            "v{v}: {} distinct starts",
+            starts(&again)
+        );
+
+        // A damaged state file: one warning, and the collector runs without it.
+        std::fs::write(state.join("templates.json"), b"{\"version\":1,\"exp").unwrap();
+        let damaged = Collector::start(&ns, &listen, 2055, &with_state);
+        let damaged = damaged.stop();
+        assert!(damaged.status.success(), "{}", damaged.err);
+        let warnings: Vec<&str> = damaged
+            .err
+            .lines()
+            .filter(|l| l.contains("warning"))
+            .collect();
+        assert_eq!(warnings.len(), 1, "{}", damaged.err);
+        assert!(
+            warnings[0].contains("templates.json ignored: EOF"),
+            "{}",
+            damaged.err
+        );
+        drop(sf);
+    }
+}

@@ -10,7 +10,7 @@ use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::time::{Duration, Instant};
 
 use tapflow_store::{InterfaceName, StoredFlow};
-use tapflow_wire::flowdecode::{Decoded, Decoder, Limits, Protocol};
+use tapflow_wire::flowdecode::{Decoded, Decoder, Limits, Protocol, Restored, SavedExporter};
 
 use crate::collector::ledger::{Book, ExporterKey};
 
@@ -87,6 +87,17 @@ impl Intake {
             named: HashMap::new(),
             since: None,
         }
+    }
+
+    /// Takes exporters' saved templates (see [`Decoder::restore`]).
+    pub fn restore(&mut self, saved: &[SavedExporter], now_ns: u64, idle: Duration) -> Restored {
+        let idle_ns = u64::try_from(idle.as_nanos()).unwrap_or(u64::MAX);
+        self.decoder.restore(saved, now_ns, idle_ns)
+    }
+
+    /// The exporters' templates, to keep across restarts (see [`Decoder::save`]).
+    pub fn save(&self) -> Vec<SavedExporter> {
+        self.decoder.save()
     }
 
     /// Decodes one message from `exporter` received at `now_ns` (ns since 1970) and counts it.
