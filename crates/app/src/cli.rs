@@ -729,6 +729,10 @@ pub struct QueryArgs {
     /// Print what was read (tier, files, row groups, rows) on stderr.
     #[arg(short = 'v', long)]
     pub stats: bool,
+    /// Instead of flows: what each interface carried in the window, from sFlow counter
+    /// samples (octets, packets, errors and discards in and out; docs/query.md).
+    #[arg(long, conflicts_with_all = ["stat", "aggregate", "summary", "every", "raw"])]
+    pub interfaces: bool,
     /// Threads scanning files (default: the CPUs).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,

@@ -1168,3 +1168,121 @@ fn a_restarted_collector_keeps_the_templates_of_a_running_exporter() {
         drop(sf);
     }
 }
+
+/// An sFlow v5 datagram from agent 192.0.2.1 with one counter sample of interface `index`
+/// (expanded if `expanded`): ifInOctets `in_octets`, ifInErrors `in_errors`, the rest fixed.
+fn sflow_counters(seq: u32, index: u32, expanded: bool, in_octets: u64, in_errors: u32) -> Vec<u8> {
+    let w = |v: &[u32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_be_bytes()).collect() };
+    let mut g = w(&[index, 6, 0, 1_000_000_000, 1, 3]);
+    g.extend(w(&[(in_octets >> 32) as u32, in_octets as u32]));
+    g.extend(w(&[10 * seq, 0, 0, 2 * seq, in_errors, 0]));
+    g.extend(w(&[0, 0, 7 * seq, 0, 0, 0, 0, 2]));
+    assert_eq!(g.len(), 88);
+    let mut rec = w(&[1, 88]);
+    rec.extend(g);
+    let mut sample = if expanded {
+        w(&[seq, 0, index, 1])
+    } else {
+        w(&[seq, index, 1])
+    };
+    sample.extend(rec);
+    let mut d = w(&[5, 1, 0xc000_0201, 0, seq, 1000 * seq, 1]);
+    d.extend(w(&[if expanded { 4 } else { 2 }, sample.len() as u32]));
+    d.extend(sample);
+    d
+}
+
+#[test]
+fn sflow_interface_counters_are_stored_and_queried() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let ns = Netns::new("sfc");
+    let col = Collector::start(
+        &ns,
+        "sflow://127.0.0.1",
+        6343,
+        &["--store", store.to_str().unwrap()],
+    );
+    // Interface 3 (expanded samples): ifInOctets past 2^32, ifInErrors wrapping at 2^32.
+    // Interface 4 (flat samples): two samples.
+    let msgs = [
+        sflow_counters(1, 3, true, 1000, u32::MAX - 1),
+        sflow_counters(1, 4, false, 10, 0),
+        sflow_counters(2, 3, true, 5000, 1),
+        sflow_counters(2, 4, false, 70, 9),
+        sflow_counters(3, 3, true, (1 << 32) + 100, 4),
+    ];
+    let hex: Vec<String> = msgs
+        .iter()
+        .map(|m| m.iter().map(|b| format!("{b:02x}")).collect())
+        .collect();
+    run_ok(ns.cmd("python3").args([
+        "-c",
+        &format!(
+            "import socket,time;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+             for h in {hex:?}:\n s.sendto(bytes.fromhex(h),('127.0.0.1',6343));time.sleep(0.05)"
+        ),
+    ]));
+    let got = col.stop();
+    assert!(got.status.success(), "{}", got.err);
+    assert_eq!(
+        (got.n("records"), got.n("malformed")),
+        (0, 0),
+        "{}",
+        got.err
+    );
+    let out = run_ok(
+        tapflow(["query", "-R"])
+            .arg(&store)
+            .args(["--interfaces", "--csv"]),
+    );
+    let rows: Vec<Vec<&str>> = out.lines().map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    let col = |name: &str| rows[0].iter().position(|c| *c == name).unwrap();
+    let pick = |r: &[&str]| {
+        [
+            "exporter",
+            "if_index",
+            "samples",
+            "speed",
+            "status",
+            "in_bytes",
+            "in_packets",
+            "in_errors",
+            "out_packets",
+        ]
+        .map(|k| r[col(k)].to_string())
+    };
+    assert_eq!(
+        pick(&rows[1]),
+        [
+            "127.0.0.1",
+            "3",
+            "3",
+            "1000000000",
+            "up",
+            "4294966396",
+            "20",
+            "6",
+            "14"
+        ]
+        .map(String::from),
+        "{out}"
+    );
+    assert_eq!(
+        pick(&rows[2]),
+        [
+            "127.0.0.1",
+            "4",
+            "2",
+            "1000000000",
+            "up",
+            "60",
+            "10",
+            "9",
+            "7"
+        ]
+        .map(String::from),
+        "{out}"
+    );
+}

@@ -77,6 +77,13 @@ pub enum Decoded<'a> {
         /// `interfaceDescription` (IE 83), likewise.
         description: &'a str,
     },
+    /// An interface's counters from an sFlow counter sample.
+    Counters {
+        /// The sub-agent id.
+        domain: u32,
+        /// The counters.
+        counters: crate::sflow::IfCounters,
+    },
 }
 
 /// What one successfully decoded message held.
@@ -752,6 +759,7 @@ mod tests {
                     description,
                     ..
                 } => ifs.push((index, name.to_string(), description.to_string())),
+                Decoded::Counters { .. } => {}
             }));
         }
         (flows, ifs, sums)
