@@ -5,12 +5,11 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use tapflow_store::open::{self, Location};
 use tapflow_store::query::filter::parse;
 use tapflow_store::query::output::{Format, print};
 use tapflow_store::query::time::{parse_duration, parse_window};
-use tapflow_store::query::{
-    Key, Kind, Metric, ParquetEngine, Query, QueryEngine, QueryError, ScanStats,
-};
+use tapflow_store::query::{Key, Kind, Metric, Query, QueryEngine, QueryError, ScanStats};
 
 use crate::Failure;
 use crate::cli::QueryArgs;
@@ -121,17 +120,13 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
     let threads = a
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
-    let engine: Box<dyn QueryEngine> = match (&a.clickhouse, &a.store) {
-        (Some(url), _) => {
-            tapflow_store::clickhouse::Target::parse(url)
-                .map_err(|e| Failure::Usage(e.to_string()))?;
-            let engine = tapflow_store::clickhouse::ClickHouseEngine::open(url)
-                .map_err(|e| Failure::Runtime(e.to_string()))?;
-            Box::new(engine.prefer_rollups(!a.raw))
-        }
-        (None, Some(dir)) => Box::new(ParquetEngine::new(dir, threads).prefer_rollups(!a.raw)),
+    let at = match (&a.clickhouse, &a.store) {
+        (Some(url), _) => Location::parse(url),
+        (None, Some(dir)) => Location::parse(dir),
         (None, None) => return Err(Failure::Usage("query: -R DIR or --clickhouse URL".into())),
-    };
+    }
+    .map_err(|e| Failure::Usage(e.to_string()))?;
+    let engine = open::engine(&at, threads, !a.raw).map_err(usage)?;
     if a.interfaces {
         return interfaces(engine.as_ref(), &q, a);
     }
@@ -153,9 +148,9 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
         r => r.map_err(|e| Failure::Runtime(format!("writing the result: {e}")))?,
     }
     if a.stats {
-        match &a.clickhouse {
+        match &at {
             // The server reads; it says what in its own query log.
-            Some(_) => eprintln!(
+            Location::ClickHouse(_) => eprintln!(
                 "read: ClickHouse, {}",
                 match answer.stats.tier_seconds {
                     0 => "the flow table".to_string(),
@@ -163,7 +158,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
                     t => format!("rollup_{}m", t / 60),
                 }
             ),
-            None => eprintln!("{}", stats_line(&answer.stats)),
+            Location::Parquet(_) => eprintln!("{}", stats_line(&answer.stats)),
         }
     }
     Ok(ExitCode::SUCCESS)

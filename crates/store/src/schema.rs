@@ -238,3 +238,42 @@ pub fn addr16(ipv6: bool, a: &[u8; 16]) -> [u8; 16] {
         m
     }
 }
+
+/// Microseconds in an hour.
+pub const HOUR_US: i64 = 3_600_000_000;
+/// Microseconds in a day.
+pub const DAY_US: i64 = 24 * HOUR_US;
+
+/// A rollup tier, as every store keeps them: the width of its buckets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Tier {
+    /// 1-minute buckets.
+    Minute,
+    /// 5-minute buckets.
+    FiveMinutes,
+    /// 1-hour buckets.
+    Hour,
+}
+
+impl Tier {
+    /// Every tier, finest first.
+    pub const ALL: [Tier; 3] = [Tier::Minute, Tier::FiveMinutes, Tier::Hour];
+
+    /// The width of a bucket, µs.
+    pub const fn bucket_us(self) -> i64 {
+        match self {
+            Tier::Minute => 60_000_000,
+            Tier::FiveMinutes => 300_000_000,
+            Tier::Hour => HOUR_US,
+        }
+    }
+
+    /// The suffix of its tables' names (`1m`, `5m`, `1h`).
+    pub const fn suffix(self) -> &'static str {
+        match self {
+            Tier::Minute => "1m",
+            Tier::FiveMinutes => "5m",
+            Tier::Hour => "1h",
+        }
+    }
+}

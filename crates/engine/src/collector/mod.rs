@@ -37,8 +37,8 @@ use crate::collector::tcp::TcpIntake;
 use crate::collector::templates_state::{SAVE_EVERY, TemplatesState, merge};
 use crate::collector::udp::{READ_TIMEOUT, UdpWorker};
 use crate::collector::writer::{NamedStore, StoreOutcome, Writer};
-use crate::source::datagrams::Cidr;
 use crate::stop::Stop;
+use tapflow_wire::prefix::Prefix;
 
 /// Everything `tapflow collect` needs.
 #[derive(Debug)]
@@ -50,7 +50,7 @@ pub struct CollectConfig {
     /// The receive buffer to ask for, per socket.
     pub rcvbuf: usize,
     /// Accepted exporter prefixes (empty: all).
-    pub allow: Vec<Cidr>,
+    pub allow: Vec<Prefix>,
     /// Where flows go.
     pub stores: Vec<NamedStore>,
     /// How often the stores make what they took visible.

@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use tapflow_sys::udp::{RecvBatch, UdpSocket};
 use tapflow_wire::flowdecode::SavedExporter;
+use tapflow_wire::prefix::Prefix;
 
 use crate::collector::intake::{Intake, exporter_addr};
 use crate::collector::ledger::{Book, publish};
 use crate::collector::listen::detect;
 use crate::collector::templates_state::SAVE_EVERY;
-use crate::source::datagrams::Cidr;
 
 /// How long one wait for datagrams lasts: the longest a stop waits to be seen.
 pub const READ_TIMEOUT: Duration = Duration::from_millis(50);
@@ -26,7 +26,7 @@ pub struct UdpWorker {
     /// The socket.
     pub sock: UdpSocket,
     /// Accepted sender prefixes (empty: all).
-    pub allow: Arc<Vec<Cidr>>,
+    pub allow: Arc<Vec<Prefix>>,
     /// Its decoder and batch.
     pub intake: Intake,
     /// Its slot in the ledger.
@@ -62,7 +62,7 @@ impl UdpWorker {
                     self.intake.book.bad([0; 16], "no_address");
                     continue;
                 };
-                if !self.allow.is_empty() && !self.allow.iter().any(|c| c.contains(from.ip())) {
+                if !self.allow.is_empty() && !self.allow.iter().any(|c| c.contains_ip(from.ip())) {
                     self.intake.book.refused += 1;
                     continue;
                 }

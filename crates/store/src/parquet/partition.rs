@@ -24,50 +24,12 @@
 use std::path::{Path, PathBuf};
 
 use crate::StoreError;
-use crate::schema::ColumnType;
+use crate::query::time::{civil_from_days, days_from_civil};
+use crate::schema::{ColumnType, DAY_US, HOUR_US, Tier};
 use crate::schema::{
     EXPORTER_STATS_COLUMNS, FLOW_COLUMNS, HOSTS_COLUMNS, IF_COUNTERS_COLUMNS, INTERFACE_COLUMNS,
     PORTS_COLUMNS, ROLLUP_COLUMNS,
 };
-
-/// Microseconds in an hour.
-pub const HOUR_US: i64 = 3_600_000_000;
-/// Microseconds in a day.
-pub const DAY_US: i64 = 24 * HOUR_US;
-
-/// A rollup tier: the width of its buckets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Tier {
-    /// 1-minute buckets.
-    Minute,
-    /// 5-minute buckets.
-    FiveMinutes,
-    /// 1-hour buckets.
-    Hour,
-}
-
-impl Tier {
-    /// Every tier, finest first.
-    pub const ALL: [Tier; 3] = [Tier::Minute, Tier::FiveMinutes, Tier::Hour];
-
-    /// The width of a bucket, µs.
-    pub const fn bucket_us(self) -> i64 {
-        match self {
-            Tier::Minute => 60_000_000,
-            Tier::FiveMinutes => 300_000_000,
-            Tier::Hour => HOUR_US,
-        }
-    }
-
-    /// The suffix of its tables' names (`1m`, `5m`, `1h`).
-    pub const fn suffix(self) -> &'static str {
-        match self {
-            Tier::Minute => "1m",
-            Tier::FiveMinutes => "5m",
-            Tier::Hour => "1h",
-        }
-    }
-}
 
 /// One table of the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -247,11 +209,11 @@ pub fn partitions(dir: &Path, table: Table) -> Result<Vec<Partition>, StoreError
 }
 
 /// The prefix of the names of files merged from others, or written at the store's zstd level
-/// when it closes ([`crate::compaction`]).
+/// when it closes ([`crate::parquet::compaction`]).
 pub const MERGED_PREFIX: &str = "m-";
 
 /// The prefix of the names of files a flush writes at the fast zstd level, to be merged or
-/// rewritten ([`crate::compaction`]).
+/// rewritten ([`crate::parquet::compaction`]).
 pub const FRESH_PREFIX: &str = "w-";
 
 /// The key-value metadata key of a merged file naming the files it replaces (comma-separated
@@ -274,7 +236,7 @@ pub fn files(partition: &Path) -> Result<Vec<PathBuf>, StoreError> {
             .and_then(|n| n.to_str())
             .is_some_and(|n| n.starts_with(MERGED_PREFIX));
         if merged {
-            match crate::reader::metadata_value(f, REPLACES) {
+            match crate::parquet::reader::metadata_value(f, REPLACES) {
                 Ok(Some(list)) => replaced.extend(list.split(',').map(str::to_owned)),
                 Ok(None) => {}
                 // Removed by a compaction since the listing: its rows are in a newer file.
@@ -362,38 +324,6 @@ fn parse_date(s: &str) -> Option<i64> {
     }
     let days = days_from_civil(y, m, d);
     (civil_from_days(days) == (y, m, d)).then_some(days)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
-pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (i64::from(m) + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The date of a day since 1970-01-01 (H. Hinnant's `civil_from_days`).
-pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (
-        if m <= 2 {
-            yoe + era * 400 + 1
-        } else {
-            yoe + era * 400
-        },
-        m,
-        d,
-    )
 }
 
 #[cfg(test)]
