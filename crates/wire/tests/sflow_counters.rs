@@ -1,7 +1,8 @@
 //! tshark's sFlow dissector as the oracle for the interface counters `tapflow collect` keeps
 //! from sFlow v5 counter samples: datagrams built here, flat (0:2) and expanded (0:4) counter
 //! samples with 64-bit counters past 2^32, an Ethernet counters record beside each (skipped),
-//! are decoded by both, and every field must be equal.
+//! are decoded by both, and every field must be equal; so are the datagrams a real agent
+//! (pmacctd's sfprobe, capturing live) sent, flow samples and a counter sample.
 //!
 //! Needs Wireshark's command-line tools (`apt-get install tshark`); fails if they are missing.
 
@@ -140,6 +141,79 @@ fn ours(c: &IfCounters) -> Vec<String> {
         u64::from(c.promiscuous_mode),
     ];
     v.iter().map(u64::to_string).collect()
+}
+
+/// The interface counters tshark reads from `file`, one row per counters record, as [`ours`].
+fn tshark_counters(file: &std::path::Path) -> Vec<Vec<String>> {
+    let mut args = vec![
+        "-r".to_string(),
+        file.display().to_string(),
+        "-T".into(),
+        "fields".into(),
+    ];
+    args.extend(["-Y".into(), "sflow_245.ifindex".into()]);
+    for f in FIELDS {
+        args.extend(["-e".to_string(), f.to_string()]);
+    }
+    args.extend(["-E".into(), "separator=,".into()]);
+    let out = Command::new("tshark")
+        .args(&args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run tshark ({e}): this test needs Wireshark's CLI (apt-get install tshark)"
+            )
+        });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            l.split(',')
+                .map(|f| f.replace("True", "1").replace("False", "0"))
+                .collect()
+        })
+        .collect()
+}
+
+/// The UDP payloads of a classic pcap of Ethernet/IPv4/UDP frames.
+fn udp_payloads(file: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut p = 24;
+    while let Some(h) = file.get(p..p + 16) {
+        let caplen = u32::from_le_bytes(h[8..12].try_into().unwrap()) as usize;
+        let frame = &file[p + 16..p + 16 + caplen];
+        let ihl = usize::from(frame[14] & 0x0f) * 4;
+        out.push(frame[14 + ihl + 8..].to_vec());
+        p += 16 + caplen;
+    }
+    out
+}
+
+#[test]
+fn a_real_agents_counters_equal_tsharks() {
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/pmacctd-sfprobe-counters.pcap");
+    let want = tshark_counters(&file);
+    assert_eq!(want.len(), 1, "the fixture holds one counter sample");
+    let mut d = Decoder::new(Limits::default());
+    let (mut got, mut flows) = (Vec::new(), 0);
+    for m in udp_payloads(&std::fs::read(&file).unwrap()) {
+        let s = d
+            .decode(Protocol::Sflow5, [0; 16], &m, 0, &mut |x| match x {
+                Decoded::Counters { counters, .. } => got.push(ours(&counters)),
+                Decoded::Flow(_) => flows += 1,
+                Decoded::Interface { .. } => {}
+            })
+            .unwrap();
+        assert_eq!(s.malformed, 0);
+    }
+    assert!(flows > 0);
+    assert_eq!(got, want);
 }
 
 #[test]
