@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tapflow_engine::collector::ledger::{self, Book, ExporterCounts, SessionCounts};
 use tapflow_engine::collector::listen::Listen;
+use tapflow_engine::collector::templates_state::TemplatesState;
 use tapflow_engine::collector::writer::{NamedStore, StoreOutcome};
 use tapflow_engine::collector::{self, CollectConfig, CollectSummary};
 use tapflow_engine::metrics::MetricsServer;
@@ -60,6 +61,9 @@ pub fn run(a: CollectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
             eprintln!("tapflow: collecting {scheme} on {}", b.addr);
         }
         eprintln!("tapflow: receive buffer {} KiB per socket", r.rcvbuf / 1024);
+        if let Some(line) = &r.templates {
+            eprintln!("tapflow: {line}");
+        }
     };
     let tty = std::io::stderr().is_terminal();
     let quiet = a.quiet;
@@ -107,6 +111,9 @@ pub fn run(a: CollectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
     }
     for line in summary_lines(&summary) {
         eprintln!("{line}");
+    }
+    if let Some(why) = &summary.templates_error {
+        eprintln!("tapflow: warning: templates state not kept: {why}");
     }
     let code = crate::report::finish(
         a.summary_json.as_deref(),
@@ -256,6 +263,11 @@ fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
         duration: a.duration,
         idle: a.exporter_timeout,
         limits: Limits::default(),
+        templates: a
+            .state_dir
+            .clone()
+            .or_else(|| a.store.as_ref().map(|d| d.join("state")))
+            .map(|d| TemplatesState::in_dir(&d)),
     })
 }
 

@@ -127,6 +127,9 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
     }
     .map_err(|e| Failure::Usage(e.to_string()))?;
     let engine = open::engine(&at, threads, !a.raw).map_err(usage)?;
+    if a.interfaces {
+        return interfaces(engine.as_ref(), &q, a);
+    }
     let answer = engine.run(&q).map_err(usage)?;
     if answer.result.is_empty() {
         empty_window_hint(engine.as_ref(), &q);
@@ -159,6 +162,101 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `query --interfaces`: one line per exporter, domain and interface.
+fn interfaces(engine: &dyn QueryEngine, q: &Query, a: &QueryArgs) -> Result<ExitCode, Failure> {
+    let window = q.window.unwrap_or(tapflow_store::query::Window {
+        start_us: i64::MIN,
+        end_us: i64::MAX,
+    });
+    let rows = engine.interfaces(window).map_err(usage)?;
+    let text = if a.json {
+        let mut s = String::new();
+        for r in &rows {
+            s += &serde_json::to_string(r).map_err(|e| Failure::Runtime(e.to_string()))?;
+            s.push('\n');
+        }
+        s
+    } else {
+        let sep = if a.csv { "," } else { "  " };
+        let mut lines = vec![
+            [
+                "exporter",
+                "domain",
+                "if_index",
+                "samples",
+                "first",
+                "last",
+                "speed",
+                "status",
+                "in_bytes",
+                "out_bytes",
+                "in_packets",
+                "out_packets",
+                "in_errors",
+                "in_discards",
+                "out_errors",
+                "out_discards",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ];
+        for r in &rows {
+            let time = |ns: u64| {
+                tapflow_store::query::time::format_time(i64::try_from(ns / 1000).unwrap_or(0))
+            };
+            let status = match r.if_status & 3 {
+                3 => "up",
+                1 => "down",
+                _ => "admin-down",
+            };
+            lines.push(vec![
+                std::net::Ipv6Addr::from(r.exporter)
+                    .to_canonical()
+                    .to_string(),
+                r.domain.to_string(),
+                r.if_index.to_string(),
+                r.samples.to_string(),
+                time(r.first_ns),
+                time(r.last_ns),
+                r.if_speed.to_string(),
+                status.to_string(),
+                r.in_octets.to_string(),
+                r.out_octets.to_string(),
+                r.in_packets.to_string(),
+                r.out_packets.to_string(),
+                r.in_errors.to_string(),
+                r.in_discards.to_string(),
+                r.out_errors.to_string(),
+                r.out_discards.to_string(),
+            ]);
+        }
+        let widths: Vec<usize> = (0..lines[0].len())
+            .map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0))
+            .collect();
+        let mut s = String::new();
+        for l in &lines {
+            let cells: Vec<String> = if a.csv {
+                l.clone()
+            } else {
+                l.iter()
+                    .zip(&widths)
+                    .map(|(c, w)| format!("{c:>w$}"))
+                    .collect()
+            };
+            s += &cells.join(sep);
+            s.push('\n');
+        }
+        s
+    };
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+        r => r
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|e| Failure::Runtime(format!("writing the result: {e}"))),
+    }
 }
 
 fn stats_line(s: &ScanStats) -> String {

@@ -140,6 +140,16 @@ impl QueryEngine for ClickHouseEngine {
         })
     }
 
+    /// Interface counters are kept in the Parquet store only.
+    fn interfaces(
+        &self,
+        _window: Window,
+    ) -> Result<Vec<crate::query::interfaces::InterfaceTotals>, QueryError> {
+        Err(QueryError::Parse(
+            "interface counters are kept in the Parquet store only (-R DIR)".into(),
+        ))
+    }
+
     fn exporter_stats(&self, window: Window) -> Result<Vec<crate::ExporterStats>, QueryError> {
         let d = self.schema.dialect;
         let sql = format!(

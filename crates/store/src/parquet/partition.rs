@@ -13,6 +13,7 @@
 //! DIR/ports_1h/date=YYYY-MM-DD/*.parquet                PORTS_COLUMNS
 //! DIR/interfaces/date=YYYY-MM-DD/*.parquet              INTERFACE_COLUMNS, by time_received
 //! DIR/exporter_stats/date=YYYY-MM-DD/*.parquet          EXPORTER_STATS_COLUMNS, by time
+//! DIR/if_counters/date=YYYY-MM-DD/*.parquet             IF_COUNTERS_COLUMNS, by time received
 //! ```
 //!
 //! Every file's rows are sorted by its first column (the time), so row-group statistics on it
@@ -26,8 +27,8 @@ use crate::StoreError;
 use crate::query::time::{civil_from_days, days_from_civil};
 use crate::schema::{ColumnType, DAY_US, HOUR_US, Tier};
 use crate::schema::{
-    EXPORTER_STATS_COLUMNS, FLOW_COLUMNS, HOSTS_COLUMNS, INTERFACE_COLUMNS, PORTS_COLUMNS,
-    ROLLUP_COLUMNS,
+    EXPORTER_STATS_COLUMNS, FLOW_COLUMNS, HOSTS_COLUMNS, IF_COUNTERS_COLUMNS, INTERFACE_COLUMNS,
+    PORTS_COLUMNS, ROLLUP_COLUMNS,
 };
 
 /// One table of the store.
@@ -45,6 +46,8 @@ pub enum Table {
     Interfaces,
     /// Per-exporter counters ([`EXPORTER_STATS_COLUMNS`]).
     ExporterStats,
+    /// Interface counters from sFlow counter samples ([`IF_COUNTERS_COLUMNS`]).
+    IfCounters,
 }
 
 /// How a table's directory is split.
@@ -68,7 +71,7 @@ impl Span {
 
 impl Table {
     /// Every table, flows first.
-    pub const ALL: [Table; 10] = [
+    pub const ALL: [Table; 11] = [
         Table::Flows,
         Table::Rollup(Tier::Minute),
         Table::Rollup(Tier::FiveMinutes),
@@ -79,6 +82,7 @@ impl Table {
         Table::Ports,
         Table::Interfaces,
         Table::ExporterStats,
+        Table::IfCounters,
     ];
 
     /// Its directory's name under the store directory.
@@ -94,6 +98,7 @@ impl Table {
             Table::Ports => "ports_1h",
             Table::Interfaces => "interfaces",
             Table::ExporterStats => "exporter_stats",
+            Table::IfCounters => "if_counters",
         }
     }
 
@@ -106,6 +111,7 @@ impl Table {
             Table::Ports => PORTS_COLUMNS,
             Table::Interfaces => INTERFACE_COLUMNS,
             Table::ExporterStats => EXPORTER_STATS_COLUMNS,
+            Table::IfCounters => IF_COUNTERS_COLUMNS,
         }
     }
 
@@ -119,7 +125,8 @@ impl Table {
             | Table::Hosts(Tier::Hour)
             | Table::Ports
             | Table::Interfaces
-            | Table::ExporterStats => Span::Day,
+            | Table::ExporterStats
+            | Table::IfCounters => Span::Day,
         }
     }
 }
