@@ -113,12 +113,6 @@ pub fn engine(
 ) -> Result<Box<dyn QueryEngine + Send + Sync>, QueryError> {
     Ok(match at {
         Location::Parquet(dir) => {
-            if !dir.is_dir() {
-                return Err(QueryError::Parse(format!(
-                    "{}: not a directory",
-                    dir.display()
-                )));
-            }
             Box::new(ParquetEngine::new(dir, threads).prefer_rollups(rollups))
         }
         Location::ClickHouse(url) => Box::new(ClickHouseEngine::open(url)?.prefer_rollups(rollups)),
