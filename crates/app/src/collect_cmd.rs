@@ -201,7 +201,11 @@ fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
     ];
     for (flag, at) in given {
         let Some(at) = at else { continue };
-        let at = Location::parse(at).map_err(|e| bad(format!("{flag} {e}")))?;
+        let at = match flag {
+            "--clickhouse" => Location::clickhouse(&at.to_string_lossy()),
+            _ => Location::parse(at),
+        }
+        .map_err(|e| bad(format!("{flag} {e}")))?;
         let store = open::store(&at, &options).map_err(|e| bad(format!("{flag} {e}")))?;
         stores.push(NamedStore {
             name: at.name(),

@@ -245,7 +245,7 @@ impl ClickHouseEngine {
         }
         let table = self.schema.table("flows");
         format!(
-            "SELECT {} FROM {table} WHERE 1{window} UNION ALL \
+            "SELECT {} FROM {table} WHERE packets > 0{window} UNION ALL \
              SELECT {} FROM {table} WHERE rev_packets > 0{window}",
             fwd.join(", "),
             rev.join(", ")

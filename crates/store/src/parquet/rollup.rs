@@ -169,16 +169,20 @@ impl Rollups {
         let width = Tier::Minute.bucket_us();
         let t = (f.start_ns() / 1000) as i64;
         self.clock_us = self.clock_us.max(t.min(now_us));
+        // A direction with no packets is not a flow: it counts nowhere.
+        let (fwd, rev) = (f.fwd.packets > 0, f.rev.packets > 0);
+        if !fwd && !rev {
+            return;
+        }
         let sizes = self.minute_sizes;
         let b = self.open[0]
             .entry(t.div_euclid(width) * width)
             .or_insert_with(|| Bucket::sized_like(sizes));
-        let rev = f.rev.packets > 0;
         b.traffic
             .entry((s.exporter, s.domain, f.proto))
             .or_default()
             .add(&Traffic {
-                flows: 1,
+                flows: u64::from(fwd),
                 rev_flows: u64::from(rev),
                 packets: f.fwd.packets,
                 bytes: f.fwd.octets,
@@ -192,21 +196,25 @@ impl Rollups {
                 .or_default()
                 .add(1, packets, octets);
         };
-        port(0, f.sport, f.fwd.packets, f.fwd.octets);
-        port(1, f.dport, f.fwd.packets, f.fwd.octets);
+        if fwd {
+            port(0, f.sport, f.fwd.packets, f.fwd.octets);
+            port(1, f.dport, f.fwd.packets, f.fwd.octets);
+        }
         if rev {
             port(0, f.dport, f.rev.packets, f.rev.octets);
             port(1, f.sport, f.rev.packets, f.rev.octets);
         }
         let (src, dst) = (addr16(f.ipv6, &f.src), addr16(f.ipv6, &f.dst));
-        b.hosts[0]
-            .entry(src)
-            .or_default()
-            .add(1, f.fwd.packets, f.fwd.octets);
-        b.hosts[1]
-            .entry(dst)
-            .or_default()
-            .add(1, f.fwd.packets, f.fwd.octets);
+        if fwd {
+            b.hosts[0]
+                .entry(src)
+                .or_default()
+                .add(1, f.fwd.packets, f.fwd.octets);
+            b.hosts[1]
+                .entry(dst)
+                .or_default()
+                .add(1, f.fwd.packets, f.fwd.octets);
+        }
         if rev {
             b.hosts[0]
                 .entry(dst)

@@ -608,7 +608,8 @@ fn feed<S: Sink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Result<(), St
             reverse: false,
             flows: 1,
         };
-        if pass(&f) {
+        // A direction with no packets is not a flow (a connection seen from its SYN-ACK).
+        if f.packets > 0 && pass(&f) {
             sink.add(&f);
         }
         let rp = at(rpkts, i);

@@ -137,12 +137,8 @@ impl ParquetStore {
         }
         create_dirs(dir)?;
         let lock_path = dir.join("lock");
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|source| StoreError::Io {
+        let lock =
+            tapflow_sys::outfile::create_or_open(&lock_path).map_err(|source| StoreError::Io {
                 what: "open",
                 path: lock_path.clone(),
                 source,

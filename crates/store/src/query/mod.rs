@@ -6,8 +6,8 @@
 //! A stored row is an RFC 5103 biflow. Every query reads it as up to two **one-way flows**, the
 //! way nfdump's uniflow records read:
 //!
-//! - the forward flow, always: `src_addr → dst_addr`, `src_port → dst_port`, counters `packets`,
-//!   `bytes`, flags `tcp_flags`;
+//! - the forward flow, only when `packets > 0`: `src_addr → dst_addr`, `src_port → dst_port`,
+//!   counters `packets`, `bytes`, flags `tcp_flags`;
 //! - the reverse flow, only when `rev_packets > 0`: the addresses and ports swapped
 //!   (`dst_addr → src_addr`, `dst_port → src_port`), counters `rev_packets`, `rev_bytes`, flags
 //!   `rev_tcp_flags`.
@@ -16,8 +16,10 @@
 //! `in_if`, `out_if` and `vlan` as stored (interfaces are not swapped). Filters, keys and metrics
 //! all apply to one-way flows: `-s srcip/bytes` ranks senders by the bytes they sent, `dst port
 //! 443` selects what went to port 443 and not the answers, and a count of flows counts one-way
-//! flows. In SQL the view is the table `UNION ALL` the table with the columns swapped
-//! `WHERE rev_packets > 0`.
+//! flows. A direction with no packets is not a flow (a connection seen from its SYN-ACK in a
+//! capture that starts mid-connection has an empty forward direction): it is neither listed nor
+//! counted, in the flows or in the rollups. In SQL the view is the table `WHERE packets > 0`
+//! `UNION ALL` the table with the columns swapped `WHERE rev_packets > 0`.
 //!
 //! # Times
 //!
