@@ -345,6 +345,7 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
         metrics: a.metrics,
         drop_privileges: None,
         anonymize: None,
+        detect: None,
     })
 }
 

@@ -135,6 +135,7 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
         metrics: None,
         drop_privileges: None,
         anonymize: flows.then(|| CryptoPan::new(&[7; 32])),
+        detect: None,
     };
     let stop = Arc::new(Stop::new().unwrap());
     let before = ALLOCS.load(Ordering::Relaxed);
