@@ -27,7 +27,8 @@ use crate::Failure;
 use crate::cli::CollectArgs;
 
 pub fn run(a: CollectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
-    let cfg = config(&a)?;
+    let hub = crate::detect_cmd::hub(&a.detect)?;
+    let cfg = config(&a, hub.as_ref())?;
     // Descriptors held by exporters' sessions and console clients must not starve the stores.
     if let Err(e) = tapflow_sys::rlimit::raise_nofile() {
         eprintln!("tapflow: warning: {e}");
@@ -99,6 +100,7 @@ pub fn run(a: CollectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
     }
     let summary = summary?;
     drop(server);
+    crate::detect_cmd::close(hub.as_ref(), false);
     if tty && !quiet {
         eprint!("\r\x1b[K");
     }
@@ -163,7 +165,10 @@ fn console(
         .map_err(|e| Failure::Runtime(format!("cannot start the console: {e}")))
 }
 
-fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
+fn config(
+    a: &CollectArgs,
+    hub: Option<&tapflow_engine::detect::Hub>,
+) -> Result<CollectConfig, Failure> {
     let bad = |m: String| Failure::Usage(m);
     let listen = a
         .listen
@@ -239,6 +244,13 @@ fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
                 store: Box::new(AnonymizedStore::new(s.store, Anonymizer::new(pan.clone()))),
             })
             .collect();
+    }
+    if let Some(hub) = hub {
+        let stage = tapflow_engine::detect::store::DetectStore::new(Arc::clone(hub), true);
+        stores.push(NamedStore {
+            name: "detect".into(),
+            store: Box::new(stage),
+        });
     }
     if stores.is_empty() {
         return Err(bad(

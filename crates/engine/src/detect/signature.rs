@@ -15,7 +15,7 @@ const SYN: u16 = 0x02;
 const ACK: u16 = 0x10;
 
 /// UDP source ports of amplifying services, and each one's name (the alert kind's prefix).
-pub const REFLECTORS: [(u16, &str); 8] = [
+pub const REFLECTORS: [(u16, &str); 9] = [
     (19, "chargen"),
     (53, "dns"),
     (123, "ntp"),
@@ -23,6 +23,7 @@ pub const REFLECTORS: [(u16, &str); 8] = [
     (389, "cldap"),
     (500, "isakmp"),
     (1900, "ssdp"),
+    (4500, "isakmp"),
     (11211, "memcached"),
 ];
 
