@@ -982,6 +982,9 @@ pub struct DetectArgs {
     /// Workers for -i (fanout members).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// Serve `/metrics` here (`tapflow_alert_active{target,kind}` with the source's counters).
+    #[arg(long, value_name = "[ADDR:]PORT", value_parser = units::listen_loopback)]
+    pub metrics: Option<std::net::SocketAddr>,
     /// Stop after this long (`30`, `90s`, `5m`; seconds).
     #[arg(long, value_name = "DURATION", value_parser = units::period)]
     pub duration: Option<Duration>,

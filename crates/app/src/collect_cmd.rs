@@ -39,7 +39,14 @@ pub fn run(a: CollectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
     let ready = |r: &collector::Ready| {
         if let Some(addr) = metrics_at {
             let l = Arc::clone(&r.ledger);
-            match MetricsServer::start_counters(addr, move || ledger::metrics(&l.snapshot())) {
+            let alerts = hub
+                .as_ref()
+                .map(|h| h.lock().unwrap_or_else(PoisonError::into_inner).gauge());
+            match MetricsServer::start_counters_and_alerts(
+                addr,
+                move || ledger::metrics(&l.snapshot()),
+                alerts,
+            ) {
                 Ok(s) => {
                     eprintln!("tapflow: metrics on http://{}/metrics", s.addr());
                     *server.lock().unwrap_or_else(PoisonError::into_inner) = Some(s);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, FromArgMatches};
-use tapflow_engine::detect::action::{Action, Gauge, Hook, Hooked, Print};
+use tapflow_engine::detect::action::{Action, Hook, Hooked, Print};
 use tapflow_engine::detect::store::DetectStore;
 use tapflow_engine::detect::threshold::{Thresholds, ThresholdsFile};
 use tapflow_engine::detect::{DetectSummary, Detector, Hub};
@@ -47,7 +47,6 @@ fn build(a: &AlertArgs, stdout: Option<bool>) -> Result<Hub, Failure> {
         json: stdout == Some(true),
         stderr: stdout.is_none(),
     })];
-    actions.push(Box::new(Gauge::default()));
     if let Some(url) = &a.webhook {
         if !url.starts_with("http://") && !url.starts_with("https://") {
             return Err(Failure::Usage(format!(
@@ -112,6 +111,9 @@ pub fn run(a: DetectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
     }
     if a.quiet {
         words.push("-q".into());
+    }
+    if let Some(m) = a.metrics {
+        words.extend(["--metrics".into(), m.to_string()]);
     }
     if let (Some(dir), Some(t)) = (&a.store, &a.time) {
         return from_store(dir, t, &opts, a.quiet);

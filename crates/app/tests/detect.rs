@@ -267,3 +267,73 @@ fn the_flows_a_store_kept_raise_the_alert_too() {
     assert_eq!(starts[0]["kind"], "ntp_amplification");
     assert!(starts[0]["flows_per_second"].as_f64().unwrap() > 0.0);
 }
+
+#[test]
+fn flows_from_an_exporter_raise_the_alert_and_the_gauge_shows_it() {
+    let d = tempfile::tempdir().unwrap();
+    let trace = reflection_trace(d.path());
+    let th = limit(d.path(), 1000);
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let err_path = d.path().join("detect.err");
+    let mut c = tapflow([
+        "detect",
+        "--json",
+        "--thresholds",
+        &th,
+        "--metrics",
+        "127.0.0.1:0",
+        "--duration",
+        "60",
+        "-l",
+        &format!("ipfix://127.0.0.1:{port}"),
+    ]);
+    c.stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&err_path).unwrap());
+    let what = show(&c);
+    let mut g = ChildGuard::new(c.spawn().unwrap(), &what);
+    let metrics = std::cell::RefCell::new(String::new());
+    g.wait_until(Duration::from_secs(30), "serves /metrics", |_| {
+        let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+        match err.split("metrics on http://").nth(1) {
+            Some(rest) if err.contains("collecting ipfix") => {
+                *metrics.borrow_mut() = rest.split('/').next().unwrap().to_string();
+                true
+            }
+            _ => false,
+        }
+    });
+    run_ok(&mut tapflow([
+        "flows",
+        "-q",
+        "-r",
+        trace.to_str().unwrap(),
+        "--export",
+        &format!("ipfix://127.0.0.1:{port}"),
+    ]));
+    let mut out = BufReader::new(g.child.as_mut().unwrap().stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let start: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(start["event"], "start");
+    assert_eq!(start["target"], "192.0.2.9");
+    assert_eq!(start["kind"], "ntp_amplification");
+    assert!(start["flows_per_second"].as_f64().unwrap() >= 1.0);
+    // The alert runs for its hold time: the gauge says so.
+    let mut s = std::net::TcpStream::connect(metrics.borrow().as_str()).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert!(
+        text.contains("tapflow_alert_active{target=\"192.0.2.9\",kind=\"ntp_amplification\"} 1"),
+        "{text}"
+    );
+    g.signal(libc::SIGINT);
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    g.wait_limited(Duration::from_secs(30));
+    assert!(rest.contains("\"event\":\"end\""), "{rest}");
+}

@@ -296,7 +296,12 @@ pub fn run_opened<S: PacketSource + Send>(
     let probe = Arc::new(
         ProbeState::new(shared.clone(), rules.clone())
             .with_source_metrics(metrics)
-            .with_interface(&input),
+            .with_interface(&input)
+            .with_alerts(
+                cfg.detect
+                    .as_ref()
+                    .map(|h| h.lock().unwrap_or_else(|e| e.into_inner()).gauge()),
+            ),
     );
     let servers = match start_servers(cfg, &probe) {
         Ok(s) => s,

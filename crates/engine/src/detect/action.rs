@@ -122,6 +122,7 @@ impl Gauge {
              # TYPE tapflow_alert_active gauge\n",
         );
         for (t, k) in self.read() {
+            let (t, k) = (crate::metrics::escape(&t), crate::metrics::escape(&k));
             s += &format!("tapflow_alert_active{{target=\"{t}\",kind=\"{k}\"}} 1\n");
         }
         s

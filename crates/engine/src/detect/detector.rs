@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::detect::action::Action;
+use crate::detect::action::{Action, Gauge};
 use crate::detect::alert::{Alert, Alerts, Measure, Target};
 use crate::detect::tally::Tally;
 use crate::detect::threshold::Thresholds;
@@ -51,6 +51,7 @@ pub struct Detector {
     /// The last interval measured.
     measured: Option<u64>,
     summary: DetectSummary,
+    gauge: Gauge,
 }
 
 /// A detector several workers share.
@@ -68,7 +69,13 @@ impl Detector {
             spare: Vec::new(),
             measured: None,
             summary: DetectSummary::default(),
+            gauge: Gauge::default(),
         }
+    }
+
+    /// The running alerts, for `/metrics`.
+    pub fn gauge(&self) -> Gauge {
+        self.gauge.clone()
     }
 
     /// Sets the number of workers that hand tallies over.
@@ -205,6 +212,7 @@ impl Detector {
             if a.event == "start" {
                 self.summary.alerts += 1;
             }
+            self.gauge.alert(a);
             for x in &mut self.actions {
                 x.alert(a);
             }
