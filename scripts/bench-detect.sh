@@ -3,7 +3,7 @@
 # (a veth probe) and the flow path (the probe's flow meter exporting IPFIX to `tapflow detect
 # -l`), and what detection costs in CPU beside the same run without it.
 #
-#   scripts/bench-detect.sh [TRACE.pcap] [RUNS=5]
+#   scripts/bench-detect.sh [TRACE.pcap] [RUNS=5]      (PART=latency or PART=cpu: one half only)
 #
 # Latency: two namespaces joined by a veth pair (scripts/netns.sh). In one, `tapflow detect -i`
 # (packets) or `tapflow flows -i ... --export ipfix://` into `tapflow detect -l` (flows) watches
@@ -79,12 +79,16 @@ latency() { # MODE RUN
     pids=()
 }
 
-echo "time from the first attack packet to the alert (s), $runs runs each:"
-for mode in probe flows; do
-    printf '  %s:' "$mode"
-    for r in $(seq "$runs"); do printf ' %s' "$(latency "$mode" "$r")"; done
-    echo
-done
+part=${PART:-all}
+if [[ $part != cpu ]]; then
+    echo "time from the first attack packet to the alert (s), $runs runs each:"
+    for mode in probe flows; do
+        printf '  %s:' "$mode"
+        for r in $(seq "$runs"); do printf ' %s' "$(latency "$mode" "$r")"; done
+        echo
+    done
+fi
+[[ $part == latency ]] && exit 0
 
 if [[ -z $trace ]]; then
     trace=$work/trace.pcap

@@ -12,8 +12,9 @@ use tapflow_engine::detect::store::DetectStore;
 use tapflow_engine::detect::threshold::{Thresholds, ThresholdsFile};
 use tapflow_engine::detect::{DetectSummary, Detector, Hub};
 use tapflow_engine::stop::Stop;
+use tapflow_store::parquet::ParquetEngine;
 use tapflow_store::query::time::parse_window;
-use tapflow_store::query::{Kind, ParquetEngine, Query, QueryEngine, QueryResult};
+use tapflow_store::query::{Kind, Query, QueryEngine, QueryResult};
 use tapflow_store::{FlowStore, StoredFlow};
 use tapflow_wire::flowrecord::{Counters, FlowRecord};
 
