@@ -208,8 +208,14 @@ fn alerts_reach_a_webhook_that_fails_once_and_a_command() {
 }
 
 /// A pcap of 3 s of NTP replies (UDP from port 123, 468 bytes) from 50 reflectors to
-/// 192.0.2.9 at 2,000 packets/s, then 1 s of nothing much.
+/// 192.0.2.9 at 2,000 packets/s.
 fn reflection_trace(dir: &Path) -> std::path::PathBuf {
+    amplification_trace(dir, 123, 482)
+}
+
+/// 3 s of replies from UDP port `sport`, frames of `len` bytes, from 50 reflectors to
+/// 192.0.2.9 at 2,000 packets/s.
+fn amplification_trace(dir: &Path, sport: u16, len: usize) -> std::path::PathBuf {
     use tapflow_wire::build::{self, FrameSpec, L4};
     use tapflow_wire::ethernet::EthernetAddress;
     let mut packets = Vec::new();
@@ -221,11 +227,11 @@ fn reflection_trace(dir: &Path) -> std::path::PathBuf {
             src_ip: std::net::Ipv4Addr::new(198, 51, 100, (i % 50) as u8 + 1).into(),
             dst_ip: std::net::Ipv4Addr::new(192, 0, 2, 9).into(),
             proto: L4::Udp,
-            src_port: 123,
+            src_port: sport,
             dst_port: 40000 + (i % 1000) as u16,
-            frame_len: 482,
+            frame_len: len,
         };
-        let mut buf = vec![0; 482];
+        let mut buf = vec![0; len];
         build::build(&spec, &mut buf).unwrap();
         packets.push(traffic::Packet::new(t0 + i * 500_000, buf));
     }
@@ -236,7 +242,32 @@ fn reflection_trace(dir: &Path) -> std::path::PathBuf {
         65535,
         &packets,
     );
-    write_file(dir, "ntp.pcap", &bytes)
+    write_file(dir, &format!("amp-{sport}.pcap"), &bytes)
+}
+
+#[test]
+fn built_amplifications_are_named_by_their_reflectors_port() {
+    let d = tempfile::tempdir().unwrap();
+    let th = limit(d.path(), 1000);
+    // Reply sizes from the services' documented shapes: a DNS ANY answer split over full
+    // frames, NTP monlist's 468-byte entries, a memcached stats reply, an SSDP answer, a CLDAP
+    // search reply.
+    for (port, len, kind) in [
+        (53, 1514, "dns_amplification"),
+        (123, 482, "ntp_amplification"),
+        (11211, 1442, "memcached_amplification"),
+        (1900, 330, "ssdp_amplification"),
+        (389, 1514, "cldap_amplification"),
+        (4444, 500, "udp_flood"),
+    ] {
+        let trace = amplification_trace(d.path(), port, len);
+        let (v, err) = detect(&["--thresholds", &th, "-r", trace.to_str().unwrap()]);
+        assert_eq!(v.len(), 2, "{port}: {v:#?}\n{err}");
+        assert_eq!(v[0]["kind"], kind, "{port}");
+        assert_eq!(v[0]["packets_per_second"], 2000.0, "{port}");
+        assert_eq!(v[0]["top_source_ports"][0]["source"], port.to_string());
+        assert_eq!(v[0]["top_sources"].as_array().unwrap().len(), 4);
+    }
 }
 
 #[test]
