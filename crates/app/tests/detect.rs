@@ -368,3 +368,33 @@ fn flows_from_an_exporter_raise_the_alert_and_the_gauge_shows_it() {
     g.wait_limited(Duration::from_secs(30));
     assert!(rest.contains("\"event\":\"end\""), "{rest}");
 }
+
+#[test]
+fn capture_and_flows_keep_everything_with_detect_on() {
+    let d = tempfile::tempdir().unwrap();
+    let trace = amplification_trace(d.path(), 53, 1514);
+    let th = limit(d.path(), 1000);
+    let t = trace.to_str().unwrap();
+    let mut counts = Vec::new();
+    for (i, detect) in [false, true].into_iter().enumerate() {
+        let out = d.path().join(format!("out{i}.pcapng"));
+        let csv = d.path().join(format!("flows{i}.csv"));
+        let mut c = tapflow(["capture", "-q", "-r", t, "-w", out.to_str().unwrap()]);
+        c.args(["--csv", csv.to_str().unwrap()]);
+        if detect {
+            c.args(["--detect", "--thresholds", &th]);
+        }
+        let o = run_limited(&mut c, Duration::from_secs(120));
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{err}");
+        assert_eq!(
+            err.contains("tapflow: alert start 192.0.2.9 dns_amplification"),
+            detect,
+            "{err}"
+        );
+        let flows = std::fs::read_to_string(&csv).unwrap().lines().count();
+        counts.push((capinfos_count(&out), flows));
+    }
+    assert_eq!(counts[0], counts[1]);
+    assert_eq!(counts[0].0, 6000);
+}

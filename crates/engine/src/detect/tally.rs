@@ -23,6 +23,8 @@ use crate::detect::signature::{Observation, PROTOS, SIGNATURES};
 /// Sources and source ports kept per destination, as evidence.
 pub const EVIDENCE: usize = 4;
 const EMPTY: u32 = u32::MAX;
+/// The most destinations a table keeps (about 350 MB).
+pub const MAX_CAPACITY: usize = 1 << 20;
 
 /// A destination address (IPv4 in the first 4 bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -172,7 +174,7 @@ pub struct Tally {
 impl Tally {
     /// A table for at most `capacity` destinations (at least 1) and `groups` groups.
     pub fn new(capacity: usize, groups: usize) -> Tally {
-        let capacity = capacity.clamp(1, 1 << 24);
+        let capacity = capacity.clamp(1, MAX_CAPACITY);
         Tally {
             second: 0,
             total: Counts::default(),
