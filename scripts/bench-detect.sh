@@ -113,6 +113,20 @@ with open(sys.argv[1], 'rb') as f, open(sys.argv[2], 'wb') as o:
         o.write(f.read(incl))
         i += 1
 PY
+cpu() { # best user+sys seconds of RUNS runs of "$@" (getrusage: microseconds)
+    python3 - "$runs" "$@" <<'PY'
+import resource, subprocess, sys
+runs, cmd = int(sys.argv[1]), sys.argv[2:]
+best = None
+for _ in range(runs):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    best = t if best is None else min(best, t)
+print(f"{best:.4f}")
+PY
+}
 packets=$(capinfos -c -M "$trace" | awk '/Number of packets/ { print $NF }')
 for t in "$dense" "$trace"; do
     echo "CPU seconds over $packets packets of $(basename "$t") (best of $runs):"

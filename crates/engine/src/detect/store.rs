@@ -1,7 +1,9 @@
 //! Detection on the flow stream, as a [`FlowStore`] beside the collector's stores: the store
 //! thread hands it every batch it hands them, so it never takes a flow from a store.
 
-use tapflow_store::{ExporterStats, FlowStore, InterfaceName, StoreError, StoreReport, StoredFlow};
+use tapflow_store::{
+    ExporterStats, FlowStore, InterfaceCounters, InterfaceName, StoreError, StoreReport, StoredFlow,
+};
 
 use crate::detect::detector::{Hub, INTERVAL_S};
 use crate::detect::meter::Meter;
@@ -56,6 +58,10 @@ impl FlowStore for DetectStore {
     }
 
     fn insert_exporter_stats(&mut self, _stats: &[ExporterStats]) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn insert_if_counters(&mut self, _counters: &[InterfaceCounters]) -> Result<(), StoreError> {
         Ok(())
     }
 
