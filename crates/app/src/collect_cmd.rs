@@ -28,7 +28,8 @@ use crate::Failure;
 use crate::cli::CollectArgs;
 
 pub fn run(a: CollectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
-    let cfg = config(&a)?;
+    let hub = crate::detect_cmd::hub(&a.detect)?;
+    let cfg = config(&a, hub.as_ref())?;
     // Descriptors held by exporters' sessions and console clients must not starve the stores.
     if let Err(e) = tapflow_sys::rlimit::raise_nofile() {
         eprintln!("tapflow: warning: {e}");
@@ -39,7 +40,14 @@ pub fn run(a: CollectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
     let ready = |r: &collector::Ready| {
         if let Some(addr) = metrics_at {
             let l = Arc::clone(&r.ledger);
-            match MetricsServer::start_counters(addr, move || ledger::metrics(&l.snapshot())) {
+            let alerts = hub
+                .as_ref()
+                .map(|h| h.lock().unwrap_or_else(PoisonError::into_inner).gauge());
+            match MetricsServer::start_counters_and_alerts(
+                addr,
+                move || ledger::metrics(&l.snapshot()),
+                alerts,
+            ) {
                 Ok(s) => {
                     eprintln!("tapflow: metrics on http://{}/metrics", s.addr());
                     *server.lock().unwrap_or_else(PoisonError::into_inner) = Some(s);
@@ -103,6 +111,7 @@ pub fn run(a: CollectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
     }
     let summary = summary?;
     drop(server);
+    crate::detect_cmd::close(hub.as_ref(), false);
     if tty && !quiet {
         eprint!("\r\x1b[K");
     }
@@ -170,7 +179,10 @@ fn console(
         .map_err(|e| Failure::Runtime(format!("cannot start the console: {e}")))
 }
 
-fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
+fn config(
+    a: &CollectArgs,
+    hub: Option<&tapflow_engine::detect::Hub>,
+) -> Result<CollectConfig, Failure> {
     let bad = |m: String| Failure::Usage(m);
     let listen = a
         .listen
@@ -250,6 +262,13 @@ fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
                 store: Box::new(AnonymizedStore::new(s.store, Anonymizer::new(pan.clone()))),
             })
             .collect();
+    }
+    if let Some(hub) = hub {
+        let stage = tapflow_engine::detect::store::DetectStore::new(Arc::clone(hub), true);
+        stores.push(NamedStore {
+            name: "detect".into(),
+            store: Box::new(stage),
+        });
     }
     if stores.is_empty() {
         return Err(bad(

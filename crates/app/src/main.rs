@@ -9,6 +9,7 @@ mod cli;
 mod collect_cmd;
 mod config;
 mod console_cmd;
+mod detect_cmd;
 mod doctor_cmd;
 mod gen_cmd;
 mod generate_cmd;
@@ -174,6 +175,7 @@ fn main() -> ExitCode {
         Command::Console(args) => console_cmd::run(args, stop.flag()),
         Command::Query(args) => query_cmd::run(&args),
         Command::Import(args) => import_cmd::run(&args),
+        Command::Detect(args) => detect_cmd::run(args, &stop),
         Command::Anonymize(args) => anonymize_cmd::run(&args, &stop),
         Command::Generate(args) => generate_cmd::run(args),
     };
