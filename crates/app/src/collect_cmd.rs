@@ -12,6 +12,7 @@ use tapflow_engine::collector::ledger::{self, Book, ExporterCounts, SessionCount
 use tapflow_engine::collector::listen::Listen;
 use tapflow_engine::collector::writer::{NamedStore, StoreOutcome};
 use tapflow_engine::collector::{self, CollectConfig, CollectSummary};
+use tapflow_engine::enrich::store::EnrichedStore;
 use tapflow_engine::metrics::MetricsServer;
 use tapflow_engine::sink::flow::export::{ExportConfig, ExportTarget};
 use tapflow_engine::sink::flow::export_store::ExportStore;
@@ -222,6 +223,7 @@ fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
             observation_domain: 1,
             rate: a.export_rate,
             store: None,
+            enrich: None,
             anonymize: None,
         })
         .map_err(Failure::from_engine)?;
@@ -237,6 +239,23 @@ fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
             .map(|s| NamedStore {
                 name: s.name,
                 store: Box::new(AnonymizedStore::new(s.store, Anonymizer::new(pan.clone()))),
+            })
+            .collect();
+    }
+    // Outermost, so that lookups see the real addresses before anonymisation; only the
+    // stores keep the places (an IPFIX or text output has no field for them).
+    if let Some(source) = crate::enrich_source(&a.enrich)? {
+        stores = stores
+            .into_iter()
+            .map(|s| {
+                if s.name.starts_with("parquet:") || s.name.starts_with("clickhouse:") {
+                    NamedStore {
+                        store: Box::new(EnrichedStore::new(s.store, Arc::clone(&source))),
+                        name: s.name,
+                    }
+                } else {
+                    s
+                }
             })
             .collect();
     }

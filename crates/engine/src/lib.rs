@@ -10,6 +10,7 @@ pub mod collector;
 pub mod compress;
 pub mod control;
 pub mod counters;
+pub mod enrich;
 pub mod error;
 pub mod metrics;
 pub mod naming;

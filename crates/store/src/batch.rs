@@ -6,7 +6,12 @@
 
 use tapflow_wire::flowrecord::{EndReason, FlowRecord};
 
-use crate::schema::{ColumnType, ExporterStats, InterfaceName, StoredFlow, addr16};
+use std::collections::HashMap;
+
+use crate::schema::{
+    ColumnType, ExporterStats, FLOW_COLUMNS_BEFORE_ENRICHMENT, InterfaceName, Network, Place,
+    StoredFlow, addr16,
+};
 
 /// The values of one column.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +62,16 @@ impl Column {
             Column::I64(v) => same(v),
             Column::Addr(v) => same(v),
             Column::Text(v) => same(v),
+        }
+    }
+
+    /// Appends `rows` zeros or empty texts (a column a file written before it lacks).
+    pub fn pad(&mut self, rows: usize) {
+        match self {
+            Column::I32(v) => v.resize(v.len() + rows, 0),
+            Column::I64(v) => v.resize(v.len() + rows, 0),
+            Column::Addr(v) => v.resize(v.len() + rows, [0; 16]),
+            Column::Text(v) => v.resize(v.len() + rows, String::new()),
         }
     }
 
@@ -208,7 +223,9 @@ fn rows_of_flows<'a>(n: usize, flows: impl Iterator<Item = &'a StoredFlow>) -> B
     let (mut packets, mut bytes, mut rev_packets, mut rev_bytes) = (vec(n), vec(n), vec(n), vec(n));
     let (mut domain, mut in_if, mut out_if, mut vlan) = (vec(n), vec(n), vec(n), vec(n));
     let (mut reason, mut sampling) = (vec(n), vec(n));
+    let mut places = PlaceColumns::new(n);
     for s in flows {
+        places.push(&s.src_place, &s.dst_place);
         let f = &s.flow;
         t_start.push(us(f.start_ns()));
         t_end.push(us(f.end_ns()));
@@ -234,7 +251,7 @@ fn rows_of_flows<'a>(n: usize, flows: impl Iterator<Item = &'a StoredFlow>) -> B
         sampling.push(s.sampling as i32);
     }
     use Column::{Addr, I32, I64};
-    Batch {
+    let mut b = Batch {
         columns: vec![
             I64(t_start),
             I64(t_end),
@@ -259,7 +276,87 @@ fn rows_of_flows<'a>(n: usize, flows: impl Iterator<Item = &'a StoredFlow>) -> B
             I32(reason),
             I32(sampling),
         ],
+    };
+    b.columns.extend(places.columns());
+    b
+}
+
+/// The enrichment columns of [`crate::schema::FLOW_COLUMNS`], source and destination in turn:
+/// AS number, AS name, country, network name, role, site, tenant, other attributes.
+struct PlaceColumns {
+    asn: [Vec<i32>; 2],
+    text: [[Vec<String>; 2]; 7],
+}
+
+impl PlaceColumns {
+    fn new(n: usize) -> PlaceColumns {
+        PlaceColumns {
+            asn: [vec(n), vec(n)],
+            text: std::array::from_fn(|_| [vec(n), vec(n)]),
+        }
     }
+
+    fn push(&mut self, src: &Place, dst: &Place) {
+        for (side, p) in [src, dst].into_iter().enumerate() {
+            self.asn[side].push(p.asn as i32);
+            let values = [
+                p.as_name,
+                p.country_code(),
+                p.net.name,
+                p.net.role,
+                p.net.site,
+                p.net.tenant,
+                p.net.attrs,
+            ];
+            for (col, v) in self.text.iter_mut().zip(values) {
+                col[side].push(v.to_owned());
+            }
+        }
+    }
+
+    fn columns(self) -> impl Iterator<Item = Column> {
+        let [src_as, dst_as] = self.asn;
+        [Column::I32(src_as), Column::I32(dst_as)]
+            .into_iter()
+            .chain(
+                self.text
+                    .into_iter()
+                    .flat_map(|[s, d]| [Column::Text(s), Column::Text(d)]),
+            )
+    }
+}
+
+/// The places of row `i` of a batch of [`crate::schema::FLOW_COLUMNS`] rows, their text
+/// interned through `seen` (one lock per distinct value, not per row).
+fn places(b: &Batch, i: usize, seen: &mut HashMap<String, &'static str>) -> [Place; 2] {
+    let k = FLOW_COLUMNS_BEFORE_ENRICHMENT;
+    let mut text = |c: usize, side: usize| -> &'static str {
+        let s = &b.text(k + 2 + 2 * c + side)[i];
+        if s.is_empty() {
+            return "";
+        }
+        if let Some(&v) = seen.get(s) {
+            return v;
+        }
+        let v = crate::names::intern(s);
+        seen.insert(s.clone(), v);
+        v
+    };
+    std::array::from_fn(|side| {
+        let net = Network {
+            name: text(2, side),
+            role: text(3, side),
+            site: text(4, side),
+            tenant: text(5, side),
+            attrs: text(6, side),
+        };
+        Place {
+            asn: b.i32(k + side)[i] as u32,
+            as_name: text(0, side),
+            country: Place::country_from(text(1, side)),
+            net: crate::names::intern_network(net),
+        }
+    })
 }
 
 fn vec<T>(n: usize) -> Vec<T> {
@@ -277,6 +374,7 @@ pub fn to_flows(b: &Batch) -> Vec<StoredFlow> {
     let (packets, bytes, rev_packets, rev_bytes) = (b.i64(11), b.i64(12), b.i64(13), b.i64(14));
     let (exporter, domain, in_if, out_if) = (b.addr(15), b.i32(16), b.i32(17), b.i32(18));
     let (vlan, reason, sampling) = (b.i32(19), b.i32(20), b.i32(21));
+    let mut seen = HashMap::new();
     (0..b.rows())
         .map(|i| {
             let ipv6 = version[i] == 6;
@@ -312,6 +410,7 @@ pub fn to_flows(b: &Batch) -> Vec<StoredFlow> {
             if f.rev.packets > 0 {
                 (f.rev.first_ns, f.rev.last_ns) = (first, last);
             }
+            let [src_place, dst_place] = places(b, i, &mut seen);
             StoredFlow {
                 flow: f,
                 egress: out_if[i] as u32,
@@ -319,6 +418,8 @@ pub fn to_flows(b: &Batch) -> Vec<StoredFlow> {
                 domain: domain[i] as u32,
                 sampling: sampling[i] as u32,
                 received_ns: ns(t_recv[i]),
+                src_place,
+                dst_place,
             }
         })
         .collect()

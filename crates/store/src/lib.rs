@@ -13,6 +13,7 @@ pub mod damaged;
 pub mod import;
 #[cfg(test)]
 mod in_child;
+pub mod names;
 pub mod parquet_store;
 pub mod partition;
 pub mod query;
@@ -23,7 +24,7 @@ pub mod schema;
 pub mod writer;
 
 pub use parquet_store::{ParquetOptions, ParquetStore};
-pub use schema::{ExporterStats, InterfaceName, StoredFlow};
+pub use schema::{ExporterStats, InterfaceName, Network, Place, StoredFlow};
 
 /// Why a store could not take or keep flows.
 #[derive(Debug, thiserror::Error)]

@@ -176,6 +176,7 @@ fn flows(n: u64) -> Vec<StoredFlow> {
                 domain: 7,
                 sampling: 1,
                 received_ns: first + 5_000_000_000,
+                ..StoredFlow::default()
             }
         })
         .collect()
