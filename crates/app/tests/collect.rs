@@ -1101,4 +1101,17 @@ fn enrichment_places_every_flow_and_reloads_under_a_stream() {
     assert!(names.get("lab").copied().unwrap_or(0) >= 50, "{names:?}");
     assert!(names.get("lab2").copied().unwrap_or(0) >= 10, "{names:?}");
     assert_eq!(names.len(), 2, "{names:?}");
+    // Asked by them: keys and filter words.
+    let q = |args: &[&str]| {
+        let mut c = tapflow(["query", "-R", store.to_str().unwrap(), "--csv"]);
+        run_ok(c.args(args))
+    };
+    let top = q(&["-s", "srcas/bytes"]);
+    assert!(top.contains("64500") && top.contains("2060"), "{top}");
+    let top = q(&["-s", "dstcountry/flows"]);
+    assert!(top.contains("DE") && top.contains("2060"), "{top}");
+    let some = q(&["-s", "srcas/flows", "src as 64500 and dst country DE"]);
+    assert!(some.contains("2060"), "{some}");
+    let none = q(&["-s", "srcas/flows", "dst as 13335"]);
+    assert!(!none.contains("64500"), "{none}");
 }

@@ -81,6 +81,7 @@ fn one_way(s: &StoredFlow) -> Vec<OneWay> {
         vlan: f.vlan,
         reverse: false,
         flows: 1,
+        ..OneWay::default()
     };
     let mut v = vec![fwd];
     if f.rev.packets > 0 {
