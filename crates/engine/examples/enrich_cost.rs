@@ -50,7 +50,7 @@ fn v4(x: u64) -> [u8; 16] {
 fn flows(hosts: u64, seed: u64) -> Vec<StoredFlow> {
     let mut rng = Rng(seed);
     let pool: Vec<[u8; 16]> = (0..hosts).map(|_| v4(rng.next())).collect();
-    let mut pick = |rng: &mut Rng| {
+    let pick = |rng: &mut Rng| {
         if hosts == 0 {
             return v4(rng.next());
         }
