@@ -97,7 +97,10 @@ fn main() {
     })
     .unwrap_or_else(|e| panic!("{e}"));
     println!("tables: {}", source.current().0.describe().join("; "));
-    for (what, hosts) in [("traffic-like, 50k hosts", 50_000u64), ("every address new", 0)] {
+    for (what, hosts) in [
+        ("traffic-like, 50k hosts", 50_000u64),
+        ("every address new", 0),
+    ] {
         let all = flows(hosts, 0x5eed);
         let mut best = (f64::MAX, f64::MAX);
         for _ in 0..3 {
