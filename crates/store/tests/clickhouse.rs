@@ -188,7 +188,6 @@ fn flows(n: u64) -> Vec<StoredFlow> {
                     country: [*b"US", [0; 2], *b"JP"][(i % 7 % 3) as usize],
                     ..Place::default()
                 },
-                ..StoredFlow::default()
             }
         })
         .collect()
