@@ -144,6 +144,9 @@ def one_run(tool: str, args, work: Path, run: int) -> dict:
             argv = [*pin, str(args.tapflow), "collect", "-q", "-l", f"ipfix://127.0.0.1:{PORT}",
                     "--store", str(out / "store"), "--rcvbuf", "16M",
                     "--summary-json", str(out / "summary.json")]
+            if tool == "tapflow-enrich":
+                argv += ["--geoip", str(args.enrich / "country.mmdb"),
+                         "--asn", str(args.enrich / "asn.csv")]
         p, t0 = bl.start(argv, work, f"{tool}-{run}")
         bl.wait_udp_bound(p, PORT, work, f"{tool}-{run}", tool)
         on0 = ["ip", "netns", "exec", ns, *nice, "taskset", "-c", "0"]
@@ -162,9 +165,10 @@ def one_run(tool: str, args, work: Path, run: int) -> dict:
         receive = thread_cpu(p.pid, "tapflow-collect")
         # tapflow: its CPU once the store thread has written what it took (a flush every 5 s)
         # and gone quiet; what it does after SIGTERM (the merges, the last rollups) is apart.
-        ingest = settled_cpu(p.pid) if tool == "tapflow" else None
+        ingest = settled_cpu(p.pid) if tool.startswith("tapflow") else None
+        store_thread = thread_cpu(p.pid, "tapflow-store") if tool != "nfcapd" else 0.0
         fresh = (size_of((out / "store" / "flows").rglob("*.parquet"))
-                 if tool == "tapflow" else 0)
+                 if tool.startswith("tapflow") else 0)
         p.send_signal(15)
         f = bl.wait_rusage(p, t0, timeout=300)
         if tool == "nfcapd":
@@ -179,6 +183,7 @@ def one_run(tool: str, args, work: Path, run: int) -> dict:
             files = list((out / "store" / "flows").rglob("*.parquet"))
         return {"cpu": f.cpu, "receive": receive, "stored": stored, "dropped": dropped,
                 "ingest": f.cpu if ingest is None else ingest,
+                "store_thread": store_thread,
                 "fresh_bytes_per_flow": fresh / max(stored, 1),
                 "bytes_per_flow": size_of(files) / max(stored, 1), "rc": f.rc}
     finally:
@@ -439,6 +444,10 @@ def main() -> None:
                     help="niceness of the collectors and senders, so that other jobs on a "
                          "shared machine take less of their cores")
     ap.add_argument("--skip-ingest", action="store_true", help="only the rate part")
+    ap.add_argument("--skip-rates", action="store_true", help="only the ingest part")
+    ap.add_argument("--enrich", type=Path, default=None, metavar="DIR",
+                    help="also a tapflow run with --geoip DIR/country.mmdb --asn DIR/asn.csv "
+                         "(scripts/fetch-ipdb.sh), reported beside the run without")
     ap.add_argument("--live-times", action="store_true",
                     help="the rate part's flows moved into the current hour, as a live exporter's")
     ap.add_argument("--sender", choices=("nfreplay", "softflowd"), default="nfreplay",
@@ -463,8 +472,12 @@ def main() -> None:
     if args.sender == "nfreplay" and not args.skip_ingest:
         nfreplay_stream(args, work)
     res = {"nfcapd": [], "tapflow": []}
+    tools = ("nfcapd", "tapflow")
+    if args.enrich:
+        res["tapflow-enrich"] = []
+        tools = (*tools, "tapflow-enrich")
     for run in range(0 if args.skip_ingest else args.runs):
-        for tool in ("nfcapd", "tapflow") if run % 2 == 0 else ("tapflow", "nfcapd"):
+        for tool in tools if run % 2 == 0 else tuple(reversed(tools)):
             r = one_run(tool, args, work, run)
             res[tool].append(r)
             recv = (f", receive workers {r['receive'] / max(r['stored'], 1) * 1e6:.3f} s/M"
@@ -477,7 +490,10 @@ def main() -> None:
                   f"datagrams dropped, {r['bytes_per_flow']:.1f} B/flow, exit {r['rc']}")
     if not args.skip_ingest:
         report_ingest(res)
-    rate_part(args, work)
+        if args.enrich:
+            report_enrich(res)
+    if not args.skip_rates:
+        rate_part(args, work)
 
 
 def report_ingest(res: dict) -> None:
@@ -491,6 +507,21 @@ def report_ingest(res: dict) -> None:
           f"(its receive workers {recv:.3f} s), after it (its close) {close:.3f} s; ratios "
           f"{med['tapflow'] / med['nfcapd']:.2f}, {ingest / med['nfcapd']:.2f} and "
           f"{recv / med['nfcapd']:.2f}")
+
+
+def report_enrich(res: dict) -> None:
+    """What enrichment (`--geoip`, `--asn`) adds to ingest: the same stream stored with and
+    without it, CPU per million records, the whole process and its store thread (where the
+    lookups run)."""
+    per_m = lambda r, k: r[k] / max(r["stored"], 1) * 1e6
+    cpu = {t: bl.median([per_m(r, "cpu") for r in res[t]]) for t in ("tapflow", "tapflow-enrich")}
+    st = {t: bl.median([per_m(r, "store_thread") for r in res[t]]) for t in ("tapflow", "tapflow-enrich")}
+    size = {t: bl.median([r["bytes_per_flow"] for r in res[t]]) for t in ("tapflow", "tapflow-enrich")}
+    print(f"enrichment: CPU per million records stored {cpu['tapflow']:.3f} s without, "
+          f"{cpu['tapflow-enrich']:.3f} s with (+{cpu['tapflow-enrich'] - cpu['tapflow']:.3f} s); "
+          f"store thread {st['tapflow']:.3f} s without, {st['tapflow-enrich']:.3f} s with "
+          f"(+{st['tapflow-enrich'] - st['tapflow']:.3f} s); {size['tapflow']:.2f} and "
+          f"{size['tapflow-enrich']:.2f} B/flow")
 
 
 def rate_part(args, work: Path) -> None:

@@ -517,6 +517,11 @@ pub(crate) fn flow_config(a: &FlowArgs, flows_cmd: bool) -> Result<Option<FlowCo
             rate: a.export_rate,
             anonymize: None,
             store: a.store.clone(),
+            enrich: if a.store.is_some() {
+                crate::enrich_source(&a.enrich)?
+            } else {
+                None
+            },
         },
     }))
 }

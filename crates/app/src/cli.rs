@@ -375,6 +375,24 @@ pub enum SourceArg {
     Xdp,
 }
 
+/// Enrichment: AS, country and the operator's networks for both addresses of every stored flow
+/// (docs/enrichment.md). Files are reloaded when they change and on SIGHUP.
+#[derive(Debug, Clone, Default, Args)]
+pub struct EnrichArgs {
+    /// Country data: an MMDB file (GeoLite2-Country, DB-IP, IPinfo, `@ip-location-db`), or CSV
+    /// ranges FIRST,LAST,COUNTRY.
+    #[arg(long, value_name = "FILE")]
+    pub geoip: Option<PathBuf>,
+    /// AS data: an MMDB file (GeoLite2-ASN, DB-IP, IPinfo), or CSV ranges FIRST,LAST,ASN,NAME
+    /// (`@ip-location-db/asn`).
+    #[arg(long, value_name = "FILE")]
+    pub asn: Option<PathBuf>,
+    /// The operator's networks: TOML or CSV, prefix -> name, role, site, tenant and any other
+    /// attributes; the longest prefix wins.
+    #[arg(long, value_name = "FILE")]
+    pub networks: Option<PathBuf>,
+}
+
 /// Flow metering options, shared by `capture` (where any output turns metering on) and `flows`.
 #[derive(Debug, Args)]
 pub struct FlowArgs {
@@ -392,6 +410,9 @@ pub struct FlowArgs {
     /// without a network hop.
     #[arg(long, value_name = "DIR")]
     pub store: Option<PathBuf>,
+    /// Enrichment of the flows the store keeps.
+    #[command(flatten)]
+    pub enrich: EnrichArgs,
     /// A flow record never spans more than this long (`300`, `5m`; seconds); the flow
     /// continues in a new one.
     #[arg(long, value_name = "DURATION", default_value = "300", value_parser = units::secs_u64)]
@@ -852,6 +873,9 @@ pub struct CollectArgs {
     /// Flood detection on the flows (alerts on standard error; docs/detect.md).
     #[command(flatten)]
     pub detect: DetectOpts,
+    /// Enrichment of the flows the stores keep.
+    #[command(flatten)]
+    pub enrich: EnrichArgs,
     /// Stop after this long (`30`, `90s`, `5m`, `1h`; seconds).
     #[arg(long, value_name = "DURATION", value_parser = units::period)]
     pub duration: Option<Duration>,

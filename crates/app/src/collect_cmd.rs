@@ -13,6 +13,7 @@ use tapflow_engine::collector::listen::Listen;
 use tapflow_engine::collector::templates_state::TemplatesState;
 use tapflow_engine::collector::writer::{NamedStore, StoreOutcome};
 use tapflow_engine::collector::{self, CollectConfig, CollectSummary};
+use tapflow_engine::enrich::store::EnrichedStore;
 use tapflow_engine::metrics::MetricsServer;
 use tapflow_engine::sink::flow::export::{ExportConfig, ExportTarget};
 use tapflow_engine::sink::flow::export_store::ExportStore;
@@ -245,6 +246,7 @@ fn config(
             observation_domain: 1,
             rate: a.export_rate,
             store: None,
+            enrich: None,
             anonymize: None,
         })
         .map_err(Failure::from_engine)?;
@@ -260,6 +262,23 @@ fn config(
             .map(|s| NamedStore {
                 name: s.name,
                 store: Box::new(AnonymizedStore::new(s.store, Anonymizer::new(pan.clone()))),
+            })
+            .collect();
+    }
+    // Outermost, so that lookups see the real addresses before anonymisation; only the
+    // stores keep the places (an IPFIX or text output has no field for them).
+    if let Some(source) = crate::enrich_source(&a.enrich)? {
+        stores = stores
+            .into_iter()
+            .map(|s| {
+                if s.name.starts_with("parquet:") || s.name.starts_with("clickhouse:") {
+                    NamedStore {
+                        store: Box::new(EnrichedStore::new(s.store, Arc::clone(&source))),
+                        name: s.name,
+                    }
+                } else {
+                    s
+                }
             })
             .collect();
     }

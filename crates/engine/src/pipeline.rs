@@ -641,6 +641,7 @@ mod tests {
                 rate: ExportRate::Unpaced,
                 anonymize: None,
                 store: None,
+                enrich: None,
             },
         });
         cfg.control = Some(dir.join("ctl.sock"));

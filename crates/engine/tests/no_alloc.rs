@@ -125,6 +125,7 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
                 rate: ExportRate::Unpaced,
                 anonymize: flows.then(|| CryptoPan::new(&[7; 32])),
                 store: None,
+                enrich: None,
             },
         }),
         rules: flows.then(|| {

@@ -14,7 +14,8 @@ use tapflow_store::clickhouse::{
 };
 use tapflow_store::schema::{ColumnType, FLOW_COLUMNS, addr16};
 use tapflow_store::{
-    ExporterStats, FlowStore, InterfaceName, ParquetOptions, ParquetStore, StoreReport, StoredFlow,
+    ExporterStats, FlowStore, InterfaceName, ParquetOptions, ParquetStore, Place, StoreReport,
+    StoredFlow,
 };
 use tapflow_wire::flowrecord::{Counters, EndReason, FlowRecord};
 
@@ -181,6 +182,17 @@ fn flows(n: u64) -> Vec<StoredFlow> {
                 domain: 7,
                 sampling: 1,
                 received_ns: first + 5_000_000_000,
+                src_place: Place {
+                    asn: 64500 + (i % 3) as u32,
+                    as_name: "Example, Inc.",
+                    country: [*b"DE", *b"FR", [0; 2]][(i % 3) as usize],
+                    ..Place::default()
+                },
+                dst_place: Place {
+                    asn: [0, 15169][(i % 2) as usize],
+                    country: [*b"US", [0; 2], *b"JP"][(i % 7 % 3) as usize],
+                    ..Place::default()
+                },
             }
         })
         .collect()
@@ -755,6 +767,24 @@ fn the_same_queries_answer_the_same_over_parquet_a_clickhouse_server_and_a_clust
                 key: Key::InIf,
                 order_by: Metric::Bytes,
                 n: 3,
+            },
+        ),
+        (
+            None,
+            Some("src as 64501 or dst country JP"),
+            Kind::Top {
+                key: Key::SrcAs,
+                order_by: Metric::Bytes,
+                n: 0,
+            },
+        ),
+        (
+            None,
+            Some("not src country DE"),
+            Kind::Aggregate {
+                keys: vec![Key::SrcCountry, Key::DstAs, Key::DstCountry],
+                order_by: Metric::Flows,
+                n: 0,
             },
         ),
         (

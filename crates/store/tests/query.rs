@@ -83,6 +83,7 @@ fn one_way(s: &StoredFlow) -> Vec<OneWay> {
         vlan: f.vlan,
         reverse: false,
         flows: 1,
+        ..OneWay::default()
     };
     // A direction with no packets is not a flow.
     let mut v = Vec::new();

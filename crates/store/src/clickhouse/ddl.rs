@@ -4,7 +4,7 @@
 //! with a `Distributed` table of the plain name over them.
 
 use super::Version;
-use crate::schema::{ColumnType, FLOW_COLUMNS};
+use crate::schema::{ColumnType, FLOW_COLUMNS, FLOW_COLUMNS_BEFORE_ENRICHMENT};
 
 /// The flow table's hidden columns the rollups count flows by, and their expressions.
 const FLOW_MARKS: [(&str, &str); 2] =
@@ -238,6 +238,17 @@ impl Schema {
             ttl(d.seconds("time"), self.retain_days.max(ROLLUPS[2].2)),
             sec = d.seconds("time"),
         ));
+        // A flow table made before the enrichment columns gets them (servers from 20.3 have
+        // `ADD COLUMN IF NOT EXISTS`; an older server's old table must be made anew).
+        if d == Dialect::Current {
+            for (n, t) in &FLOW_COLUMNS[FLOW_COLUMNS_BEFORE_ENRICHMENT..] {
+                s.push(format!(
+                    "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {n} {}",
+                    self.local("flows"),
+                    d.column_type(*t)
+                ));
+            }
+        }
         if let Layout::Cluster(cluster) = &self.layout {
             let distributed = |name: &str, columns: String| {
                 format!(
@@ -257,6 +268,15 @@ impl Schema {
             names.extend(["interfaces", "exporter_stats"]);
             for name in names {
                 s.push(distributed(name, format!("AS {}", self.local(name))));
+            }
+            if d == Dialect::Current {
+                for (n, t) in &FLOW_COLUMNS[FLOW_COLUMNS_BEFORE_ENRICHMENT..] {
+                    s.push(format!(
+                        "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {n} {}",
+                        self.table("flows"),
+                        d.column_type(*t)
+                    ));
+                }
             }
         }
         s

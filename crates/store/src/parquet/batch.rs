@@ -6,8 +6,11 @@
 
 use tapflow_wire::flowrecord::{EndReason, FlowRecord};
 
+use std::collections::HashMap;
+
 use crate::schema::{
-    ColumnType, ExporterStats, FLOW_COLUMNS, InterfaceCounters, InterfaceName, StoredFlow, addr16,
+    ColumnType, ExporterStats, FLOW_COLUMNS, FLOW_COLUMNS_BEFORE_ENRICHMENT, InterfaceCounters,
+    InterfaceName, Network, Place, StoredFlow, addr16,
 };
 
 /// The values of one column.
@@ -31,6 +34,16 @@ impl Column {
             ColumnType::TimestampMicros | ColumnType::U64 => Column::I64(Vec::new()),
             ColumnType::Addr16 => Column::Addr(Vec::new()),
             ColumnType::Utf8 => Column::Text(Vec::new()),
+        }
+    }
+
+    /// Appends `rows` zeros or empty texts (a column a file written before it lacks).
+    pub fn pad(&mut self, rows: usize) {
+        match self {
+            Column::I32(v) => v.resize(v.len() + rows, 0),
+            Column::I64(v) => v.resize(v.len() + rows, 0),
+            Column::Addr(v) => v.resize(v.len() + rows, [0; 16]),
+            Column::Text(v) => v.resize(v.len() + rows, String::new()),
         }
     }
 
@@ -246,6 +259,7 @@ fn rows_of_flows<'a>(out: &mut Batch, n: usize, flows: impl Iterator<Item = &'a 
             Column::Text(v) => (v.clear(), v.reserve(n)),
         };
     }
+    let (base, places) = out.columns.split_at_mut(FLOW_COLUMNS_BEFORE_ENRICHMENT);
     let [
         t_start,
         t_end,
@@ -269,7 +283,7 @@ fn rows_of_flows<'a>(out: &mut Batch, n: usize, flows: impl Iterator<Item = &'a 
         vlan,
         reason,
         sampling,
-    ] = &mut out.columns[..]
+    ] = base
     else {
         unreachable!("a batch of flows has {} columns", FLOW_COLUMNS.len());
     };
@@ -306,7 +320,65 @@ fn rows_of_flows<'a>(out: &mut Batch, n: usize, flows: impl Iterator<Item = &'a 
         vlan.push(i32::from(f.vlan));
         reason.push(i32::from(f.end_reason.to_u8()));
         sampling.push(s.sampling as i32);
+        push_places(places, &s.src_place, &s.dst_place);
     }
+}
+
+/// Appends the places of one flow to the enrichment columns of [`FLOW_COLUMNS`], source and
+/// destination in turn: AS number, AS name, country, network name, role, site, tenant, other
+/// attributes.
+fn push_places(columns: &mut [Column], src: &Place, dst: &Place) {
+    for (side, p) in [src, dst].into_iter().enumerate() {
+        i32s(&mut columns[side]).push(p.asn as i32);
+        let values = [
+            p.as_name,
+            p.country_code(),
+            p.net.name,
+            p.net.role,
+            p.net.site,
+            p.net.tenant,
+            p.net.attrs,
+        ];
+        for (c, v) in values.into_iter().enumerate() {
+            match &mut columns[2 + 2 * c + side] {
+                Column::Text(t) => t.push(v.to_owned()),
+                c => unreachable!("an enrichment column is not text: {c:?}"),
+            }
+        }
+    }
+}
+
+/// The places of row `i` of a batch of [`crate::schema::FLOW_COLUMNS`] rows, their text
+/// interned through `seen` (one lock per distinct value, not per row).
+fn places(b: &Batch, i: usize, seen: &mut HashMap<String, &'static str>) -> [Place; 2] {
+    let k = FLOW_COLUMNS_BEFORE_ENRICHMENT;
+    let mut text = |c: usize, side: usize| -> &'static str {
+        let s = &b.text(k + 2 + 2 * c + side)[i];
+        if s.is_empty() {
+            return "";
+        }
+        if let Some(&v) = seen.get(s) {
+            return v;
+        }
+        let v = crate::names::intern(s);
+        seen.insert(s.clone(), v);
+        v
+    };
+    std::array::from_fn(|side| {
+        let net = Network {
+            name: text(2, side),
+            role: text(3, side),
+            site: text(4, side),
+            tenant: text(5, side),
+            attrs: text(6, side),
+        };
+        Place {
+            asn: b.i32(k + side)[i] as u32,
+            as_name: text(0, side),
+            country: Place::country_from(text(1, side)),
+            net: crate::names::intern_network(net),
+        }
+    })
 }
 
 /// The flows of a batch of [`crate::schema::FLOW_COLUMNS`] rows, as far as the columns hold
@@ -320,6 +392,7 @@ pub fn to_flows(b: &Batch) -> Vec<StoredFlow> {
     let (packets, bytes, rev_packets, rev_bytes) = (b.i64(11), b.i64(12), b.i64(13), b.i64(14));
     let (exporter, domain, in_if, out_if) = (b.addr(15), b.i32(16), b.i32(17), b.i32(18));
     let (vlan, reason, sampling) = (b.i32(19), b.i32(20), b.i32(21));
+    let mut seen = HashMap::new();
     (0..b.rows())
         .map(|i| {
             let ipv6 = version[i] == 6;
@@ -355,6 +428,7 @@ pub fn to_flows(b: &Batch) -> Vec<StoredFlow> {
             if f.rev.packets > 0 {
                 (f.rev.first_ns, f.rev.last_ns) = (first, last);
             }
+            let [src_place, dst_place] = places(b, i, &mut seen);
             StoredFlow {
                 flow: f,
                 egress: out_if[i] as u32,
@@ -362,6 +436,8 @@ pub fn to_flows(b: &Batch) -> Vec<StoredFlow> {
                 domain: domain[i] as u32,
                 sampling: sampling[i] as u32,
                 received_ns: ns(t_recv[i]),
+                src_place,
+                dst_place,
             }
         })
         .collect()

@@ -25,6 +25,7 @@ use crate::query::series::SeriesSink;
 use crate::query::sink::{ListSink, Sink, SummarySink};
 use crate::query::top::{AggregateSink, TopSink, key_columns};
 use crate::query::{Kind, Query, QueryEngine, QueryError, Window};
+use crate::schema::{FLOW_COLUMNS, FLOW_COLUMNS_BEFORE_ENRICHMENT};
 
 /// Queries a store directory (`DIR/flows/date=YYYY-MM-DD/hour=HH/*.parquet` and the rollup
 /// tiers beside it).
@@ -451,12 +452,14 @@ fn decode_file<S: Sink>(
     let schema = builder.parquet_schema();
     let mut leaves = Vec::with_capacity(cols.len());
     for name in cols {
-        let at = schema
-            .columns()
-            .iter()
-            .position(|c| c.name() == *name)
-            .ok_or_else(|| parquet_error(path, format!("no column {name}")))?;
-        leaves.push(at);
+        let at = schema.columns().iter().position(|c| c.name() == *name);
+        // A file written before the enrichment columns reads as if they held 0 and "".
+        let enrichment = &FLOW_COLUMNS[FLOW_COLUMNS_BEFORE_ENRICHMENT..];
+        match at {
+            Some(at) => leaves.push(at),
+            None if enrichment.iter().any(|(c, _)| c == name) => {}
+            None => return Err(parquet_error(path, format!("no column {name}"))),
+        }
     }
     // The table's time: its first column.
     let time = leaves[cols
@@ -557,6 +560,21 @@ pub(crate) fn addrs<'a>(b: &'a RecordBatch, name: &str) -> Result<Option<&'a [[u
     Ok(Some(chunks))
 }
 
+/// A country column (two letters or empty) as [`crate::query::country_code`] numbers.
+fn countries(b: &RecordBatch, name: &str) -> Result<Option<Vec<u16>>, String> {
+    let Some(a) = b.column_by_name(name) else {
+        return Ok(None);
+    };
+    let s = a
+        .as_string_opt::<i32>()
+        .ok_or_else(|| format!("column {name} is {}, not text", a.data_type()))?;
+    Ok(Some(
+        (0..s.len())
+            .map(|i| crate::query::country_code(s.value(i).as_bytes()))
+            .collect(),
+    ))
+}
+
 #[inline]
 pub(crate) fn at<T: Copy + Default>(col: Option<&[T]>, i: usize) -> T {
     col.map_or_else(T::default, |c| c[i])
@@ -583,6 +601,10 @@ fn feed<S: Sink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Result<(), St
     let in_if = prim::<UInt32Type>(b, "in_if")?;
     let out_if = prim::<UInt32Type>(b, "out_if")?;
     let vlan = prim::<UInt16Type>(b, "vlan")?;
+    let src_as = prim::<UInt32Type>(b, "src_as")?;
+    let dst_as = prim::<UInt32Type>(b, "dst_as")?;
+    let src_cc = countries(b, "src_country")?;
+    let dst_cc = countries(b, "dst_country")?;
     let pass = |f: &OneWay| q.filter.as_ref().is_none_or(|flt| flt.matches(f));
     for i in 0..b.num_rows() {
         let start_us = at(start, i);
@@ -605,6 +627,10 @@ fn feed<S: Sink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Result<(), St
             in_if: at(in_if, i),
             out_if: at(out_if, i),
             vlan: at(vlan, i),
+            src_as: at(src_as, i),
+            dst_as: at(dst_as, i),
+            src_country: at(src_cc.as_deref(), i),
+            dst_country: at(dst_cc.as_deref(), i),
             reverse: false,
             flows: 1,
         };
@@ -616,6 +642,8 @@ fn feed<S: Sink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Result<(), St
         if rp > 0 {
             std::mem::swap(&mut f.src, &mut f.dst);
             std::mem::swap(&mut f.sport, &mut f.dport);
+            std::mem::swap(&mut f.src_as, &mut f.dst_as);
+            std::mem::swap(&mut f.src_country, &mut f.dst_country);
             f.packets = rp;
             f.bytes = at(rbytes, i);
             f.tcp_flags = at(rflags, i);

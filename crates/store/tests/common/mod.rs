@@ -89,6 +89,7 @@ pub fn flow(rng: &mut Rng, start_us: i64, hosts: u64) -> StoredFlow {
         domain: rng.below(2) as u32,
         sampling: 1,
         received_ns: f.end_ns() + 1_000_000_000,
+        ..StoredFlow::default()
     }
 }
 
