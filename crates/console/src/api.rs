@@ -984,10 +984,8 @@ async fn health_inner(
             "alarm": false,
         }));
     }
-    let totals = blocking(&state, move |engine| match engine.interfaces(window) {
-        // A backend that keeps no interface counters has none to show.
-        Err(tapflow_store::query::QueryError::Parse(_)) => Ok(Vec::new()),
-        r => r.map_err(ApiError::from),
+    let totals = blocking(&state, move |engine| {
+        engine.interfaces(window).map_err(ApiError::from)
     })
     .await?;
     let interfaces: Vec<Json_> = totals

@@ -14,10 +14,11 @@ use tapflow_store::clickhouse::{
 };
 use tapflow_store::schema::{ColumnType, FLOW_COLUMNS, addr16};
 use tapflow_store::{
-    ExporterStats, FlowStore, InterfaceName, ParquetOptions, ParquetStore, Place, StoreReport,
-    StoredFlow,
+    ExporterStats, FlowStore, InterfaceCounters, InterfaceName, ParquetOptions, ParquetStore,
+    Place, StoreReport, StoredFlow,
 };
 use tapflow_wire::flowrecord::{Counters, EndReason, FlowRecord};
+use tapflow_wire::sflow::IfCounters;
 
 /// Servers started for one test in their own directory; stopped when dropped.
 struct Servers {
@@ -668,16 +669,43 @@ fn the_same_queries_answer_the_same_over_parquet_a_clickhouse_server_and_a_clust
         counters(2, at(60), 500, 3),
         counters(1, at(7200), 9, 9),
     ];
+    // sFlow interface counter samples: interface 3 of domain 1 with a 32-bit counter that
+    // wraps and a 64-bit one reset, interface 4 sampled once, and one sample after the window.
+    let sample = |domain, if_index, s, in_octets, in_errors| InterfaceCounters {
+        exporter,
+        domain,
+        received_ns: at(s),
+        counters: IfCounters {
+            if_index,
+            if_speed: 1_000_000_000,
+            if_status: 3,
+            in_octets,
+            out_octets: in_octets / 2,
+            in_ucast_pkts: in_errors,
+            in_errors,
+            out_discards: 1,
+            ..IfCounters::default()
+        },
+    };
+    let samples = [
+        sample(1, 3, 30, 1_000, u32::MAX - 1),
+        sample(1, 3, 60, 5_000, 3),
+        sample(1, 3, 90, 400, 10),
+        sample(1, 4, 60, 7, 0),
+        sample(1, 3, 7200, 1 << 40, 99),
+    ];
     for url in &urls {
         let mut store = Box::new(ClickHouseStore::open(config(url.clone(), 20_000)).unwrap());
         store.insert(&f).unwrap();
         store.insert_exporter_stats(&stats).unwrap();
+        store.insert_if_counters(&samples).unwrap();
         assert_eq!(store.close().unwrap().stored, 60_000);
     }
     let dir = tempfile::tempdir().unwrap();
     let mut parquet = Box::new(ParquetStore::open(dir.path(), ParquetOptions::default()).unwrap());
     parquet.insert(&f).unwrap();
     parquet.insert_exporter_stats(&stats).unwrap();
+    parquet.insert_if_counters(&samples).unwrap();
     assert_eq!(parquet.close().unwrap().stored, 60_000);
 
     let parquet = ParquetEngine::new(dir.path(), 2).prefer_rollups(false);
@@ -706,6 +734,32 @@ fn the_same_queries_answer_the_same_over_parquet_a_clickhouse_server_and_a_clust
     assert_eq!(parquet.exporter_stats(hour).unwrap(), want);
     for (url, clickhouse) in urls.iter().zip(&servers) {
         assert_eq!(clickhouse.exporter_stats(hour).unwrap(), want, "{url}");
+    }
+    // `query --interfaces` over the hour and over all time.
+    let interfaces = parquet.interfaces(hour).unwrap();
+    let got: Vec<_> = interfaces
+        .iter()
+        .map(|t| (t.domain, t.if_index, t.samples, t.in_octets, t.out_octets))
+        .collect();
+    // 1000 → 5000 (4000), then reset to 400 (counted from 0); errors 2^32 - 2 → 3 (5) → 10 (7).
+    assert_eq!(got, [(1, 3, 3, 4_400, 2_200), (1, 4, 1, 0, 0)]);
+    assert_eq!(
+        (interfaces[0].in_errors, interfaces[0].in_packets),
+        (12, 12)
+    );
+    assert_eq!(
+        (interfaces[0].first_ns, interfaces[0].last_ns),
+        (at(30), at(90))
+    );
+    let all = Window {
+        start_us: i64::MIN,
+        end_us: i64::MAX,
+    };
+    let everything = parquet.interfaces(all).unwrap();
+    assert_eq!(everything[0].samples, 4);
+    for (url, clickhouse) in urls.iter().zip(&servers) {
+        assert_eq!(clickhouse.interfaces(hour).unwrap(), interfaces, "{url}");
+        assert_eq!(clickhouse.interfaces(all).unwrap(), everything, "{url}");
     }
     let half_hour = Some(Window {
         start_us: t0 + 600_000_000,

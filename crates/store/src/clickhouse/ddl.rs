@@ -1,10 +1,12 @@
 //! The tables, chosen by the server's version: the flow table (a MergeTree ordered time first,
 //! partitioned by day), its rollups (1 min, 5 min, 1 h SummingMergeTrees fed by materialized
-//! views), interface names and exporter counters; on a cluster each as a per-shard `_local` table
+//! views), interface names, exporter counters and sFlow interface counters; on a cluster each as a per-shard `_local` table
 //! with a `Distributed` table of the plain name over them.
 
 use super::Version;
-use crate::schema::{ColumnType, FLOW_COLUMNS, FLOW_COLUMNS_BEFORE_ENRICHMENT};
+use crate::schema::{
+    ColumnType, FLOW_COLUMNS, FLOW_COLUMNS_BEFORE_ENRICHMENT, IF_COUNTERS_COLUMNS,
+};
 
 /// The flow table's hidden columns the rollups count flows by, and their expressions.
 const FLOW_MARKS: [(&str, &str); 2] =
@@ -249,6 +251,21 @@ impl Schema {
                 ));
             }
         }
+        let counters: Vec<String> = IF_COUNTERS_COLUMNS
+            .iter()
+            .map(|(n, t)| format!("{n} {}", d.column_type(*t)))
+            .collect();
+        s.push(format!(
+            "CREATE TABLE IF NOT EXISTS {} ({}) ENGINE = MergeTree PARTITION BY toYYYYMM({sec}) \
+             ORDER BY (exporter, domain, if_index, time_received){}",
+            self.local("if_counters"),
+            counters.join(", "),
+            ttl(
+                d.seconds("time_received"),
+                self.retain_days.max(ROLLUPS[2].2)
+            ),
+            sec = d.seconds("time_received"),
+        ));
         if let Layout::Cluster(cluster) = &self.layout {
             let distributed = |name: &str, columns: String| {
                 format!(
@@ -265,7 +282,7 @@ impl Schema {
                 format!("({})", cols[..FLOW_COLUMNS.len()].join(", ")),
             ));
             let mut names: Vec<&str> = ROLLUPS.iter().map(|(name, _, _)| *name).collect();
-            names.extend(["interfaces", "exporter_stats"]);
+            names.extend(["interfaces", "exporter_stats", "if_counters"]);
             for name in names {
                 s.push(distributed(name, format!("AS {}", self.local(name))));
             }
@@ -345,6 +362,16 @@ impl Schema {
             self.local("exporter_stats")
         )
     }
+
+    /// The `INSERT` statement for sFlow interface counters.
+    pub fn insert_if_counters(&self) -> String {
+        let cols: Vec<&str> = IF_COUNTERS_COLUMNS.iter().map(|(n, _)| *n).collect();
+        format!(
+            "INSERT INTO {} ({}) FORMAT RowBinary",
+            self.local("if_counters"),
+            cols.join(", ")
+        )
+    }
 }
 
 #[cfg(test)]
@@ -416,7 +443,7 @@ mod tests {
             .iter()
             .filter(|s| s.contains("Distributed(c, db,"))
             .collect();
-        assert_eq!(distributed.len(), 6);
+        assert_eq!(distributed.len(), 7);
         assert!(
             s.iter().any(
                 |s| s.contains("TO db.rollup_1m_local AS") && s.contains("FROM db.flows_local")

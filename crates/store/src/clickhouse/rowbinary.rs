@@ -3,7 +3,7 @@
 //! `Int64` of µs (the same 8 bytes as the `UInt64` µs of old servers), strings as a LEB128
 //! length and the bytes. No allocation per row.
 
-use crate::schema::{ExporterStats, InterfaceName, StoredFlow, addr16};
+use crate::schema::{ExporterStats, InterfaceCounters, InterfaceName, StoredFlow, addr16};
 
 /// Appends one flow in [`FLOW_COLUMNS`](crate::schema::FLOW_COLUMNS)' order.
 pub fn encode_flow(buf: &mut Vec<u8>, s: &StoredFlow) {
@@ -68,6 +68,43 @@ pub fn encode_stats(buf: &mut Vec<u8>, s: &ExporterStats) {
     buf.extend_from_slice(&s.bad_messages.to_le_bytes());
 }
 
+/// Appends one counter sample in [`IF_COUNTERS_COLUMNS`](crate::schema::IF_COUNTERS_COLUMNS)'
+/// order.
+pub fn encode_if_counters(buf: &mut Vec<u8>, s: &InterfaceCounters) {
+    let c = &s.counters;
+    buf.extend_from_slice(&(s.received_ns / 1000).to_le_bytes());
+    buf.extend_from_slice(&s.exporter);
+    for w in [s.domain, c.source_id, c.if_index, c.if_type] {
+        buf.extend_from_slice(&w.to_le_bytes());
+    }
+    buf.extend_from_slice(&c.if_speed.to_le_bytes());
+    for w in [c.if_direction, c.if_status] {
+        buf.extend_from_slice(&w.to_le_bytes());
+    }
+    buf.extend_from_slice(&c.in_octets.to_le_bytes());
+    for w in [
+        c.in_ucast_pkts,
+        c.in_multicast_pkts,
+        c.in_broadcast_pkts,
+        c.in_discards,
+        c.in_errors,
+        c.in_unknown_protos,
+    ] {
+        buf.extend_from_slice(&w.to_le_bytes());
+    }
+    buf.extend_from_slice(&c.out_octets.to_le_bytes());
+    for w in [
+        c.out_ucast_pkts,
+        c.out_multicast_pkts,
+        c.out_broadcast_pkts,
+        c.out_discards,
+        c.out_errors,
+        c.promiscuous_mode,
+    ] {
+        buf.extend_from_slice(&w.to_le_bytes());
+    }
+}
+
 fn string(buf: &mut Vec<u8>, s: &str) {
     let mut n = s.len();
     while n >= 0x80 {
@@ -81,7 +118,7 @@ fn string(buf: &mut Vec<u8>, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::{ColumnType, FLOW_COLUMNS};
+    use crate::schema::{ColumnType, FLOW_COLUMNS, IF_COUNTERS_COLUMNS};
 
     #[test]
     fn a_flow_is_as_wide_as_its_columns() {
@@ -106,6 +143,22 @@ mod tests {
         buf.clear();
         encode_flow(&mut buf, &f);
         assert_eq!(buf.len(), width + 16 + 2);
+    }
+
+    #[test]
+    fn a_counter_sample_is_as_wide_as_its_columns() {
+        let width: usize = IF_COUNTERS_COLUMNS
+            .iter()
+            .map(|(_, t)| match t {
+                ColumnType::TimestampMicros | ColumnType::U64 => 8,
+                ColumnType::Addr16 => 16,
+                ColumnType::U32 => 4,
+                _ => panic!("only times, addresses, u32 and u64 among the counter columns"),
+            })
+            .sum();
+        let mut buf = Vec::new();
+        encode_if_counters(&mut buf, &InterfaceCounters::default());
+        assert_eq!(buf.len(), width);
     }
 
     #[test]

@@ -18,6 +18,8 @@ pub enum Table {
     Interfaces,
     /// `exporter_stats`.
     ExporterStats,
+    /// `if_counters`.
+    IfCounters,
 }
 
 impl Table {
@@ -26,13 +28,19 @@ impl Table {
             Table::Flows => "flows",
             Table::Interfaces => "interfaces",
             Table::ExporterStats => "exporter_stats",
+            Table::IfCounters => "if_counters",
         }
     }
 
     fn from_name(s: &str) -> Option<Table> {
-        [Table::Flows, Table::Interfaces, Table::ExporterStats]
-            .into_iter()
-            .find(|t| t.name() == s)
+        [
+            Table::Flows,
+            Table::Interfaces,
+            Table::ExporterStats,
+            Table::IfCounters,
+        ]
+        .into_iter()
+        .find(|t| t.name() == s)
     }
 }
 

@@ -15,7 +15,7 @@ use crate::query::top::rank;
 use crate::query::{
     Filter, IfSide, Key, Kind, Metric, Net, Query, QueryEngine, QueryError, Side, Term, Window,
 };
-use crate::schema::Tier;
+use crate::schema::{ColumnType, IF_COUNTERS_COLUMNS, Tier};
 
 /// Answers queries on a ClickHouse server (or a cluster's `Distributed` tables).
 #[derive(Debug)]
@@ -140,14 +140,47 @@ impl QueryEngine for ClickHouseEngine {
         })
     }
 
-    /// Interface counters are kept in the Parquet store only.
+    /// The counter samples received in the window, totalled as the Parquet store's are.
     fn interfaces(
         &self,
-        _window: Window,
+        window: Window,
     ) -> Result<Vec<crate::query::interfaces::InterfaceTotals>, QueryError> {
-        Err(QueryError::Parse(
-            "interface counters are kept in the Parquet store only (-R DIR)".into(),
-        ))
+        let d = self.schema.dialect;
+        let cols: Vec<String> = IF_COUNTERS_COLUMNS
+            .iter()
+            .map(|(n, t)| match t {
+                ColumnType::TimestampMicros => d.micros(n),
+                ColumnType::Addr16 => format!("hex({n})"),
+                _ => (*n).to_string(),
+            })
+            .collect();
+        // Bounds only where the window has them: the open ends of "all time" are past the
+        // range of DateTime64.
+        let mut bounds = vec!["1".to_string()];
+        if window.start_us > 0 {
+            bounds.push(format!(
+                "time_received >= {}",
+                d.time_literal(window.start_us as u64)
+            ));
+        }
+        if window.end_us < i64::MAX {
+            bounds.push(format!(
+                "time_received < {}",
+                d.time_literal(window.end_us.max(0) as u64)
+            ));
+        }
+        let sql = format!(
+            "SELECT {} FROM {} WHERE {}",
+            cols.join(", "),
+            self.schema.table("if_counters"),
+            bounds.join(" AND "),
+        );
+        let samples = self
+            .rows(&sql)?
+            .iter()
+            .map(|r| if_counters_row(r))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(crate::query::interfaces::totals(samples))
     }
 
     fn exporter_stats(&self, window: Window) -> Result<Vec<crate::ExporterStats>, QueryError> {
@@ -650,6 +683,66 @@ fn hex16(s: &str) -> Result<[u8; 16], QueryError> {
         *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
     }
     Ok(a)
+}
+
+/// One row of `if_counters` in [`IF_COUNTERS_COLUMNS`]' order.
+fn if_counters_row(r: &[String]) -> Result<crate::InterfaceCounters, QueryError> {
+    let [
+        time,
+        exporter,
+        domain,
+        source_id,
+        if_index,
+        if_type,
+        if_speed,
+        if_direction,
+        if_status,
+        in_octets,
+        in_ucast_pkts,
+        in_multicast_pkts,
+        in_broadcast_pkts,
+        in_discards,
+        in_errors,
+        in_unknown_protos,
+        out_octets,
+        out_ucast_pkts,
+        out_multicast_pkts,
+        out_broadcast_pkts,
+        out_discards,
+        out_errors,
+        promiscuous_mode,
+    ] = r
+    else {
+        return Err(answer_error(r));
+    };
+    Ok(crate::InterfaceCounters {
+        exporter: hex16(exporter)?,
+        domain: num(domain)?,
+        received_ns: num::<u64>(time)?.saturating_mul(1000),
+        counters: tapflow_wire::sflow::IfCounters {
+            source_id: num(source_id)?,
+            sequence: 0,
+            if_index: num(if_index)?,
+            if_type: num(if_type)?,
+            if_speed: num(if_speed)?,
+            if_direction: num(if_direction)?,
+            if_status: num(if_status)?,
+            in_octets: num(in_octets)?,
+            in_ucast_pkts: num(in_ucast_pkts)?,
+            in_multicast_pkts: num(in_multicast_pkts)?,
+            in_broadcast_pkts: num(in_broadcast_pkts)?,
+            in_discards: num(in_discards)?,
+            in_errors: num(in_errors)?,
+            in_unknown_protos: num(in_unknown_protos)?,
+            out_octets: num(out_octets)?,
+            out_ucast_pkts: num(out_ucast_pkts)?,
+            out_multicast_pkts: num(out_multicast_pkts)?,
+            out_broadcast_pkts: num(out_broadcast_pkts)?,
+            out_discards: num(out_discards)?,
+            out_errors: num(out_errors)?,
+            promiscuous_mode: num(promiscuous_mode)?,
+        },
+    })
 }
 
 /// A key value: 32 hex digits are an address, anything else a number.

@@ -14,7 +14,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::rowbinary::{encode_flow, encode_interface, encode_stats};
+use super::rowbinary::{encode_flow, encode_if_counters, encode_interface, encode_stats};
 use super::spool::{Batch, Entry, Spool, Table};
 use super::{Dialect, Layout, Schema, Server, Target};
 use crate::{ExporterStats, FlowStore, InterfaceName, StoreError, StoreReport, StoredFlow};
@@ -120,6 +120,7 @@ pub struct ClickHouseStore {
     flows: Gathering,
     interfaces: Gathering,
     stats: Gathering,
+    if_counters: Gathering,
 }
 
 impl ClickHouseStore {
@@ -194,6 +195,7 @@ impl ClickHouseStore {
             flows: Gathering::new(Table::Flows),
             interfaces: Gathering::new(Table::Interfaces),
             stats: Gathering::new(Table::ExporterStats),
+            if_counters: Gathering::new(Table::IfCounters),
         })
     }
 
@@ -213,6 +215,7 @@ impl ClickHouseStore {
             Table::Flows => &mut self.flows,
             Table::Interfaces => &mut self.interfaces,
             Table::ExporterStats => &mut self.stats,
+            Table::IfCounters => &mut self.if_counters,
         };
         g.since = Instant::now();
         if g.rows == 0 {
@@ -235,6 +238,7 @@ impl ClickHouseStore {
             (Table::Flows, self.flows.since),
             (Table::Interfaces, self.interfaces.since),
             (Table::ExporterStats, self.stats.since),
+            (Table::IfCounters, self.if_counters.since),
         ] {
             if since.elapsed() >= self.config.batch_age {
                 self.seal(t)?;
@@ -279,9 +283,12 @@ impl FlowStore for ClickHouseStore {
         self.seal_aged()
     }
 
-    /// Interface counters have no ClickHouse table: only the Parquet store keeps them.
-    fn insert_if_counters(&mut self, _rows: &[crate::InterfaceCounters]) -> Result<(), StoreError> {
-        Ok(())
+    fn insert_if_counters(&mut self, rows: &[crate::InterfaceCounters]) -> Result<(), StoreError> {
+        for r in rows {
+            encode_if_counters(&mut self.if_counters.data, r);
+        }
+        self.if_counters.rows += rows.len() as u64;
+        self.seal_aged()
     }
 
     /// Hands everything gathered to the sender; it is visible once the server took it (at
@@ -289,7 +296,8 @@ impl FlowStore for ClickHouseStore {
     fn flush(&mut self) -> Result<(), StoreError> {
         self.seal(Table::Flows)?;
         self.seal(Table::Interfaces)?;
-        self.seal(Table::ExporterStats)
+        self.seal(Table::ExporterStats)?;
+        self.seal(Table::IfCounters)
     }
 
     fn report(&self) -> StoreReport {
@@ -427,6 +435,7 @@ fn send(server: &Server, schema: &Schema, entry: &Entry) -> Result<(), StoreErro
         Table::Flows => schema.insert_flows(),
         Table::Interfaces => schema.insert_interfaces(),
         Table::ExporterStats => schema.insert_exporter_stats(),
+        Table::IfCounters => schema.insert_if_counters(),
     };
     server.insert(&insert, &data, &[])
 }
