@@ -34,6 +34,7 @@ pub mod sink;
 pub mod tier;
 pub mod time;
 pub mod top;
+pub mod vector;
 
 pub use filter::OneWay;
 pub use result::{Answer, Counters, QueryResult, Row, ScanStats, Summary, Value};

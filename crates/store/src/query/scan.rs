@@ -8,20 +8,18 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{
-    ArrowPrimitiveType, TimestampMicrosecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
-};
+use arrow_array::types::ArrowPrimitiveType;
 use arrow_array::{Array, RecordBatch};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowPredicateFn, ParquetRecordBatchReaderBuilder, RowFilter};
 use parquet::file::statistics::Statistics;
 
-use super::filter::OneWay;
 use super::result::{Answer, QueryResult, ScanStats, Value};
 use super::series::SeriesSink;
-use super::sink::{ListSink, Sink, SummarySink};
+use super::sink::{ListSink, SummarySink};
 use super::tier::{self, Pick, Select, Tally};
 use super::top::{AggregateSink, TopSink, key_columns};
+use super::vector::{self, ColumnSink, Columns, Dir};
 use super::{Kind, Query, QueryEngine, QueryError, Window};
 use crate::StoreError;
 use crate::partition::{files, partitions};
@@ -246,7 +244,7 @@ struct Table<'a> {
     read: Read<'a>,
 }
 
-fn pick_feed<S: Sink>(pick: Option<Pick>) -> Feed<S> {
+fn pick_feed<S: ColumnSink>(pick: Option<Pick>) -> Feed<S> {
     match pick.map(|p| p.table) {
         Some(crate::partition::Table::Hosts(_)) => tier::host_feed::<S>,
         Some(crate::partition::Table::Ports) => tier::port_feed::<S>,
@@ -256,7 +254,7 @@ fn pick_feed<S: Sink>(pick: Option<Pick>) -> Feed<S> {
 }
 
 impl ParquetEngine {
-    fn scan<S: Sink>(
+    fn scan<S: ColumnSink>(
         &self,
         t: &Table<'_>,
         feed: Feed<S>,
@@ -387,7 +385,7 @@ fn parquet_error(path: &Path, e: impl std::fmt::Display) -> StoreError {
 
 /// Feeds the rows of the file at `path` to `sink`. A file that cannot be read is
 /// [`StoreError::Damaged`], and moved into quarantine ([`crate::damaged::read`]).
-fn scan_file<S: Sink>(
+fn scan_file<S: ColumnSink>(
     path: &Path,
     cols: &[&'static str],
     read: Read<'_>,
@@ -400,7 +398,7 @@ fn scan_file<S: Sink>(
     })
 }
 
-fn decode_file<S: Sink>(
+fn decode_file<S: ColumnSink>(
     path: &Path,
     file: File,
     cols: &[&'static str],
@@ -527,67 +525,16 @@ pub(crate) fn at<T: Copy + Default>(col: Option<&[T]>, i: usize) -> T {
     col.map_or_else(T::default, |c| c[i])
 }
 
-/// Hands the batch's one-way flows that pass the window and filter to the sink.
-fn feed<S: Sink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Result<(), String> {
+/// Hands the batch's one-way flows that pass the window and filter to the sink: each direction's
+/// rows picked by a bitmap over the columns ([`vector::keep`]), then counted from the columns.
+fn feed<S: ColumnSink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Result<(), String> {
     let q = read.query;
-    let start = prim::<TimestampMicrosecondType>(b, "time_start")?;
-    let end = prim::<TimestampMicrosecondType>(b, "time_end")?;
-    let ipv = prim::<UInt8Type>(b, "ip_version")?;
-    let src = addrs(b, "src_addr")?;
-    let dst = addrs(b, "dst_addr")?;
-    let sport = prim::<UInt16Type>(b, "src_port")?;
-    let dport = prim::<UInt16Type>(b, "dst_port")?;
-    let proto = prim::<UInt8Type>(b, "protocol")?;
-    let flags = prim::<UInt16Type>(b, "tcp_flags")?;
-    let rflags = prim::<UInt16Type>(b, "rev_tcp_flags")?;
-    let pkts = prim::<UInt64Type>(b, "packets")?;
-    let bytes = prim::<UInt64Type>(b, "bytes")?;
-    let rpkts = prim::<UInt64Type>(b, "rev_packets")?;
-    let rbytes = prim::<UInt64Type>(b, "rev_bytes")?;
-    let exporter = addrs(b, "exporter")?;
-    let in_if = prim::<UInt32Type>(b, "in_if")?;
-    let out_if = prim::<UInt32Type>(b, "out_if")?;
-    let vlan = prim::<UInt16Type>(b, "vlan")?;
-    let pass = |f: &OneWay| q.filter.as_ref().is_none_or(|flt| flt.matches(f));
-    for i in 0..b.num_rows() {
-        let start_us = at(start, i);
-        if q.window.is_some_and(|w| !w.contains(start_us)) {
-            continue;
-        }
-        let mut f = OneWay {
-            start_us,
-            end_us: at(end, i),
-            src: at(src, i),
-            dst: at(dst, i),
-            sport: at(sport, i),
-            dport: at(dport, i),
-            ip_version: at(ipv, i),
-            protocol: at(proto, i),
-            tcp_flags: at(flags, i),
-            packets: at(pkts, i),
-            bytes: at(bytes, i),
-            exporter: at(exporter, i),
-            in_if: at(in_if, i),
-            out_if: at(out_if, i),
-            vlan: at(vlan, i),
-            reverse: false,
-            flows: 1,
-        };
-        if pass(&f) {
-            sink.add(&f);
-        }
-        let rp = at(rpkts, i);
-        if rp > 0 {
-            std::mem::swap(&mut f.src, &mut f.dst);
-            std::mem::swap(&mut f.sport, &mut f.dport);
-            f.packets = rp;
-            f.bytes = at(rbytes, i);
-            f.tcp_flags = at(rflags, i);
-            f.reverse = true;
-            if pass(&f) {
-                sink.add(&f);
-            }
-        }
+    let c = Columns::of(b)?;
+    let forward = vector::keep(&c, Dir::Forward, q.window, q.filter.as_ref());
+    sink.add_columns(&c, Dir::Forward, &forward);
+    if !c.one_way_only() {
+        let reverse = vector::keep(&c, Dir::Reverse, q.window, q.filter.as_ref());
+        sink.add_columns(&c, Dir::Reverse, &reverse);
     }
     Ok(())
 }
