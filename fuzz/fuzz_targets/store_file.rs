@@ -10,9 +10,10 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use tapflow_store::StoreError;
-use tapflow_store::compaction::file_rows;
-use tapflow_store::query::{Kind, ParquetEngine, Query, QueryEngine};
-use tapflow_store::reader::read_flows;
+use tapflow_store::parquet::compaction::file_rows;
+use tapflow_store::parquet::ParquetEngine;
+use tapflow_store::query::{Kind, Query, QueryEngine};
+use tapflow_store::parquet::reader::read_flows;
 
 /// A store directory for this process, and its one partition.
 fn dirs() -> &'static (tempfile::TempDir, PathBuf) {
@@ -20,7 +21,7 @@ fn dirs() -> &'static (tempfile::TempDir, PathBuf) {
     DIRS.get_or_init(|| {
         // The store's hook, as `tapflow`'s main installs it: it keeps libFuzzer's hook for
         // panics outside the containment.
-        tapflow_store::damaged::install_panic_hook();
+        tapflow_store::parquet::damaged::install_panic_hook();
         let dir = tempfile::tempdir().expect("a temporary directory");
         let partition = dir.path().join("flows/date=2024-03-10/hour=00");
         std::fs::create_dir_all(&partition).expect("the partition directory");

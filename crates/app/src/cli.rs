@@ -760,7 +760,7 @@ pub struct CollectArgs {
     #[arg(long, value_name = "DIR")]
     pub store: Option<PathBuf>,
     /// Delete the store's partitions older than this (`30d`, `12h`; units s, m, h, d, w).
-    #[arg(long, value_name = "AGE", requires = "store", value_parser = tapflow_store::retention::parse_age)]
+    #[arg(long, value_name = "AGE", requires = "store", value_parser = tapflow_store::parquet::retention::parse_age)]
     pub retain: Option<std::time::Duration>,
     /// Keep the store's files under this size (e.g. 50G): the oldest go first.
     #[arg(long, value_name = "SIZE", value_parser = units::size, requires = "store")]
@@ -853,7 +853,7 @@ pub struct StoreArgs {
     #[arg(long, value_name = "DIR")]
     pub store: PathBuf,
     /// Delete what is older than this (`30d`, `12h`; units s, m, h, d, w).
-    #[arg(long, value_parser = tapflow_store::retention::parse_age, value_name = "AGE")]
+    #[arg(long, value_parser = tapflow_store::parquet::retention::parse_age, value_name = "AGE")]
     pub retain: Option<std::time::Duration>,
     /// Keep the store under this size, deleting the oldest flow files first (`50G`).
     #[arg(long, value_parser = units::size, value_name = "SIZE")]

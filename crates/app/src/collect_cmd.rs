@@ -139,10 +139,7 @@ fn console(
         probes: Vec::new(),
     };
     tapflow_console::check(&config).map_err(|e| Failure::Usage(format!("--http: {e}")))?;
-    let engine = Arc::new(tapflow_store::query::scan::ParquetEngine::new(
-        dir.clone(),
-        2,
-    ));
+    let engine = Arc::new(tapflow_store::parquet::ParquetEngine::new(dir.clone(), 2));
     let flag = Arc::clone(stop.flag());
     let stopper = Arc::clone(stop);
     let scheme = if config.tls.is_some() {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use tapflow_console::{ConsoleConfig, TlsFiles};
-use tapflow_store::query::scan::ParquetEngine;
+use tapflow_store::parquet::ParquetEngine;
 
 use crate::Failure;
 use crate::cli::ConsoleArgs;

@@ -5,12 +5,11 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use tapflow_store::parquet::ParquetEngine;
 use tapflow_store::query::filter::parse;
 use tapflow_store::query::output::{Format, print};
 use tapflow_store::query::time::{parse_duration, parse_window};
-use tapflow_store::query::{
-    Key, Kind, Metric, ParquetEngine, Query, QueryEngine, QueryError, ScanStats,
-};
+use tapflow_store::query::{Key, Kind, Metric, Query, QueryEngine, QueryError, ScanStats};
 
 use crate::Failure;
 use crate::cli::QueryArgs;

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use base64::Engine;
 use common::{ChildGuard, tapflow};
 use serde_json::{Value, json};
-use tapflow_store::parquet_store::{ParquetOptions, ParquetStore};
+use tapflow_store::parquet::store::{ParquetOptions, ParquetStore};
 use tapflow_store::{ExporterStats, FlowStore, StoredFlow, schema::addr16};
 use tapflow_wire::flowrecord::{Counters, FlowRecord};
 

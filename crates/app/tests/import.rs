@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use common::*;
 use tapflow_store::StoredFlow;
-use tapflow_store::partition::{Table, files_between};
-use tapflow_store::reader::read_flows;
+use tapflow_store::parquet::partition::{Table, files_between};
+use tapflow_store::parquet::reader::read_flows;
 
 fn stored(dir: &Path) -> Vec<StoredFlow> {
     let mut out: Vec<StoredFlow> = files_between(dir, Table::Flows, i64::MIN, i64::MAX)

@@ -14,10 +14,10 @@ use std::io::BufRead;
 use std::path::Path;
 use std::time::Instant;
 
-use tapflow_store::batch::from_flows_in;
 use tapflow_store::import::{CSV_HEADER, Format, parse_line};
-use tapflow_store::partition::{Table, files_between};
-use tapflow_store::writer::{FileOptions, write_file};
+use tapflow_store::parquet::batch::from_flows_in;
+use tapflow_store::parquet::partition::{Table, files_between};
+use tapflow_store::parquet::writer::{FileOptions, write_file};
 use tapflow_store::{FlowStore, ParquetOptions, ParquetStore, StoredFlow};
 
 /// CPU time of this process so far (user + system), seconds, from `/proc/self/stat`.

@@ -6,23 +6,15 @@
 #![forbid(unsafe_code)]
 
 pub mod anonymized;
-pub mod batch;
 pub mod clickhouse;
-pub mod compaction;
-pub mod damaged;
 pub mod import;
 #[cfg(test)]
 mod in_child;
-pub mod parquet_store;
-pub mod partition;
+pub mod parquet;
 pub mod query;
-pub mod reader;
-pub mod retention;
-pub mod rollup;
 pub mod schema;
-pub mod writer;
 
-pub use parquet_store::{ParquetOptions, ParquetStore};
+pub use self::parquet::{ParquetOptions, ParquetStore};
 pub use schema::{ExporterStats, InterfaceName, StoredFlow};
 
 /// Why a store could not take or keep flows.

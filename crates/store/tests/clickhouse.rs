@@ -607,8 +607,9 @@ fn chdb_takes_the_current_tables_and_answers_over_them() {
 #[test]
 fn the_same_queries_answer_the_same_over_parquet_a_clickhouse_server_and_a_cluster() {
     use tapflow_store::clickhouse::ClickHouseEngine;
+    use tapflow_store::parquet::ParquetEngine;
     use tapflow_store::query::{
-        Key, Kind, Metric, ParquetEngine, Prefixes, Query, QueryEngine, QueryResult, Window, filter,
+        Key, Kind, Metric, Prefixes, Query, QueryEngine, QueryResult, Window, filter,
     };
     // One server (database `t`) and a cluster of two shards (database `c`).
     let ch = Servers::start(28500, 2);

@@ -12,18 +12,20 @@ use std::time::Duration;
 
 use common::{H, day0_us, flows};
 use proptest::prelude::*;
-use tapflow_store::partition::{Table, files_between};
+use proptest::strategy::ValueTree;
+use tapflow_store::parquet::ParquetEngine;
+use tapflow_store::parquet::partition::{Table, files_between};
+use tapflow_store::parquet::reader::read_flows;
+use tapflow_store::parquet::writer::FileOptions;
 use tapflow_store::query::filter::OneWay;
 use tapflow_store::query::series::SeriesSink;
 use tapflow_store::query::sink::{ListSink, Sink, SummarySink};
 use tapflow_store::query::top::{AggregateSink, TopSink};
 use tapflow_store::query::{
-    Cmp, Filter, IfSide, Key, Kind, Metric, Net, ParquetEngine, Prefixes, Query, QueryEngine,
-    QueryResult, Side, Term, Window,
+    Cmp, Filter, IfSide, Key, Kind, Metric, Net, Prefixes, Query, QueryEngine, QueryResult, Side,
+    Term, Window,
 };
-use tapflow_store::reader::read_flows;
 use tapflow_store::schema::addr16;
-use tapflow_store::writer::FileOptions;
 use tapflow_store::{FlowStore, ParquetOptions, ParquetStore, StoredFlow};
 
 const N: usize = 6_000;

@@ -10,11 +10,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{H, day0_us, flows};
-use tapflow_store::compaction::{publish_merges, stage};
-use tapflow_store::partition::{Table, files_between};
-use tapflow_store::query::{Kind, ParquetEngine, Query, QueryEngine, QueryResult};
-use tapflow_store::reader::read_flows;
-use tapflow_store::writer::FileOptions;
+use tapflow_store::parquet::ParquetEngine;
+use tapflow_store::parquet::compaction::{publish_merges, stage};
+use tapflow_store::parquet::partition::{Table, files_between};
+use tapflow_store::parquet::reader::read_flows;
+use tapflow_store::parquet::writer::FileOptions;
+use tapflow_store::query::{Kind, Query, QueryEngine, QueryResult};
 use tapflow_store::{FlowStore, ParquetOptions, ParquetStore};
 
 const VARIANTS: usize = 150;

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use common::{H, day0_us, flows};
-use tapflow_store::partition::{Table, files_between};
-use tapflow_store::reader::read_flows;
+use tapflow_store::parquet::partition::{Table, files_between};
+use tapflow_store::parquet::reader::read_flows;
 use tapflow_store::{FlowStore, ParquetOptions, ParquetStore};
 
 /// A 2 MiB tmpfs, unmounted and removed on drop.

@@ -12,12 +12,13 @@ use common::{H, day0_us, flows};
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::file::statistics::Statistics;
 use parquet::record::RowAccessor;
-use tapflow_store::batch::as_stored;
-use tapflow_store::partition::{Table, Tier, files_between, partitions};
-use tapflow_store::reader::{read_file, read_flows};
+use tapflow_store::parquet::batch;
+use tapflow_store::parquet::batch::as_stored;
+use tapflow_store::parquet::partition::{Table, Tier, files_between, partitions};
+use tapflow_store::parquet::reader::{read_file, read_flows};
 use tapflow_store::schema::{FLOW_COLUMNS, addr16};
 use tapflow_store::{
-    ExporterStats, FlowStore, InterfaceName, ParquetOptions, ParquetStore, StoredFlow, batch,
+    ExporterStats, FlowStore, InterfaceName, ParquetOptions, ParquetStore, StoredFlow,
 };
 
 /// Options that never merge or write on their own during a test.
@@ -165,7 +166,7 @@ fn hours_split_files_and_rows_are_sorted_with_statistics() {
     input[0].flow.fwd.first_ns = (h11 as u64 - 1) * 1000 + 999;
     input[1].flow.fwd.first_ns = h11 as u64 * 1000;
     let opts = ParquetOptions {
-        file: tapflow_store::writer::FileOptions {
+        file: tapflow_store::parquet::writer::FileOptions {
             row_group_rows: 500,
             ..Default::default()
         },
@@ -180,7 +181,7 @@ fn hours_split_files_and_rows_are_sorted_with_statistics() {
     assert!(parts[0].path.ends_with("flows/date=2024-03-10/hour=10"));
     assert!(parts[1].path.ends_with("flows/date=2024-03-10/hour=11"));
     for p in &parts {
-        for file in tapflow_store::partition::files(&p.path).unwrap() {
+        for file in tapflow_store::parquet::partition::files(&p.path).unwrap() {
             let b = read_file(&file, FLOW_COLUMNS).unwrap();
             let t = b.times();
             assert!(t.is_sorted(), "{} not sorted", file.display());
@@ -263,11 +264,11 @@ fn small_files_of_a_closed_hour_merge_into_one() {
         store.flush().unwrap();
     }
     let p = &partitions(dir.path(), Table::Flows).unwrap()[0].path;
-    let before = tapflow_store::partition::files(p).unwrap();
+    let before = tapflow_store::parquet::partition::files(p).unwrap();
     assert_eq!(before.len(), 20);
     let saved = std::fs::read(&before[3]).unwrap();
     store.close().unwrap();
-    let after = tapflow_store::partition::files(p).unwrap();
+    let after = tapflow_store::parquet::partition::files(p).unwrap();
     assert_eq!(after.len(), 1, "{after:?}");
     let b = read_file(&after[0], FLOW_COLUMNS).unwrap();
     assert_eq!(b.rows(), 20_000);
@@ -276,10 +277,15 @@ fn small_files_of_a_closed_hour_merge_into_one() {
     // A crash after the merged file's rename left a source behind: the next open removes it.
     std::fs::write(&before[3], saved).unwrap();
     // Readers leave it out already: the merged file names it.
-    assert_eq!(tapflow_store::partition::files(p).unwrap(), after);
-    assert_eq!(tapflow_store::partition::all_files(p).unwrap().len(), 2);
+    assert_eq!(tapflow_store::parquet::partition::files(p).unwrap(), after);
+    assert_eq!(
+        tapflow_store::parquet::partition::all_files(p)
+            .unwrap()
+            .len(),
+        2
+    );
     drop(ParquetStore::open(dir.path(), quiet()).unwrap());
-    assert_eq!(tapflow_store::partition::files(p).unwrap(), after);
+    assert_eq!(tapflow_store::parquet::partition::files(p).unwrap(), after);
     assert_eq!(all_flows(dir.path()).len(), 20_000);
 }
 
@@ -620,7 +626,7 @@ fn a_partition_being_written_keeps_few_files() {
         store.flush().unwrap();
     }
     for p in partitions(dir.path(), Table::Flows).unwrap() {
-        let files = tapflow_store::partition::all_files(&p.path).unwrap();
+        let files = tapflow_store::parquet::partition::all_files(&p.path).unwrap();
         assert!(
             files.len() < 32,
             "{} files in {}",
@@ -629,7 +635,7 @@ fn a_partition_being_written_keeps_few_files() {
         );
         // Each merge took fresh files only: no row was merged twice while the hour was open.
         for f in files.iter().filter(|f| name(f).starts_with("m-")) {
-            let list = tapflow_store::reader::metadata_value(f, "tapflow.replaces")
+            let list = tapflow_store::parquet::reader::metadata_value(f, "tapflow.replaces")
                 .unwrap()
                 .unwrap();
             assert!(list.split(',').all(|n| n.starts_with("w-")), "{list}");
@@ -658,13 +664,13 @@ fn a_lone_fresh_file_is_rewritten_at_the_store_level_when_its_hour_closes() {
     store.insert(&input).unwrap();
     store.flush().unwrap();
     let p = &partitions(dir.path(), Table::Flows).unwrap()[0].path;
-    let fresh = tapflow_store::partition::files(p).unwrap();
+    let fresh = tapflow_store::parquet::partition::files(p).unwrap();
     assert_eq!(fresh.len(), 1);
     assert!(name(&fresh[0]).starts_with("w-"), "{fresh:?}");
     let fresh_codecs = codecs(&fresh[0]);
     let fresh_size = std::fs::metadata(&fresh[0]).unwrap().len();
     store.close().unwrap();
-    let merged = tapflow_store::partition::all_files(p).unwrap();
+    let merged = tapflow_store::parquet::partition::all_files(p).unwrap();
     assert_eq!(merged.len(), 1, "{merged:?}");
     assert!(name(&merged[0]).starts_with("m-"), "{merged:?}");
     // Compressed columns stay zstd (columns of one value are stored plain in both); level 9
@@ -695,7 +701,7 @@ fn a_flush_too_large_to_merge_is_written_once_at_the_store_level() {
     store.flush().unwrap();
     let parts = partitions(dir.path(), Table::Flows).unwrap();
     let only_file = |p: &Path| {
-        let f = tapflow_store::partition::all_files(p).unwrap();
+        let f = tapflow_store::parquet::partition::all_files(p).unwrap();
         assert_eq!(f.len(), 1, "{f:?}");
         f[0].clone()
     };
@@ -731,7 +737,7 @@ fn late_flows_of_a_closed_hour_are_merged_once_until_its_merged_files_gather() {
     let p = partition_dir_of(dir.path());
     let mut input = Vec::new();
     let mut before: Vec<std::path::PathBuf> = Vec::new();
-    let gather = tapflow_store::compaction::MERGE_MERGED_AT as u64;
+    let gather = tapflow_store::parquet::compaction::MERGE_MERGED_AT as u64;
     for round in 0..=gather {
         // Each run stores more flows of the same closed hour, flushed twice, then closes.
         let mut store = Box::new(ParquetStore::open(dir.path(), quiet()).unwrap());
@@ -763,17 +769,17 @@ fn late_flows_of_a_closed_hour_are_merged_once_until_its_merged_files_gather() {
 
 /// The files of partition `p`, in name order.
 fn files_in(p: &Path) -> Vec<std::path::PathBuf> {
-    let mut f = tapflow_store::partition::all_files(p).unwrap();
+    let mut f = tapflow_store::parquet::partition::all_files(p).unwrap();
     f.sort();
     f
 }
 
 /// The flows partition of day 0, 10:00, in the store at `dir`.
 fn partition_dir_of(dir: &Path) -> std::path::PathBuf {
-    tapflow_store::partition::partition_dir(
+    tapflow_store::parquet::partition::partition_dir(
         dir,
         Table::Flows,
-        tapflow_store::partition::partition_start(Table::Flows, day0_us() + 10 * H),
+        tapflow_store::parquet::partition::partition_start(Table::Flows, day0_us() + 10 * H),
     )
 }
 

@@ -10,16 +10,16 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::{H, day0_us, flows};
-use tapflow_store::batch::{Batch, Column};
-use tapflow_store::partition::{Table, Tier, files_between, partition_dir};
+use tapflow_store::parquet::ParquetEngine;
+use tapflow_store::parquet::batch::{Batch, Column};
+use tapflow_store::parquet::partition::{Table, Tier, files_between, partition_dir};
+use tapflow_store::parquet::reader::read_flows;
+use tapflow_store::parquet::writer::{FileOptions, write_file};
 use tapflow_store::query::filter::{OneWay, parse};
 use tapflow_store::query::{
-    Counters, Filter, Key, Kind, Metric, ParquetEngine, Query, QueryEngine, QueryResult, Value,
-    Window,
+    Counters, Filter, Key, Kind, Metric, Query, QueryEngine, QueryResult, Value, Window,
 };
-use tapflow_store::reader::read_flows;
 use tapflow_store::schema::addr16;
-use tapflow_store::writer::{FileOptions, write_file};
 use tapflow_store::{FlowStore, ParquetOptions, ParquetStore, StoredFlow};
 
 const N: usize = 12_000;
@@ -669,7 +669,7 @@ fn ports_written_after_the_first_flows_leave_the_answer_to_the_flows() {
     let mut kept = Batch::empty(table.columns());
     let listed = files_between(dir.path(), table, i64::MIN, i64::MAX).unwrap();
     for f in &listed {
-        let b = tapflow_store::reader::read_file(f, table.columns())
+        let b = tapflow_store::parquet::reader::read_file(f, table.columns())
             .unwrap()
             .sorted_by_time();
         let from = b.times().partition_point(|&t| t < day0_us() + 3 * H);

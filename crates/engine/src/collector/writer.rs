@@ -115,6 +115,12 @@ impl Held {
             self.retry = None;
             return;
         }
+        if self.retry.is_none() {
+            eprintln!(
+                "tapflow: store {}: {e}; holding flows back and trying again",
+                self.name
+            );
+        }
         let wait = self
             .retry
             .map_or(RETRY_FIRST, |(_, w)| (w * 2).min(RETRY_MAX));
@@ -172,6 +178,12 @@ impl Held {
             return self.trouble(&e);
         }
         self.retry = None;
+        eprintln!(
+            "tapflow: store {} works again after {} tries; {} flows held back are handed over",
+            self.name,
+            self.hold.retries,
+            self.waiting.len()
+        );
         let (flows, names) = (
             std::mem::take(&mut self.waiting),
             std::mem::take(&mut self.waiting_names),

@@ -8,10 +8,10 @@
 
 use super::{Dialect, Layout, Schema, Server, Target};
 use crate::StoreError;
-use crate::partition::Tier;
+use crate::parquet::partition::Tier;
+use crate::parquet::tier;
 use crate::query::OneWay;
 use crate::query::result::{Answer, Counters, QueryResult, Row, ScanStats, Summary, Value};
-use crate::query::tier;
 use crate::query::top::rank;
 use crate::query::{
     Filter, IfSide, Key, Kind, Metric, Net, Query, QueryEngine, QueryError, Side, Term, Window,

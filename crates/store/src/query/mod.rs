@@ -28,17 +28,13 @@
 pub mod filter;
 pub mod output;
 pub mod result;
-pub mod scan;
 pub mod series;
 pub mod sink;
-pub mod tier;
 pub mod time;
 pub mod top;
-pub mod vector;
 
 pub use filter::OneWay;
 pub use result::{Answer, Counters, QueryResult, Row, ScanStats, Summary, Value};
-pub use scan::ParquetEngine;
 
 /// One query.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 //! DURATION` (ending now). A duration is a number and a unit: `s`, `m`, `h`, `d` or `w`.
 
 use super::{QueryError, Window};
-use crate::partition::{civil_from_days, days_from_civil};
+use crate::parquet::partition::{civil_from_days, days_from_civil};
 
 const US_PER_S: i64 = 1_000_000;
 

@@ -21,10 +21,10 @@ use parquet::file::reader::FileReader;
 use parquet::file::serialized_reader::SerializedFileReader;
 
 use crate::StoreError;
-use crate::batch::Batch;
-use crate::partition::{self, FRESH_PREFIX, MERGED_PREFIX, REPLACES, Table};
-use crate::reader::{metadata_value, read_file};
-use crate::writer::{FileOptions, Staged, publish, sync_dirs, write_staged};
+use crate::parquet::batch::Batch;
+use crate::parquet::partition::{self, FRESH_PREFIX, MERGED_PREFIX, REPLACES, Table};
+use crate::parquet::reader::{metadata_value, read_file};
+use crate::parquet::writer::{FileOptions, Staged, publish, sync_dirs, write_staged};
 
 /// What one compaction did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -38,9 +38,9 @@ pub struct Compacted {
 /// The rows a file holds, from its footer. A file that cannot be read is
 /// [`StoreError::Damaged`], and moved into quarantine.
 pub fn file_rows(path: &Path) -> Result<u64, StoreError> {
-    crate::damaged::read(path, |file| {
+    crate::parquet::damaged::read(path, |file| {
         let r = SerializedFileReader::new(file)
-            .map_err(|e| crate::damaged::damaged(path, &e.to_string()))?;
+            .map_err(|e| crate::parquet::damaged::damaged(path, &e.to_string()))?;
         Ok(u64::try_from(r.metadata().file_metadata().num_rows()).unwrap_or(0))
     })
 }

@@ -14,15 +14,15 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowPredicateFn, ParquetRecordBatchReaderBuilder, RowFilter};
 use parquet::file::statistics::Statistics;
 
-use super::result::{Answer, QueryResult, ScanStats, Value};
-use super::series::SeriesSink;
-use super::sink::{ListSink, SummarySink};
 use super::tier::{self, Pick, Select, Tally};
-use super::top::{AggregateSink, TopSink, key_columns};
 use super::vector::{self, ColumnSink, Columns, Dir};
-use super::{Kind, Query, QueryEngine, QueryError, Window};
 use crate::StoreError;
-use crate::partition::{files, partitions};
+use crate::parquet::partition::{files, partitions};
+use crate::query::result::{Answer, QueryResult, ScanStats, Value};
+use crate::query::series::SeriesSink;
+use crate::query::sink::{ListSink, SummarySink};
+use crate::query::top::{AggregateSink, TopSink, key_columns};
+use crate::query::{Kind, Query, QueryEngine, QueryError, Window};
 
 /// Queries a store directory (`DIR/flows/date=YYYY-MM-DD/hour=HH/*.parquet` and the rollup
 /// tiers beside it).
@@ -89,18 +89,21 @@ impl QueryEngine for ParquetEngine {
     }
 
     fn exporter_stats(&self, window: Window) -> Result<Vec<crate::ExporterStats>, QueryError> {
-        let table = crate::partition::Table::ExporterStats;
+        let table = crate::parquet::partition::Table::ExporterStats;
         let mut sums = std::collections::BTreeMap::new();
-        for path in
-            crate::partition::files_between(&self.dir, table, window.start_us, window.end_us)?
-        {
-            let batch = match crate::reader::read_file(&path, table.columns()) {
+        for path in crate::parquet::partition::files_between(
+            &self.dir,
+            table,
+            window.start_us,
+            window.end_us,
+        )? {
+            let batch = match crate::parquet::reader::read_file(&path, table.columns()) {
                 Ok(b) => b,
                 // Moved into quarantine: left out.
                 Err(StoreError::Damaged { .. }) => continue,
                 Err(e) => return Err(e.into()),
             };
-            let rows = crate::batch::to_exporter_stats(&batch);
+            let rows = crate::parquet::batch::to_exporter_stats(&batch);
             for row in rows.iter().filter(|r| {
                 let t = i64::try_from(r.time_ns / 1000).unwrap_or(i64::MAX);
                 (window.start_us..window.end_us).contains(&t)
@@ -113,10 +116,13 @@ impl QueryEngine for ParquetEngine {
 
     fn newest(&self) -> Result<Option<i64>, QueryError> {
         // The newest partition holding a file; the largest start in its row-group statistics.
-        let table = crate::partition::Table::Flows;
-        for p in crate::partition::partitions(&self.dir, table)?.iter().rev() {
+        let table = crate::parquet::partition::Table::Flows;
+        for p in crate::parquet::partition::partitions(&self.dir, table)?
+            .iter()
+            .rev()
+        {
             let mut newest = None;
-            for path in crate::partition::files(&p.path)? {
+            for path in crate::parquet::partition::files(&p.path)? {
                 newest = newest.max(max_time(&path, "time_start")?);
             }
             if newest.is_some() {
@@ -130,7 +136,7 @@ impl QueryEngine for ParquetEngine {
 impl ParquetEngine {
     /// Answers `q` from the table `pick` names, or from the flows.
     fn answer(&self, q: &Query, pick: Option<Pick>, tally: &Tally) -> Result<Answer, QueryError> {
-        let table = pick.map_or(crate::partition::Table::Flows, |p| p.table);
+        let table = pick.map_or(crate::parquet::partition::Table::Flows, |p| p.table);
         let (files, listed) = table_files(&self.dir, table, q.window)?;
         let t = Table {
             files: &files,
@@ -246,8 +252,8 @@ struct Table<'a> {
 
 fn pick_feed<S: ColumnSink>(pick: Option<Pick>) -> Feed<S> {
     match pick.map(|p| p.table) {
-        Some(crate::partition::Table::Hosts(_)) => tier::host_feed::<S>,
-        Some(crate::partition::Table::Ports) => tier::port_feed::<S>,
+        Some(crate::parquet::partition::Table::Hosts(_)) => tier::host_feed::<S>,
+        Some(crate::parquet::partition::Table::Ports) => tier::port_feed::<S>,
         Some(_) => tier::feed::<S>,
         None => feed::<S>,
     }
@@ -317,7 +323,7 @@ impl ParquetEngine {
 /// and how many files the table has in all.
 pub fn table_files(
     dir: &Path,
-    table: crate::partition::Table,
+    table: crate::parquet::partition::Table,
     window: Option<Window>,
 ) -> Result<(Vec<PathBuf>, u64), QueryError> {
     let mut out = Vec::new();
@@ -380,11 +386,11 @@ fn columns(q: &Query) -> Vec<&'static str> {
 
 /// A file that does not read as a file of its table: damaged.
 fn parquet_error(path: &Path, e: impl std::fmt::Display) -> StoreError {
-    crate::damaged::damaged(path, &e.to_string())
+    crate::parquet::damaged::damaged(path, &e.to_string())
 }
 
 /// Feeds the rows of the file at `path` to `sink`. A file that cannot be read is
-/// [`StoreError::Damaged`], and moved into quarantine ([`crate::damaged::read`]).
+/// [`StoreError::Damaged`], and moved into quarantine ([`crate::parquet::damaged::read`]).
 fn scan_file<S: ColumnSink>(
     path: &Path,
     cols: &[&'static str],
@@ -393,7 +399,7 @@ fn scan_file<S: ColumnSink>(
     sink: &mut S,
     stats: &mut ScanStats,
 ) -> Result<(), StoreError> {
-    crate::damaged::read(path, |file| {
+    crate::parquet::damaged::read(path, |file| {
         decode_file(path, file, cols, read, feed, sink, stats)
     })
 }
@@ -485,7 +491,7 @@ fn decode_file<S: ColumnSink>(
     for batch in reader {
         let batch = batch.map_err(|e| parquet_error(path, e))?;
         stats.rows_read += batch.num_rows() as u64;
-        crate::damaged::uncontained(|| feed(&batch, read, sink))
+        crate::parquet::damaged::uncontained(|| feed(&batch, read, sink))
             .map_err(|e| parquet_error(path, e))?;
     }
     Ok(())
@@ -552,7 +558,7 @@ pub(crate) fn min_time(path: &Path, col: &str) -> Result<Option<i64>, QueryError
 /// The smallest and largest values of the time column `col` in the file's row-group
 /// statistics; none if the file cannot be read (moved into quarantine).
 fn time_bounds(path: &Path, col: &str) -> Result<Option<(i64, i64)>, QueryError> {
-    match crate::damaged::read(path, |file| file_time_bounds(path, file, col)) {
+    match crate::parquet::damaged::read(path, |file| file_time_bounds(path, file, col)) {
         Err(StoreError::Damaged { .. }) => Ok(None),
         r => Ok(r?),
     }

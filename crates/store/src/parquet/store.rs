@@ -1,5 +1,5 @@
-//! The embedded store: flows in Parquet files under one directory ([`crate::partition`] has the
-//! layout), with rollup tiers, compaction and retention.
+//! The embedded store: flows in Parquet files under one directory ([`crate::parquet::partition`]
+//! has the layout), with rollup tiers, compaction and retention.
 //!
 //! [`ParquetStore::insert`] copies flows into a buffer; the buffer is written when it holds
 //! `max_buffered` flows, when `flush_interval` has passed since the last write (checked on each
@@ -10,7 +10,7 @@
 //! is a file too large for compaction to merge ([`compaction::is_small`]). A
 //! flow counts as stored once its file is renamed; a write that fails (a full disk) drops the
 //! flows it held, counted, and leaves every file already written intact. Stored flows feed the
-//! rollups ([`crate::rollup`]).
+//! rollups ([`crate::parquet::rollup`]).
 //! Every `maintenance_interval` (and at close) the partitions written into that are closed
 //! (`compact_after` past their end) are compacted, and the fresh files of those that hold
 //! [`MERGE_OPEN_AT`] of them are merged; then retention runs. One process owns a directory at
@@ -21,13 +21,15 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::batch::{self, Batch};
-use crate::compaction;
-use crate::partition::{self, FRESH_PREFIX, MERGED_PREFIX, Table, partition_dir, partition_start};
-use crate::retention;
-use crate::rollup::Rollups;
+use crate::parquet::batch::{self, Batch};
+use crate::parquet::compaction;
+use crate::parquet::partition::{
+    self, FRESH_PREFIX, MERGED_PREFIX, Table, partition_dir, partition_start,
+};
+use crate::parquet::retention;
+use crate::parquet::rollup::Rollups;
+use crate::parquet::writer::{FileOptions, create_dirs, publish, write_staged};
 use crate::schema::{ExporterStats, InterfaceName, StoredFlow};
-use crate::writer::{FileOptions, create_dirs, publish, write_staged};
 use crate::{FlowStore, StoreError, StoreReport};
 
 /// How a [`ParquetStore`] writes, merges and deletes.

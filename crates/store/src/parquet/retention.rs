@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::StoreError;
-use crate::partition::{self, Table};
+use crate::parquet::partition::{self, Table};
 
 /// What retention deleted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -8,14 +8,14 @@ use parquet::file::reader::{FileReader, RowGroupReader};
 use parquet::file::serialized_reader::SerializedFileReader;
 
 use crate::StoreError;
-use crate::batch::{Batch, Column};
+use crate::parquet::batch::{Batch, Column};
 use crate::schema::{ColumnType, FLOW_COLUMNS, StoredFlow};
 
 /// Every row of the file at `path`, a table of `columns`. A file that cannot be read is
-/// [`StoreError::Damaged`], and moved into quarantine ([`crate::damaged::read`]).
+/// [`StoreError::Damaged`], and moved into quarantine ([`crate::parquet::damaged::read`]).
 pub fn read_file(path: &Path, columns: &[(&str, ColumnType)]) -> Result<Batch, StoreError> {
-    crate::damaged::read(path, |file| {
-        let bad = |e: String| crate::damaged::damaged(path, &e);
+    crate::parquet::damaged::read(path, |file| {
+        let bad = |e: String| crate::parquet::damaged::damaged(path, &e);
         let reader = SerializedFileReader::new(file).map_err(|e| bad(e.to_string()))?;
         let schema = reader.metadata().file_metadata().schema_descr();
         let names: Vec<&str> = schema.columns().iter().map(|c| c.name()).collect();
@@ -107,17 +107,20 @@ fn read_all<T>(
     Ok(())
 }
 
-/// The flows of a file of the flows table, as [`crate::batch::to_flows`] rebuilds them.
+/// The flows of a file of the flows table, as [`crate::parquet::batch::to_flows`] rebuilds them.
 pub fn read_flows(path: &Path) -> Result<Vec<StoredFlow>, StoreError> {
-    Ok(crate::batch::to_flows(&read_file(path, FLOW_COLUMNS)?))
+    Ok(crate::parquet::batch::to_flows(&read_file(
+        path,
+        FLOW_COLUMNS,
+    )?))
 }
 
 /// The file's key-value metadata entry `key`, if it has one. A file that cannot be read is
 /// [`StoreError::Damaged`], and moved into quarantine.
 pub fn metadata_value(path: &Path, key: &str) -> Result<Option<String>, StoreError> {
-    crate::damaged::read(path, |file| {
+    crate::parquet::damaged::read(path, |file| {
         let reader = SerializedFileReader::new(file)
-            .map_err(|e| crate::damaged::damaged(path, &e.to_string()))?;
+            .map_err(|e| crate::parquet::damaged::damaged(path, &e.to_string()))?;
         Ok(reader
             .metadata()
             .file_metadata()

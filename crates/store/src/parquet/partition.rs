@@ -240,11 +240,11 @@ pub fn partitions(dir: &Path, table: Table) -> Result<Vec<Partition>, StoreError
 }
 
 /// The prefix of the names of files merged from others, or written at the store's zstd level
-/// when it closes ([`crate::compaction`]).
+/// when it closes ([`crate::parquet::compaction`]).
 pub const MERGED_PREFIX: &str = "m-";
 
 /// The prefix of the names of files a flush writes at the fast zstd level, to be merged or
-/// rewritten ([`crate::compaction`]).
+/// rewritten ([`crate::parquet::compaction`]).
 pub const FRESH_PREFIX: &str = "w-";
 
 /// The key-value metadata key of a merged file naming the files it replaces (comma-separated
@@ -267,7 +267,7 @@ pub fn files(partition: &Path) -> Result<Vec<PathBuf>, StoreError> {
             .and_then(|n| n.to_str())
             .is_some_and(|n| n.starts_with(MERGED_PREFIX));
         if merged {
-            match crate::reader::metadata_value(f, REPLACES) {
+            match crate::parquet::reader::metadata_value(f, REPLACES) {
                 Ok(Some(list)) => replaced.extend(list.split(',').map(str::to_owned)),
                 Ok(None) => {}
                 // Removed by a compaction since the listing: its rows are in a newer file.

@@ -12,12 +12,12 @@ use arrow_array::RecordBatch;
 use arrow_array::types::{TimestampMicrosecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type};
 use arrow_buffer::BooleanBuffer;
 
-use super::filter::OneWay;
 use super::scan::{addrs, at, prim};
-use super::series::SeriesSink;
-use super::sink::{ListSink, Sink, SummarySink};
-use super::top::{AggregateSink, TopSink};
-use super::{Cmp, Filter, IfSide, Key, Net, Side, Term, Window};
+use crate::query::filter::OneWay;
+use crate::query::series::SeriesSink;
+use crate::query::sink::{ListSink, Sink, SummarySink};
+use crate::query::top::{AggregateSink, TopSink};
+use crate::query::{Cmp, Filter, IfSide, Key, Net, Side, Term, Window};
 
 /// Which stored direction of a row a one-way flow is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -298,7 +298,7 @@ fn within(column: Option<&[[u8; 16]]>, net: Net, n: usize) -> BooleanBuffer {
     BooleanBuffer::collect_bool(n, |i| u128::from_be_bytes(c[i]) & mask == want)
 }
 
-/// A key's values in one direction, as [`super::top`] packs them (an address's 16 bytes, or
+/// A key's values in one direction, as [`crate::query::top`] packs them (an address's 16 bytes, or
 /// the number).
 #[derive(Clone, Copy)]
 enum KeyColumn<'a> {
@@ -323,7 +323,7 @@ impl KeyColumn<'_> {
 }
 
 /// The one or two columns `key` takes its values from in direction `d`; `None` for a masked
-/// address (which goes through [`super::top::key_values`]).
+/// address (which goes through [`crate::query::top::key_values`]).
 fn key_columns<'a>(
     key: Key,
     c: &Columns<'a>,

@@ -34,12 +34,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use arrow_array::types::{TimestampMicrosecondType, UInt8Type, UInt16Type, UInt64Type};
 use arrow_array::{BooleanArray, RecordBatch};
 
-use super::filter::OneWay;
 use super::scan::{Read, addrs, at, max_time, min_time, prim};
-use super::sink::Sink;
-use super::{Filter, Key, Kind, Metric, Query, QueryError, Term, Value};
-use crate::partition::{HOUR_US, Table, Tier, files, partitions};
-use crate::rollup::TOTAL_SIDE;
+use crate::parquet::partition::{HOUR_US, Table, Tier, files, partitions};
+use crate::parquet::rollup::TOTAL_SIDE;
+use crate::query::filter::OneWay;
+use crate::query::sink::Sink;
+use crate::query::{Filter, Key, Kind, Metric, Query, QueryError, Term, Value};
 
 /// The hosts columns a query reads.
 pub const HOST_COLUMNS: &[&str] = &["time", "side", "addr", "flows", "packets", "bytes"];

@@ -30,7 +30,7 @@ use parquet::file::writer::{SerializedFileWriter, SerializedPageWriter, TrackedW
 use parquet::schema::types::{ColumnPath, Type};
 
 use crate::StoreError;
-use crate::batch::{Batch, Column};
+use crate::parquet::batch::{Batch, Column};
 use crate::schema::ColumnType;
 
 /// Permission bits of every file the store writes: the owner reads and writes, the group reads.
@@ -872,7 +872,7 @@ mod tests {
                     .map(|e| e.unwrap().file_name())
                     .collect();
                 assert_eq!(names, ["f.parquet"], "{n} files: {}", dir.display());
-                let back = crate::reader::read_file(
+                let back = crate::parquet::reader::read_file(
                     &dir.join("f.parquet"),
                     &[("time", ColumnType::TimestampMicros)],
                 )
