@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::ArrowPrimitiveType;
-use arrow_array::{Array, RecordBatch};
+use arrow_array::{Array, BooleanArray, RecordBatch};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowPredicateFn, ParquetRecordBatchReaderBuilder, RowFilter};
 use parquet::file::statistics::Statistics;
@@ -480,7 +480,34 @@ fn decode_file<S: ColumnSink>(
             );
             builder.with_row_filter(RowFilter::new(vec![Box::new(predicate)]))
         }
-        None => builder,
+        // The flows table under a filter: late materialisation. The filter's columns (with
+        // the start time and the reverse packets) are decoded first; the rest only for the
+        // rows a direction of which passes.
+        None => match (&q.filter, read.bucket_us) {
+            (Some(f), 0) => {
+                let mut names = vec!["time_start", "rev_packets"];
+                f.columns(&mut names);
+                let mut leaves = Vec::with_capacity(names.len());
+                for name in names {
+                    let at = schema.columns().iter().position(|c| c.name() == name);
+                    leaves.extend(at.filter(|a| !leaves.contains(a)));
+                }
+                let (f, window) = (f.clone(), q.window);
+                let predicate = ArrowPredicateFn::new(
+                    ProjectionMask::leaves(schema, leaves),
+                    move |b: RecordBatch| {
+                        let c = Columns::of(&b).map_err(parquet::errors::ParquetError::General)?;
+                        let mut keep = vector::keep(&c, Dir::Forward, window, Some(&f));
+                        if !c.one_way_only() {
+                            keep = &keep | &vector::keep(&c, Dir::Reverse, window, Some(&f));
+                        }
+                        Ok(BooleanArray::new(keep, None))
+                    },
+                );
+                builder.with_row_filter(RowFilter::new(vec![Box::new(predicate)]))
+            }
+            _ => builder,
+        },
     };
     let reader = builder
         .with_projection(mask)
