@@ -11,8 +11,12 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::ArrowPrimitiveType;
 use arrow_array::{Array, BooleanArray, RecordBatch};
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::{ArrowPredicateFn, ParquetRecordBatchReaderBuilder, RowFilter};
+use parquet::arrow::arrow_reader::{
+    ArrowPredicateFn, ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+    RowFilter,
+};
 use parquet::file::statistics::Statistics;
+use parquet::schema::types::SchemaDescriptor;
 
 use super::tier::{self, Pick, Select, Tally};
 use super::vector::{self, ColumnSink, Columns, Dir};
@@ -22,7 +26,7 @@ use crate::query::result::{Answer, QueryResult, ScanStats, Value};
 use crate::query::series::SeriesSink;
 use crate::query::sink::{ListSink, SummarySink};
 use crate::query::top::{AggregateSink, TopSink, key_columns};
-use crate::query::{Kind, Query, QueryEngine, QueryError, Window};
+use crate::query::{Filter, Key, Kind, Query, QueryEngine, QueryError, Side, Term, Window};
 
 /// Queries a store directory (`DIR/flows/date=YYYY-MM-DD/hour=HH/*.parquet` and the rollup
 /// tiers beside it).
@@ -384,6 +388,69 @@ fn columns(q: &Query) -> Vec<&'static str> {
     c
 }
 
+/// Of the columns `cols` that `q` reads, those its forward directions need: no reverse
+/// counters or flags, and an address or port column only if a key, a filter term or the
+/// listing looks at that end.
+fn forward_columns(q: &Query, cols: &[&'static str]) -> Vec<&'static str> {
+    // Which ends (source, destination) of addresses and ports the query looks at.
+    let mut addr = [false; 2];
+    let mut port = [false; 2];
+    let mut key = |k: Key| match k {
+        Key::SrcAddr(_) => addr[0] = true,
+        Key::DstAddr(_) => addr[1] = true,
+        Key::Addr(_) => addr = [true; 2],
+        Key::SrcPort => port[0] = true,
+        Key::DstPort => port[1] = true,
+        Key::Port => port = [true; 2],
+        _ => {}
+    };
+    match &q.kind {
+        Kind::List { .. } => {
+            key(Key::Addr(None));
+            key(Key::Port);
+        }
+        Kind::Top { key: k, .. } | Kind::Series { key: Some(k), .. } => key(*k),
+        Kind::Aggregate { keys, .. } => keys.iter().for_each(|k| key(*k)),
+        Kind::Series { key: None, .. } | Kind::Summary => {}
+    }
+    fn terms(f: &Filter, addr: &mut [bool; 2], port: &mut [bool; 2]) {
+        let ends = |s: Side| match s {
+            Side::Src => [true, false],
+            Side::Dst => [false, true],
+            Side::Any => [true, true],
+        };
+        match f {
+            Filter::And(v) | Filter::Or(v) => v.iter().for_each(|a| terms(a, addr, port)),
+            Filter::Not(a) => terms(a, addr, port),
+            Filter::Term(Term::Addr(s, _)) => {
+                let e = ends(*s);
+                addr[0] |= e[0];
+                addr[1] |= e[1];
+            }
+            Filter::Term(Term::Port(s, ..)) => {
+                let e = ends(*s);
+                port[0] |= e[0];
+                port[1] |= e[1];
+            }
+            Filter::Term(_) => {}
+        }
+    }
+    if let Some(f) = &q.filter {
+        terms(f, &mut addr, &mut port);
+    }
+    cols.iter()
+        .copied()
+        .filter(|c| match *c {
+            "rev_packets" | "rev_bytes" | "rev_tcp_flags" => false,
+            "src_addr" => addr[0],
+            "dst_addr" => addr[1],
+            "src_port" => port[0],
+            "dst_port" => port[1],
+            _ => true,
+        })
+        .collect()
+}
+
 /// A file that does not read as a file of its table: damaged.
 fn parquet_error(path: &Path, e: impl std::fmt::Display) -> StoreError {
     crate::parquet::damaged::damaged(path, &e.to_string())
@@ -414,25 +481,17 @@ fn decode_file<S: ColumnSink>(
     stats: &mut ScanStats,
 ) -> Result<(), StoreError> {
     let q = read.query;
-    let builder =
-        ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| parquet_error(path, e))?;
+    let loaded = ArrowReaderMetadata::load(&file, ArrowReaderOptions::default())
+        .map_err(|e| parquet_error(path, e))?;
     stats.files_opened += 1;
-    let schema = builder.parquet_schema();
-    let mut leaves = Vec::with_capacity(cols.len());
-    for name in cols {
-        let at = schema
-            .columns()
-            .iter()
-            .position(|c| c.name() == *name)
-            .ok_or_else(|| parquet_error(path, format!("no column {name}")))?;
-        leaves.push(at);
-    }
+    let meta = loaded.metadata().clone();
+    let schema = meta.file_metadata().schema_descr();
+    let leaves = leaves_of(path, schema, cols)?;
     // The table's time: its first column.
     let time = leaves[cols
         .iter()
         .position(|c| *c == "time_start" || *c == "time")
         .unwrap_or(0)];
-    let meta = builder.metadata().clone();
     let groups: Vec<usize> = (0..meta.num_row_groups())
         .filter(|&g| {
             let (Some(w), Some(Statistics::Int64(s))) =
@@ -446,9 +505,66 @@ fn decode_file<S: ColumnSink>(
         .collect();
     stats.row_groups += meta.num_row_groups() as u64;
     stats.row_groups_read += groups.len() as u64;
-    if groups.is_empty() {
-        return Ok(());
+    // Row groups whose statistics say no row has a reverse direction (`rev_packets` at most
+    // 0) decode only what the forward direction needs.
+    let rev = schema
+        .columns()
+        .iter()
+        .position(|c| c.name() == "rev_packets");
+    let one_way = |g: usize| {
+        read.bucket_us == 0
+            && rev.is_some_and(|r| match meta.row_group(g).column(r).statistics() {
+                Some(Statistics::Int64(s)) => s.max_opt() == Some(&0),
+                _ => false,
+            })
+    };
+    let (forward, both): (Vec<usize>, Vec<usize>) = groups.into_iter().partition(|&g| one_way(g));
+    if !both.is_empty() {
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(
+            file.try_clone().map_err(|e| parquet_error(path, e))?,
+            loaded.clone(),
+        );
+        read_groups(path, reader, leaves, both, read, feed, sink, stats)?;
     }
+    if !forward.is_empty() {
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, loaded);
+        let leaves = leaves_of(path, schema, &forward_columns(q, cols))?;
+        read_groups(path, reader, leaves, forward, read, feed, sink, stats)?;
+    }
+    Ok(())
+}
+
+/// The leaf index of each column in `cols`.
+fn leaves_of(
+    path: &Path,
+    schema: &SchemaDescriptor,
+    cols: &[&'static str],
+) -> Result<Vec<usize>, StoreError> {
+    cols.iter()
+        .map(|name| {
+            schema
+                .columns()
+                .iter()
+                .position(|c| c.name() == *name)
+                .ok_or_else(|| parquet_error(path, format!("no column {name}")))
+        })
+        .collect()
+}
+
+/// Feeds the rows of row groups `groups` to the sink, decoding the columns `leaves`.
+#[allow(clippy::too_many_arguments)]
+fn read_groups<S: ColumnSink>(
+    path: &Path,
+    builder: ParquetRecordBatchReaderBuilder<File>,
+    leaves: Vec<usize>,
+    groups: Vec<usize>,
+    read: Read<'_>,
+    feed: Feed<S>,
+    sink: &mut S,
+    stats: &mut ScanStats,
+) -> Result<(), StoreError> {
+    let q = read.query;
+    let schema = builder.parquet_schema();
     let mask = ProjectionMask::leaves(schema, leaves);
     let builder = match read.select {
         Some(s) => {
