@@ -146,10 +146,10 @@ def questions(host: str) -> list[dict]:
     blob = f"from_hex('{h}')"
     return [
         dict(name="-s srcip/bytes -n 10 (rollup)", nf=["-s", "srcip/bytes", "-n", "10"],
-             tf=["-s", "srcip/bytes", "-n", "10"], stat="ibyt", tfcol="bytes",
+             tf=["-s", "srcip/bytes", "-n", "10"], stat="byt", tfcol="bytes",
              sql="SELECT src, sum(bytes) b FROM oneway GROUP BY src ORDER BY b DESC LIMIT 10"),
         dict(name="-s srcip/bytes -n 10 --raw", nf=["-s", "srcip/bytes", "-n", "10"],
-             tf=["-s", "srcip/bytes", "-n", "10", "--raw"], stat="ibyt", tfcol="bytes",
+             tf=["-s", "srcip/bytes", "-n", "10", "--raw"], stat="byt", tfcol="bytes",
              sql="SELECT src, sum(bytes) b FROM oneway GROUP BY src ORDER BY b DESC LIMIT 10"),
         dict(name="-s dstip/flows -n 10 proto tcp", nf=["-s", "dstip/flows", "-n", "10", "proto tcp"],
              tf=["-s", "dstip/flows", "-n", "10", "proto", "tcp"], stat="fl", tfcol="flows",
@@ -157,24 +157,25 @@ def questions(host: str) -> list[dict]:
                  "ORDER BY c DESC LIMIT 10"),
         dict(name="-s srcip/bytes -n 10 dst port 443",
              nf=["-s", "srcip/bytes", "-n", "10", "dst port 443"],
-             tf=["-s", "srcip/bytes", "-n", "10", "dst", "port", "443"], stat="ibyt",
+             tf=["-s", "srcip/bytes", "-n", "10", "dst", "port", "443"], stat="byt",
              tfcol="bytes",
              sql="SELECT src, sum(bytes) b FROM oneway WHERE dport = 443 GROUP BY src "
                  "ORDER BY b DESC LIMIT 10"),
         dict(name="-s dstport/packets -n 10 src net 10.0.0.0/8 --raw",
              nf=["-s", "dstport/packets", "-n", "10", "src net 10.0.0.0/8"],
              tf=["-s", "dstport/packets", "-n", "10", "--raw", "src", "net", "10.0.0.0/8"],
-             stat="ipkt", tfcol="packets",
-             sql="SELECT dport, sum(packets) p FROM oneway WHERE substr(src, 1, 13) = "
-                 "from_hex('00000000000000000000ffff0a') GROUP BY dport ORDER BY p DESC LIMIT 10"),
+             stat="pkt", tfcol="packets",
+             sql="SELECT dport, sum(packets) p FROM oneway WHERE src BETWEEN "
+                 "from_hex('00000000000000000000ffff0a000000') AND "
+                 "from_hex('00000000000000000000ffff0affffff') GROUP BY dport ORDER BY p DESC LIMIT 10"),
         dict(name="-A srcip,dstport -O bytes (top 10)",
              nf=["-A", "srcip,dstport", "-O", "bytes", "-n", "10"],
-             tf=["-a", "srcip,dstport", "-O", "bytes", "-n", "10"], stat="ibyt", tfcol="bytes",
+             tf=["-a", "srcip,dstport", "-O", "bytes", "-n", "10"], stat="byt", tfcol="bytes",
              sql="SELECT src, dport, sum(bytes) b FROM oneway GROUP BY src, dport "
                  "ORDER BY b DESC LIMIT 10"),
         dict(name="-I", nf=["-I"], tf=["-I", "--raw"], stat="summary",
              sql="SELECT count(*), sum(packets), sum(bytes) FROM oneway"),
-        dict(name=f"flows of host {host}", nf=[f"host {host}"], tf=["-c", "0", "host", host],
+        dict(name=f"flows of host {host}", nf=[f"host {host}"], tf=["-c", "10000000", "host", host],
              stat="list",
              sql=f"SELECT * FROM oneway WHERE src = {blob} OR dst = {blob} ORDER BY time_start"),
     ]
@@ -184,11 +185,12 @@ def nf_answer(q: dict, text: str) -> list:
     if q["stat"] == "summary":
         d = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
         return [int(d["Flows"]), int(d["Packets"]), int(d["Bytes"])]
-    r = rows(text)
-    if q["stat"] == "list":
-        return [len(r), sum(int(x["ibyt"]) for x in r)]
-    col = "ibyt" if q["nf"][0] == "-A" else q["stat"]
-    return sorted((int(x[col]) for x in r), reverse=True)[:10]
+    if q["stat"] == "list" or q["nf"][0] == "-A":
+        # Flow records (-q: no header): the bytes are the 13th column.
+        r = [x for x in csv.reader(io.StringIO(text)) if len(x) > 12]
+        b = sorted((int(x[12]) for x in r), reverse=True)
+        return [len(r), sum(b)] if q["stat"] == "list" else b[:10]
+    return sorted((int(x[q["stat"]]) for x in rows(text)), reverse=True)[:10]
 
 
 def tf_answer(q: dict, text: str) -> list:
@@ -221,7 +223,7 @@ def nf_cmd(q: dict, work: Path) -> list[str]:
 
 def tf_cmd(q: dict, work: Path, tf: Path) -> list[str]:
     out = [] if q["stat"] == "summary" else ["--csv"]
-    return [str(tf), "query", "-R", str(work / "store"), *q["tf"], *out]
+    return [str(tf), "query", "-R", str(work / "store"), *out, *q["tf"]]
 
 
 def wall(f) -> tuple[float, object]:
@@ -264,8 +266,9 @@ def main() -> None:
                rev_packets, rev_bytes
           FROM read_parquet('{files}') WHERE rev_packets > 0""")
     # The host: the 50th busiest source, a host with a page or so of flows.
-    host_row = db.execute("SELECT src, count(*) c FROM oneway WHERE substr(src, 1, 12) = "
-                          "from_hex('00000000000000000000ffff') GROUP BY src "
+    host_row = db.execute("SELECT src, count(*) c FROM oneway WHERE src BETWEEN "
+                          "from_hex('00000000000000000000ffff00000000') AND "
+                          "from_hex('00000000000000000000ffffffffffff') GROUP BY src "
                           "ORDER BY c DESC LIMIT 1 OFFSET 200").fetchone()
     host = ".".join(str(b) for b in host_row[0][12:])
     size = sum(p.stat().st_size for p in (work / "store" / "flows").rglob("*.parquet"))
