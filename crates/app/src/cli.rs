@@ -729,6 +729,10 @@ pub struct QueryArgs {
     /// Print what was read (tier, files, row groups, rows) on stderr.
     #[arg(short = 'v', long)]
     pub stats: bool,
+    /// Instead of flows: what each interface carried in the window, from sFlow counter
+    /// samples (octets, packets, errors and discards in and out; docs/query.md).
+    #[arg(long, conflicts_with_all = ["stat", "aggregate", "summary", "every", "raw"])]
+    pub interfaces: bool,
     /// Threads scanning files (default: the CPUs).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
@@ -760,7 +764,7 @@ pub struct CollectArgs {
     #[arg(long, value_name = "DIR")]
     pub store: Option<PathBuf>,
     /// Delete the store's partitions older than this (`30d`, `12h`; units s, m, h, d, w).
-    #[arg(long, value_name = "AGE", requires = "store", value_parser = tapflow_store::parquet::retention::parse_age)]
+    #[arg(long, value_name = "AGE", requires = "store", value_parser = tapflow_store::parse_age)]
     pub retain: Option<std::time::Duration>,
     /// Keep the store's files under this size (e.g. 50G): the oldest go first.
     #[arg(long, value_name = "SIZE", value_parser = units::size, requires = "store")]
@@ -804,6 +808,10 @@ pub struct CollectArgs {
     /// from it (`3600`, `1h`; seconds).
     #[arg(long, value_name = "DURATION", default_value = "3600", value_parser = units::period)]
     pub exporter_timeout: Duration,
+    /// Keep the UDP exporters' templates in this directory across restarts (default with
+    /// --store: DIR/state; docs/collector.md).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// Also keep the flows in ClickHouse: `http://HOST:8123/DB`, or every shard's
     /// `HOST:PORT` and `?cluster=NAME` (docs/clickhouse.md).
     #[arg(long, value_name = "URL")]
@@ -853,7 +861,7 @@ pub struct StoreArgs {
     #[arg(long, value_name = "DIR")]
     pub store: PathBuf,
     /// Delete what is older than this (`30d`, `12h`; units s, m, h, d, w).
-    #[arg(long, value_parser = tapflow_store::parquet::retention::parse_age, value_name = "AGE")]
+    #[arg(long, value_parser = tapflow_store::parse_age, value_name = "AGE")]
     pub retain: Option<std::time::Duration>,
     /// Keep the store under this size, deleting the oldest flow files first (`50G`).
     #[arg(long, value_parser = units::size, value_name = "SIZE")]

@@ -10,18 +10,19 @@ use std::time::Duration;
 use serde::Serialize;
 use tapflow_engine::collector::ledger::{self, Book, ExporterCounts, SessionCounts};
 use tapflow_engine::collector::listen::Listen;
+use tapflow_engine::collector::templates_state::TemplatesState;
 use tapflow_engine::collector::writer::{NamedStore, StoreOutcome};
 use tapflow_engine::collector::{self, CollectConfig, CollectSummary};
 use tapflow_engine::metrics::MetricsServer;
 use tapflow_engine::sink::flow::export::{ExportConfig, ExportTarget};
 use tapflow_engine::sink::flow::export_store::ExportStore;
-use tapflow_engine::source::datagrams::Cidr;
 use tapflow_engine::stop::Stop;
+use tapflow_store::ParquetOptions;
 use tapflow_store::anonymized::AnonymizedStore;
-use tapflow_store::clickhouse::{ClickHouseConfig, ClickHouseStore};
-use tapflow_store::{ParquetOptions, ParquetStore};
+use tapflow_store::open::{self, Location};
 use tapflow_wire::cryptopan::Anonymizer;
 use tapflow_wire::flowdecode::Limits;
+use tapflow_wire::prefix::Prefix;
 
 use crate::Failure;
 use crate::cli::CollectArgs;
@@ -60,6 +61,9 @@ pub fn run(a: CollectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
             eprintln!("tapflow: collecting {scheme} on {}", b.addr);
         }
         eprintln!("tapflow: receive buffer {} KiB per socket", r.rcvbuf / 1024);
+        if let Some(line) = &r.templates {
+            eprintln!("tapflow: {line}");
+        }
     };
     let tty = std::io::stderr().is_terminal();
     let quiet = a.quiet;
@@ -108,6 +112,9 @@ pub fn run(a: CollectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
     for line in summary_lines(&summary) {
         eprintln!("{line}");
     }
+    if let Some(why) = &summary.templates_error {
+        eprintln!("tapflow: warning: templates state not kept: {why}");
+    }
     let code = crate::report::finish(
         a.summary_json.as_deref(),
         || CollectJson::new(&summary),
@@ -139,7 +146,10 @@ fn console(
         probes: Vec::new(),
     };
     tapflow_console::check(&config).map_err(|e| Failure::Usage(format!("--http: {e}")))?;
-    let engine = Arc::new(tapflow_store::parquet::ParquetEngine::new(dir.clone(), 2));
+    let at = Location::parse(dir).map_err(|e| Failure::Usage(format!("--store {e}")))?;
+    let engine: Arc<_> = open::engine(&at, 2, true)
+        .map_err(|e| Failure::Usage(format!("--store {e}")))?
+        .into();
     let flag = Arc::clone(stop.flag());
     let stopper = Arc::clone(stop);
     let scheme = if config.tls.is_some() {
@@ -170,32 +180,32 @@ fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
     let allow = a
         .allow
         .iter()
-        .map(|s| Cidr::parse(s).map_err(|e| bad(format!("--allow {e}"))))
+        .map(|s| Prefix::parse_covering(s).map_err(|e| bad(format!("--allow {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
     crate::in_range("--threads", a.threads, 1, 256)?;
     let flush = a.flush_seconds;
     let mut stores = Vec::new();
-    if let Some(dir) = &a.store {
-        let opts = ParquetOptions {
+    let options = tapflow_store::open::Options {
+        parquet: ParquetOptions {
             flush_interval: flush,
             retain: a.retain,
             retain_size: a.retain_size,
             ..ParquetOptions::default()
-        };
-        let store = ParquetStore::open(dir, opts).map_err(|e| bad(format!("--store {e}")))?;
+        },
+        spool_dir: a.clickhouse_spool.clone(),
+        spool_limit: a.clickhouse_spool_size,
+    };
+    let given = [
+        ("--store", a.store.as_ref().map(|d| d.as_os_str())),
+        ("--clickhouse", a.clickhouse.as_ref().map(|u| u.as_ref())),
+    ];
+    for (flag, at) in given {
+        let Some(at) = at else { continue };
+        let at = Location::parse(at).map_err(|e| bad(format!("{flag} {e}")))?;
+        let store = open::store(&at, &options).map_err(|e| bad(format!("{flag} {e}")))?;
         stores.push(NamedStore {
-            name: format!("parquet:{}", dir.display()),
-            store: Box::new(store),
-        });
-    }
-    if let Some(url) = &a.clickhouse {
-        let mut ch = ClickHouseConfig::new(url);
-        ch.spool_dir = a.clickhouse_spool.clone();
-        ch.spool_limit = a.clickhouse_spool_size;
-        let store = ClickHouseStore::open(ch).map_err(|e| bad(format!("--clickhouse {e}")))?;
-        stores.push(NamedStore {
-            name: format!("clickhouse:{url}"),
-            store: Box::new(store),
+            name: at.name(),
+            store,
         });
     }
     let mut targets = Vec::new();
@@ -253,6 +263,11 @@ fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
         duration: a.duration,
         idle: a.exporter_timeout,
         limits: Limits::default(),
+        templates: a
+            .state_dir
+            .clone()
+            .or_else(|| a.store.as_ref().map(|d| d.join("state")))
+            .map(|d| TemplatesState::in_dir(&d)),
     })
 }
 

@@ -1,4 +1,4 @@
-//! `tapflow console`: the web console over a flow store directory.
+//! `tapflow console`: the web console over a flow store.
 
 use std::io::Read;
 use std::process::ExitCode;
@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use tapflow_console::{ConsoleConfig, TlsFiles};
-use tapflow_store::parquet::ParquetEngine;
+use tapflow_store::open::{self, Location};
+use tapflow_store::query::QueryError;
 
 use crate::Failure;
 use crate::cli::ConsoleArgs;
@@ -34,12 +35,13 @@ pub fn run(args: ConsoleArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failur
     let Some(store) = args.store else {
         return Err(Failure::Usage("--store DIR is required".into()));
     };
-    if !store.is_dir() {
-        return Err(Failure::Usage(format!(
-            "--store {}: not a directory",
-            store.display()
-        )));
-    }
+    let at = Location::parse(&store).map_err(|e| Failure::Usage(format!("--store {e}")))?;
+    let engine: Arc<_> = open::engine(&at, SCAN_THREADS, true)
+        .map_err(|e| match e {
+            QueryError::Parse(m) => Failure::Usage(format!("--store {m}")),
+            e => Failure::Runtime(format!("--store {e}")),
+        })?
+        .into();
     let config = ConsoleConfig {
         listen: args.http,
         auth: args.http_auth,
@@ -61,7 +63,6 @@ pub fn run(args: ConsoleArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failur
         config.listen,
         store.display()
     );
-    let engine = Arc::new(ParquetEngine::new(store, SCAN_THREADS));
     tapflow_console::serve(config, engine, Arc::clone(stop))
         .map_err(|e| Failure::Runtime(e.to_string()))?;
     Ok(ExitCode::SUCCESS)

@@ -5,16 +5,20 @@ use std::process::ExitCode;
 use std::time::SystemTime;
 
 use tapflow_store::import::{ImportError, import};
-use tapflow_store::{FlowStore, ParquetStore};
+use tapflow_store::open::{self, Location};
 
 use crate::Failure;
 use crate::cli::ImportArgs;
 
 /// Imports every file, then closes the store and prints what it kept.
 pub fn run(a: &ImportArgs) -> Result<ExitCode, Failure> {
-    let store = ParquetStore::open(&a.store.store, a.store.options())
+    let options = open::Options {
+        parquet: a.store.options(),
+        ..open::Options::default()
+    };
+    let mut store = Location::parse(&a.store.store)
+        .and_then(|at| open::store(&at, &options))
         .map_err(|e| Failure::Usage(e.to_string()))?;
-    let mut store = Box::new(store);
     let now_ns = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);

@@ -120,7 +120,7 @@ fn help_hint(args: impl Iterator<Item = String>) -> String {
 }
 
 fn main() -> ExitCode {
-    tapflow_store::parquet::damaged::install_panic_hook();
+    tapflow_store::install_panic_hook();
     let args = match config::expand(std::env::args_os().collect()) {
         Ok(a) => a,
         Err(msg) => {

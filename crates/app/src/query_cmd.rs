@@ -5,7 +5,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tapflow_store::parquet::ParquetEngine;
+use tapflow_store::open::{self, Location};
 use tapflow_store::query::filter::parse;
 use tapflow_store::query::output::{Format, print};
 use tapflow_store::query::time::{parse_duration, parse_window};
@@ -120,17 +120,16 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
     let threads = a
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
-    let engine: Box<dyn QueryEngine> = match (&a.clickhouse, &a.store) {
-        (Some(url), _) => {
-            tapflow_store::clickhouse::Target::parse(url)
-                .map_err(|e| Failure::Usage(e.to_string()))?;
-            let engine = tapflow_store::clickhouse::ClickHouseEngine::open(url)
-                .map_err(|e| Failure::Runtime(e.to_string()))?;
-            Box::new(engine.prefer_rollups(!a.raw))
-        }
-        (None, Some(dir)) => Box::new(ParquetEngine::new(dir, threads).prefer_rollups(!a.raw)),
+    let at = match (&a.clickhouse, &a.store) {
+        (Some(url), _) => Location::parse(url),
+        (None, Some(dir)) => Location::parse(dir),
         (None, None) => return Err(Failure::Usage("query: -R DIR or --clickhouse URL".into())),
-    };
+    }
+    .map_err(|e| Failure::Usage(e.to_string()))?;
+    let engine = open::engine(&at, threads, !a.raw).map_err(usage)?;
+    if a.interfaces {
+        return interfaces(engine.as_ref(), &q, a);
+    }
     let answer = engine.run(&q).map_err(usage)?;
     if answer.result.is_empty() {
         empty_window_hint(engine.as_ref(), &q);
@@ -149,9 +148,9 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
         r => r.map_err(|e| Failure::Runtime(format!("writing the result: {e}")))?,
     }
     if a.stats {
-        match &a.clickhouse {
+        match &at {
             // The server reads; it says what in its own query log.
-            Some(_) => eprintln!(
+            Location::ClickHouse(_) => eprintln!(
                 "read: ClickHouse, {}",
                 match answer.stats.tier_seconds {
                     0 => "the flow table".to_string(),
@@ -159,10 +158,105 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
                     t => format!("rollup_{}m", t / 60),
                 }
             ),
-            None => eprintln!("{}", stats_line(&answer.stats)),
+            Location::Parquet(_) => eprintln!("{}", stats_line(&answer.stats)),
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `query --interfaces`: one line per exporter, domain and interface.
+fn interfaces(engine: &dyn QueryEngine, q: &Query, a: &QueryArgs) -> Result<ExitCode, Failure> {
+    let window = q.window.unwrap_or(tapflow_store::query::Window {
+        start_us: i64::MIN,
+        end_us: i64::MAX,
+    });
+    let rows = engine.interfaces(window).map_err(usage)?;
+    let text = if a.json {
+        let mut s = String::new();
+        for r in &rows {
+            s += &serde_json::to_string(r).map_err(|e| Failure::Runtime(e.to_string()))?;
+            s.push('\n');
+        }
+        s
+    } else {
+        let sep = if a.csv { "," } else { "  " };
+        let mut lines = vec![
+            [
+                "exporter",
+                "domain",
+                "if_index",
+                "samples",
+                "first",
+                "last",
+                "speed",
+                "status",
+                "in_bytes",
+                "out_bytes",
+                "in_packets",
+                "out_packets",
+                "in_errors",
+                "in_discards",
+                "out_errors",
+                "out_discards",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ];
+        for r in &rows {
+            let time = |ns: u64| {
+                tapflow_store::query::time::format_time(i64::try_from(ns / 1000).unwrap_or(0))
+            };
+            let status = match r.if_status & 3 {
+                3 => "up",
+                1 => "down",
+                _ => "admin-down",
+            };
+            lines.push(vec![
+                std::net::Ipv6Addr::from(r.exporter)
+                    .to_canonical()
+                    .to_string(),
+                r.domain.to_string(),
+                r.if_index.to_string(),
+                r.samples.to_string(),
+                time(r.first_ns),
+                time(r.last_ns),
+                r.if_speed.to_string(),
+                status.to_string(),
+                r.in_octets.to_string(),
+                r.out_octets.to_string(),
+                r.in_packets.to_string(),
+                r.out_packets.to_string(),
+                r.in_errors.to_string(),
+                r.in_discards.to_string(),
+                r.out_errors.to_string(),
+                r.out_discards.to_string(),
+            ]);
+        }
+        let widths: Vec<usize> = (0..lines[0].len())
+            .map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0))
+            .collect();
+        let mut s = String::new();
+        for l in &lines {
+            let cells: Vec<String> = if a.csv {
+                l.clone()
+            } else {
+                l.iter()
+                    .zip(&widths)
+                    .map(|(c, w)| format!("{c:>w$}"))
+                    .collect()
+            };
+            s += &cells.join(sep);
+            s.push('\n');
+        }
+        s
+    };
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+        r => r
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|e| Failure::Runtime(format!("writing the result: {e}"))),
+    }
 }
 
 fn stats_line(s: &ScanStats) -> String {

@@ -10,8 +10,9 @@ use serde::Serialize;
 use tapflow_engine::pipeline::{self, CaptureConfig, Input};
 use tapflow_engine::sink::file::{Format, WriterConfig};
 use tapflow_engine::sink::flow::meter::FlowSummary;
-use tapflow_engine::source::datagrams::{self, Cidr, DatagramInput, Ledger, ProbeReport};
+use tapflow_engine::source::datagrams::{self, DatagramInput, Ledger, ProbeReport};
 use tapflow_engine::stop::Stop;
+use tapflow_wire::prefix::Prefix;
 
 use crate::Failure;
 use crate::capture_cmd::first_part;
@@ -108,7 +109,7 @@ fn config(a: &RecvArgs, ledger: &Arc<Mutex<Ledger>>) -> Result<CaptureConfig, Fa
     let allow = a
         .allow
         .iter()
-        .map(|s| Cidr::parse(s).map_err(|e| bad(format!("--allow {e}"))))
+        .map(|s| Prefix::parse_covering(s).map_err(|e| bad(format!("--allow {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
     if a.rotate_size.is_some_and(|n| n < 4096) {
         return Err(bad("--rotate-size must be at least 4K".into()));

@@ -992,3 +992,326 @@ fn a_store_out_of_descriptors_is_retried_and_loses_nothing() {
     assert!(err.contains("held back while it failed"), "{err}");
     assert_eq!(store_flows(&store).len(), 500);
 }
+
+/// A classic pcap of `n` 60-byte Ethernet frames of the local experimental EtherType 0x88b5.
+fn filler_trace(dir: &Path, n: u32) -> PathBuf {
+    let mut b = Vec::new();
+    b.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    b.extend_from_slice(&[2, 0, 4, 0]);
+    for v in [0u32, 0, 65535, 1] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    for i in 0..n {
+        for v in [i, 0, 60, 60] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        let mut frame = [0u8; 60];
+        frame[..6].fill(0xff);
+        frame[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+        frame[12..14].copy_from_slice(&[0x88, 0xb5]);
+        b.extend_from_slice(&frame);
+    }
+    write_file(dir, "filler.pcap", &b)
+}
+
+/// softflowd capturing live on one end of a veth pair inside `ns`, exporting to 127.0.0.1:2055;
+/// the other end is where traces are replayed. A flow ends 2 s after it began (`maxlife`),
+/// found when softflowd reads the next IP packet: each trace replayed ends the flows of the
+/// one before.
+struct LiveSoftflowd {
+    guard: ChildGuard,
+    ctl: PathBuf,
+}
+
+impl LiveSoftflowd {
+    fn start(ns: &Netns, dir: &Path, version: &str) -> LiveSoftflowd {
+        run_ok(
+            ns.cmd("ip")
+                .args(["link", "add", "va", "type", "veth", "peer", "name", "vb"]),
+        );
+        for i in ["va", "vb"] {
+            run_ok(ns.cmd("ip").args(["link", "set", i, "up"]));
+        }
+        let ctl = dir.join(format!("softflowd-{version}.ctl"));
+        let child = ns
+            .cmd("softflowd")
+            .args(["-i", "vb", "-n", "127.0.0.1:2055", "-v", version, "-d"])
+            .args(["-t", "maxlife=2", "-t", "expint=1", "-c"])
+            .arg(&ctl)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("softflowd");
+        let mut guard = ChildGuard::new(child, "softflowd");
+        guard.wait_until(
+            Duration::from_secs(10),
+            "softflowd's control socket",
+            |_| ctl.exists(),
+        );
+        LiveSoftflowd { guard, ctl }
+    }
+
+    fn statistics(&self, ns: &Netns) -> String {
+        run_ok(
+            ns.cmd("softflowctl")
+                .arg("-c")
+                .arg(&self.ctl)
+                .arg("statistics"),
+        )
+    }
+
+    /// A number from `softflowctl statistics`: the one after `key`.
+    fn stat(&self, ns: &Netns, key: &str) -> u64 {
+        let out = self.statistics(ns);
+        let at = out
+            .find(key)
+            .unwrap_or_else(|| panic!("no {key:?} in {out}"));
+        out[at + key.len()..]
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.trim_start_matches('(').parse().ok())
+            .unwrap_or_else(|| panic!("{key:?} in {out}"))
+    }
+
+    /// Replays `pcap` (`packets` packets) onto the veth pair and waits until softflowd has
+    /// read them all and sent what they ended; returns the export packets sent so far, and
+    /// leaves 2 s for the new flows to reach their end. libpcap hands softflowd its packets a
+    /// ring block at a time, so frames of no protocol (`filler`, which softflowd counts as
+    /// ignored) follow until the block with the trace's last packet is handed over.
+    fn send(&self, ns: &Netns, pcap: &Path, filler: &Path, packets: u64) -> u64 {
+        let before = self.stat(ns, "Packets processed:");
+        run_ok(ns.cmd("tcpreplay").args(["-q", "-i", "va"]).arg(pcap));
+        let start = std::time::Instant::now();
+        while self.stat(ns, "Packets processed:") < before + packets
+            || self.stat(ns, "Flows exported:") < self.stat(ns, "Flows expired:")
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "softflowd did not read the trace: {}",
+                self.statistics(ns)
+            );
+            run_ok(
+                ns.cmd("tcpreplay")
+                    .args(["-q", "-t", "-i", "va"])
+                    .arg(filler),
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(2500));
+        self.stat(ns, "records) in")
+    }
+}
+
+impl Drop for LiveSoftflowd {
+    fn drop(&mut self) {
+        self.guard.signal(libc::SIGTERM);
+        let _ = self.guard.wait_limited(Duration::from_secs(10));
+    }
+}
+
+#[test]
+fn a_restarted_collector_keeps_the_templates_of_a_running_exporter() {
+    // softflowd sends its templates with its first export packet and then every 16th; between,
+    // a collector that forgot them withholds every record. Each collector is stopped with
+    // SIGTERM mid-stream, as a service manager would.
+    let dir = tempfile::tempdir().unwrap();
+    // 20 conversations 20 ms apart, replayed in real time: each flow starts at its own time.
+    let pcap = built_trace(dir.path(), "t.pcap", 20, 4, 20_000_000);
+    let filler = filler_trace(dir.path(), 3000);
+    for (v, scheme) in [("9", "nfv9"), ("10", "ipfix")] {
+        let ns = Netns::new("rst").without_ipv6();
+        let sf = LiveSoftflowd::start(&ns, dir.path(), v);
+        let state = dir.path().join(format!("state-{v}"));
+        let listen = format!("{scheme}://127.0.0.1:2055");
+        let with_state = ["--state-dir", state.to_str().unwrap()];
+        let first = Collector::start(&ns, &listen, 2055, &with_state);
+        sf.send(&ns, &pcap, &filler, 80);
+        sf.send(&ns, &pcap, &filler, 80);
+        let first = first.stop();
+        first.assert_nothing_lost(&format!("softflowd -v {v}, first run"));
+        assert!(state.join("templates.json").is_file(), "{}", first.err);
+
+        // The control: a collector with no state withholds the records (as every collector
+        // did before templates were kept).
+        let empty = dir.path().join(format!("empty-{v}"));
+        let forgot = Collector::start(
+            &ns,
+            &listen,
+            2055,
+            &["--state-dir", empty.to_str().unwrap()],
+        );
+        sf.send(&ns, &pcap, &filler, 80);
+        let forgot = forgot.stop();
+        assert!(
+            forgot.n("template_missing") > 0,
+            "v{v} control: {}",
+            forgot.err
+        );
+        assert_eq!(forgot.n("records"), 0, "v{v} control: {}", forgot.err);
+
+        // Restarted on the state the first run left: every record decoded at once.
+        let again = Collector::start(&ns, &listen, 2055, &with_state);
+        let exported = sf.send(&ns, &pcap, &filler, 80);
+        assert!(
+            exported < 16,
+            "softflowd sent {exported} packets: one was a template refresh"
+        );
+        let again = again.stop();
+        assert!(
+            again.err.contains("templates of 1 exporters restored"),
+            "v{v}: {}",
+            again.err
+        );
+        again.assert_nothing_lost(&format!("softflowd -v {v}, restarted"));
+        // The flows keep their own start times (IPFIX: from the restored
+        // systemInitTimeMilliseconds; without it each would take its message's export time).
+        let starts = |c: &Collected| {
+            let mut t: Vec<u64> = c.rows.iter().map(|r| num(r, "first_ns")).collect();
+            t.sort_unstable();
+            t.dedup();
+            t.len()
+        };
+        assert!(
+            starts(&again) >= 10,
+            "v{v}: {} distinct starts",
+            starts(&again)
+        );
+
+        // A damaged state file: one warning, and the collector runs without it.
+        std::fs::write(state.join("templates.json"), b"{\"version\":1,\"exp").unwrap();
+        let damaged = Collector::start(&ns, &listen, 2055, &with_state);
+        let damaged = damaged.stop();
+        assert!(damaged.status.success(), "{}", damaged.err);
+        let warnings: Vec<&str> = damaged
+            .err
+            .lines()
+            .filter(|l| l.contains("warning"))
+            .collect();
+        assert_eq!(warnings.len(), 1, "{}", damaged.err);
+        assert!(
+            warnings[0].contains("templates.json ignored: EOF"),
+            "{}",
+            damaged.err
+        );
+        drop(sf);
+    }
+}
+
+/// An sFlow v5 datagram from agent 192.0.2.1 with one counter sample of interface `index`
+/// (expanded if `expanded`): ifInOctets `in_octets`, ifInErrors `in_errors`, the rest fixed.
+fn sflow_counters(seq: u32, index: u32, expanded: bool, in_octets: u64, in_errors: u32) -> Vec<u8> {
+    let w = |v: &[u32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_be_bytes()).collect() };
+    let mut g = w(&[index, 6, 0, 1_000_000_000, 1, 3]);
+    g.extend(w(&[(in_octets >> 32) as u32, in_octets as u32]));
+    g.extend(w(&[10 * seq, 0, 0, 2 * seq, in_errors, 0]));
+    g.extend(w(&[0, 0, 7 * seq, 0, 0, 0, 0, 2]));
+    assert_eq!(g.len(), 88);
+    let mut rec = w(&[1, 88]);
+    rec.extend(g);
+    let mut sample = if expanded {
+        w(&[seq, 0, index, 1])
+    } else {
+        w(&[seq, index, 1])
+    };
+    sample.extend(rec);
+    let mut d = w(&[5, 1, 0xc000_0201, 0, seq, 1000 * seq, 1]);
+    d.extend(w(&[if expanded { 4 } else { 2 }, sample.len() as u32]));
+    d.extend(sample);
+    d
+}
+
+#[test]
+fn sflow_interface_counters_are_stored_and_queried() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let ns = Netns::new("sfc");
+    let col = Collector::start(
+        &ns,
+        "sflow://127.0.0.1",
+        6343,
+        &["--store", store.to_str().unwrap()],
+    );
+    // Interface 3 (expanded samples): ifInOctets past 2^32, ifInErrors wrapping at 2^32.
+    // Interface 4 (flat samples): two samples.
+    let msgs = [
+        sflow_counters(1, 3, true, 1000, u32::MAX - 1),
+        sflow_counters(1, 4, false, 10, 0),
+        sflow_counters(2, 3, true, 5000, 1),
+        sflow_counters(2, 4, false, 70, 9),
+        sflow_counters(3, 3, true, (1 << 32) + 100, 4),
+    ];
+    let hex: Vec<String> = msgs
+        .iter()
+        .map(|m| m.iter().map(|b| format!("{b:02x}")).collect())
+        .collect();
+    run_ok(ns.cmd("python3").args([
+        "-c",
+        &format!(
+            "import socket,time;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+             for h in {hex:?}:\n s.sendto(bytes.fromhex(h),('127.0.0.1',6343));time.sleep(0.05)"
+        ),
+    ]));
+    let got = col.stop();
+    assert!(got.status.success(), "{}", got.err);
+    assert_eq!(
+        (got.n("records"), got.n("malformed")),
+        (0, 0),
+        "{}",
+        got.err
+    );
+    let out = run_ok(
+        tapflow(["query", "-R"])
+            .arg(&store)
+            .args(["--interfaces", "--csv"]),
+    );
+    let rows: Vec<Vec<&str>> = out.lines().map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    let col = |name: &str| rows[0].iter().position(|c| *c == name).unwrap();
+    let pick = |r: &[&str]| {
+        [
+            "exporter",
+            "if_index",
+            "samples",
+            "speed",
+            "status",
+            "in_bytes",
+            "in_packets",
+            "in_errors",
+            "out_packets",
+        ]
+        .map(|k| r[col(k)].to_string())
+    };
+    assert_eq!(
+        pick(&rows[1]),
+        [
+            "127.0.0.1",
+            "3",
+            "3",
+            "1000000000",
+            "up",
+            "4294966396",
+            "20",
+            "6",
+            "14"
+        ]
+        .map(String::from),
+        "{out}"
+    );
+    assert_eq!(
+        pick(&rows[2]),
+        [
+            "127.0.0.1",
+            "4",
+            "2",
+            "1000000000",
+            "up",
+            "60",
+            "10",
+            "9",
+            "7"
+        ]
+        .map(String::from),
+        "{out}"
+    );
+}

@@ -18,7 +18,7 @@ use base64::Engine;
 use common::{ChildGuard, tapflow};
 use serde_json::{Value, json};
 use tapflow_store::parquet::store::{ParquetOptions, ParquetStore};
-use tapflow_store::{ExporterStats, FlowStore, StoredFlow, schema::addr16};
+use tapflow_store::{ExporterStats, FlowStore, InterfaceCounters, StoredFlow, schema::addr16};
 use tapflow_wire::flowrecord::{Counters, FlowRecord};
 
 fn free_port() -> u16 {
@@ -119,6 +119,26 @@ fn fill_store(dir: &Path) -> u64 {
     store
         .insert_exporter_stats(&stats)
         .expect("insert counters");
+    // sFlow counters of 192.0.2.251's interface 5, 10 s apart: 12.5 MB in (10 Mb/s), 3 errors.
+    let sample = |at: u64, in_octets: u64, in_errors: u32| InterfaceCounters {
+        exporter: addr16(false, &[192, 0, 2, 251, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+        domain: 0,
+        received_ns: now - at,
+        counters: tapflow_wire::sflow::IfCounters {
+            if_index: 5,
+            if_speed: 1_000_000_000,
+            if_status: 3,
+            in_octets,
+            in_errors,
+            ..Default::default()
+        },
+    };
+    store
+        .insert_if_counters(&[
+            sample(70_000_000_000, 1_000, 7),
+            sample(60_000_000_000, 12_501_000, 10),
+        ])
+        .expect("insert interface counters");
     let report = Box::new(store).close().expect("close");
     assert_eq!(report.stored, 600);
     600
@@ -432,6 +452,14 @@ fn the_console_shows_what_query_answers_and_filters_every_view_on_a_click() {
     d.show("header");
     d.screenshot("overview");
 
+    // The health view lists the sFlow interface, in alarm for its input errors.
+    let iface = d.run(
+        "const r = document.querySelector('#interfaces tbody tr');\
+         return r ? [r.className, r.cells[0].textContent, r.cells[1].textContent,\
+         r.querySelector('[data-key=in_errors]').textContent] : null",
+    );
+    assert_eq!(iface, json!(["alarm", "192.0.2.251", "5", "3"]), "{iface}");
+
     // A click on the top sender filters every view.
     let first = page_top(&d, "srcip")[0].0.clone();
     let before = d.refreshed();
@@ -732,6 +760,41 @@ fn health_view_in_b(p: &common::VethPair) {
     assert_eq!(d.severe_logs(), Vec::<String>::new());
     d.show("#health");
     d.screenshot("health");
+}
+
+#[test]
+fn the_health_api_serves_sflow_interface_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    fill_store(dir.path());
+    let (_console, base, _) = console(dir.path(), &[]);
+    let health = get(&format!("{base}/api/v1/health?window=last%201h"));
+    let i = &health["interfaces"][0];
+    assert_eq!(
+        health["interfaces"].as_array().unwrap().len(),
+        1,
+        "{health}"
+    );
+    assert_eq!(
+        (
+            &i["exporter"],
+            &i["if_index"],
+            &i["in_errors"],
+            &i["up"],
+            &i["alarm"]
+        ),
+        (
+            &json!("192.0.2.251"),
+            &json!(5),
+            &json!(3),
+            &json!(true),
+            &json!(true)
+        ),
+        "{health}"
+    );
+    assert!(
+        (i["in_bps"].as_f64().unwrap() - 10e6).abs() < 1.0,
+        "{health}"
+    );
 }
 
 #[test]

@@ -902,8 +902,10 @@ async fn newest_inner(state: State) -> Result<Response, ApiError> {
 /// `GET /api/v1/health`: per exporter and observation domain, what the collector counted in the
 /// window (records, records lost on the way by sequence numbers, records without a template, bad
 /// messages; from the store's `exporter_stats`), exporters whose flows the store holds without
-/// such counters (imported or metered on the spot) by their flows, and each probe's counters
-/// (from its `/metrics`), with alarms where records or packets are lost.
+/// such counters (imported or metered on the spot) by their flows, each interface sFlow agents
+/// sent counters for (from the store's `if_counters`: rates, errors and discards in the window),
+/// and each probe's counters (from its `/metrics`), with alarms where records or packets are
+/// lost or an interface errs or discards.
 async fn health(
     Extract(state): Extract<State>,
     view: Result<Params<View>, QueryRejection>,
@@ -974,11 +976,49 @@ async fn health_inner(
             "alarm": false,
         }));
     }
+    let totals = blocking(&state, move |engine| match engine.interfaces(window) {
+        // A backend that keeps no interface counters has none to show.
+        Err(tapflow_store::query::QueryError::Parse(_)) => Ok(Vec::new()),
+        r => r.map_err(ApiError::from),
+    })
+    .await?;
+    let interfaces: Vec<Json_> = totals
+        .iter()
+        .map(|t| {
+            let span = (t.last_ns.saturating_sub(t.first_ns) as f64 / 1e9).max(1e-9);
+            let rate = |octets: u64| {
+                if t.samples > 1 {
+                    octets as f64 * 8.0 / span
+                } else {
+                    0.0
+                }
+            };
+            let trouble = t.in_errors + t.in_discards + t.out_errors + t.out_discards;
+            json!({
+                "exporter": Value::Addr(t.exporter).show(Key::Exporter),
+                "domain": t.domain,
+                "if_index": t.if_index,
+                "samples": t.samples,
+                "speed": t.if_speed,
+                "up": t.if_status & 3 == 3,
+                "in_bps": rate(t.in_octets),
+                "out_bps": rate(t.out_octets),
+                "in_errors": t.in_errors,
+                "in_discards": t.in_discards,
+                "out_errors": t.out_errors,
+                "out_discards": t.out_discards,
+                "alarm": trouble > 0 || t.if_status & 3 == 1,
+            })
+        })
+        .collect();
     let targets = state.probes.clone();
     let probes = tokio::task::spawn_blocking(move || probes::scrape_all(&targets))
         .await
         .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    reply(&state, &json!({ "exporters": exporters, "probes": probes }))
+    reply(
+        &state,
+        &json!({ "exporters": exporters, "interfaces": interfaces, "probes": probes }),
+    )
 }
 
 #[cfg(test)]

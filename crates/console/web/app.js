@@ -235,7 +235,35 @@ function drawHealth(h) {
     cell(tr, count(e.bad_messages));
   }
   box.append(table);
+  if (h.interfaces.length) box.append(interfaceTable(h.interfaces));
   if (h.probes.length) box.append(probeTable(h.probes));
+}
+
+// One row per interface sFlow agents sent counters for: its rates and what it lost in the
+// window (alarm: errors or discards, or administratively up but operationally down).
+function interfaceTable(interfaces) {
+  const table = document.createElement('table');
+  table.id = 'interfaces';
+  const head = table.createTHead().insertRow();
+  for (const x of ['exporter', 'ifIndex', 'speed', 'state', 'in', 'out', 'in errors',
+    'in discards', 'out errors', 'out discards']) cell(head, x);
+  const body = table.createTBody();
+  for (const i of interfaces) {
+    const tr = body.insertRow();
+    tr.className = i.alarm ? 'alarm' : 'ok';
+    cell(tr, i.exporter);
+    cell(tr, String(i.if_index));
+    cell(tr, si(i.speed, 'b/s'));
+    cell(tr, i.up ? 'up' : 'down');
+    cell(tr, si(i.in_bps, 'b/s'));
+    cell(tr, si(i.out_bps, 'b/s'));
+    for (const k of ['in_errors', 'in_discards', 'out_errors', 'out_discards']) {
+      const td = cell(tr, si(i[k], ''));
+      td.dataset.key = k;
+      td.title = String(i[k]);
+    }
+  }
+  return table;
 }
 
 function percent(v) {

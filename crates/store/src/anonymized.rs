@@ -4,7 +4,9 @@
 
 use tapflow_wire::cryptopan::Anonymizer;
 
-use crate::{ExporterStats, FlowStore, InterfaceName, StoreError, StoreReport, StoredFlow};
+use crate::{
+    ExporterStats, FlowStore, InterfaceCounters, InterfaceName, StoreError, StoreReport, StoredFlow,
+};
 
 /// Rewrites each flow's source and destination addresses, then hands the batch on.
 #[derive(Debug)]
@@ -43,6 +45,10 @@ impl FlowStore for AnonymizedStore {
         self.inner.insert_exporter_stats(stats)
     }
 
+    fn insert_if_counters(&mut self, rows: &[InterfaceCounters]) -> Result<(), StoreError> {
+        self.inner.insert_if_counters(rows)
+    }
+
     fn flush(&mut self) -> Result<(), StoreError> {
         self.inner.flush()
     }
@@ -74,6 +80,9 @@ mod tests {
             Ok(())
         }
         fn insert_exporter_stats(&mut self, _: &[ExporterStats]) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn insert_if_counters(&mut self, _: &[InterfaceCounters]) -> Result<(), StoreError> {
             Ok(())
         }
         fn flush(&mut self) -> Result<(), StoreError> {

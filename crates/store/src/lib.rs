@@ -10,12 +10,15 @@ pub mod clickhouse;
 pub mod import;
 #[cfg(test)]
 mod in_child;
+pub mod open;
 pub mod parquet;
 pub mod query;
 pub mod schema;
 
+pub use self::parquet::damaged::install_panic_hook;
+pub use self::parquet::retention::parse_age;
 pub use self::parquet::{ParquetOptions, ParquetStore};
-pub use schema::{ExporterStats, InterfaceName, StoredFlow};
+pub use schema::{ExporterStats, InterfaceCounters, InterfaceName, StoredFlow};
 
 /// Why a store could not take or keep flows.
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +97,9 @@ pub trait FlowStore: Send + std::fmt::Debug {
 
     /// Keeps one interval of per-exporter counters.
     fn insert_exporter_stats(&mut self, stats: &[ExporterStats]) -> Result<(), StoreError>;
+
+    /// Keeps interface counters from sFlow counter samples.
+    fn insert_if_counters(&mut self, rows: &[InterfaceCounters]) -> Result<(), StoreError>;
 
     /// Makes everything inserted so far visible to queries (called every flush interval).
     fn flush(&mut self) -> Result<(), StoreError>;

@@ -68,6 +68,20 @@ pub struct ExporterStats {
     pub bad_messages: u64,
 }
 
+/// An interface's counters as an sFlow agent sent them in a counter sample (totals since the
+/// agent started, not deltas), with when they arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InterfaceCounters {
+    /// The exporter's address, IPv4 as an IPv4-mapped IPv6 address.
+    pub exporter: [u8; 16],
+    /// The sub-agent id.
+    pub domain: u32,
+    /// When the sample was received, ns since 1970.
+    pub received_ns: u64,
+    /// The counters.
+    pub counters: tapflow_wire::sflow::IfCounters,
+}
+
 /// The type of one column in the store's files and tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColumnType {
@@ -182,6 +196,35 @@ pub const EXPORTER_STATS_COLUMNS: &[(&str, ColumnType)] = &[
     ("bad_messages", ColumnType::U64),
 ];
 
+/// Interface counters from sFlow counter samples ([`InterfaceCounters`]), by time received;
+/// the counters are the agent's totals (a reader takes differences between rows of one
+/// exporter, domain and `if_index`).
+pub const IF_COUNTERS_COLUMNS: &[(&str, ColumnType)] = &[
+    ("time_received", ColumnType::TimestampMicros),
+    ("exporter", ColumnType::Addr16),
+    ("domain", ColumnType::U32),
+    ("source_id", ColumnType::U32),
+    ("if_index", ColumnType::U32),
+    ("if_type", ColumnType::U32),
+    ("if_speed", ColumnType::U64),
+    ("if_direction", ColumnType::U32),
+    ("if_status", ColumnType::U32),
+    ("in_octets", ColumnType::U64),
+    ("in_ucast_pkts", ColumnType::U32),
+    ("in_multicast_pkts", ColumnType::U32),
+    ("in_broadcast_pkts", ColumnType::U32),
+    ("in_discards", ColumnType::U32),
+    ("in_errors", ColumnType::U32),
+    ("in_unknown_protos", ColumnType::U32),
+    ("out_octets", ColumnType::U64),
+    ("out_ucast_pkts", ColumnType::U32),
+    ("out_multicast_pkts", ColumnType::U32),
+    ("out_broadcast_pkts", ColumnType::U32),
+    ("out_discards", ColumnType::U32),
+    ("out_errors", ColumnType::U32),
+    ("promiscuous_mode", ColumnType::U32),
+];
+
 /// An address as the store keeps it: IPv6 as is, IPv4 (`ipv6 == false`, address in the first
 /// four bytes, as [`FlowRecord`] holds it) IPv4-mapped (`::ffff:a.b.c.d`).
 pub fn addr16(ipv6: bool, a: &[u8; 16]) -> [u8; 16] {
@@ -193,5 +236,44 @@ pub fn addr16(ipv6: bool, a: &[u8; 16]) -> [u8; 16] {
         m[11] = 0xff;
         m[12..].copy_from_slice(&a[..4]);
         m
+    }
+}
+
+/// Microseconds in an hour.
+pub const HOUR_US: i64 = 3_600_000_000;
+/// Microseconds in a day.
+pub const DAY_US: i64 = 24 * HOUR_US;
+
+/// A rollup tier, as every store keeps them: the width of its buckets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Tier {
+    /// 1-minute buckets.
+    Minute,
+    /// 5-minute buckets.
+    FiveMinutes,
+    /// 1-hour buckets.
+    Hour,
+}
+
+impl Tier {
+    /// Every tier, finest first.
+    pub const ALL: [Tier; 3] = [Tier::Minute, Tier::FiveMinutes, Tier::Hour];
+
+    /// The width of a bucket, µs.
+    pub const fn bucket_us(self) -> i64 {
+        match self {
+            Tier::Minute => 60_000_000,
+            Tier::FiveMinutes => 300_000_000,
+            Tier::Hour => HOUR_US,
+        }
+    }
+
+    /// The suffix of its tables' names (`1m`, `5m`, `1h`).
+    pub const fn suffix(self) -> &'static str {
+        match self {
+            Tier::Minute => "1m",
+            Tier::FiveMinutes => "5m",
+            Tier::Hour => "1h",
+        }
     }
 }

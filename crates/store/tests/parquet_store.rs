@@ -14,8 +14,9 @@ use parquet::file::statistics::Statistics;
 use parquet::record::RowAccessor;
 use tapflow_store::parquet::batch;
 use tapflow_store::parquet::batch::as_stored;
-use tapflow_store::parquet::partition::{Table, Tier, files_between, partitions};
+use tapflow_store::parquet::partition::{Table, files_between, partitions};
 use tapflow_store::parquet::reader::{read_file, read_flows};
+use tapflow_store::schema::Tier;
 use tapflow_store::schema::{FLOW_COLUMNS, addr16};
 use tapflow_store::{
     ExporterStats, FlowStore, InterfaceName, ParquetOptions, ParquetStore, StoredFlow,

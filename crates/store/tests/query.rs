@@ -12,13 +12,14 @@ use std::time::Duration;
 use common::{H, day0_us, flows};
 use tapflow_store::parquet::ParquetEngine;
 use tapflow_store::parquet::batch::{Batch, Column};
-use tapflow_store::parquet::partition::{Table, Tier, files_between, partition_dir};
+use tapflow_store::parquet::partition::{Table, files_between, partition_dir};
 use tapflow_store::parquet::reader::read_flows;
 use tapflow_store::parquet::writer::{FileOptions, write_file};
 use tapflow_store::query::filter::{OneWay, parse};
 use tapflow_store::query::{
     Counters, Filter, Key, Kind, Metric, Query, QueryEngine, QueryResult, Value, Window,
 };
+use tapflow_store::schema::Tier;
 use tapflow_store::schema::addr16;
 use tapflow_store::{FlowStore, ParquetOptions, ParquetStore, StoredFlow};
 

@@ -13,7 +13,11 @@
 //! template, a new exporter or a new sFlow data source arrives, and when it returns an error it
 //! has emitted nothing and changed no state.
 
+mod saved;
+
 use std::collections::HashMap;
+
+pub use saved::{Restored, SavedExporter, SavedField, SavedTemplate};
 
 use crate::flowrecord::FlowRecord;
 use crate::template::{Budget, Clock, Templates, read_record, text};
@@ -72,6 +76,13 @@ pub enum Decoded<'a> {
         name: &'a str,
         /// `interfaceDescription` (IE 83), likewise.
         description: &'a str,
+    },
+    /// An interface's counters from an sFlow counter sample.
+    Counters {
+        /// The sub-agent id.
+        domain: u32,
+        /// The counters.
+        counters: crate::sflow::IfCounters,
     },
 }
 
@@ -721,9 +732,9 @@ mod tests {
     use crate::{ipfix, netflow5, netflow9};
     use proptest::prelude::*;
 
-    const T0: u64 = 1_700_000_000_000_000_000;
+    pub(crate) const T0: u64 = 1_700_000_000_000_000_000;
     const MS: u64 = 1_000_000;
-    const SEC: u64 = 1_000_000_000;
+    pub(crate) const SEC: u64 = 1_000_000_000;
     const EXPORTER: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1];
 
     /// Decodes `msgs` in order and returns the flows, interfaces (index, name, description)
@@ -748,6 +759,7 @@ mod tests {
                     description,
                     ..
                 } => ifs.push((index, name.to_string(), description.to_string())),
+                Decoded::Counters { .. } => {}
             }));
         }
         (flows, ifs, sums)
@@ -1028,7 +1040,7 @@ mod tests {
     }
 
     /// Builds an IPFIX message of domain 1 from sets (id, body).
-    fn ipfix_msg(seq: u32, sets: &[(u16, Vec<u8>)]) -> Vec<u8> {
+    pub(crate) fn ipfix_msg(seq: u32, sets: &[(u16, Vec<u8>)]) -> Vec<u8> {
         let mut m = vec![0, 10, 0, 0];
         m.extend_from_slice(&1_700_000_000u32.to_be_bytes());
         m.extend_from_slice(&seq.to_be_bytes());
@@ -1048,7 +1060,7 @@ mod tests {
     }
 
     /// Field specifiers: (id, len) pairs, an id with the top bit set followed by its PEN.
-    fn specs(fields: &[(u16, u16, u32)]) -> Vec<u8> {
+    pub(crate) fn specs(fields: &[(u16, u16, u32)]) -> Vec<u8> {
         let mut b = Vec::new();
         for &(id, len, pen) in fields {
             let raw = if pen != 0 { id | 0x8000 } else { id };
@@ -1061,7 +1073,7 @@ mod tests {
         b
     }
 
-    fn template_record(id: u16, fields: &[(u16, u16, u32)]) -> Vec<u8> {
+    pub(crate) fn template_record(id: u16, fields: &[(u16, u16, u32)]) -> Vec<u8> {
         let mut b = id.to_be_bytes().to_vec();
         b.extend_from_slice(&(fields.len() as u16).to_be_bytes());
         b.extend_from_slice(&specs(fields));

@@ -39,6 +39,7 @@ pub mod erf;
 pub mod flowkey;
 pub mod pcap;
 pub mod pcapng;
+pub mod prefix;
 pub mod rule_bpf;
 pub mod rule_match;
 pub mod rules;

@@ -869,6 +869,7 @@ mod tests {
             .decode(Protocol::NetflowV9, [0; 16], &m, 0, &mut |x| match x {
                 Decoded::Flow(f) => flows.push(f),
                 Decoded::Interface { index, name, .. } => names.push((index, name.to_string())),
+                Decoded::Counters { .. } => {}
             })
             .unwrap();
         assert_eq!(

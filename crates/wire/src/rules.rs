@@ -18,10 +18,12 @@
 //! address or port matches every IPv4 and IPv6 packet; an address gives the rule its IP version.
 
 use std::fmt;
-use std::net::IpAddr;
+
+pub use crate::prefix::Prefix;
+use crate::prefix::PrefixError;
 
 use crate::LinkType;
-use crate::bytes::{get_u16, read_u16, read_u32};
+use crate::bytes::{get_u16, read_u16};
 
 /// The longest rule name.
 pub const MAX_NAME: usize = 64;
@@ -54,92 +56,6 @@ impl Family {
             Family::V4 => !ipv6,
             Family::V6 => ipv6,
         }
-    }
-}
-
-/// An address prefix: the first `len` bits of `addr` (IPv4 in the first 4 bytes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Prefix {
-    /// Whether it is an IPv6 prefix.
-    pub ipv6: bool,
-    /// The address, with the bits past `len` cleared.
-    pub addr: [u8; 16],
-    /// Prefix length in bits.
-    pub len: u8,
-}
-
-impl Prefix {
-    /// Whether `addr` (4 or 16 significant bytes, as `ipv6` says) lies in the prefix.
-    #[inline]
-    pub fn contains(&self, addr: &[u8; 16]) -> bool {
-        let full = usize::from(self.len / 8);
-        if addr[..full] != self.addr[..full] {
-            return false;
-        }
-        let rest = self.len % 8;
-        rest == 0 || (addr[full] ^ self.addr[full]) & (0xffu8 << (8 - rest)) == 0
-    }
-
-    /// The address bits as 32-bit words, and the mask of each, for the filter compiler.
-    pub fn words(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
-        let words = if self.ipv6 { 4 } else { 1 };
-        (0..words).filter_map(move |w| {
-            let bits = u32::from(self.len).saturating_sub(w * 32).min(32);
-            (bits > 0).then(|| {
-                let at = w as usize * 4;
-                let value = read_u32(&self.addr[at..]);
-                (value, u32::MAX << (32 - bits))
-            })
-        })
-    }
-}
-
-impl std::str::FromStr for Prefix {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Prefix, String> {
-        let (addr, len) = match s.split_once('/') {
-            Some((a, l)) => (a, Some(l)),
-            None => (s, None),
-        };
-        let ip: IpAddr = addr
-            .parse()
-            .map_err(|_| format!("'{s}' is not an address or prefix"))?;
-        let (ipv6, bytes, max) = match ip {
-            IpAddr::V4(a) => {
-                let mut b = [0u8; 16];
-                b[..4].copy_from_slice(&a.octets());
-                (false, b, 32u8)
-            }
-            IpAddr::V6(a) => (true, a.octets(), 128u8),
-        };
-        let len = match len {
-            Some(l) => l
-                .parse::<u8>()
-                .ok()
-                .filter(|&l| l <= max)
-                .ok_or_else(|| format!("prefix length in '{s}' is not 0 to {max}"))?,
-            None => max,
-        };
-        let mut addr = bytes;
-        for (i, b) in addr.iter_mut().enumerate() {
-            let bits = u32::from(len).saturating_sub(i as u32 * 8).min(8);
-            *b &= (0xff00u16 >> bits) as u8;
-        }
-        if addr != bytes {
-            return Err(format!("'{s}' has host bits set past /{len}"));
-        }
-        Ok(Prefix { ipv6, addr, len })
-    }
-}
-
-impl fmt::Display for Prefix {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ip = if self.ipv6 {
-            IpAddr::from(self.addr)
-        } else {
-            IpAddr::from([self.addr[0], self.addr[1], self.addr[2], self.addr[3]])
-        };
-        write!(f, "{ip}/{}", self.len)
     }
 }
 
@@ -267,8 +183,8 @@ impl Rule {
             }
             match key {
                 "proto" => rule.proto = Some(parse_proto(value)?),
-                "src" => rule.src = Some(value.parse()?),
-                "dst" => rule.dst = Some(value.parse()?),
+                "src" => rule.src = Some(value.parse().map_err(|e: PrefixError| e.to_string())?),
+                "dst" => rule.dst = Some(value.parse().map_err(|e: PrefixError| e.to_string())?),
                 "sport" => rule.sport = Some(value.parse()?),
                 _ => rule.dport = Some(value.parse()?),
             }

@@ -10,7 +10,8 @@
 //!   expanded flow (0:3):   sequence | source type | source index | sampling rate | pool
 //!                          | drops | input format | input | output format | output
 //!                          | record count | flow records...
-//!   counters (0:2, 0:4):   counted and skipped
+//!   counter sample (0:2):  sequence | source id | record count | counter records...
+//!   expanded counters (0:4): sequence | source type | source index | record count | records...
 //! flow record: data format | length | body
 //!   raw packet header (0:1): header protocol (1 Ethernet, 11 IPv4, 12 IPv6) | frame length
 //!                            | stripped | header length | header bytes, padded to 4
@@ -18,6 +19,14 @@
 //!   sampled IPv6 (0:4):      length | protocol | src (16) | dst (16) | src port | dst port
 //!                            | tcp flags | priority
 //!   extended switch (0:1001): src vlan | src priority | dst vlan | dst priority
+//! counter record: data format | length | body
+//!   generic interface (0:1): ifIndex | ifType | ifSpeed (64) | ifDirection | ifStatus
+//!                            | ifInOctets (64) | ifInUcastPkts | ifInMulticastPkts
+//!                            | ifInBroadcastPkts | ifInDiscards | ifInErrors
+//!                            | ifInUnknownProtos | ifOutOctets (64) | ifOutUcastPkts
+//!                            | ifOutMulticastPkts | ifOutBroadcastPkts | ifOutDiscards
+//!                            | ifOutErrors | ifPromiscuousMode
+//!   other counter records (Ethernet, VLAN, processor...): skipped
 //! ```
 //!
 //! All integers are 32-bit big-endian (XDR). A raw packet header is parsed with the packet
@@ -28,7 +37,7 @@ use std::collections::HashMap;
 
 use crate::LinkType;
 use crate::bytes::get_u32;
-use crate::flowdecode::{DecodeError, Emit, Exporter, Gap, Sequence};
+use crate::flowdecode::{DecodeError, Decoded, Emit, Exporter, Gap, Sequence};
 use crate::flowkey::FlowFields;
 use crate::flowrecord::{Counters, FlowRecord};
 
@@ -39,7 +48,12 @@ pub const VERSION: u32 = 5;
 pub const MAX_SOURCES: usize = 1024;
 
 const FLOW_SAMPLE: u32 = 1;
+const COUNTER_SAMPLE: u32 = 2;
 const EXPANDED_FLOW_SAMPLE: u32 = 3;
+const EXPANDED_COUNTER_SAMPLE: u32 = 4;
+const GENERIC_INTERFACE: u32 = 1;
+/// Length of a generic interface counters record.
+const GENERIC_INTERFACE_LEN: usize = 88;
 const RAW_PACKET_HEADER: u32 = 1;
 const SAMPLED_IPV4: u32 = 3;
 const SAMPLED_IPV6: u32 = 4;
@@ -151,8 +165,16 @@ pub(crate) fn decode(
         let expanded = match format {
             FLOW_SAMPLE => false,
             EXPANDED_FLOW_SAMPLE => true,
+            COUNTER_SAMPLE | EXPANDED_COUNTER_SAMPLE => {
+                // A sample that carries no flow, counted as such; its interface counters go out.
+                emit.summary.skipped += 1;
+                if let Err(e) = counter_sample(body, at, format == EXPANDED_COUNTER_SAMPLE, emit) {
+                    emit.summary.refuse(e);
+                }
+                continue;
+            }
             _ => {
-                // Counter samples and other enterprises' samples: no flows.
+                // Other enterprises' samples: no flows.
                 emit.summary.skipped += 1;
                 continue;
             }
@@ -168,6 +190,118 @@ pub(crate) fn decode(
             Err(e) => emit.summary.refuse(e),
         }
     }
+}
+
+/// An interface's counters from an sFlow counter sample's generic interface record (0:1),
+/// as the agent gave them (totals since it started, not deltas).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IfCounters {
+    /// The sample's data source: type (0 ifIndex, 1 smonVlanDataSource, 2 entPhysicalEntry)
+    /// << 24 | index.
+    pub source_id: u32,
+    /// The sample's sequence number (per data source).
+    pub sequence: u32,
+    /// `ifIndex`.
+    pub if_index: u32,
+    /// `ifType` (IANAifType: 6 ethernetCsmacd...).
+    pub if_type: u32,
+    /// `ifSpeed`, bits per second.
+    pub if_speed: u64,
+    /// `ifDirection`: 0 unknown, 1 full-duplex, 2 half-duplex, 3 in, 4 out.
+    pub if_direction: u32,
+    /// `ifStatus`: bit 0 ifAdminStatus up, bit 1 ifOperStatus up.
+    pub if_status: u32,
+    /// `ifInOctets`.
+    pub in_octets: u64,
+    /// `ifInUcastPkts`.
+    pub in_ucast_pkts: u32,
+    /// `ifInMulticastPkts`.
+    pub in_multicast_pkts: u32,
+    /// `ifInBroadcastPkts`.
+    pub in_broadcast_pkts: u32,
+    /// `ifInDiscards`.
+    pub in_discards: u32,
+    /// `ifInErrors`.
+    pub in_errors: u32,
+    /// `ifInUnknownProtos`.
+    pub in_unknown_protos: u32,
+    /// `ifOutOctets`.
+    pub out_octets: u64,
+    /// `ifOutUcastPkts`.
+    pub out_ucast_pkts: u32,
+    /// `ifOutMulticastPkts`.
+    pub out_multicast_pkts: u32,
+    /// `ifOutBroadcastPkts`.
+    pub out_broadcast_pkts: u32,
+    /// `ifOutDiscards`.
+    pub out_discards: u32,
+    /// `ifOutErrors`.
+    pub out_errors: u32,
+    /// `ifPromiscuousMode` (1 true, 2 false).
+    pub promiscuous_mode: u32,
+}
+
+impl IfCounters {
+    /// The counters of a generic interface record's body (at least 88 bytes).
+    fn parse(b: &[u8], source_id: u32, sequence: u32) -> Option<IfCounters> {
+        let w = |at: usize| get_u32(b, at);
+        let d = |at: usize| Some(u64::from(w(at)?) << 32 | u64::from(w(at + 4)?));
+        Some(IfCounters {
+            source_id,
+            sequence,
+            if_index: w(0)?,
+            if_type: w(4)?,
+            if_speed: d(8)?,
+            if_direction: w(16)?,
+            if_status: w(20)?,
+            in_octets: d(24)?,
+            in_ucast_pkts: w(32)?,
+            in_multicast_pkts: w(36)?,
+            in_broadcast_pkts: w(40)?,
+            in_discards: w(44)?,
+            in_errors: w(48)?,
+            in_unknown_protos: w(52)?,
+            out_octets: d(56)?,
+            out_ucast_pkts: w(64)?,
+            out_multicast_pkts: w(68)?,
+            out_broadcast_pkts: w(72)?,
+            out_discards: w(76)?,
+            out_errors: w(80)?,
+            promiscuous_mode: w(84)?,
+        })
+    }
+}
+
+/// Emits the generic interface counters of a counter sample (other records are skipped).
+fn counter_sample(
+    b: &[u8],
+    at: usize,
+    expanded: bool,
+    emit: &mut Emit<'_, '_>,
+) -> Result<(), DecodeError> {
+    let bad = |what, at| DecodeError::BadSample { what, at };
+    let word = |i: usize| get_u32(b, 4 * i).ok_or(bad("counter sample", at));
+    let seq = word(0)?;
+    let (source, count, first) = if expanded {
+        (word(1)? << 24 | (word(2)? & 0x00ff_ffff), word(3)?, 4)
+    } else {
+        (word(1)?, word(2)?, 3)
+    };
+    for rec in Items::new(b, 4 * first, count) {
+        let (format, body, rat) = rec.map_err(|r| bad("counter record", at + r))?;
+        if format != GENERIC_INTERFACE {
+            continue;
+        }
+        let c = body
+            .get(..GENERIC_INTERFACE_LEN)
+            .and_then(|b| IfCounters::parse(b, source, seq))
+            .ok_or(bad("generic interface counters", at + rat))?;
+        (emit.out)(Decoded::Counters {
+            domain: emit.summary.domain,
+            counters: c,
+        });
+    }
+    Ok(())
 }
 
 /// The samples lost on data source `source` before sample `seq`.
@@ -400,6 +534,40 @@ mod tests {
         next.extend_from_slice(&item(1, &raw_header()));
         let (_, s) = decode(&mut d, &datagram(&[item(3, &next)]));
         assert_eq!(s.sequence_lost, 2);
+    }
+
+    #[test]
+    fn counter_samples_give_interface_counters_and_a_short_record_is_refused() {
+        let mut generic: Vec<u32> = (1..=22).collect();
+        generic[2] = 1; // ifSpeed high word: 2^32 + 4
+        let mut flat = words(&[7, 3, 2]);
+        flat.extend_from_slice(&item(2, &words(&[0; 13]))); // Ethernet counters: skipped
+        flat.extend_from_slice(&item(1, &words(&generic)));
+        let mut expanded = words(&[8, 0, 3, 1]);
+        expanded.extend_from_slice(&item(1, &words(&generic[..21]))); // 84 bytes: too short
+        let msg = datagram(&[item(2, &flat), item(4, &expanded)]);
+        let mut d = Decoder::new(Limits::default());
+        let mut got = Vec::new();
+        let s = d
+            .decode(Protocol::Sflow5, [0; 16], &msg, NOW, &mut |x| {
+                if let Decoded::Counters { domain, counters } = x {
+                    got.push((domain, counters));
+                }
+            })
+            .unwrap();
+        assert_eq!((s.records, s.skipped, s.malformed), (0, 2, 1));
+        assert_eq!(s.refused.map(|e| e.reason()), Some("bad_sample"));
+        let (domain, c) = got[0];
+        assert_eq!(got.len(), 1);
+        assert_eq!((domain, c.source_id, c.sequence, c.if_index), (3, 3, 7, 1));
+        assert_eq!(
+            (c.if_speed, c.if_status, c.in_octets),
+            ((1 << 32) | 4, 6, 7 << 32 | 8)
+        );
+        assert_eq!(
+            (c.in_errors, c.out_octets, c.promiscuous_mode),
+            (13, 15 << 32 | 16, 22)
+        );
     }
 
     #[test]

@@ -260,6 +260,11 @@ impl Templates {
         budget.held -= before - self.map.len();
     }
 
+    /// Every template, by id (to save them between runs).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u16, &Template)> {
+        self.map.iter().map(|(&id, t)| (id, t))
+    }
+
     /// Forgets every template.
     pub(crate) fn clear(&mut self, budget: &mut Budget) {
         budget.held -= self.map.len();

@@ -9,8 +9,8 @@ use std::net::IpAddr;
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::time::{Duration, Instant};
 
-use tapflow_store::{InterfaceName, StoredFlow};
-use tapflow_wire::flowdecode::{Decoded, Decoder, Limits, Protocol};
+use tapflow_store::{InterfaceCounters, InterfaceName, StoredFlow};
+use tapflow_wire::flowdecode::{Decoded, Decoder, Limits, Protocol, Restored, SavedExporter};
 
 use crate::collector::ledger::{Book, ExporterKey};
 
@@ -33,6 +33,8 @@ pub struct Batch {
     pub flows: Vec<StoredFlow>,
     /// New or changed interface names.
     pub interfaces: Vec<InterfaceName>,
+    /// Interface counters from sFlow counter samples.
+    pub counters: Vec<InterfaceCounters>,
     /// Where the emptied flow vector goes back for reuse.
     pub back: Sender<Vec<StoredFlow>>,
 }
@@ -56,6 +58,7 @@ pub struct Intake {
     back_rx: Receiver<Vec<StoredFlow>>,
     flows: Vec<StoredFlow>,
     interfaces: Vec<InterfaceName>,
+    counters: Vec<InterfaceCounters>,
     names: HashMap<(ExporterKey, u32), (String, String)>,
     /// Per exporter address: names passed on, and when it last sent a message (ns since 1970).
     named: HashMap<[u8; 16], (u32, u64)>,
@@ -83,10 +86,22 @@ impl Intake {
             back_rx,
             flows: Vec::with_capacity(BATCH + 1024),
             interfaces: Vec::new(),
+            counters: Vec::new(),
             names: HashMap::new(),
             named: HashMap::new(),
             since: None,
         }
+    }
+
+    /// Takes exporters' saved templates (see [`Decoder::restore`]).
+    pub fn restore(&mut self, saved: &[SavedExporter], now_ns: u64, idle: Duration) -> Restored {
+        let idle_ns = u64::try_from(idle.as_nanos()).unwrap_or(u64::MAX);
+        self.decoder.restore(saved, now_ns, idle_ns)
+    }
+
+    /// The exporters' templates, to keep across restarts (see [`Decoder::save`]).
+    pub fn save(&self) -> Vec<SavedExporter> {
+        self.decoder.save()
     }
 
     /// Decodes one message from `exporter` received at `now_ns` (ns since 1970) and counts it.
@@ -106,6 +121,7 @@ impl Intake {
             decoder,
             flows,
             interfaces,
+            counters,
             names,
             named,
             book,
@@ -138,6 +154,15 @@ impl Intake {
                 description,
                 now_ns,
             ),
+            Decoded::Counters {
+                domain,
+                counters: c,
+            } => counters.push(InterfaceCounters {
+                exporter,
+                domain,
+                received_ns: now_ns,
+                counters: c,
+            }),
         });
         // Its names live as long as its state: while it sends anything.
         if let Some(e) = self.named.get_mut(&exporter) {
@@ -158,7 +183,10 @@ impl Intake {
     /// Sends the batch if its first flow has waited [`BATCH_DELAY`], and forgets exporters
     /// idle for `idle` (call about once a second).
     pub fn tick(&mut self, now_ns: u64, idle: Duration) {
-        if self.since.is_some_and(|t| t.elapsed() >= BATCH_DELAY) || !self.interfaces.is_empty() {
+        if self.since.is_some_and(|t| t.elapsed() >= BATCH_DELAY)
+            || !self.interfaces.is_empty()
+            || !self.counters.is_empty()
+        {
             self.send();
         }
         let idle_ns = u64::try_from(idle.as_nanos()).unwrap_or(u64::MAX);
@@ -184,7 +212,7 @@ impl Intake {
     /// buffer then fills, and the kernel counts what it drops).
     pub fn send(&mut self) {
         self.since = None;
-        if self.flows.is_empty() && self.interfaces.is_empty() {
+        if self.flows.is_empty() && self.interfaces.is_empty() && self.counters.is_empty() {
             return;
         }
         let empty = self
@@ -196,6 +224,7 @@ impl Intake {
         let b = Batch {
             flows,
             interfaces: std::mem::take(&mut self.interfaces),
+            counters: std::mem::take(&mut self.counters),
             back: self.back_tx.clone(),
         };
         if self.tx.send(b).is_ok() {

@@ -16,12 +16,13 @@ mod intake;
 pub mod ledger;
 pub mod listen;
 mod tcp;
+pub mod templates_state;
 mod udp;
 pub mod writer;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -33,10 +34,11 @@ use crate::collector::intake::Intake;
 use crate::collector::ledger::{Book, Ledger, SessionCounts};
 use crate::collector::listen::{Listen, ListenTransport};
 use crate::collector::tcp::TcpIntake;
+use crate::collector::templates_state::{SAVE_EVERY, TemplatesState, merge};
 use crate::collector::udp::{READ_TIMEOUT, UdpWorker};
 use crate::collector::writer::{NamedStore, StoreOutcome, Writer};
-use crate::source::datagrams::Cidr;
 use crate::stop::Stop;
+use tapflow_wire::prefix::Prefix;
 
 /// Everything `tapflow collect` needs.
 #[derive(Debug)]
@@ -48,7 +50,7 @@ pub struct CollectConfig {
     /// The receive buffer to ask for, per socket.
     pub rcvbuf: usize,
     /// Accepted exporter prefixes (empty: all).
-    pub allow: Vec<Cidr>,
+    pub allow: Vec<Prefix>,
     /// Where flows go.
     pub stores: Vec<NamedStore>,
     /// How often the stores make what they took visible.
@@ -61,6 +63,8 @@ pub struct CollectConfig {
     pub idle: Duration,
     /// The decoder's limits.
     pub limits: Limits,
+    /// Where the UDP exporters' templates are kept across restarts, if anywhere.
+    pub templates: Option<TemplatesState>,
 }
 
 /// A listener as bound.
@@ -81,6 +85,8 @@ pub struct Ready {
     pub rcvbuf: usize,
     /// The counts, for `/metrics`.
     pub ledger: Arc<Ledger>,
+    /// What the templates state file gave (a line to print), if one is kept.
+    pub templates: Option<String>,
 }
 
 /// What a run did.
@@ -92,6 +98,8 @@ pub struct CollectSummary {
     pub book: Book,
     /// Each store's outcome.
     pub stores: Vec<StoreOutcome>,
+    /// Why the templates state could not be written, if it could not.
+    pub templates_error: Option<String>,
 }
 
 /// Binds every listener, receives until `stop` is raised (or the duration passes), then takes
@@ -111,6 +119,13 @@ pub fn run(
     let mut sessions = Vec::new();
     let mut rcvbuf = 0;
     let mut udp_addrs: Vec<SocketAddr> = Vec::new();
+    let (saved, mut templates_line) = match cfg.templates.as_ref().map(TemplatesState::load) {
+        None => (Vec::new(), None),
+        Some(Ok(saved)) => (saved, None),
+        Some(Err(why)) => (Vec::new(), Some(format!("warning: templates state {why}"))),
+    };
+    let mut restored = None;
+    let mut slots = Vec::new();
     for l in &cfg.listen {
         match l.transport {
             ListenTransport::Tcp => {
@@ -139,12 +154,23 @@ pub fn run(
                 udp_addrs.push(l.addr);
                 bound.push(Bound { listen: *l, addr });
                 for sock in socks {
+                    let mut intake = Intake::new(cfg.limits, writer.queue());
+                    // Each worker takes every saved exporter: which socket of the group an
+                    // exporter lands on may differ from the last run.
+                    let now_ns = tapflow_sys::clock::realtime_ns();
+                    restored = Some(intake.restore(&saved, now_ns, cfg.idle));
+                    let slot = cfg.templates.as_ref().map(|_| {
+                        let s = Arc::new(Mutex::new(Vec::new()));
+                        slots.push(Arc::clone(&s));
+                        s
+                    });
                     workers.push(UdpWorker {
                         sock,
                         allow: Arc::clone(&allow),
-                        intake: Intake::new(cfg.limits, writer.queue()),
+                        intake,
                         slot: ledger.slot(),
                         idle: cfg.idle,
+                        saved: slot,
                     });
                 }
             }
@@ -160,13 +186,46 @@ pub fn run(
             .map_err(|e| EngineError::Config(format!("cannot start a receive worker: {e}")))?;
         threads.push(t);
     }
+    if let (Some(state), None) = (&cfg.templates, &templates_line) {
+        let r = restored.unwrap_or_default();
+        let mut line = format!(
+            "templates of {} exporters restored from {} ({} templates",
+            r.exporters,
+            state.path().display(),
+            r.templates
+        );
+        if let Some(oldest) = saved.iter().map(|s| s.heard_ns).min() {
+            let age = tapflow_sys::clock::realtime_ns().saturating_sub(oldest) / 1_000_000_000;
+            line += &format!(", the oldest heard {age} s ago");
+        }
+        if r.stale > 0 {
+            line += &format!("; {} idle past the exporter timeout left out", r.stale);
+        }
+        if let Some(why) = &r.first_refusal {
+            line += &format!("; {} refused, the first: {why}", r.refused);
+        }
+        line.push(')');
+        templates_line = Some(line);
+    }
     ready(&Ready {
         bound,
         rcvbuf,
         ledger: Arc::clone(&ledger),
+        templates: templates_line,
     });
     let start = Instant::now();
     let mut next_tick = Duration::from_secs(1);
+    let mut next_save = SAVE_EVERY;
+    let mut templates_error = None;
+    let save = |slots: &[Arc<Mutex<Vec<_>>>], error: &mut Option<String>| {
+        if let Some(state) = &cfg.templates {
+            let parts = slots
+                .iter()
+                .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).clone());
+            let now_ns = tapflow_sys::clock::realtime_ns();
+            *error = state.save(&merge(parts), now_ns).err();
+        }
+    };
     while !stop.is_raised() && cfg.duration.is_none_or(|d| start.elapsed() < d) {
         thread::sleep(Duration::from_millis(50));
         let elapsed = start.elapsed();
@@ -175,11 +234,17 @@ pub fn run(
             ledger.set_sessions(session_counts(&sessions));
             tick(elapsed, &ledger.snapshot());
         }
+        // The workers put theirs at the same pace: this writes what they put last time.
+        if elapsed >= next_save {
+            next_save = elapsed + SAVE_EVERY;
+            save(&slots, &mut templates_error);
+        }
     }
     done.store(true, Ordering::Release);
     for t in threads {
         let _ = t.join();
     }
+    save(&slots, &mut templates_error);
     ledger.set_sessions(session_counts(&sessions));
     drop(sessions);
     let stores = writer.finish();
@@ -187,6 +252,7 @@ pub fn run(
         seconds: start.elapsed().as_secs_f64(),
         book: ledger.snapshot(),
         stores,
+        templates_error,
     })
 }
 

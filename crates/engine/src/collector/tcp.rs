@@ -18,7 +18,7 @@ use crate::EngineError;
 use crate::collector::intake::{Batch, Intake, exporter_addr};
 use crate::collector::ledger::{Book, Ledger, SessionCounts, publish};
 use crate::server::{Connection, Limits as ServerLimits, Server};
-use crate::source::datagrams::Cidr;
+use tapflow_wire::prefix::Prefix;
 
 /// The largest IPFIX message (its length field is 16 bits).
 const MAX_MESSAGE: usize = 65_535;
@@ -30,7 +30,7 @@ pub const MESSAGE_DEADLINE: Duration = Duration::from_secs(10);
 /// What every session shares.
 #[derive(Debug)]
 struct Context {
-    allow: Arc<Vec<Cidr>>,
+    allow: Arc<Vec<Prefix>>,
     ledger: Arc<Ledger>,
     tx: SyncSender<Batch>,
     limits: Limits,
@@ -49,7 +49,7 @@ impl TcpIntake {
     /// Listens on `addr` and serves each session into `tx`.
     pub fn start(
         addr: SocketAddr,
-        allow: Arc<Vec<Cidr>>,
+        allow: Arc<Vec<Prefix>>,
         ledger: Arc<Ledger>,
         tx: SyncSender<Batch>,
         limits: Limits,
@@ -93,7 +93,7 @@ fn session(c: &mut Connection<TcpStream>, ctx: &Context) {
     let mut intake = Intake::new(ctx.limits, ctx.tx.clone());
     let peer = c.stream().peer_addr().ok();
     match peer {
-        Some(p) if ctx.allow.is_empty() || ctx.allow.iter().any(|n| n.contains(p.ip())) => {
+        Some(p) if ctx.allow.is_empty() || ctx.allow.iter().any(|n| n.contains_ip(p.ip())) => {
             read_messages(c, exporter_addr(p.ip()), &mut intake, ctx, &slot);
         }
         _ => intake.book.refused += 1,

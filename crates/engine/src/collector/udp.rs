@@ -3,15 +3,17 @@
 //! one socket of the group, so the templates it sends are in the decoder its data meets.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tapflow_sys::udp::{RecvBatch, UdpSocket};
+use tapflow_wire::flowdecode::SavedExporter;
+use tapflow_wire::prefix::Prefix;
 
 use crate::collector::intake::{Intake, exporter_addr};
 use crate::collector::ledger::{Book, publish};
 use crate::collector::listen::detect;
-use crate::source::datagrams::Cidr;
+use crate::collector::templates_state::SAVE_EVERY;
 
 /// How long one wait for datagrams lasts: the longest a stop waits to be seen.
 pub const READ_TIMEOUT: Duration = Duration::from_millis(50);
@@ -24,13 +26,15 @@ pub struct UdpWorker {
     /// The socket.
     pub sock: UdpSocket,
     /// Accepted sender prefixes (empty: all).
-    pub allow: Arc<Vec<Cidr>>,
+    pub allow: Arc<Vec<Prefix>>,
     /// Its decoder and batch.
     pub intake: Intake,
     /// Its slot in the ledger.
     pub slot: Arc<Mutex<Book>>,
     /// Exporters silent this long are forgotten (templates, sequence numbers).
     pub idle: Duration,
+    /// Where its exporters' templates are put for the state file, if one is kept.
+    pub saved: Option<Arc<Mutex<Vec<SavedExporter>>>>,
 }
 
 impl UdpWorker {
@@ -39,6 +43,7 @@ impl UdpWorker {
     pub fn run(mut self, done: &AtomicBool) {
         let mut batch = RecvBatch::new();
         let mut last_tick = Instant::now();
+        let mut last_save = Instant::now();
         let mut drops_seen = self.sock.drops().unwrap_or(0);
         loop {
             let stopping = done.load(Ordering::Acquire);
@@ -57,7 +62,7 @@ impl UdpWorker {
                     self.intake.book.bad([0; 16], "no_address");
                     continue;
                 };
-                if !self.allow.is_empty() && !self.allow.iter().any(|c| c.contains(from.ip())) {
+                if !self.allow.is_empty() && !self.allow.iter().any(|c| c.contains_ip(from.ip())) {
                     self.intake.book.refused += 1;
                     continue;
                 }
@@ -76,11 +81,24 @@ impl UdpWorker {
                 self.intake.tick(now_ns, self.idle);
                 self.count_drops(&mut drops_seen);
                 publish(&self.slot, &self.intake.book);
+                if last_save.elapsed() >= SAVE_EVERY {
+                    last_save = Instant::now();
+                    self.put_templates();
+                }
             }
         }
         self.intake.send();
         self.count_drops(&mut drops_seen);
         publish(&self.slot, &self.intake.book);
+        self.put_templates();
+    }
+
+    /// Puts the exporters' templates where the collector writes its state from.
+    fn put_templates(&self) {
+        if let Some(slot) = &self.saved {
+            let saved = self.intake.save();
+            *slot.lock().unwrap_or_else(PoisonError::into_inner) = saved;
+        }
     }
 
     /// Adds what the kernel dropped since the last look (the counter wraps at 2^32).

@@ -252,6 +252,9 @@ fn run(
                 for s in &mut stores {
                     s.take(&b.flows, &b.interfaces);
                 }
+                if !b.counters.is_empty() {
+                    if_counters(&mut stores, &b.counters);
+                }
                 let mut flows = b.flows;
                 flows.clear();
                 let _ = b.back.send(flows);
@@ -321,6 +324,16 @@ fn write_stats(
     }
     for s in stores.iter_mut().filter(|s| !s.failed && s.retry.is_none()) {
         if let Err(e) = s.store.insert_exporter_stats(&rows) {
+            s.trouble(&e);
+        }
+    }
+}
+
+/// Hands interface counters to each store that is taking rows (a store failing or retrying
+/// does not keep them: they are samples of totals, and the next sample carries them on).
+fn if_counters(stores: &mut [Held], rows: &[tapflow_store::InterfaceCounters]) {
+    for s in stores.iter_mut().filter(|s| !s.failed && s.retry.is_none()) {
+        if let Err(e) = s.store.insert_if_counters(rows) {
             s.trouble(&e);
         }
     }

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tapflow_sys::udp::{RecvBatch, UdpSocket};
 use tapflow_wire::datagram::{self, Datagram};
+use tapflow_wire::prefix::Prefix;
 use tapflow_wire::record::{self, Records};
 use tapflow_wire::{Flags, LinkType};
 
@@ -60,82 +61,13 @@ pub const MAX_BAD_SOURCES: usize = 1024;
 /// How long one wait for datagrams lasts: the longest a stop waits to be seen.
 const READ_TIMEOUT: Duration = Duration::from_millis(50);
 
-/// An address prefix (`--allow`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    /// The network address.
-    pub addr: IpAddr,
-    /// Prefix length in bits.
-    pub prefix: u8,
-}
-
-/// Why a prefix did not parse.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CidrError {
-    /// The address part is not an IPv4 or IPv6 address.
-    #[error("'{0}' is not an address or CIDR prefix")]
-    Address(String),
-    /// The length is not a number up to the address's width.
-    #[error("'{text}': prefix length must be 0 to {max}")]
-    Length {
-        /// The prefix as given.
-        text: String,
-        /// 32 or 128.
-        max: u8,
-    },
-}
-
-impl Cidr {
-    /// Parses `ADDR/LEN` or a bare address (a host prefix).
-    pub fn parse(s: &str) -> Result<Cidr, CidrError> {
-        let (a, p) = s.split_once('/').unwrap_or((s, ""));
-        let addr: IpAddr = a
-            .trim()
-            .parse()
-            .map_err(|_| CidrError::Address(s.to_string()))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = if p.is_empty() {
-            max
-        } else {
-            p.parse::<u8>()
-                .ok()
-                .filter(|&n| n <= max)
-                .ok_or_else(|| CidrError::Length {
-                    text: s.to_string(),
-                    max,
-                })?
-        };
-        Ok(Cidr { addr, prefix })
-    }
-
-    /// Whether `ip` lies in this prefix (IPv4-mapped IPv6 addresses count as IPv4).
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        let bits = |ip: IpAddr| -> (u128, u32) {
-            match ip.to_canonical() {
-                IpAddr::V4(a) => (u128::from(u32::from(a)), 32),
-                IpAddr::V6(a) => (u128::from(a), 128),
-            }
-        };
-        let (net, w) = bits(self.addr);
-        let (x, wx) = bits(ip);
-        if w != wx {
-            return false;
-        }
-        let shift = w - u32::from(self.prefix);
-        if shift >= w {
-            return true;
-        }
-        (net >> shift) == (x >> shift)
-    }
-}
-
 /// Where and from whom to receive.
 #[derive(Debug, Clone)]
 pub struct DatagramInput {
     /// Address to bind.
     pub listen: SocketAddr,
     /// Accepted source prefixes; empty accepts everyone.
-    pub allow: Vec<Cidr>,
+    pub allow: Vec<Prefix>,
     /// Receive buffer to ask for.
     pub rcvbuf: usize,
     /// Where the source keeps its per-probe accounting for the caller to read, during the run
@@ -530,7 +462,7 @@ impl Book {
 #[derive(Debug)]
 pub struct DatagramSource {
     sock: UdpSocket,
-    allow: Vec<Cidr>,
+    allow: Vec<Prefix>,
     batch: RecvBatch,
     /// Datagrams in `batch`, and the next one to take.
     received: usize,
@@ -654,7 +586,7 @@ impl DatagramSource {
                 break;
             };
             if !self.allow.is_empty()
-                && !from.is_some_and(|a| self.allow.iter().any(|c| c.contains(a.ip())))
+                && !from.is_some_and(|a| self.allow.iter().any(|c| c.contains_ip(a.ip())))
             {
                 self.book.refused += 1;
                 self.next += 1;
@@ -940,23 +872,15 @@ mod tests {
     }
 
     #[test]
-    fn cidr_matching() {
-        let c = Cidr::parse("10.1.0.0/16").unwrap();
-        assert!(c.contains("10.1.200.3".parse().unwrap()));
-        assert!(!c.contains("10.2.0.1".parse().unwrap()));
-        assert!(c.contains("::ffff:10.1.0.9".parse().unwrap()));
-        assert!(!c.contains("2001:db8::1".parse().unwrap()));
-        assert!(
-            Cidr::parse("0.0.0.0/0")
-                .unwrap()
-                .contains("8.8.8.8".parse().unwrap())
-        );
-        assert!(
-            Cidr::parse("192.0.2.7")
-                .unwrap()
-                .contains("192.0.2.7".parse().unwrap())
-        );
-        assert!(Cidr::parse("10.0.0.0/33").is_err());
-        assert!(Cidr::parse("nonsense").is_err());
+    fn allow_lists_read_prefixes_with_host_bits_as_their_network() {
+        let c = Prefix::parse_covering("10.1.2.3/16").unwrap();
+        assert!(c.contains_ip("10.1.200.3".parse().unwrap()));
+        assert!(!c.contains_ip("10.2.0.1".parse().unwrap()));
+        assert!(c.contains_ip("::ffff:10.1.0.9".parse().unwrap()));
+        assert!(!c.contains_ip("2001:db8::1".parse().unwrap()));
+        let host = Prefix::parse_covering("192.0.2.7").unwrap();
+        assert!(host.contains_ip("192.0.2.7".parse().unwrap()));
+        assert!(Prefix::parse_covering("10.0.0.0/33").is_err());
+        assert!(Prefix::parse_covering("nonsense").is_err());
     }
 }

@@ -8,14 +8,14 @@
 
 use super::{Dialect, Layout, Schema, Server, Target};
 use crate::StoreError;
-use crate::parquet::partition::Tier;
-use crate::parquet::tier;
 use crate::query::OneWay;
+use crate::query::plan;
 use crate::query::result::{Answer, Counters, QueryResult, Row, ScanStats, Summary, Value};
 use crate::query::top::rank;
 use crate::query::{
     Filter, IfSide, Key, Kind, Metric, Net, Query, QueryEngine, QueryError, Side, Term, Window,
 };
+use crate::schema::Tier;
 
 /// Answers queries on a ClickHouse server (or a cluster's `Distributed` tables).
 #[derive(Debug)]
@@ -66,7 +66,7 @@ impl ClickHouseEngine {
             (Tier::Minute, "rollup_1m"),
         ]
         .into_iter()
-        .find(|(t, _)| tier::answerable(q, t.bucket_us()))
+        .find(|(t, _)| plan::answerable(q, t.bucket_us()))
     }
 
     fn rows(&self, sql: &str) -> Result<Vec<Vec<String>>, QueryError> {
@@ -138,6 +138,16 @@ impl QueryEngine for ClickHouseEngine {
                 ..ScanStats::default()
             },
         })
+    }
+
+    /// Interface counters are kept in the Parquet store only.
+    fn interfaces(
+        &self,
+        _window: Window,
+    ) -> Result<Vec<crate::query::interfaces::InterfaceTotals>, QueryError> {
+        Err(QueryError::Parse(
+            "interface counters are kept in the Parquet store only (-R DIR)".into(),
+        ))
     }
 
     fn exporter_stats(&self, window: Window) -> Result<Vec<crate::ExporterStats>, QueryError> {

@@ -279,6 +279,11 @@ impl FlowStore for ClickHouseStore {
         self.seal_aged()
     }
 
+    /// Interface counters have no ClickHouse table: only the Parquet store keeps them.
+    fn insert_if_counters(&mut self, _rows: &[crate::InterfaceCounters]) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Hands everything gathered to the sender; it is visible once the server took it (at
     /// once while the server is up).
     fn flush(&mut self) -> Result<(), StoreError> {

@@ -6,7 +6,9 @@
 
 use tapflow_wire::flowrecord::{EndReason, FlowRecord};
 
-use crate::schema::{ColumnType, ExporterStats, InterfaceName, StoredFlow, addr16};
+use crate::schema::{
+    ColumnType, ExporterStats, InterfaceCounters, InterfaceName, StoredFlow, addr16,
+};
 
 /// The values of one column.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -384,6 +386,81 @@ pub fn to_exporter_stats(b: &Batch) -> Vec<ExporterStats> {
             sequence_lost: lost[i] as u64,
             template_missing: missing[i] as u64,
             bad_messages: bad[i] as u64,
+        })
+        .collect()
+}
+
+/// `rows` as rows of [`crate::schema::IF_COUNTERS_COLUMNS`].
+pub fn from_if_counters(rows: &[InterfaceCounters]) -> Batch {
+    use tapflow_wire::sflow::IfCounters;
+    let w = |f: fn(&IfCounters) -> u32| {
+        Column::I32(rows.iter().map(|r| f(&r.counters) as i32).collect())
+    };
+    let d = |f: fn(&IfCounters) -> u64| {
+        Column::I64(rows.iter().map(|r| f(&r.counters) as i64).collect())
+    };
+    Batch {
+        columns: vec![
+            Column::I64(rows.iter().map(|r| us(r.received_ns)).collect()),
+            Column::Addr(rows.iter().map(|r| r.exporter).collect()),
+            Column::I32(rows.iter().map(|r| r.domain as i32).collect()),
+            w(|c| c.source_id),
+            w(|c| c.if_index),
+            w(|c| c.if_type),
+            d(|c| c.if_speed),
+            w(|c| c.if_direction),
+            w(|c| c.if_status),
+            d(|c| c.in_octets),
+            w(|c| c.in_ucast_pkts),
+            w(|c| c.in_multicast_pkts),
+            w(|c| c.in_broadcast_pkts),
+            w(|c| c.in_discards),
+            w(|c| c.in_errors),
+            w(|c| c.in_unknown_protos),
+            d(|c| c.out_octets),
+            w(|c| c.out_ucast_pkts),
+            w(|c| c.out_multicast_pkts),
+            w(|c| c.out_broadcast_pkts),
+            w(|c| c.out_discards),
+            w(|c| c.out_errors),
+            w(|c| c.promiscuous_mode),
+        ],
+    }
+}
+
+/// The interface counters of a batch of [`crate::schema::IF_COUNTERS_COLUMNS`] rows.
+pub fn to_if_counters(b: &Batch) -> Vec<InterfaceCounters> {
+    let (t, exporter, domain) = (b.i64(0), b.addr(1), b.i32(2));
+    let w = |c: usize, i: usize| b.i32(c)[i] as u32;
+    let d = |c: usize, i: usize| b.i64(c)[i] as u64;
+    (0..b.rows())
+        .map(|i| InterfaceCounters {
+            exporter: exporter[i],
+            domain: domain[i] as u32,
+            received_ns: ns(t[i]),
+            counters: tapflow_wire::sflow::IfCounters {
+                source_id: w(3, i),
+                sequence: 0,
+                if_index: w(4, i),
+                if_type: w(5, i),
+                if_speed: d(6, i),
+                if_direction: w(7, i),
+                if_status: w(8, i),
+                in_octets: d(9, i),
+                in_ucast_pkts: w(10, i),
+                in_multicast_pkts: w(11, i),
+                in_broadcast_pkts: w(12, i),
+                in_discards: w(13, i),
+                in_errors: w(14, i),
+                in_unknown_protos: w(15, i),
+                out_octets: d(16, i),
+                out_ucast_pkts: w(17, i),
+                out_multicast_pkts: w(18, i),
+                out_broadcast_pkts: w(19, i),
+                out_discards: w(20, i),
+                out_errors: w(21, i),
+                promiscuous_mode: w(22, i),
+            },
         })
         .collect()
 }

@@ -252,7 +252,7 @@ mod tests {
             return;
         }
         use std::os::unix::process::ExitStatusExt;
-        let test = "damaged::tests::with_the_hook_a_contained_panic_is_caught_and_any_other_aborts";
+        let test = "parquet::damaged::tests::with_the_hook_a_contained_panic_is_caught_and_any_other_aborts";
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([test, "--exact", "--nocapture", "--test-threads=1"])
             .env(CHILD, "1")

@@ -13,6 +13,7 @@
 //! DIR/ports_1h/date=YYYY-MM-DD/*.parquet                PORTS_COLUMNS
 //! DIR/interfaces/date=YYYY-MM-DD/*.parquet              INTERFACE_COLUMNS, by time_received
 //! DIR/exporter_stats/date=YYYY-MM-DD/*.parquet          EXPORTER_STATS_COLUMNS, by time
+//! DIR/if_counters/date=YYYY-MM-DD/*.parquet             IF_COUNTERS_COLUMNS, by time received
 //! ```
 //!
 //! Every file's rows are sorted by its first column (the time), so row-group statistics on it
@@ -23,50 +24,12 @@
 use std::path::{Path, PathBuf};
 
 use crate::StoreError;
-use crate::schema::ColumnType;
+use crate::query::time::{civil_from_days, days_from_civil};
+use crate::schema::{ColumnType, DAY_US, HOUR_US, Tier};
 use crate::schema::{
-    EXPORTER_STATS_COLUMNS, FLOW_COLUMNS, HOSTS_COLUMNS, INTERFACE_COLUMNS, PORTS_COLUMNS,
-    ROLLUP_COLUMNS,
+    EXPORTER_STATS_COLUMNS, FLOW_COLUMNS, HOSTS_COLUMNS, IF_COUNTERS_COLUMNS, INTERFACE_COLUMNS,
+    PORTS_COLUMNS, ROLLUP_COLUMNS,
 };
-
-/// Microseconds in an hour.
-pub const HOUR_US: i64 = 3_600_000_000;
-/// Microseconds in a day.
-pub const DAY_US: i64 = 24 * HOUR_US;
-
-/// A rollup tier: the width of its buckets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Tier {
-    /// 1-minute buckets.
-    Minute,
-    /// 5-minute buckets.
-    FiveMinutes,
-    /// 1-hour buckets.
-    Hour,
-}
-
-impl Tier {
-    /// Every tier, finest first.
-    pub const ALL: [Tier; 3] = [Tier::Minute, Tier::FiveMinutes, Tier::Hour];
-
-    /// The width of a bucket, µs.
-    pub const fn bucket_us(self) -> i64 {
-        match self {
-            Tier::Minute => 60_000_000,
-            Tier::FiveMinutes => 300_000_000,
-            Tier::Hour => HOUR_US,
-        }
-    }
-
-    /// The suffix of its tables' names (`1m`, `5m`, `1h`).
-    pub const fn suffix(self) -> &'static str {
-        match self {
-            Tier::Minute => "1m",
-            Tier::FiveMinutes => "5m",
-            Tier::Hour => "1h",
-        }
-    }
-}
 
 /// One table of the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -83,6 +46,8 @@ pub enum Table {
     Interfaces,
     /// Per-exporter counters ([`EXPORTER_STATS_COLUMNS`]).
     ExporterStats,
+    /// Interface counters from sFlow counter samples ([`IF_COUNTERS_COLUMNS`]).
+    IfCounters,
 }
 
 /// How a table's directory is split.
@@ -106,7 +71,7 @@ impl Span {
 
 impl Table {
     /// Every table, flows first.
-    pub const ALL: [Table; 10] = [
+    pub const ALL: [Table; 11] = [
         Table::Flows,
         Table::Rollup(Tier::Minute),
         Table::Rollup(Tier::FiveMinutes),
@@ -117,6 +82,7 @@ impl Table {
         Table::Ports,
         Table::Interfaces,
         Table::ExporterStats,
+        Table::IfCounters,
     ];
 
     /// Its directory's name under the store directory.
@@ -132,6 +98,7 @@ impl Table {
             Table::Ports => "ports_1h",
             Table::Interfaces => "interfaces",
             Table::ExporterStats => "exporter_stats",
+            Table::IfCounters => "if_counters",
         }
     }
 
@@ -144,6 +111,7 @@ impl Table {
             Table::Ports => PORTS_COLUMNS,
             Table::Interfaces => INTERFACE_COLUMNS,
             Table::ExporterStats => EXPORTER_STATS_COLUMNS,
+            Table::IfCounters => IF_COUNTERS_COLUMNS,
         }
     }
 
@@ -157,7 +125,8 @@ impl Table {
             | Table::Hosts(Tier::Hour)
             | Table::Ports
             | Table::Interfaces
-            | Table::ExporterStats => Span::Day,
+            | Table::ExporterStats
+            | Table::IfCounters => Span::Day,
         }
     }
 }
@@ -355,38 +324,6 @@ fn parse_date(s: &str) -> Option<i64> {
     }
     let days = days_from_civil(y, m, d);
     (civil_from_days(days) == (y, m, d)).then_some(days)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
-pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (i64::from(m) + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The date of a day since 1970-01-01 (H. Hinnant's `civil_from_days`).
-pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (
-        if m <= 2 {
-            yoe + era * 400 + 1
-        } else {
-            yoe + era * 400
-        },
-        m,
-        d,
-    )
 }
 
 #[cfg(test)]

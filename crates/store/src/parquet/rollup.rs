@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 use hashbrown::HashMap;
 
 use crate::parquet::batch::{Batch, Column};
-use crate::parquet::partition::{Table, Tier};
+use crate::parquet::partition::Table;
+use crate::schema::Tier;
 use crate::schema::{StoredFlow, addr16};
 
 /// The totals of one exporter, domain and protocol in a bucket.

@@ -118,6 +118,35 @@ impl QueryEngine for ParquetEngine {
         Ok(sums.into_values().collect())
     }
 
+    fn interfaces(
+        &self,
+        window: Window,
+    ) -> Result<Vec<crate::query::interfaces::InterfaceTotals>, QueryError> {
+        let table = crate::parquet::partition::Table::IfCounters;
+        let mut samples = Vec::new();
+        for path in crate::parquet::partition::files_between(
+            &self.dir,
+            table,
+            window.start_us,
+            window.end_us,
+        )? {
+            let batch = match crate::parquet::reader::read_file(&path, table.columns()) {
+                Ok(b) => b,
+                // Moved into quarantine: left out.
+                Err(StoreError::Damaged { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            samples.extend(
+                crate::parquet::batch::to_if_counters(&batch)
+                    .into_iter()
+                    .filter(|r| {
+                        window.contains(i64::try_from(r.received_ns / 1000).unwrap_or(i64::MAX))
+                    }),
+            );
+        }
+        Ok(crate::query::interfaces::totals(samples))
+    }
+
     fn newest(&self) -> Result<Option<i64>, QueryError> {
         // The newest partition holding a file; the largest start in its row-group statistics.
         let table = crate::parquet::partition::Table::Flows;

@@ -29,7 +29,7 @@ use crate::parquet::partition::{
 use crate::parquet::retention;
 use crate::parquet::rollup::Rollups;
 use crate::parquet::writer::{FileOptions, create_dirs, publish, write_staged};
-use crate::schema::{ExporterStats, InterfaceName, StoredFlow};
+use crate::schema::{ExporterStats, InterfaceCounters, InterfaceName, StoredFlow};
 use crate::{FlowStore, StoreError, StoreReport};
 
 /// How a [`ParquetStore`] writes, merges and deletes.
@@ -106,6 +106,7 @@ pub struct ParquetStore {
     interfaces: Vec<InterfaceName>,
     known_interfaces: HashSet<InterfaceName>,
     exporter_stats: Vec<ExporterStats>,
+    if_counters: Vec<InterfaceCounters>,
     rollups: Rollups,
     /// Rollup rows closed but not yet written (a write failed).
     rollup_rows: Vec<(Table, Batch)>,
@@ -167,6 +168,7 @@ impl ParquetStore {
             interfaces: Vec::new(),
             known_interfaces: HashSet::new(),
             exporter_stats: Vec::new(),
+            if_counters: Vec::new(),
             rollup_rows: Vec::new(),
             dirty,
             report: StoreReport::default(),
@@ -270,7 +272,7 @@ impl ParquetStore {
                     self.rollups
                         .add(group.iter().map(|&i| &flows[i as usize]), now);
                     self.dirty
-                        .insert((Table::Flows, dir, hour + partition::HOUR_US));
+                        .insert((Table::Flows, dir, hour + crate::schema::HOUR_US));
                 }
                 Err(e) => {
                     self.report.dropped += n;
@@ -300,6 +302,10 @@ impl ParquetStore {
         if !self.exporter_stats.is_empty() {
             let rows = batch::from_exporter_stats(&std::mem::take(&mut self.exporter_stats));
             self.rollup_rows.push((Table::ExporterStats, rows));
+        }
+        if !self.if_counters.is_empty() {
+            let rows = batch::from_if_counters(&std::mem::take(&mut self.if_counters));
+            self.rollup_rows.push((Table::IfCounters, rows));
         }
         let mut first_error = None;
         let mut staged = Vec::new();
@@ -495,6 +501,11 @@ impl FlowStore for ParquetStore {
                 self.interfaces.push(n.clone());
             }
         }
+        Ok(())
+    }
+
+    fn insert_if_counters(&mut self, rows: &[InterfaceCounters]) -> Result<(), StoreError> {
+        self.if_counters.extend_from_slice(rows);
         Ok(())
     }
 

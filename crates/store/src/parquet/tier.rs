@@ -35,11 +35,13 @@ use arrow_array::types::{TimestampMicrosecondType, UInt8Type, UInt16Type, UInt64
 use arrow_array::{BooleanArray, RecordBatch};
 
 use super::scan::{Read, addrs, at, max_time, min_time, prim};
-use crate::parquet::partition::{HOUR_US, Table, Tier, files, partitions};
+use crate::parquet::partition::{Table, files, partitions};
 use crate::parquet::rollup::TOTAL_SIDE;
 use crate::query::filter::OneWay;
+use crate::query::plan::{answerable, order_answerable};
 use crate::query::sink::Sink;
-use crate::query::{Filter, Key, Kind, Metric, Query, QueryError, Term, Value};
+use crate::query::{Filter, Key, Kind, Query, QueryError, Term, Value};
+use crate::schema::{HOUR_US, Tier};
 
 /// The hosts columns a query reads.
 pub const HOST_COLUMNS: &[&str] = &["time", "side", "addr", "flows", "packets", "bytes"];
@@ -177,48 +179,6 @@ const COLUMNS: &[&str] = &[
     "rev_packets",
     "rev_bytes",
 ];
-
-fn filter_answerable(f: &Filter) -> bool {
-    match f {
-        Filter::And(v) | Filter::Or(v) => v.iter().all(filter_answerable),
-        Filter::Not(a) => filter_answerable(a),
-        Filter::Term(t) => matches!(t, Term::Protocol(_) | Term::Exporter(_)),
-    }
-}
-
-fn key_answerable(k: Key) -> bool {
-    matches!(k, Key::Protocol | Key::Exporter)
-}
-
-fn order_answerable(m: Metric) -> bool {
-    matches!(m, Metric::Flows | Metric::Packets | Metric::Bytes)
-}
-
-/// Whether a tier of `bucket_us` answers `q` exactly, its coverage aside.
-pub(crate) fn answerable(q: &Query, bucket_us: i64) -> bool {
-    let aligned = |t: i64| t == i64::MAX || t.rem_euclid(bucket_us) == 0;
-    let kind = match &q.kind {
-        Kind::List { .. } => false,
-        Kind::Summary => true,
-        Kind::Top { key, order_by, .. } => key_answerable(*key) && order_answerable(*order_by),
-        Kind::Aggregate { keys, order_by, .. } => {
-            keys.iter().all(|k| key_answerable(*k)) && order_answerable(*order_by)
-        }
-        Kind::Series {
-            every_us,
-            key,
-            order_by,
-            ..
-        } => {
-            every_us % bucket_us == 0
-                && key.is_none_or(key_answerable)
-                && order_answerable(*order_by)
-        }
-    };
-    kind && q.filter.as_ref().is_none_or(filter_answerable)
-        && q.window
-            .is_none_or(|w| aligned(w.start_us) && aligned(w.end_us))
-}
 
 /// The largest time in the last partition of `table` that starts before `before_us`.
 fn last_time(

@@ -23,6 +23,8 @@
 //! [`MAX_LEN`] bytes. Within both limits parsing, matching, the SQL built from a filter and
 //! ClickHouse's parser of that SQL stay far from their stacks' ends.
 
+use tapflow_wire::prefix::{Prefix, PrefixError};
+
 use super::{Cmp, Filter, IfSide, Net, QueryError, Side, Term};
 use crate::query::result::PROTOCOLS;
 
@@ -316,44 +318,9 @@ fn one_or(mut operands: Vec<Filter>, join: fn(Vec<Filter>) -> Filter) -> Filter 
 /// Parses an address or prefix (`10.0.0.0/8`, `2001:db8::/32`, `192.0.2.1`) into the store's
 /// 16-byte form; host bits past the length are an error.
 pub fn parse_net(s: &str) -> Result<Net, String> {
-    let (addr, len) = match s.split_once('/') {
-        Some((a, l)) => (a, Some(l)),
-        None => (s, None),
-    };
-    let ip: std::net::IpAddr = addr
-        .parse()
-        .map_err(|_| format!("'{s}' is not an address or prefix"))?;
-    let (bytes, base, max) = match ip {
-        std::net::IpAddr::V4(a) => (a.to_ipv6_mapped().octets(), 96u8, 32u8),
-        std::net::IpAddr::V6(a) => (a.octets(), 0, 128),
-    };
-    let len = match len {
-        Some(l) => l
-            .parse::<u8>()
-            .ok()
-            .filter(|&l| l <= max)
-            .ok_or_else(|| format!("prefix length in '{s}' is not 0 to {max}"))?,
-        None => max,
-    };
-    let net = Net {
-        addr: mask(&bytes, base + len),
-        len: base + len,
-    };
-    if net.addr != bytes {
-        return Err(format!("'{s}' has host bits set past /{len}"));
-    }
-    Ok(net)
-}
-
-/// `a` with the bits past the first `len` cleared.
-#[inline]
-pub fn mask(a: &[u8; 16], len: u8) -> [u8; 16] {
-    let mut m = *a;
-    for (i, b) in m.iter_mut().enumerate() {
-        let bits = u32::from(len).saturating_sub(i as u32 * 8).min(8);
-        *b &= (0xff00u16 >> bits) as u8;
-    }
-    m
+    let p: Prefix = s.parse().map_err(|e: PrefixError| e.to_string())?;
+    let (addr, len) = p.mapped();
+    Ok(Net { addr, len })
 }
 
 /// A protocol by name (any case) or number.

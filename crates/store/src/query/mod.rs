@@ -26,7 +26,9 @@
 //! started in, so windows side by side split the flows between them exactly).
 
 pub mod filter;
+pub mod interfaces;
 pub mod output;
+pub mod plan;
 pub mod result;
 pub mod series;
 pub mod sink;
@@ -355,6 +357,10 @@ pub trait QueryEngine: std::fmt::Debug {
     /// The collector's counters per exporter and observation domain over the intervals that
     /// ended in `window`, summed, by exporter then domain; `time_ns` is the last interval's end.
     fn exporter_stats(&self, window: Window) -> Result<Vec<crate::ExporterStats>, QueryError>;
+
+    /// What each interface carried in `window`, from sFlow counter samples
+    /// ([`interfaces::totals`]), by exporter, domain and `ifIndex`.
+    fn interfaces(&self, window: Window) -> Result<Vec<interfaces::InterfaceTotals>, QueryError>;
 
     /// The start time of the newest stored flow, if any: where a view whose window is empty
     /// can go to find the data.

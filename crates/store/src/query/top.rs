@@ -3,8 +3,9 @@
 //! aggregation then a partial sort of the `n` largest.
 
 use hashbrown::HashMap;
+use tapflow_wire::prefix::mask;
 
-use super::filter::{OneWay, mask};
+use super::filter::OneWay;
 use super::result::{Counters, QueryResult, Row, Value};
 use super::sink::Sink;
 use super::{Key, Metric};

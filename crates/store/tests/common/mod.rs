@@ -2,7 +2,8 @@
 #![allow(dead_code)] // Each test file uses part of it.
 
 use tapflow_store::StoredFlow;
-use tapflow_store::parquet::partition::{DAY_US, HOUR_US, days_from_civil};
+use tapflow_store::query::time::days_from_civil;
+use tapflow_store::schema::{DAY_US, HOUR_US};
 use tapflow_wire::flowrecord::{EndReason, FlowRecord};
 
 /// 2024-03-10T00:00:00Z, µs.

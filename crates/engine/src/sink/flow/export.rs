@@ -17,7 +17,8 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tapflow_store::{FlowStore, ParquetOptions, ParquetStore, StoreReport, StoredFlow};
+use tapflow_store::open::{self, Location};
+use tapflow_store::{FlowStore, ParquetOptions, StoreReport, StoredFlow};
 use tapflow_sys::udp::UdpSocket;
 use tapflow_sys::{SysError, outfile};
 use tapflow_wire::cryptopan::{Anonymizer, CryptoPan};
@@ -577,11 +578,11 @@ struct StoreOutput {
 
 impl StoreOutput {
     fn open(dir: &Path, domain: u32) -> Result<StoreOutput, ExportError> {
-        let store =
-            ParquetStore::open(dir, ParquetOptions::default()).map_err(ExportError::Store)?;
+        let at = Location::parse(dir).map_err(ExportError::Store)?;
+        let store = open::store(&at, &open::Options::default()).map_err(ExportError::Store)?;
         Ok(StoreOutput {
-            name: format!("parquet:{}", dir.display()),
-            store: Box::new(store),
+            name: at.name(),
+            store,
             rows: Vec::with_capacity(BATCH),
             domain,
             withheld: 0,

@@ -72,6 +72,13 @@ impl FlowStore for ExportStore {
         Ok(())
     }
 
+    fn insert_if_counters(
+        &mut self,
+        _rows: &[tapflow_store::InterfaceCounters],
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     fn flush(&mut self) -> Result<(), StoreError> {
         self.send()
     }

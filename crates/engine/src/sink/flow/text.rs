@@ -15,7 +15,7 @@
 
 use std::io::Write as _;
 
-use tapflow_store::parquet::partition::civil_from_days;
+use tapflow_store::query::time::civil_from_days;
 use tapflow_wire::flowrecord::FlowRecord;
 use tapflow_wire::ipv4::IpProtocol;
 

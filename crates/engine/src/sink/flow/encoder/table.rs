@@ -11,7 +11,7 @@ use tapflow_wire::flowrecord::FlowRecord;
 use tapflow_wire::ipv4::IpProtocol;
 
 use super::{EncoderConfig, FlowEncoder};
-use tapflow_store::parquet::partition::civil_from_days;
+use tapflow_store::query::time::civil_from_days;
 
 /// The column titles.
 const HEADER: &str = concat!(
