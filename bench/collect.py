@@ -5,15 +5,23 @@ worker stores with no loss.
 
     sudo python3 bench/collect.py                  # bench/out/big.pcap (built if missing), 3 runs
     sudo python3 bench/collect.py --runs 5 --rates 0.5,1,2,3
+    sudo python3 bench/collect.py --live-times --replay-rate 0.3 --sinks store --rates 2 --seconds 60
 
-1. Same stream: `softflowd -d -c none -r T -n 127.0.0.1:PORT -v 10 -b` (the trace's flows as
-   IPFIX, unpaced) into each collector in turn, each alone in a fresh namespace, pinned to CPU 1
-   (softflowd on CPU 0): `nfcapd -y -B 16777216 -t 3600 -w DIR` and `tapflow collect -q
-   -l ipfix://127.0.0.1:PORT --store DIR --rcvbuf 16M`. Once the collector has read its socket
-   empty it gets SIGTERM (both write what they hold and exit); its CPU is what wait4 reports
-   (all threads). Records stored: `nfdump -R DIR -I` Flows; tapflow's `stores.0.stored`.
+1. Same stream into each collector in turn, each alone in a fresh namespace, pinned to CPU 1
+   (the sender on CPU 0), both at --nice: `nfcapd -y -B 16777216 -t 3600 -w DIR` and `tapflow collect -q
+   -l ipfix://127.0.0.1:PORT --store DIR --rcvbuf 16M`. The stream (--sender): nfpcapd's flows
+   of the trace (`nfpcapd -r T -w DIR`, one nfcapd file) sent by `nfreplay -v 9` (NetFlow v9,
+   datagrams up to 1,460 bytes, ~11 records each; the default), or with --live-times
+   nfreplay's stream recorded once with every flow moved into the current hour (as below)
+   and replayed at --replay-rate; or softflowd's IPFIX of the trace (`softflowd -d -c none -r T
+   -n 127.0.0.1:PORT -v 10 -b`, unpaced). Once the collector has read its socket empty it gets
+   SIGTERM (both write what they hold and exit); its CPU is what wait4 reports (all threads).
+   tapflow's is also split where its store has written every flow (its store thread quiet, 6 s
+   or more after the socket emptied: a flush every 5 s): before, the ingest's cost; after,
+   what it defers to its close (merging the fresh files at the store's zstd level, the last
+   rollups). Records stored: `nfdump -R DIR -I` Flows; tapflow's `stores.0.stored`.
    Datagrams dropped: the namespace's UDP InErrors. Bytes per flow: the flow files' size (nfcapd
-   files; tapflow's `flows/` Parquet files) over the flows.
+   files; tapflow's `flows/` Parquet files, before and after its close) over the flows.
 2. Rate: tapflow's own IPFIX export of the trace (`tapflow flows -r T --export ipfix://`,
    messages up to 9000 bytes) is recorded once, then replayed N times back to back by a paced
    sender (CPU 0, sequence numbers continued so each replay follows the last; when it is off
@@ -105,6 +113,20 @@ def threads_cpu(pid: int) -> dict:
     return total
 
 
+def settled_cpu(pid: int, at_least: float = 6.0) -> float:
+    """CPU seconds of `pid` (all threads) once its store thread has flushed and gone quiet:
+    at least `at_least` s (past the 5 s flush interval) after the socket emptied, and no more
+    than 5 ms of that thread's CPU in the last half second."""
+    t0 = time.monotonic()
+    last = threads_cpu(pid).get("tapflow-store", 0.0)
+    while True:
+        time.sleep(0.5)
+        now = threads_cpu(pid).get("tapflow-store", 0.0)
+        if time.monotonic() - t0 >= at_least and now - last < 0.005:
+            return sum(threads_cpu(pid).values())
+        last = now
+
+
 def size_of(paths) -> int:
     return sum(p.stat().st_size for p in paths)
 
@@ -113,7 +135,8 @@ def one_run(tool: str, args, work: Path, run: int) -> dict:
     ns = ns_new(f"{tool[0]}{run}")
     out = Path(tempfile.mkdtemp(dir=work, prefix=f"{tool}-"))
     try:
-        pin = ["ip", "netns", "exec", ns, "taskset", "-c", "1"]
+        nice = ["nice", "-n", str(args.nice)]
+        pin = ["ip", "netns", "exec", ns, *nice, "taskset", "-c", "1"]
         if tool == "nfcapd":
             argv = [*pin, "nfcapd", "-y", "-B", "16777216", "-t", "3600", "-b", "127.0.0.1",
                     "-p", str(PORT), "-w", str(out)]
@@ -121,14 +144,31 @@ def one_run(tool: str, args, work: Path, run: int) -> dict:
             argv = [*pin, str(args.tapflow), "collect", "-q", "-l", f"ipfix://127.0.0.1:{PORT}",
                     "--store", str(out / "store"), "--rcvbuf", "16M",
                     "--summary-json", str(out / "summary.json")]
+            if tool == "tapflow-enrich":
+                argv += ["--geoip", str(args.enrich / "country.mmdb"),
+                         "--asn", str(args.enrich / "asn.csv")]
         p, t0 = bl.start(argv, work, f"{tool}-{run}")
         bl.wait_udp_bound(p, PORT, work, f"{tool}-{run}", tool)
-        sender = ["ip", "netns", "exec", ns, "taskset", "-c", "0", "softflowd", "-d", "-c", "none",
-                  "-r", str(args.trace), "-n", f"127.0.0.1:{PORT}", "-v", "10", "-b"]
+        on0 = ["ip", "netns", "exec", ns, *nice, "taskset", "-c", "0"]
+        if args.sender == "softflowd":
+            sender = [*on0, "softflowd", "-d", "-c", "none", "-r", str(args.trace), "-n",
+                      f"127.0.0.1:{PORT}", "-v", "10", "-b"]
+        elif args.live_times:
+            sender = [*on0, sys.executable, __file__, "--replay", str(work / "ingest-stream"),
+                      "--replay-rate", str(args.replay_rate)]
+        else:
+            sender = [*on0, "nfreplay", "-r", str(args.nfcapd_file), "-H", "127.0.0.1", "-p",
+                      str(PORT), "-v", "9"]
         subprocess.run(sender, check=True, capture_output=True, timeout=600)
         wait_drained(ns, PORT)
         dropped = in_errors(ns)
         receive = thread_cpu(p.pid, "tapflow-collect")
+        # tapflow: its CPU once the store thread has written what it took (a flush every 5 s)
+        # and gone quiet; what it does after SIGTERM (the merges, the last rollups) is apart.
+        ingest = settled_cpu(p.pid) if tool.startswith("tapflow") else None
+        store_thread = thread_cpu(p.pid, "tapflow-store") if tool != "nfcapd" else 0.0
+        fresh = (size_of((out / "store" / "flows").rglob("*.parquet"))
+                 if tool.startswith("tapflow") else 0)
         p.send_signal(15)
         f = bl.wait_rusage(p, t0, timeout=300)
         if tool == "nfcapd":
@@ -142,6 +182,9 @@ def one_run(tool: str, args, work: Path, run: int) -> dict:
             dropped = max(dropped, s["socket_drops"])
             files = list((out / "store" / "flows").rglob("*.parquet"))
         return {"cpu": f.cpu, "receive": receive, "stored": stored, "dropped": dropped,
+                "ingest": f.cpu if ingest is None else ingest,
+                "store_thread": store_thread,
+                "fresh_bytes_per_flow": fresh / max(stored, 1),
                 "bytes_per_flow": size_of(files) / max(stored, 1), "rc": f.rc}
     finally:
         ns_del(ns)
@@ -152,30 +195,10 @@ def record_stream(args, work: Path) -> list[bytes]:
     """tapflow's IPFIX export of the trace, every datagram in order."""
     ns = ns_new("rec")
     try:
-        rx = subprocess.Popen(
-            ["ip", "netns", "exec", ns, sys.executable, "-c",
-             "import socket,sys,struct\n"
-             "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
-             "s.setsockopt(socket.SOL_SOCKET,33,1<<28)  # SO_RCVBUFFORCE\n"
-             f"s.bind(('127.0.0.1',{PORT}));s.settimeout(3)\n"
-             "o=sys.stdout.buffer\n"
-             "try:\n"
-             " while True:\n  d=s.recv(65535);o.write(struct.pack('>I',len(d))+d)\n"
-             "except socket.timeout: pass\n"],
-            stdout=subprocess.PIPE)
-        time.sleep(0.5)
-        subprocess.run(["ip", "netns", "exec", ns, str(args.tapflow), "flows", "-q", "-r",
-                        str(args.trace), "--export", f"ipfix://127.0.0.1:{PORT}",
-                        "--export-rate", "2000"], check=True, capture_output=True)
-        data = rx.communicate(timeout=600)[0]
+        return record([str(args.tapflow), "flows", "-q", "-r", str(args.trace), "--export",
+                       f"ipfix://127.0.0.1:{PORT}", "--export-rate", "2000"], ns)
     finally:
         ns_del(ns)
-    out, i = [], 0
-    while i < len(data):
-        (n,) = struct.unpack_from(">I", data, i)
-        out.append(data[i + 4:i + 4 + n])
-        i += 4 + n
-    return out
 
 
 def rate_run(args, work: Path, rate: float, sink: str) -> dict:
@@ -219,16 +242,18 @@ STEP_MS = 7 * 60 * 1000
 
 def time_fields(msgs) -> list:
     """(message, offset of a record, its flowStart/EndMilliseconds fields, forward and reverse,
-    as (is a start, offset)) of every data record of the stream, from its IPFIX templates."""
+    as (is a start, offset)) of every data record of the stream, from its IPFIX (or NetFlow
+    v9: a 20-byte header, templates in set 0, no enterprise bit) templates."""
     templates, out = {}, []
     for m in msgs:
-        at = 16
+        v9 = m[:2] == b"\x00\x09"
+        at = 20 if v9 else 16
         while at + 4 <= len(m):
             sid, slen = struct.unpack_from(">HH", m, at)
             body, end = at + 4, at + slen
             if slen < 4:
                 break
-            if sid == 2:
+            if sid == (0 if v9 else 2):
                 while body + 4 <= end:
                     tid, count = struct.unpack_from(">HH", m, body)
                     body += 4
@@ -236,7 +261,7 @@ def time_fields(msgs) -> list:
                     for _ in range(count):
                         ie, length = struct.unpack_from(">HH", m, body)
                         body += 4
-                        if ie & 0x8000:
+                        if ie & 0x8000 and not v9:
                             body += 4
                         if (ie & 0x7fff) in (152, 153) and length == 8:
                             fields.append((ie & 0x7fff == 152, off))
@@ -329,6 +354,82 @@ def send(rate_m: float, seconds: float, stream_path: Path, live: bool) -> None:
                       "slipped": slipped}))
 
 
+def read_stream(path: Path) -> list:
+    """The datagrams of a recorded stream (each after its 4-byte length)."""
+    data, msgs, i = path.read_bytes(), [], 0
+    while i < len(data):
+        (n,) = struct.unpack_from(">I", data, i)
+        msgs.append(data[i + 4:i + 4 + n])
+        i += 4 + n
+    return msgs
+
+
+def write_stream(path: Path, msgs) -> None:
+    path.write_bytes(b"".join(struct.pack(">I", len(d)) + d for d in msgs))
+
+
+def record(argv: list, ns: str) -> list:
+    """Every datagram `argv` (run in namespace `ns`) sends to 127.0.0.1:PORT, in order."""
+    rx = subprocess.Popen(
+        ["ip", "netns", "exec", ns, sys.executable, "-c",
+         "import socket,sys,struct\n"
+         "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+         "s.setsockopt(socket.SOL_SOCKET,33,1<<28)  # SO_RCVBUFFORCE\n"
+         f"s.bind(('127.0.0.1',{PORT}));s.settimeout(3)\n"
+         "o=sys.stdout.buffer\n"
+         "try:\n"
+         " while True:\n  d=s.recv(65535);o.write(struct.pack('>I',len(d))+d)\n"
+         "except socket.timeout: pass\n"],
+        stdout=subprocess.PIPE)
+    time.sleep(0.5)
+    subprocess.run(["ip", "netns", "exec", ns, *argv], check=True, capture_output=True)
+    data = rx.communicate(timeout=600)[0]
+    out, i = [], 0
+    while i < len(data):
+        (n,) = struct.unpack_from(">I", data, i)
+        out.append(data[i + 4:i + 4 + n])
+        i += 4 + n
+    return out
+
+
+def nfreplay_stream(args, work: Path) -> None:
+    """nfpcapd's flows of the trace in one nfcapd file (`args.nfcapd_file`); with --live-times
+    also nfreplay's NetFlow v9 stream of them (MTU 1500, ~11 records a datagram), recorded
+    once, with the flows moved into the current hour (`work/ingest-stream`)."""
+    nf = work / "nfpcapd"
+    nf.mkdir()
+    subprocess.run(["nfpcapd", "-r", str(args.trace), "-w", str(nf), "-t", "86400000"],
+                   check=True, capture_output=True)
+    args.nfcapd_file = next(nf.glob("nfcapd.*"))
+    if not args.live_times:
+        return
+    ns = ns_new("nfr")
+    try:
+        msgs = record(["nfreplay", "-r", str(args.nfcapd_file), "-H", "127.0.0.1", "-p",
+                       str(PORT), "-v", "9", "-d", "0"], ns)
+    finally:
+        ns_del(ns)
+    write_stream(work / "ingest-stream", live_variants(msgs)[0])
+    print(f"nfreplay stream: {len(msgs)} datagrams, flows moved into the current hour")
+
+
+def replay(path: Path, rate_m: float) -> None:
+    """Sends the recorded stream at `path` once to 127.0.0.1:PORT, `rate_m` million records a
+    second at most (paced by datagrams, of the stream's mean records per datagram)."""
+    msgs = read_stream(path)
+    per = len(time_fields(msgs)) / len(msgs)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
+    s.connect(("127.0.0.1", PORT))
+    t0, sent = time.monotonic(), 0.0
+    for m in msgs:
+        s.send(m)
+        sent += per
+        ahead = sent / (rate_m * 1e6) - (time.monotonic() - t0)
+        if ahead > 0.001:
+            time.sleep(ahead)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", type=Path, default=bl.REPO / "bench" / "out" / "big.pcap")
@@ -340,43 +441,87 @@ def main() -> None:
     ap.add_argument("--sinks", default="csv,store", help="where the rate part keeps the flows")
     ap.add_argument("--rcvbuf", default="256M", help="the rate part's socket buffer")
     ap.add_argument("--nice", type=int, default=-10,
-                    help="niceness of the rate part's collector and sender, so that other jobs "
-                         "on a shared machine take less of their cores")
+                    help="niceness of the collectors and senders, so that other jobs on a "
+                         "shared machine take less of their cores")
     ap.add_argument("--skip-ingest", action="store_true", help="only the rate part")
+    ap.add_argument("--skip-rates", action="store_true", help="only the ingest part")
+    ap.add_argument("--enrich", type=Path, default=None, metavar="DIR",
+                    help="also a tapflow run with --geoip DIR/country.mmdb --asn DIR/asn.csv "
+                         "(scripts/fetch-ipdb.sh), reported beside the run without")
     ap.add_argument("--live-times", action="store_true",
                     help="the rate part's flows moved into the current hour, as a live exporter's")
+    ap.add_argument("--sender", choices=("nfreplay", "softflowd"), default="nfreplay",
+                    help="the ingest part's stream: nfreplay's NetFlow v9 of nfpcapd's flows "
+                         "(MTU 1500), or softflowd's IPFIX")
+    ap.add_argument("--replay-rate", type=float, default=1.0,
+                    help="with --live-times, the ingest part's rate (million records a second)")
+    ap.add_argument("--replay", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--send", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--stream", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.send is not None:
         return send(args.send, args.seconds, args.stream, args.live_times)
-    bl.need("softflowd", "nfcapd", "nfdump", "taskset")
+    if args.replay is not None:
+        return replay(args.replay, args.replay_rate)
+    bl.need("softflowd", "nfcapd", "nfdump", "nfpcapd", "nfreplay", "taskset")
     args.tapflow = bl.tapflow_path(args.tapflow)
     if not args.trace.exists():
         subprocess.run([str(bl.REPO / "scripts" / "make-trace.sh"), str(args.trace)], check=True)
     work = Path(tempfile.mkdtemp(prefix="tf-bench-collect-"))
     print(f"trace {args.trace}, {args.runs} runs, work {work}")
+    if args.sender == "nfreplay" and not args.skip_ingest:
+        nfreplay_stream(args, work)
     res = {"nfcapd": [], "tapflow": []}
+    tools = ("nfcapd", "tapflow")
+    if args.enrich:
+        res["tapflow-enrich"] = []
+        tools = (*tools, "tapflow-enrich")
     for run in range(0 if args.skip_ingest else args.runs):
-        for tool in ("nfcapd", "tapflow") if run % 2 == 0 else ("tapflow", "nfcapd"):
+        for tool in tools if run % 2 == 0 else tuple(reversed(tools)):
             r = one_run(tool, args, work, run)
             res[tool].append(r)
             recv = (f", receive workers {r['receive'] / max(r['stored'], 1) * 1e6:.3f} s/M"
                     if tool == "tapflow" else "")
+            if tool == "tapflow":
+                recv += (f", until its last flush {r['ingest'] / max(r['stored'], 1) * 1e6:.3f}"
+                         f" s/M ({r['fresh_bytes_per_flow']:.1f} B/flow)")
             print(f"  {tool:8} run {run}: {r['stored']} flows stored, CPU {r['cpu']:.3f} s "
                   f"({r['cpu'] / max(r['stored'], 1) * 1e6:.3f} s/M{recv}), {r['dropped']} "
                   f"datagrams dropped, {r['bytes_per_flow']:.1f} B/flow, exit {r['rc']}")
     if not args.skip_ingest:
         report_ingest(res)
-    rate_part(args, work)
+        if args.enrich:
+            report_enrich(res)
+    if not args.skip_rates:
+        rate_part(args, work)
 
 
 def report_ingest(res: dict) -> None:
     med = {t: bl.median([r["cpu"] / max(r["stored"], 1) * 1e6 for r in rs]) for t, rs in res.items()}
-    recv = bl.median([r["receive"] / max(r["stored"], 1) * 1e6 for r in res["tapflow"]])
+    per_m = lambda k: bl.median([r[k] / max(r["stored"], 1) * 1e6 for r in res["tapflow"]])
+    recv, ingest = per_m("receive"), per_m("ingest")
+    close = bl.median([(r["cpu"] - r["ingest"]) / max(r["stored"], 1) * 1e6
+                       for r in res["tapflow"]])
     print(f"median CPU per million records stored: nfcapd -y {med['nfcapd']:.3f} s, "
-          f"tapflow collect --store {med['tapflow']:.3f} s (its receive workers {recv:.3f} s), "
-          f"ratios {med['tapflow'] / med['nfcapd']:.2f} and {recv / med['nfcapd']:.2f}")
+          f"tapflow collect --store {med['tapflow']:.3f} s: until its last flush {ingest:.3f} s "
+          f"(its receive workers {recv:.3f} s), after it (its close) {close:.3f} s; ratios "
+          f"{med['tapflow'] / med['nfcapd']:.2f}, {ingest / med['nfcapd']:.2f} and "
+          f"{recv / med['nfcapd']:.2f}")
+
+
+def report_enrich(res: dict) -> None:
+    """What enrichment (`--geoip`, `--asn`) adds to ingest: the same stream stored with and
+    without it, CPU per million records, the whole process and its store thread (where the
+    lookups run)."""
+    per_m = lambda r, k: r[k] / max(r["stored"], 1) * 1e6
+    cpu = {t: bl.median([per_m(r, "cpu") for r in res[t]]) for t in ("tapflow", "tapflow-enrich")}
+    st = {t: bl.median([per_m(r, "store_thread") for r in res[t]]) for t in ("tapflow", "tapflow-enrich")}
+    size = {t: bl.median([r["bytes_per_flow"] for r in res[t]]) for t in ("tapflow", "tapflow-enrich")}
+    print(f"enrichment: CPU per million records stored {cpu['tapflow']:.3f} s without, "
+          f"{cpu['tapflow-enrich']:.3f} s with (+{cpu['tapflow-enrich'] - cpu['tapflow']:.3f} s); "
+          f"store thread {st['tapflow']:.3f} s without, {st['tapflow-enrich']:.3f} s with "
+          f"(+{st['tapflow-enrich'] - st['tapflow']:.3f} s); {size['tapflow']:.2f} and "
+          f"{size['tapflow-enrich']:.2f} B/flow")
 
 
 def rate_part(args, work: Path) -> None:

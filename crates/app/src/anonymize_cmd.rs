@@ -81,6 +81,7 @@ pub fn run(a: &AnonymizeArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
         drop_privileges: None,
         anonymize: Some(pan.clone()),
         print: false,
+        detect: None,
     };
     let len = std::fs::metadata(&a.read).ok().map(|m| m.len());
     let mut status = StatusLine::new(&format!("reading {}", a.read.display()), a.quiet, len);

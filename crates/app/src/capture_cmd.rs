@@ -62,6 +62,7 @@ pub(crate) fn run_input(
         cfg.input = input;
     }
     cfg.flows = flow_config(&a.flows, flows)?;
+    cfg.detect = crate::detect_cmd::hub(&a.detect)?;
     if let Some(key) = &a.anonymize {
         anonymize(&mut cfg, crate::anonymize_cmd::read_key(key)?);
     }
@@ -71,6 +72,7 @@ pub(crate) fn run_input(
         && cfg.file.is_none()
         && cfg.forward.is_none()
         && cfg.flows.is_none()
+        && cfg.detect.is_none()
         && !stdout_is_null();
     let file = a.write.as_ref().filter(|b| !is_stdout(b));
     if a.write.as_deref().is_some_and(is_stdout) {
@@ -171,6 +173,7 @@ pub(crate) fn run_input(
     };
     let (summary, err) = pipeline::run(&cfg, stop, &mut announce, &mut |t| status.tick(t));
     status.finish();
+    crate::detect_cmd::close(cfg.detect.as_ref(), quiet);
     if err.is_none() || summary.totals.received > 0 {
         eprintln!("{}", summary_line(&summary.totals));
         if let Some(f) = &summary.sinks.forward {
@@ -345,6 +348,7 @@ fn config(a: &CaptureArgs) -> Result<CaptureConfig, Failure> {
         metrics: a.metrics,
         drop_privileges: None,
         anonymize: None,
+        detect: None,
     })
 }
 
@@ -513,6 +517,11 @@ pub(crate) fn flow_config(a: &FlowArgs, flows_cmd: bool) -> Result<Option<FlowCo
             rate: a.export_rate,
             anonymize: None,
             store: a.store.clone(),
+            enrich: if a.store.is_some() {
+                crate::enrich_source(&a.enrich)?
+            } else {
+                None
+            },
         },
     }))
 }

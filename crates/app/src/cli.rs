@@ -71,6 +71,11 @@ pub enum Command {
     /// Import flow records written by `tapflow flows` (--json, --csv, --export json:/csv:)
     /// into a store directory.
     Import(ImportArgs),
+    /// Watch traffic for floods: per-destination packets, bits and flows a second against
+    /// thresholds (default 20,000 packets/s or 1 Gbit/s at one destination), from an interface
+    /// (-i), a capture file (-r), exporters (-l) or a store (--store -t); one line per alert
+    /// start and end, with its evidence (docs/detect.md).
+    Detect(DetectArgs),
     /// Anonymise the IP addresses of a capture file (Crypto-PAn, prefix-preserving, keyed),
     /// fixing the checksums over them; pcap, pcapng, compressed or not.
     Anonymize(AnonymizeArgs),
@@ -356,6 +361,9 @@ pub struct CaptureArgs {
     /// Flow metering and export.
     #[command(flatten)]
     pub flows: FlowArgs,
+    /// Flood detection on the packets (alerts on standard error; docs/detect.md).
+    #[command(flatten)]
+    pub detect: DetectOpts,
 }
 
 /// Where live packets come from.
@@ -365,6 +373,24 @@ pub enum SourceArg {
     Packet,
     /// AF_XDP through an XDP program.
     Xdp,
+}
+
+/// Enrichment: AS, country and the operator's networks for both addresses of every stored flow
+/// (docs/enrichment.md). Files are reloaded when they change and on SIGHUP.
+#[derive(Debug, Clone, Default, Args)]
+pub struct EnrichArgs {
+    /// Country data: an MMDB file (GeoLite2-Country, DB-IP, IPinfo, `@ip-location-db`), or CSV
+    /// ranges FIRST,LAST,COUNTRY.
+    #[arg(long, value_name = "FILE")]
+    pub geoip: Option<PathBuf>,
+    /// AS data: an MMDB file (GeoLite2-ASN, DB-IP, IPinfo), or CSV ranges FIRST,LAST,ASN,NAME
+    /// (`@ip-location-db/asn`).
+    #[arg(long, value_name = "FILE")]
+    pub asn: Option<PathBuf>,
+    /// The operator's networks: TOML or CSV, prefix -> name, role, site, tenant and any other
+    /// attributes; the longest prefix wins.
+    #[arg(long, value_name = "FILE")]
+    pub networks: Option<PathBuf>,
 }
 
 /// Flow metering options, shared by `capture` (where any output turns metering on) and `flows`.
@@ -384,6 +410,9 @@ pub struct FlowArgs {
     /// without a network hop.
     #[arg(long, value_name = "DIR")]
     pub store: Option<PathBuf>,
+    /// Enrichment of the flows the store keeps.
+    #[command(flatten)]
+    pub enrich: EnrichArgs,
     /// A flow record never spans more than this long (`300`, `5m`; seconds); the flow
     /// continues in a new one.
     #[arg(long, value_name = "DURATION", default_value = "300", value_parser = units::secs_u64)]
@@ -841,6 +870,12 @@ pub struct CollectArgs {
     /// 64 hex digits) before any store or output gets them (docs/anonymize.md).
     #[arg(long, value_name = "KEYFILE")]
     pub anonymize: Option<PathBuf>,
+    /// Flood detection on the flows (alerts on standard error; docs/detect.md).
+    #[command(flatten)]
+    pub detect: DetectOpts,
+    /// Enrichment of the flows the stores keep.
+    #[command(flatten)]
+    pub enrich: EnrichArgs,
     /// Stop after this long (`30`, `90s`, `5m`, `1h`; seconds).
     #[arg(long, value_name = "DURATION", value_parser = units::period)]
     pub duration: Option<Duration>,
@@ -919,4 +954,79 @@ pub struct AnonymizeArgs {
     /// No progress output.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+}
+
+/// `--detect` and what it does with alerts: on `capture`, `flows` and `collect`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct DetectOpts {
+    /// Watch the traffic for floods as it passes (alerts on standard error; the outputs keep
+    /// everything they would keep without it).
+    #[arg(long)]
+    pub detect: bool,
+    /// What to do with alerts.
+    #[command(flatten)]
+    pub alerts: AlertArgs,
+    /// Alerts on standard output rather than standard error: `Some(true)` as JSON lines
+    /// (`tapflow detect` sets it).
+    #[arg(skip)]
+    pub stdout: Option<bool>,
+}
+
+/// Thresholds and actions of flood detection.
+#[derive(Debug, Clone, Default, Args)]
+pub struct AlertArgs {
+    /// Thresholds per host, prefix group and in total, hold time and hysteresis (TOML;
+    /// docs/detect.md). Default: 20,000 packets/s or 1 Gbit/s at one destination.
+    #[arg(long, value_name = "FILE")]
+    pub thresholds: Option<PathBuf>,
+    /// POST each alert start and end as JSON to this URL (tried 4 times).
+    #[arg(long, value_name = "URL")]
+    pub webhook: Option<String>,
+    /// Run this command (`sh -c`) for each alert start and end, the alert as JSON on its
+    /// standard input and TAPFLOW_ALERT_EVENT, _TARGET and _KIND in its environment.
+    #[arg(long, value_name = "COMMAND")]
+    pub alert_exec: Option<String>,
+}
+
+/// `tapflow detect`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["interface", "read", "listen", "store"])))]
+pub struct DetectArgs {
+    /// Interface to watch (AF_PACKET ring, as `capture -i`).
+    #[arg(short = 'i', long)]
+    pub interface: Option<String>,
+    /// Capture file to read (pcap, pcapng or ERF), by its own timestamps.
+    #[arg(short = 'r', long)]
+    pub read: Option<PathBuf>,
+    /// Collect flows from exporters on these listeners (as `collect -l`: ipfix://, nfv9://,
+    /// sflow://, ...); sampled records count as many packets as they stand for.
+    #[arg(short = 'l', long, value_name = "URL[,URL...]", value_delimiter = ',')]
+    pub listen: Vec<String>,
+    /// Read the flows a store kept in a time window (-t) instead.
+    #[arg(long, value_name = "DIR", requires = "time")]
+    pub store: Option<PathBuf>,
+    /// The store's time window, as `tapflow query -t` takes it.
+    #[arg(short = 't', long, value_name = "WINDOW", requires = "store")]
+    pub time: Option<String>,
+    /// One JSON object per line instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Workers for -i (fanout members).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Serve `/metrics` here (`tapflow_alert_active{target,kind}` with the source's counters).
+    #[arg(long, value_name = "[ADDR:]PORT", value_parser = units::listen_loopback)]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Stop after this long (`30`, `90s`, `5m`; seconds).
+    #[arg(long, value_name = "DURATION", value_parser = units::period)]
+    pub duration: Option<Duration>,
+    /// No start banner or summary.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// Thresholds and actions.
+    #[command(flatten)]
+    pub alerts: AlertArgs,
+    /// A tcpdump filter expression for -i and -r (trailing words).
+    #[arg(trailing_var_arg = true, value_name = "FILTER")]
+    pub filter: Vec<String>,
 }

@@ -13,6 +13,7 @@ use tapflow_engine::collector::listen::Listen;
 use tapflow_engine::collector::templates_state::TemplatesState;
 use tapflow_engine::collector::writer::{NamedStore, StoreOutcome};
 use tapflow_engine::collector::{self, CollectConfig, CollectSummary};
+use tapflow_engine::enrich::store::EnrichedStore;
 use tapflow_engine::metrics::MetricsServer;
 use tapflow_engine::sink::flow::export::{ExportConfig, ExportTarget};
 use tapflow_engine::sink::flow::export_store::ExportStore;
@@ -28,7 +29,8 @@ use crate::Failure;
 use crate::cli::CollectArgs;
 
 pub fn run(a: CollectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
-    let cfg = config(&a)?;
+    let hub = crate::detect_cmd::hub(&a.detect)?;
+    let cfg = config(&a, hub.as_ref())?;
     // Descriptors held by exporters' sessions and console clients must not starve the stores.
     if let Err(e) = tapflow_sys::rlimit::raise_nofile() {
         eprintln!("tapflow: warning: {e}");
@@ -39,7 +41,14 @@ pub fn run(a: CollectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
     let ready = |r: &collector::Ready| {
         if let Some(addr) = metrics_at {
             let l = Arc::clone(&r.ledger);
-            match MetricsServer::start_counters(addr, move || ledger::metrics(&l.snapshot())) {
+            let alerts = hub
+                .as_ref()
+                .map(|h| h.lock().unwrap_or_else(PoisonError::into_inner).gauge());
+            match MetricsServer::start_counters_and_alerts(
+                addr,
+                move || ledger::metrics(&l.snapshot()),
+                alerts,
+            ) {
                 Ok(s) => {
                     eprintln!("tapflow: metrics on http://{}/metrics", s.addr());
                     *server.lock().unwrap_or_else(PoisonError::into_inner) = Some(s);
@@ -103,6 +112,7 @@ pub fn run(a: CollectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
     }
     let summary = summary?;
     drop(server);
+    crate::detect_cmd::close(hub.as_ref(), false);
     if tty && !quiet {
         eprint!("\r\x1b[K");
     }
@@ -170,7 +180,10 @@ fn console(
         .map_err(|e| Failure::Runtime(format!("cannot start the console: {e}")))
 }
 
-fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
+fn config(
+    a: &CollectArgs,
+    hub: Option<&tapflow_engine::detect::Hub>,
+) -> Result<CollectConfig, Failure> {
     let bad = |m: String| Failure::Usage(m);
     let listen = a
         .listen
@@ -201,7 +214,11 @@ fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
     ];
     for (flag, at) in given {
         let Some(at) = at else { continue };
-        let at = Location::parse(at).map_err(|e| bad(format!("{flag} {e}")))?;
+        let at = match flag {
+            "--clickhouse" => Location::clickhouse(&at.to_string_lossy()),
+            _ => Location::parse(at),
+        }
+        .map_err(|e| bad(format!("{flag} {e}")))?;
         let store = open::store(&at, &options).map_err(|e| bad(format!("{flag} {e}")))?;
         stores.push(NamedStore {
             name: at.name(),
@@ -229,6 +246,7 @@ fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
             observation_domain: 1,
             rate: a.export_rate,
             store: None,
+            enrich: None,
             anonymize: None,
         })
         .map_err(Failure::from_engine)?;
@@ -246,6 +264,30 @@ fn config(a: &CollectArgs) -> Result<CollectConfig, Failure> {
                 store: Box::new(AnonymizedStore::new(s.store, Anonymizer::new(pan.clone()))),
             })
             .collect();
+    }
+    // Outermost, so that lookups see the real addresses before anonymisation; only the
+    // stores keep the places (an IPFIX or text output has no field for them).
+    if let Some(source) = crate::enrich_source(&a.enrich)? {
+        stores = stores
+            .into_iter()
+            .map(|s| {
+                if s.name.starts_with("parquet:") || s.name.starts_with("clickhouse:") {
+                    NamedStore {
+                        store: Box::new(EnrichedStore::new(s.store, Arc::clone(&source))),
+                        name: s.name,
+                    }
+                } else {
+                    s
+                }
+            })
+            .collect();
+    }
+    if let Some(hub) = hub {
+        let stage = tapflow_engine::detect::store::DetectStore::new(Arc::clone(hub), true);
+        stores.push(NamedStore {
+            name: "detect".into(),
+            store: Box::new(stage),
+        });
     }
     if stores.is_empty() {
         return Err(bad(

@@ -36,6 +36,14 @@ pub fn run(args: ConsoleArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failur
         return Err(Failure::Usage("--store DIR is required".into()));
     };
     let at = Location::parse(&store).map_err(|e| Failure::Usage(format!("--store {e}")))?;
+    if let Location::Parquet(dir) = &at
+        && !dir.is_dir()
+    {
+        return Err(Failure::Usage(format!(
+            "--store {}: not a directory",
+            dir.display()
+        )));
+    }
     let engine: Arc<_> = open::engine(&at, SCAN_THREADS, true)
         .map_err(|e| match e {
             QueryError::Parse(m) => Failure::Usage(format!("--store {m}")),

@@ -72,6 +72,23 @@ fn text(
         let _ = write!(head, ", {mbps} Mbit/s");
     }
     let _ = writeln!(s, "{head}");
+    // The enrichment data (`--geoip`, `--asn`): where it came from, its licence and date.
+    let dir = tapflow_engine::enrich::default_data_dir();
+    match tapflow_engine::enrich::data_sources(&dir) {
+        Some(lines) => {
+            for l in lines {
+                let _ = writeln!(s, "{:<9}enrichment data in {}: {l}", "data", dir.display());
+            }
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "{:<9}no enrichment data in {} (scripts/fetch-ipdb.sh fetches it)",
+                "data",
+                dir.display()
+            );
+        }
+    }
     if fixed {
         if changes.is_empty() {
             let _ = writeln!(s, "nothing to change");

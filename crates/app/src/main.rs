@@ -9,6 +9,7 @@ mod cli;
 mod collect_cmd;
 mod config;
 mod console_cmd;
+mod detect_cmd;
 mod doctor_cmd;
 mod gen_cmd;
 mod generate_cmd;
@@ -174,6 +175,7 @@ fn main() -> ExitCode {
         Command::Console(args) => console_cmd::run(args, stop.flag()),
         Command::Query(args) => query_cmd::run(&args),
         Command::Import(args) => import_cmd::run(&args),
+        Command::Detect(args) => detect_cmd::run(args, &stop),
         Command::Anonymize(args) => anonymize_cmd::run(&args, &stop),
         Command::Generate(args) => generate_cmd::run(args),
     };
@@ -188,6 +190,35 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The enrichment tables of the files `a` names, if any, reloaded by a thread of their own when
+/// a file changes or SIGHUP arrives (docs/enrichment.md). A file that cannot be loaded now is a
+/// usage error naming it and its line.
+pub(crate) fn enrich_source(
+    a: &cli::EnrichArgs,
+) -> Result<Option<Arc<tapflow_engine::enrich::Source>>, Failure> {
+    let cfg = tapflow_engine::enrich::EnrichConfig {
+        geoip: a.geoip.clone(),
+        asn: a.asn.clone(),
+        networks: a.networks.clone(),
+    };
+    if !cfg.is_enabled() {
+        return Ok(None);
+    }
+    let source =
+        tapflow_engine::enrich::Source::open(cfg).map_err(|e| Failure::Usage(e.to_string()))?;
+    let hup = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))
+        .map_err(|e| Failure::Runtime(format!("cannot catch SIGHUP: {e}")))?;
+    source
+        .watch(hup, std::time::Duration::from_secs(1))
+        .map_err(|e| Failure::Runtime(format!("cannot start the enrichment reloader: {e}")))?;
+    eprintln!(
+        "tapflow: enrichment: {}",
+        source.current().0.describe().join("; ")
+    );
+    Ok(Some(source))
 }
 
 /// A stop that SIGINT and SIGTERM raise: the handler sets the flag, then wakes the pollers.

@@ -121,7 +121,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
     let at = match (&a.clickhouse, &a.store) {
-        (Some(url), _) => Location::parse(url),
+        (Some(url), _) => Location::clickhouse(url),
         (None, Some(dir)) => Location::parse(dir),
         (None, None) => return Err(Failure::Usage("query: -R DIR or --clickhouse URL".into())),
     }

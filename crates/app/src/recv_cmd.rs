@@ -142,6 +142,7 @@ fn config(a: &RecvArgs, ledger: &Arc<Mutex<Ledger>>) -> Result<CaptureConfig, Fa
         metrics: a.metrics,
         drop_privileges: None,
         anonymize: None,
+        detect: None,
     })
 }
 

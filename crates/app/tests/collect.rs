@@ -877,8 +877,14 @@ fn a_full_disk_is_a_named_loss_not_a_crash() {
 
 /// NetFlow v5 messages of one flow each, numbered `from..from + n`, sent to 2055 from `ns`.
 fn send_v5(ns: &Netns, from: u32, n: u32) {
+    run_ok(&mut v5_sender(ns, from, n));
+}
+
+/// The command that sends what [`send_v5`] sends.
+fn v5_sender(ns: &Netns, from: u32, n: u32) -> Command {
     let hex: String = v5_message(0).iter().map(|b| format!("{b:02x}")).collect();
-    run_ok(ns.cmd("python3").args([
+    let mut c = ns.cmd("python3");
+    c.args([
         "-c",
         &format!(
             "import socket,time;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
@@ -886,7 +892,8 @@ fn send_v5(ns: &Netns, from: u32, n: u32) {
              for i in range({from},{from}+{n}):\n m[16:20]=i.to_bytes(4,'big');\
              s.sendto(m,('127.0.0.1',2055));time.sleep(0.001)"
         ),
-    ]));
+    ]);
+    c
 }
 
 /// Sets the soft descriptor limit of process `pid` (`None`: up to its hard limit).
@@ -1314,4 +1321,120 @@ fn sflow_interface_counters_are_stored_and_queried() {
         .map(String::from),
         "{out}"
     );
+}
+
+/// `--geoip`, `--asn` and `--networks` set the places of every stored flow; under a stream of
+/// records the networks file is replaced by a bad one (refused with its line number, the
+/// previous data staying in force), then by a good one (taken up), and no record is lost.
+#[test]
+fn enrichment_places_every_flow_and_reloads_under_a_stream() {
+    let ns = Netns::new("enr");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let geoip = write_file(d, "country.csv", b"192.0.2.0,192.0.2.127,DE\n");
+    let asn = write_file(
+        d,
+        "asn.csv",
+        b"192.0.2.0,192.0.2.255,64500,\"Example, Inc.\"\n",
+    );
+    let nets = d.join("networks.toml");
+    let v1 = "\"192.0.2.0/24\" = { name = \"lab\", role = \"servers\", tenant = \"acme\" }\n\
+              \"192.0.2.2/32\" = \"web\"\n";
+    std::fs::write(&nets, v1).unwrap();
+    let store = d.join("store");
+    let log = std::fs::File::create(d.join("stderr")).unwrap();
+    let child = ns
+        .tapflow(&[
+            "collect",
+            "-q",
+            "-l",
+            "nfv5://127.0.0.1",
+            "--flush-seconds",
+            "1",
+        ])
+        .arg("--store")
+        .arg(&store)
+        .arg("--geoip")
+        .arg(&geoip)
+        .arg("--asn")
+        .arg(&asn)
+        .arg("--networks")
+        .arg(&nets)
+        .arg("--summary-json")
+        .arg(d.join("summary.json"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("tapflow collect");
+    let mut guard = ChildGuard::new(child, "tapflow collect");
+    wait_udp_bound(&mut guard, 2055);
+    let stderr = || std::fs::read_to_string(d.join("stderr")).unwrap_or_default();
+    // The first records are stored under the first file.
+    send_v5(&ns, 0, 50);
+    guard.wait_until(Duration::from_secs(60), "stored 50 flows", |_| {
+        store_flows(&store).len() >= 50
+    });
+    let mut stream = ChildGuard::new(
+        v5_sender(&ns, 50, 2000)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+        "the v5 sender",
+    );
+    std::fs::write(
+        &nets,
+        "\"192.0.2.0/24\" = \"lab\"\n\"192.0.2.0/33\" = \"x\"\n",
+    )
+    .unwrap();
+    guard.signal(libc::SIGHUP);
+    guard.wait_until(Duration::from_secs(60), "refused the bad file", |_| {
+        stderr().contains("networks.toml line 2: prefix length in '192.0.2.0/33'")
+    });
+    let v2 = v1.replace("\"lab\"", "\"lab2\"");
+    std::fs::write(&nets, v2).unwrap();
+    guard.signal(libc::SIGHUP);
+    guard.wait_until(Duration::from_secs(60), "reloaded", |_| {
+        stderr().contains("enrichment reloaded")
+    });
+    assert!(stream.wait_limited(Duration::from_secs(120)).success());
+    // Records sent after the reload are stored under the second file.
+    send_v5(&ns, 2050, 10);
+    guard.signal(libc::SIGTERM);
+    let status = guard.wait_limited(Duration::from_secs(60));
+    let err = stderr();
+    assert!(status.success(), "{err}");
+    let json = std::fs::read_to_string(d.join("summary.json")).unwrap();
+    assert_eq!(json_u64(&json, "records"), 2060, "{err}");
+    assert_eq!(json_u64(&json, "stores.0.stored"), 2060, "{err}");
+    let flows = store_flows(&store);
+    assert_eq!(flows.len(), 2060);
+    let mut names = BTreeMap::new();
+    for f in &flows {
+        let (s, t) = (&f.src_place, &f.dst_place);
+        assert_eq!(
+            (s.asn, s.as_name, s.country_code()),
+            (64500, "Example, Inc.", "DE")
+        );
+        assert_eq!((t.asn, t.country_code()), (64500, "DE"));
+        assert_eq!((s.net.role, s.net.tenant), ("servers", "acme"));
+        assert_eq!(t.net.name, "web", "the longest prefix wins");
+        *names.entry(s.net.name).or_insert(0) += 1;
+    }
+    assert!(names.get("lab").copied().unwrap_or(0) >= 50, "{names:?}");
+    assert!(names.get("lab2").copied().unwrap_or(0) >= 10, "{names:?}");
+    assert_eq!(names.len(), 2, "{names:?}");
+    // Asked by them: keys and filter words.
+    let q = |args: &[&str]| {
+        let mut c = tapflow(["query", "-R", store.to_str().unwrap(), "--csv"]);
+        run_ok(c.args(args))
+    };
+    let top = q(&["-s", "srcas/bytes"]);
+    assert!(top.contains("64500") && top.contains("2060"), "{top}");
+    let top = q(&["-s", "dstcountry/flows"]);
+    assert!(top.contains("DE") && top.contains("2060"), "{top}");
+    let some = q(&["-s", "srcas/flows", "src as 64500 and dst country DE"]);
+    assert!(some.contains("2060"), "{some}");
+    let none = q(&["-s", "srcas/flows", "dst as 13335"]);
+    assert!(!none.contains("64500"), "{none}");
 }

@@ -98,6 +98,7 @@ fn fill_store(dir: &Path) -> u64 {
             domain: 1,
             sampling: 1,
             received_ns: start + 2_000_000_000,
+            ..StoredFlow::default()
         });
     }
     store.insert(&flows).expect("insert");
@@ -1400,6 +1401,7 @@ fn fill_many(dir: &Path, n: u64) {
             domain: 1,
             sampling: 1,
             received_ns: first + 1_000_000_000,
+            ..StoredFlow::default()
         });
         if flows.len() == flows.capacity() {
             store.insert(&flows).expect("insert");

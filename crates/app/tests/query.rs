@@ -337,3 +337,135 @@ fn a_reader_that_stops_early_is_not_an_error() {
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(err.is_empty(), "{err}");
 }
+
+/// The flow count of `tapflow query -R DIR -I` (from the rollups, or the flows with `--raw`).
+fn summary_flows(store: &Path, raw: bool) -> u64 {
+    let mut c = tapflow(["query", "-R", store.to_str().unwrap(), "-I", "--json"]);
+    if raw {
+        c.arg("--raw");
+    }
+    let out = run_ok(&mut c);
+    let v: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    v["flows"].as_u64().unwrap()
+}
+
+/// Meters `pcap` into a store with `tapflow flows --store` and returns the store and the
+/// number of directions with packets in the records it wrote (`--csv`).
+fn meter_into_store(dir: &Path, pcap: &Path) -> (PathBuf, u64, u64) {
+    let store = dir.join("store");
+    let csv = dir.join("flows.csv");
+    run_ok(&mut tapflow([
+        "flows",
+        "-r",
+        pcap.to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+    ]));
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (packets, rev_packets) = (col("packets"), col("rev_packets"));
+    let (mut records, mut directions) = (0, 0);
+    for l in lines {
+        let f: Vec<&str> = l.split(',').collect();
+        records += 1;
+        for c in [packets, rev_packets] {
+            directions += u64::from(f[c].parse::<u64>().unwrap() > 0);
+        }
+    }
+    (store, records, directions)
+}
+
+/// A capture that starts mid-connection: a connection first seen from its SYN-ACK has an empty
+/// initiator direction, which is not a flow. `query -I`, from the flows and from the rollups,
+/// counts one flow per direction with packets.
+#[test]
+fn a_direction_without_packets_is_not_a_flow() {
+    use common::traffic::{Conversation, Packet, pcap_file};
+    use tapflow_wire::build::L4;
+    let dir = tempfile::tempdir().unwrap();
+    // TCP flags sit 13 bytes into the TCP header, after Ethernet (14) and IPv4 (20).
+    let with_flags = |mut f: Vec<u8>, flags: u8| {
+        f[14 + 20 + 13] = flags;
+        f
+    };
+    let (syn, syn_ack, ack) = (0x02, 0x12, 0x10);
+    let mut packets = Vec::new();
+    let mut t = common::T0;
+    let mut at = |f: Vec<u8>| {
+        t += 1_000_000;
+        packets.push(Packet::new(t, f));
+    };
+    // Conversation 0, 4 and 8 are IPv4 TCP ones; 1 is IPv4 UDP.
+    let c = |n: u32| {
+        let c = Conversation::nth(n);
+        assert!(c.client.is_ipv4(), "{c:?}");
+        c
+    };
+    // Seen from its SYN-ACK, then both sides talk: two flows.
+    let (a, b, d, u) = (c(0), c(4), c(6), c(1));
+    assert_eq!(
+        (a.proto, b.proto, d.proto, u.proto),
+        (L4::Tcp, L4::Tcp, L4::Tcp, L4::Udp)
+    );
+    at(with_flags(a.frame(false, 60, 0), syn_ack));
+    at(with_flags(a.frame(true, 60, 1), ack));
+    at(with_flags(a.frame(false, 400, 1), ack));
+    // Only the SYN-ACK, as a reflection attack sends: one flow, the answer.
+    at(with_flags(b.frame(false, 60, 0), syn_ack));
+    // A whole handshake: two flows.
+    at(with_flags(d.frame(true, 60, 0), syn));
+    at(with_flags(d.frame(false, 60, 0), syn_ack));
+    at(with_flags(d.frame(true, 60, 1), ack));
+    // A UDP query with no answer: one flow.
+    at(u.frame(true, 100, 0));
+    let bytes = pcap_file(
+        tapflow_wire::LinkType::Ethernet,
+        true,
+        false,
+        65535,
+        &packets,
+    );
+    let pcap = common::write_file(dir.path(), "mid.pcap", &bytes);
+    let (store, records, directions) = meter_into_store(dir.path(), &pcap);
+    assert_eq!((records, directions), (4, 6), "the meter's records");
+    assert_eq!(summary_flows(&store, true), 6, "-I over the flows");
+    assert_eq!(summary_flows(&store, false), 6, "-I over the rollups");
+    let listed = run_ok(&mut tapflow([
+        "query",
+        "-R",
+        store.to_str().unwrap(),
+        "--json",
+    ]));
+    assert_eq!(listed.lines().count(), 6, "{listed}");
+}
+
+/// The same on a real capture of SYN-ACK reflection, where every connection is seen from its
+/// answer only.
+#[test]
+fn a_reflection_capture_counts_its_answers_only() {
+    let Some(corpus) = corpus() else { return };
+    let pcap = corpus.join("stopddos-amp-tcp-reflection-synack.pcap");
+    if !pcap.is_file() {
+        println!(
+            "skipped: a_reflection_capture_counts_its_answers_only: no corpus at {} (set TAPFLOW_CORPUS)",
+            pcap.display()
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (store, records, directions) = meter_into_store(dir.path(), &pcap);
+    assert!(
+        directions < 2 * records,
+        "{directions} of {records} records"
+    );
+    assert_eq!(summary_flows(&store, true), directions, "-I over the flows");
+    assert_eq!(
+        summary_flows(&store, false),
+        directions,
+        "-I over the rollups"
+    );
+}

@@ -97,6 +97,7 @@ fn flows(n: u64) -> Vec<StoredFlow> {
                 domain: 1,
                 sampling: 1,
                 received_ns: first + 1_000_000_000,
+                ..StoredFlow::default()
             }
         })
         .collect()

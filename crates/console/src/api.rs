@@ -289,6 +289,10 @@ const KEYS: &[Key] = &[
     Key::InIf,
     Key::OutIf,
     Key::Vlan,
+    Key::SrcAs,
+    Key::DstAs,
+    Key::SrcCountry,
+    Key::DstCountry,
 ];
 
 fn key(name: &str) -> Option<Key> {
@@ -319,6 +323,10 @@ fn term(key: Key, value: &Value) -> String {
         Key::InIf => format!("in if {v}"),
         Key::OutIf => format!("out if {v}"),
         Key::Vlan => format!("vlan {v}"),
+        Key::SrcAs => format!("src as {v}"),
+        Key::DstAs => format!("dst as {v}"),
+        Key::SrcCountry => format!("src country {v}"),
+        Key::DstCountry => format!("dst country {v}"),
     }
 }
 

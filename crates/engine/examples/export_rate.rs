@@ -81,6 +81,7 @@ fn main() {
             rate: ExportRate::Unpaced,
             anonymize: None,
             store: None,
+            enrich: None,
         },
         MeterClock::Packets,
     )

@@ -10,6 +10,8 @@ pub mod collector;
 pub mod compress;
 pub mod control;
 pub mod counters;
+pub mod detect;
+pub mod enrich;
 pub mod error;
 pub mod metrics;
 pub mod naming;

@@ -284,6 +284,9 @@ pub fn render(p: &ProbeState) -> String {
     families.extend(counter_families(p.source_metrics()));
     let mut out = String::new();
     write_families(&mut out, families);
+    if let Some(g) = p.alerts() {
+        out += &g.exposition();
+    }
     out
 }
 
@@ -363,9 +366,21 @@ impl MetricsServer {
         addr: SocketAddr,
         read: impl Fn() -> Vec<SourceCounter> + Send + Sync + 'static,
     ) -> Result<MetricsServer, EngineError> {
+        MetricsServer::start_counters_and_alerts(addr, read, None)
+    }
+
+    /// [`MetricsServer::start_counters`], with `tapflow_alert_active` from `alerts` if given.
+    pub fn start_counters_and_alerts(
+        addr: SocketAddr,
+        read: impl Fn() -> Vec<SourceCounter> + Send + Sync + 'static,
+        alerts: Option<crate::detect::action::Gauge>,
+    ) -> Result<MetricsServer, EngineError> {
         MetricsServer::serve(addr, move || {
             let mut out = String::new();
             write_families(&mut out, counter_families(read()));
+            if let Some(g) = &alerts {
+                out += &g.exposition();
+            }
             out
         })
     }

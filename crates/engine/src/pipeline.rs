@@ -89,6 +89,8 @@ pub struct CaptureConfig {
     ///
     /// [`ExportConfig::anonymize`]: crate::sink::flow::export::ExportConfig::anonymize
     pub anonymize: Option<CryptoPan>,
+    /// Flood detection on the packets (`--detect`), if any: every worker counts into it.
+    pub detect: Option<crate::detect::Hub>,
 }
 
 /// A call the caller makes the run do at a given moment (see
@@ -294,7 +296,12 @@ pub fn run_opened<S: PacketSource + Send>(
     let probe = Arc::new(
         ProbeState::new(shared.clone(), rules.clone())
             .with_source_metrics(metrics)
-            .with_interface(&input),
+            .with_interface(&input)
+            .with_alerts(
+                cfg.detect
+                    .as_ref()
+                    .map(|h| h.lock().unwrap_or_else(|e| e.into_inner()).gauge()),
+            ),
     );
     let servers = match start_servers(cfg, &probe) {
         Ok(s) => s,
@@ -315,6 +322,11 @@ pub fn run_opened<S: PacketSource + Send>(
         control: servers.0.as_ref().map(|c| c.path().to_path_buf()),
         metrics: servers.1.as_ref().map(MetricsServer::addr),
     });
+    if let Some(hub) = &cfg.detect {
+        hub.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .set_workers(workers);
+    }
     let multi = workers > 1;
     let mut all_sinks = Vec::with_capacity(workers);
     for k in 0..workers {
@@ -438,6 +450,13 @@ fn sinks_for(
     if let (Some(flows), Some(x)) = (&cfg.flows, exporter) {
         sinks.push(Sink::Flows(flows.meter(workers, worker, clock, x)));
     }
+    if let Some(hub) = &cfg.detect {
+        let meter = crate::detect::meter::Meter::new(Arc::clone(hub), worker.unwrap_or(0));
+        sinks.push(Sink::Detect(crate::detect::sink::DetectSink::new(
+            meter,
+            write_ahead,
+        )));
+    }
     Ok(sinks)
 }
 
@@ -553,6 +572,7 @@ mod tests {
             metrics: None,
             drop_privileges: None,
             anonymize: None,
+            detect: None,
         }
     }
 
@@ -621,6 +641,7 @@ mod tests {
                 rate: ExportRate::Unpaced,
                 anonymize: None,
                 store: None,
+                enrich: None,
             },
         });
         cfg.control = Some(dir.join("ctl.sock"));

@@ -67,6 +67,8 @@ pub struct ProbeState {
     source: Option<SourceMetrics>,
     /// What is captured: the interface's name, or the file or address read.
     interface: String,
+    /// The running alerts of flood detection, if it runs.
+    alerts: Option<crate::detect::action::Gauge>,
 }
 
 impl ProbeState {
@@ -81,7 +83,19 @@ impl ProbeState {
             started: SystemTime::now(),
             source: None,
             interface: String::new(),
+            alerts: None,
         }
+    }
+
+    /// Serves the running alerts of flood detection too (`tapflow_alert_active`).
+    pub fn with_alerts(mut self, g: Option<crate::detect::action::Gauge>) -> ProbeState {
+        self.alerts = g;
+        self
+    }
+
+    /// The running alerts, if detection runs.
+    pub fn alerts(&self) -> Option<&crate::detect::action::Gauge> {
+        self.alerts.as_ref()
     }
 
     /// Names what is captured (the interface, or the file or address read).

@@ -1,6 +1,7 @@
 //! The packet path allocates nothing: a capture of 200,000 packets makes no more allocations
-//! than one of 20,000, beyond the bounded pool of batch buffers; also with rules, flow metering,
-//! header forwarding to two collectors and Crypto-PAn anonymisation all at once.
+//! than one of 20,000, beyond the bounded pool of batch buffers; with flood detection; and with
+//! rules, flow metering, header forwarding to two collectors and Crypto-PAn anonymisation all at
+//! once.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
@@ -124,6 +125,7 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
                 rate: ExportRate::Unpaced,
                 anonymize: flows.then(|| CryptoPan::new(&[7; 32])),
                 store: None,
+                enrich: None,
             },
         }),
         rules: flows.then(|| {
@@ -135,6 +137,11 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
         metrics: None,
         drop_privileges: None,
         anonymize: flows.then(|| CryptoPan::new(&[7; 32])),
+        // Flood detection on the plain path: the exporter's pool of batches (with flows) grows
+        // with the relative speed of its threads and would hide what detection adds.
+        detect: (!flows).then(|| {
+            tapflow_engine::detect::Detector::new(Default::default(), Vec::new(), 1).shared()
+        }),
     };
     let stop = Arc::new(Stop::new().unwrap());
     let before = ALLOCS.load(Ordering::Relaxed);
@@ -156,6 +163,8 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
         assert_eq!(f.export.outputs[0].records, f.export.records);
     } else {
         assert_eq!(summary.totals.recorded, n as u64);
+        let d = summary.sinks.detect.expect("detect report");
+        assert_eq!(d.packets, n as u64, "{d:?}");
     }
     after - before
 }

@@ -72,6 +72,7 @@ fn flow(i: u64, x: u64) -> StoredFlow {
         domain: 0,
         sampling: 1,
         received_ns: t + 2_000_000_000,
+        ..StoredFlow::default()
     }
 }
 

@@ -10,6 +10,7 @@ pub mod clickhouse;
 pub mod import;
 #[cfg(test)]
 mod in_child;
+pub mod names;
 pub mod open;
 pub mod parquet;
 pub mod query;
@@ -18,7 +19,7 @@ pub mod schema;
 pub use self::parquet::damaged::install_panic_hook;
 pub use self::parquet::retention::parse_age;
 pub use self::parquet::{ParquetOptions, ParquetStore};
-pub use schema::{ExporterStats, InterfaceCounters, InterfaceName, StoredFlow};
+pub use schema::{ExporterStats, InterfaceCounters, InterfaceName, Network, Place, StoredFlow};
 
 /// Why a store could not take or keep flows.
 #[derive(Debug, thiserror::Error)]

@@ -61,6 +61,20 @@ impl Location {
         Ok(Location::Parquet(PathBuf::from(s)))
     }
 
+    /// Reads a URL that must name a ClickHouse server (`--clickhouse`): `http://` or
+    /// `clickhouse://`, never a directory.
+    pub fn clickhouse(url: &str) -> Result<Location, StoreError> {
+        match Location::parse(url)? {
+            Location::Parquet(_) => {
+                crate::clickhouse::Target::parse(url)?;
+                Err(StoreError::Other(format!(
+                    "ClickHouse URL {url:?}: not a URL"
+                )))
+            }
+            at => Ok(at),
+        }
+    }
+
     /// How the summary and `/metrics` name it: `parquet:DIR`, `clickhouse:URL`.
     pub fn name(&self) -> String {
         match self {
@@ -113,12 +127,6 @@ pub fn engine(
 ) -> Result<Box<dyn QueryEngine + Send + Sync>, QueryError> {
     Ok(match at {
         Location::Parquet(dir) => {
-            if !dir.is_dir() {
-                return Err(QueryError::Parse(format!(
-                    "{}: not a directory",
-                    dir.display()
-                )));
-            }
             Box::new(ParquetEngine::new(dir, threads).prefer_rollups(rollups))
         }
         Location::ClickHouse(url) => Box::new(ClickHouseEngine::open(url)?.prefer_rollups(rollups)),

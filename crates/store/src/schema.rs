@@ -27,6 +27,80 @@ pub struct StoredFlow {
     /// When the collector received the record, ns since 1970 (the flow meter's export time for
     /// flows stored without a network hop).
     pub received_ns: u64,
+    /// What enrichment found for the source address (AS, country, network).
+    pub src_place: Place,
+    /// What enrichment found for the destination address.
+    pub dst_place: Place,
+}
+
+/// One of the operator's own networks, as the networks file names it: the longest prefix that
+/// holds an address. Text is interned ([`crate::names::intern`]), so a flow stays `Copy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Network {
+    /// Its name (`office`, `dc1-web`).
+    pub name: &'static str,
+    /// Its role (`servers`, `users`, `transit`).
+    pub role: &'static str,
+    /// Its site.
+    pub site: &'static str,
+    /// Its tenant or customer.
+    pub tenant: &'static str,
+    /// Any other attributes, `key=value` joined by `,`, in the file's order.
+    pub attrs: &'static str,
+}
+
+/// The network of an address in none of the operator's networks.
+pub static NO_NETWORK: Network = Network {
+    name: "",
+    role: "",
+    site: "",
+    tenant: "",
+    attrs: "",
+};
+
+/// What enrichment found for one address: zero and empty where nothing is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Place {
+    /// The origin autonomous system's number (0: unknown).
+    pub asn: u32,
+    /// Its name (the ASN database's organisation).
+    pub as_name: &'static str,
+    /// ISO 3166-1 alpha-2 country code, upper case (`[0, 0]`: unknown).
+    pub country: [u8; 2],
+    /// The operator's network holding the address ([`NO_NETWORK`] if none).
+    pub net: &'static Network,
+}
+
+impl Default for Place {
+    fn default() -> Place {
+        Place {
+            asn: 0,
+            as_name: "",
+            country: [0; 2],
+            net: &NO_NETWORK,
+        }
+    }
+}
+
+impl Place {
+    /// The country code as text (empty if unknown).
+    pub fn country_code(&self) -> &str {
+        if self.country[0] == 0 {
+            ""
+        } else {
+            std::str::from_utf8(&self.country).unwrap_or("")
+        }
+    }
+
+    /// A country code from text: two ASCII letters, upper-cased; anything else is unknown.
+    pub fn country_from(code: &str) -> [u8; 2] {
+        match code.as_bytes() {
+            &[a, b] if a.is_ascii_alphabetic() && b.is_ascii_alphabetic() => {
+                [a.to_ascii_uppercase(), b.to_ascii_uppercase()]
+            }
+            _ => [0; 2],
+        }
+    }
 }
 
 /// A name an exporter gave one of its interfaces (IPFIX options records with `interfaceName`,
@@ -126,7 +200,28 @@ pub const FLOW_COLUMNS: &[(&str, ColumnType)] = &[
     ("vlan", ColumnType::U16),
     ("end_reason", ColumnType::U8),
     ("sampling", ColumnType::U32),
+    // Enrichment (docs/enrichment.md); appended, so files written before them still read.
+    ("src_as", ColumnType::U32),
+    ("dst_as", ColumnType::U32),
+    ("src_as_name", ColumnType::Utf8),
+    ("dst_as_name", ColumnType::Utf8),
+    ("src_country", ColumnType::Utf8),
+    ("dst_country", ColumnType::Utf8),
+    ("src_net", ColumnType::Utf8),
+    ("dst_net", ColumnType::Utf8),
+    ("src_net_role", ColumnType::Utf8),
+    ("dst_net_role", ColumnType::Utf8),
+    ("src_net_site", ColumnType::Utf8),
+    ("dst_net_site", ColumnType::Utf8),
+    ("src_net_tenant", ColumnType::Utf8),
+    ("dst_net_tenant", ColumnType::Utf8),
+    ("src_net_attrs", ColumnType::Utf8),
+    ("dst_net_attrs", ColumnType::Utf8),
 ];
+
+/// How many of [`FLOW_COLUMNS`] files written before enrichment hold: a reader fills the rest
+/// with zero and empty text.
+pub const FLOW_COLUMNS_BEFORE_ENRICHMENT: usize = 22;
 
 /// A rollup tier's traffic table (`rollup_1m`, `rollup_5m`, `rollup_1h`): one row per bucket,
 /// exporter, domain and protocol, summing the flows that started in the bucket. `flows` counts

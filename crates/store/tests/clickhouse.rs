@@ -14,7 +14,8 @@ use tapflow_store::clickhouse::{
 };
 use tapflow_store::schema::{ColumnType, FLOW_COLUMNS, addr16};
 use tapflow_store::{
-    ExporterStats, FlowStore, InterfaceName, ParquetOptions, ParquetStore, StoreReport, StoredFlow,
+    ExporterStats, FlowStore, InterfaceName, ParquetOptions, ParquetStore, Place, StoreReport,
+    StoredFlow,
 };
 use tapflow_wire::flowrecord::{Counters, EndReason, FlowRecord};
 
@@ -141,9 +142,14 @@ fn flows(n: u64) -> Vec<StoredFlow> {
                 dst[..4].copy_from_slice(&[192, 0, 2, (i % 200) as u8]);
             }
             let first = t0 + i * 7_000_000_000 / 100 + (i % 1000) * 1_000;
+            // Every 17th connection is seen from its answer only: no forward packets.
             let fwd = Counters {
-                packets: 1 + i % 40,
-                octets: 60 + (i * 977) % 150_000,
+                packets: if i % 17 == 1 { 0 } else { 1 + i % 40 },
+                octets: if i % 17 == 1 {
+                    0
+                } else {
+                    60 + (i * 977) % 150_000
+                },
                 tcp_flags: 0x18,
                 first_ns: first,
                 last_ns: first + 2_000_000_000,
@@ -176,6 +182,17 @@ fn flows(n: u64) -> Vec<StoredFlow> {
                 domain: 7,
                 sampling: 1,
                 received_ns: first + 5_000_000_000,
+                src_place: Place {
+                    asn: 64500 + (i % 3) as u32,
+                    as_name: "Example, Inc.",
+                    country: [*b"DE", *b"FR", [0; 2]][(i % 3) as usize],
+                    ..Place::default()
+                },
+                dst_place: Place {
+                    asn: [0, 15169][(i % 2) as usize],
+                    country: [*b"US", [0; 2], *b"JP"][(i % 7 % 3) as usize],
+                    ..Place::default()
+                },
             }
         })
         .collect()
@@ -186,6 +203,14 @@ fn totals(f: &[StoredFlow]) -> String {
     let packets: u64 = f.iter().map(|f| f.flow.fwd.packets).sum();
     let rev_bytes: u64 = f.iter().map(|f| f.flow.rev.octets).sum();
     format!("{}\t{bytes}\t{packets}\t{rev_bytes}", f.len())
+}
+
+/// The rollups' totals: `flows` counts the rows whose forward direction has packets.
+fn rollup_totals(f: &[StoredFlow]) -> String {
+    let forward = f.iter().filter(|f| f.flow.fwd.packets > 0).count();
+    let all = totals(f);
+    let rest = all.split_once('\t').map_or("", |(_, r)| r);
+    format!("{forward}\t{rest}")
 }
 
 const TOTALS: &str = "count(), sum(bytes), sum(packets), sum(rev_bytes)";
@@ -284,7 +309,7 @@ fn a_server_stores_every_flow_and_its_rollups_and_names() {
     );
     for tier in ["1m", "5m", "1h"] {
         let got = ch.query(0, &format!("SELECT {ROLLUP_TOTALS} FROM t.rollup_{tier}"));
-        assert_eq!(got, totals(&f), "rollup {tier}");
+        assert_eq!(got, rollup_totals(&f), "rollup {tier}");
     }
     assert_eq!(ch.query(0, TOP_SRC), top_src(&f));
     let reverse = f.iter().filter(|f| f.flow.rev.packets > 0).count();
@@ -495,7 +520,7 @@ fn two_shards_share_the_rows_and_the_distributed_tables_add_up() {
         );
         assert_eq!(
             ch.query(shard, &format!("SELECT {ROLLUP_TOTALS} FROM t.rollup_1h")),
-            totals(&f)
+            rollup_totals(&f)
         );
         assert_eq!(ch.query(shard, TOP_SRC), top_src(&f));
     }
@@ -600,7 +625,12 @@ fn chdb_takes_the_current_tables_and_answers_over_them() {
         String::from_utf8_lossy(&out.stderr)
     );
     let out = String::from_utf8(out.stdout).unwrap();
-    let expected = format!("{}\n{}\n{}\n1\n", totals(&f), totals(&f), top_src(&f));
+    let expected = format!(
+        "{}\n{}\n{}\n1\n",
+        totals(&f),
+        rollup_totals(&f),
+        top_src(&f)
+    );
     assert_eq!(out, expected);
 }
 
@@ -741,6 +771,24 @@ fn the_same_queries_answer_the_same_over_parquet_a_clickhouse_server_and_a_clust
         ),
         (
             None,
+            Some("src as 64501 or dst country JP"),
+            Kind::Top {
+                key: Key::SrcAs,
+                order_by: Metric::Bytes,
+                n: 0,
+            },
+        ),
+        (
+            None,
+            Some("not src country DE"),
+            Kind::Aggregate {
+                keys: vec![Key::SrcCountry, Key::DstAs, Key::DstCountry],
+                order_by: Metric::Flows,
+                n: 0,
+            },
+        ),
+        (
+            None,
             None,
             Kind::Aggregate {
                 keys: vec![Key::Protocol, Key::DstPort],
@@ -821,5 +869,85 @@ fn the_same_queries_answer_the_same_over_parquet_a_clickhouse_server_and_a_clust
                 .result;
             assert_eq!(got, want, "{url} {q:?}");
         }
+    }
+}
+
+/// Tables an older tapflow made, whose rollup views counted every row as a forward flow, are
+/// brought up to date when a store opens them: from then on a direction with no packets is not
+/// a flow, in the rollups as in the flow table's one-way view.
+#[test]
+fn tables_of_an_older_tapflow_learn_that_a_direction_without_packets_is_not_a_flow() {
+    use tapflow_store::clickhouse::ClickHouseEngine;
+    use tapflow_store::query::{Kind, Query, QueryEngine, QueryResult};
+    let ch = Servers::start(28600, 1);
+    let url = format!("http://{}/t", ch.host(0));
+    // Today's tables, then turned back into the older ones: no fwd_flow, views by count().
+    Box::new(ClickHouseStore::open(config(url.clone(), 5_000)).unwrap())
+        .close()
+        .unwrap();
+    for (name, bucket) in [
+        ("rollup_1m", "toStartOfMinute"),
+        ("rollup_5m", "toStartOfFiveMinute"),
+        ("rollup_1h", "toStartOfHour"),
+    ] {
+        ch.query(0, &format!("DROP TABLE t.{name}_mv"));
+        ch.query(
+            0,
+            &format!(
+                "CREATE MATERIALIZED VIEW t.{name}_mv TO t.{name} AS \
+                 SELECT toUInt64({bucket}(toDateTime(intDiv(time_start, 1000000), 'UTC'))) * 1000000 AS time, \
+                 exporter, domain, protocol, toUInt64(count()) AS flows, \
+                 toUInt64(sum(rev_flow)) AS rev_flows, sum(packets) AS packets, sum(bytes) AS bytes, \
+                 sum(rev_packets) AS rev_packets, sum(rev_bytes) AS rev_bytes FROM t.flows \
+                 GROUP BY time, exporter, domain, protocol"
+            ),
+        );
+    }
+    ch.query(0, "ALTER TABLE t.flows DROP COLUMN fwd_flow");
+    assert_eq!(
+        ch.query(
+            0,
+            "SELECT count() FROM system.columns WHERE database = 't' AND table = 'flows' AND name = 'fwd_flow'"
+        ),
+        "0"
+    );
+
+    let f = flows(3_400);
+    let forward = f.iter().filter(|f| f.flow.fwd.packets > 0).count();
+    let reverse = f.iter().filter(|f| f.flow.rev.packets > 0).count();
+    assert!(
+        forward < f.len(),
+        "some connections are seen from their answer only"
+    );
+    let mut store = Box::new(ClickHouseStore::open(config(url.clone(), 5_000)).unwrap());
+    insert_in_calls(store.as_mut(), &f, 1_000);
+    store.close().unwrap();
+    for tier in ["1m", "5m", "1h"] {
+        assert_eq!(
+            ch.query(
+                0,
+                &format!("SELECT sum(flows), sum(rev_flows) FROM t.rollup_{tier}")
+            ),
+            format!("{forward}\t{reverse}"),
+            "rollup {tier}"
+        );
+    }
+    // `-I` from the flow table and from the rollups: one flow per direction with packets.
+    for rollups in [false, true] {
+        let engine = ClickHouseEngine::open(&url).unwrap();
+        let q = Query {
+            window: None,
+            filter: None,
+            kind: Kind::Summary,
+        };
+        let a = engine.prefer_rollups(rollups).run(&q).unwrap();
+        let QueryResult::Summary(s) = a.result else {
+            panic!("{:?}", a.result)
+        };
+        assert_eq!(
+            s.total.flows,
+            (forward + reverse) as u64,
+            "rollups {rollups}"
+        );
     }
 }

@@ -23,7 +23,7 @@ use tapflow_store::query::sink::{ListSink, Sink, SummarySink};
 use tapflow_store::query::top::{AggregateSink, TopSink};
 use tapflow_store::query::{
     Cmp, Filter, IfSide, Key, Kind, Metric, Net, Prefixes, Query, QueryEngine, QueryResult, Side,
-    Term, Window,
+    Term, Window, country_code,
 };
 use tapflow_store::schema::addr16;
 use tapflow_store::{FlowStore, ParquetOptions, ParquetStore, StoredFlow};
@@ -52,6 +52,12 @@ fn store() -> &'static (tempfile::TempDir, Vec<StoredFlow>) {
             if (f.flow.start_ns() / 1000) as i64 / H == day0_us() / H + 2 {
                 f.flow.rev = Default::default();
             }
+            // Enrichment's AS numbers and countries, a few of each, some unknown (0, "").
+            let pick = u32::from(f.flow.sport) ^ u32::from(f.flow.src[3]);
+            f.src_place.asn = [0, 64_500, 64_501, 13_335][pick as usize % 4];
+            f.src_place.country = [[0; 2], *b"DE", *b"FR"][pick as usize % 3];
+            f.dst_place.asn = [0, 64_500, 15_169][usize::from(f.flow.dst[3]) % 3];
+            f.dst_place.country = [*b"DE", *b"US", [0; 2]][usize::from(f.flow.dst[3]) % 3];
         }
         for chunk in input.chunks(2000) {
             s.insert(chunk).unwrap();
@@ -67,8 +73,8 @@ fn store() -> &'static (tempfile::TempDir, Vec<StoredFlow>) {
     })
 }
 
-/// A stored row's one-way flows, row by row: the forward one, the reverse one if it has
-/// packets.
+/// A stored row's one-way flows, row by row: each direction that has packets (a direction with
+/// no packets is not a flow).
 fn one_way(s: &StoredFlow) -> Vec<OneWay> {
     let f = &s.flow;
     let fwd = OneWay {
@@ -87,16 +93,27 @@ fn one_way(s: &StoredFlow) -> Vec<OneWay> {
         in_if: f.interface,
         out_if: s.egress,
         vlan: f.vlan,
+        src_as: s.src_place.asn,
+        dst_as: s.dst_place.asn,
+        src_country: country_code(&s.src_place.country),
+        dst_country: country_code(&s.dst_place.country),
         reverse: false,
         flows: 1,
     };
-    let mut v = vec![fwd];
+    let mut v = Vec::new();
+    if f.fwd.packets > 0 {
+        v.push(fwd);
+    }
     if f.rev.packets > 0 {
         v.push(OneWay {
             src: fwd.dst,
             dst: fwd.src,
             sport: fwd.dport,
             dport: fwd.sport,
+            src_as: fwd.dst_as,
+            dst_as: fwd.src_as,
+            src_country: fwd.dst_country,
+            dst_country: fwd.src_country,
             tcp_flags: f.rev.tcp_flags,
             packets: f.rev.packets,
             bytes: f.rev.octets,
@@ -212,6 +229,16 @@ fn terms() -> impl Strategy<Value = Term> {
         )
             .prop_map(|(s, i)| Term::Interface(s, i)),
         (0u16..4).prop_map(Term::Vlan),
+        (
+            sides(),
+            prop_oneof![Just(0u32), Just(64_500), Just(13_335), Just(15_169)]
+        )
+            .prop_map(|(s, a)| Term::As(s, a)),
+        (
+            sides(),
+            prop_oneof![Just(*b"DE"), Just(*b"US"), Just(*b"FR")]
+        )
+            .prop_map(|(s, c)| Term::Country(s, country_code(&c))),
         (cmps(), 0u64..25).prop_map(|(c, v)| Term::Packets(c, v)),
         (cmps(), 0u64..20_000).prop_map(|(c, v)| Term::Bytes(c, v)),
         (0u16..64).prop_map(Term::TcpFlags),
@@ -246,6 +273,10 @@ fn keys() -> impl Strategy<Value = Key> {
         Just(Key::InIf),
         Just(Key::OutIf),
         Just(Key::Vlan),
+        Just(Key::SrcAs),
+        Just(Key::DstAs),
+        Just(Key::SrcCountry),
+        Just(Key::DstCountry),
     ]
 }
 
@@ -335,4 +366,78 @@ fn every_term_alone_answers_as_the_row_by_row_path() {
         assert_eq!(columnar(dir.path(), &q), want, "{t:?}");
     }
     assert!(checked > 100, "most terms keep some flows: {checked}");
+}
+
+/// A store whose files were written before the enrichment columns: the same flows with their
+/// AS and country columns cut off. They read as 0 and "" under every AS or country term and key.
+#[test]
+fn files_without_the_enrichment_columns_read_as_unknown_places() {
+    use parquet::arrow::ProjectionMask;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use tapflow_store::schema::FLOW_COLUMNS_BEFORE_ENRICHMENT;
+
+    let (dir, all) = store();
+    let old = tempfile::tempdir().unwrap();
+    let mut cut = 0;
+    for f in files_between(dir.path(), Table::Flows, i64::MIN, i64::MAX).unwrap() {
+        let to = old.path().join(f.strip_prefix(dir.path()).unwrap());
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        let b = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&f).unwrap()).unwrap();
+        let mask = ProjectionMask::roots(b.parquet_schema(), 0..FLOW_COLUMNS_BEFORE_ENRICHMENT);
+        let reader = b.with_projection(mask).build().unwrap();
+        let mut w = parquet::arrow::ArrowWriter::try_new(
+            std::fs::File::create(&to).unwrap(),
+            arrow_array::RecordBatchReader::schema(&reader),
+            None,
+        )
+        .unwrap();
+        for batch in reader {
+            w.write(&batch.unwrap()).unwrap();
+        }
+        w.close().unwrap();
+        cut += 1;
+    }
+    assert!(cut > 0);
+    let unknown: Vec<StoredFlow> = all
+        .iter()
+        .map(|f| StoredFlow {
+            src_place: Default::default(),
+            dst_place: Default::default(),
+            ..*f
+        })
+        .collect();
+    let de = country_code(b"DE");
+    for (filter, kind) in [
+        (Term::As(Side::Src, 64_500), Kind::Summary),
+        (Term::As(Side::Any, 0), Kind::Summary),
+        (Term::Country(Side::Dst, de), Kind::Summary),
+        (
+            Term::Port(Side::Dst, Cmp::Eq, 443),
+            Kind::Top {
+                key: Key::SrcCountry,
+                order_by: Metric::Flows,
+                n: 0,
+            },
+        ),
+        (
+            Term::Protocol(6),
+            Kind::Aggregate {
+                keys: vec![Key::SrcAs, Key::DstCountry],
+                order_by: Metric::Bytes,
+                n: 0,
+            },
+        ),
+    ] {
+        let q = Query {
+            window: None,
+            filter: Some(Filter::Term(filter)),
+            kind,
+        };
+        let want = row_by_row(&unknown, &q);
+        assert_eq!(columnar(old.path(), &q), want, "{q:?}");
+        // The enriched store answers otherwise where it knows the places.
+        if matches!(filter, Term::As(Side::Src, _) | Term::Country(..)) {
+            assert_ne!(columnar(dir.path(), &q), want, "{q:?}");
+        }
+    }
 }

@@ -61,7 +61,8 @@ fn write_day(dir: &Path) -> Vec<StoredFlow> {
     back
 }
 
-/// The one-way flows of a stored row, as the query module documents them.
+/// The one-way flows of a stored row, as the query module documents them: each direction
+/// with packets.
 fn one_way(s: &StoredFlow) -> Vec<OneWay> {
     let f = &s.flow;
     let fwd = OneWay {
@@ -82,8 +83,13 @@ fn one_way(s: &StoredFlow) -> Vec<OneWay> {
         vlan: f.vlan,
         reverse: false,
         flows: 1,
+        ..OneWay::default()
     };
-    let mut v = vec![fwd];
+    // A direction with no packets is not a flow.
+    let mut v = Vec::new();
+    if f.fwd.packets > 0 {
+        v.push(fwd);
+    }
     if f.rev.packets > 0 {
         v.push(OneWay {
             src: fwd.dst,

@@ -153,6 +153,18 @@ pub fn create_new(path: &Path, extra_flags: i32) -> io::Result<File> {
     Ok(f)
 }
 
+/// Opens `path` for writing, creating it with [`MODE`] if it does not exist, never truncating
+/// it and never through a link (`O_NOFOLLOW`): a lock file, whose content does not matter.
+pub fn create_or_open(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
 /// An unnamed file in `dir` (`O_TMPFILE`), readable and writable by this process only, gone
 /// when closed: nothing is left behind, whatever happens to the process.
 pub fn unnamed(dir: &Path) -> io::Result<File> {

@@ -248,4 +248,25 @@ mod tests {
         );
         assert!(Prefix::parse_covering("10.1.2.3/40").is_err());
     }
+
+    proptest::proptest! {
+        #[test]
+        fn any_text_parses_or_says_why_and_a_prefix_prints_back_to_itself(
+            text in "[0-9a-f:./]{0,24}",
+            a in proptest::prelude::any::<u128>(),
+            len in 0u8..=128,
+            v4 in proptest::prelude::any::<bool>(),
+        ) {
+            if let Ok(p) = text.parse::<Prefix>() {
+                proptest::prop_assert_eq!(Prefix::parse_covering(&text), Ok(p));
+                proptest::prop_assert_eq!(p.to_string().parse::<Prefix>(), Ok(p));
+            }
+            let ip = if v4 { IpAddr::V4(Ipv4Addr::from(a as u32)) } else { IpAddr::V6(Ipv6Addr::from(a)) };
+            let len = if v4 { len % 33 } else { len };
+            let p = Prefix::covering(ip, len).unwrap();
+            proptest::prop_assert!(p.contains_ip(ip));
+            proptest::prop_assert_eq!(p.to_string().parse::<Prefix>(), Ok(p));
+            proptest::prop_assert_eq!(Prefix::parse_covering(&format!("{ip}/{len}")), Ok(p));
+        }
+    }
 }

@@ -141,6 +141,7 @@ impl Intake {
                 domain: f.domain,
                 sampling: f.sampling,
                 received_ns: now_ns,
+                ..StoredFlow::default()
             }),
             Decoded::Interface {
                 domain,

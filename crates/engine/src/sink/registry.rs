@@ -12,6 +12,7 @@ use tapflow_wire::record::ControlField;
 
 use crate::EngineError;
 use crate::counters::Totals;
+use crate::detect::sink::DetectSink;
 use crate::sink::file::FileSink;
 use crate::sink::flow::meter::FlowMeter;
 use crate::sink::forward::ForwardSink;
@@ -159,4 +160,6 @@ registry! {
     Flows(FlowMeter) => flows,
     /// A line per packet on standard output.
     Text(TextSink) => text,
+    /// Flood detection.
+    Detect(DetectSink) => detect,
 }

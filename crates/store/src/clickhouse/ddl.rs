@@ -4,7 +4,11 @@
 //! with a `Distributed` table of the plain name over them.
 
 use super::Version;
-use crate::schema::{ColumnType, FLOW_COLUMNS};
+use crate::schema::{ColumnType, FLOW_COLUMNS, FLOW_COLUMNS_BEFORE_ENRICHMENT};
+
+/// The flow table's hidden columns the rollups count flows by, and their expressions.
+const FLOW_MARKS: [(&str, &str); 2] =
+    [("rev_flow", "rev_packets > 0"), ("fwd_flow", "packets > 0")];
 
 /// What the server understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,8 +119,8 @@ pub enum Layout {
 
 /// The rollup tiers: table, the function that starts a bucket, how long it is kept at least
 /// (days, where the server has TTL). Each sums the flows that started in a bucket per exporter,
-/// domain and protocol, the same columns as the Parquet store's rollups: `flows` counts rows,
-/// `rev_flows` those with a reverse direction.
+/// domain and protocol, the same columns as the Parquet store's rollups: `flows` counts rows
+/// whose forward direction has packets, `rev_flows` those whose reverse direction has.
 pub const ROLLUPS: &[(&str, &str, u32)] = &[
     ("rollup_1m", "toStartOfMinute", 30),
     ("rollup_5m", "toStartOfFiveMinute", 90),
@@ -164,9 +168,14 @@ impl Schema {
             .iter()
             .map(|(n, t)| format!("{n} {}", d.column_type(*t)))
             .collect();
-        // For the rollups' rev_flows: a view's `countIf(rev_packets > 0)` beside
-        // `sum(rev_packets) AS rev_packets` reads the alias on 18.16. Hidden from `SELECT *`.
-        cols.push("rev_flow UInt8 MATERIALIZED rev_packets > 0".into());
+        // For the rollups' flows and rev_flows (a direction with no packets is not a flow): a
+        // view's `countIf(rev_packets > 0)` beside `sum(rev_packets) AS rev_packets` reads the
+        // alias on 18.16. Hidden from `SELECT *`.
+        cols.extend(
+            FLOW_MARKS
+                .iter()
+                .map(|(n, e)| format!("{n} UInt8 MATERIALIZED {e}")),
+        );
         let start = d.seconds("time_start");
         let mut s = vec![format!("CREATE DATABASE IF NOT EXISTS {}", self.database)];
         s.push(format!(
@@ -206,7 +215,7 @@ impl Schema {
             s.push(format!(
                 "CREATE MATERIALIZED VIEW IF NOT EXISTS {}.{name}_mv TO {} AS \
                  SELECT {time} AS time, exporter, domain, protocol, \
-                 toUInt64(count()) AS flows, toUInt64(sum(rev_flow)) AS rev_flows, \
+                 toUInt64(sum(fwd_flow)) AS flows, toUInt64(sum(rev_flow)) AS rev_flows, \
                  sum(packets) AS packets, sum(bytes) AS bytes, sum(rev_packets) AS rev_packets, \
                  sum(rev_bytes) AS rev_bytes FROM {} GROUP BY time, exporter, domain, protocol",
                 self.database,
@@ -229,6 +238,17 @@ impl Schema {
             ttl(d.seconds("time"), self.retain_days.max(ROLLUPS[2].2)),
             sec = d.seconds("time"),
         ));
+        // A flow table made before the enrichment columns gets them (servers from 20.3 have
+        // `ADD COLUMN IF NOT EXISTS`; an older server's old table must be made anew).
+        if d == Dialect::Current {
+            for (n, t) in &FLOW_COLUMNS[FLOW_COLUMNS_BEFORE_ENRICHMENT..] {
+                s.push(format!(
+                    "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {n} {}",
+                    self.local("flows"),
+                    d.column_type(*t)
+                ));
+            }
+        }
         if let Layout::Cluster(cluster) = &self.layout {
             let distributed = |name: &str, columns: String| {
                 format!(
@@ -238,7 +258,7 @@ impl Schema {
                     self.database,
                 )
             };
-            // The flow columns without rev_flow: a Distributed insert would send it along, and
+            // The flow columns without rev_flow and fwd_flow: a Distributed insert would send it along, and
             // a shard refuses a value for a MATERIALIZED column.
             s.push(distributed(
                 "flows",
@@ -249,8 +269,53 @@ impl Schema {
             for name in names {
                 s.push(distributed(name, format!("AS {}", self.local(name))));
             }
+            if d == Dialect::Current {
+                for (n, t) in &FLOW_COLUMNS[FLOW_COLUMNS_BEFORE_ENRICHMENT..] {
+                    s.push(format!(
+                        "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {n} {}",
+                        self.table("flows"),
+                        d.column_type(*t)
+                    ));
+                }
+            }
         }
         s
+    }
+
+    /// The statements that bring tables an older tapflow created up to [`Schema::statements`],
+    /// given the columns its flow table has (none if it has no flow table yet): a flow table
+    /// without `fwd_flow` gets it, and its rollups' views, which counted every row as a forward
+    /// flow, are dropped for [`Schema::statements`] to create again. Rows already rolled up keep
+    /// their counts.
+    pub fn migrations(&self, flow_columns: &[String]) -> Vec<String> {
+        if flow_columns.is_empty() {
+            return Vec::new();
+        }
+        let mut s = Vec::new();
+        for (name, expr) in FLOW_MARKS {
+            if !flow_columns.iter().any(|c| c == name) {
+                s.push(format!(
+                    "ALTER TABLE {} ADD COLUMN {name} UInt8 MATERIALIZED {expr}",
+                    self.local("flows")
+                ));
+            }
+        }
+        if !s.is_empty() {
+            for (name, _, _) in ROLLUPS {
+                s.push(format!("DROP TABLE IF EXISTS {}.{name}_mv", self.database));
+            }
+        }
+        s
+    }
+
+    /// The name of the flow table on one server, as `system.columns` has it: its database and
+    /// table.
+    pub fn local_flows(&self) -> (&str, &'static str) {
+        let table = match self.layout {
+            Layout::Single => "flows",
+            Layout::Cluster(_) => "flows_local",
+        };
+        (&self.database, table)
     }
 
     /// The `INSERT` statement for the flow table.
@@ -357,5 +422,28 @@ mod tests {
                 |s| s.contains("TO db.rollup_1m_local AS") && s.contains("FROM db.flows_local")
             )
         );
+    }
+
+    #[test]
+    fn an_older_flow_table_gets_fwd_flow_and_its_views_again() {
+        let s = schema(Dialect::Legacy, Layout::Single);
+        assert!(s.migrations(&[]).is_empty());
+        let old: Vec<String> = FLOW_COLUMNS
+            .iter()
+            .map(|(n, _)| n.to_string())
+            .chain(["rev_flow".to_string()])
+            .collect();
+        let m = s.migrations(&old);
+        assert!(
+            m[0].contains("ADD COLUMN fwd_flow UInt8 MATERIALIZED packets > 0"),
+            "{m:?}"
+        );
+        assert_eq!(m.len(), 1 + ROLLUPS.len(), "{m:?}");
+        assert!(m[1].starts_with("DROP TABLE IF EXISTS") && m[1].ends_with("rollup_1m_mv"));
+        let mut new = old.clone();
+        new.push("fwd_flow".into());
+        assert!(s.migrations(&new).is_empty());
+        let all = s.statements().join("\n");
+        assert!(all.contains("sum(fwd_flow)) AS flows") && !all.contains("count()"));
     }
 }

@@ -30,6 +30,21 @@ pub fn encode_flow(buf: &mut Vec<u8>, s: &StoredFlow) {
     buf.extend_from_slice(&f.vlan.to_le_bytes());
     buf.push(f.end_reason.to_u8());
     buf.extend_from_slice(&s.sampling.to_le_bytes());
+    let (a, b) = (&s.src_place, &s.dst_place);
+    buf.extend_from_slice(&a.asn.to_le_bytes());
+    buf.extend_from_slice(&b.asn.to_le_bytes());
+    for (x, y) in [
+        (a.as_name, b.as_name),
+        (a.country_code(), b.country_code()),
+        (a.net.name, b.net.name),
+        (a.net.role, b.net.role),
+        (a.net.site, b.net.site),
+        (a.net.tenant, b.net.tenant),
+        (a.net.attrs, b.net.attrs),
+    ] {
+        string(buf, x);
+        string(buf, y);
+    }
 }
 
 /// Appends one interface name in the `interfaces` table's column order.
@@ -70,6 +85,7 @@ mod tests {
 
     #[test]
     fn a_flow_is_as_wide_as_its_columns() {
+        // Empty strings: one length byte each.
         let width: usize = FLOW_COLUMNS
             .iter()
             .map(|(_, t)| match t {
@@ -78,12 +94,18 @@ mod tests {
                 ColumnType::U8 => 1,
                 ColumnType::U16 => 2,
                 ColumnType::U32 => 4,
-                ColumnType::Utf8 => panic!("no strings among the flow columns"),
+                ColumnType::Utf8 => 1,
             })
             .sum();
         let mut buf = Vec::new();
         encode_flow(&mut buf, &StoredFlow::default());
         assert_eq!(buf.len(), width);
+        let mut f = StoredFlow::default();
+        f.src_place.as_name = "Cloudflare, Inc.";
+        f.dst_place.country = *b"DE";
+        buf.clear();
+        encode_flow(&mut buf, &f);
+        assert_eq!(buf.len(), width + 16 + 2);
     }
 
     #[test]

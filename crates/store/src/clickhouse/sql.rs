@@ -233,6 +233,11 @@ impl ClickHouseEngine {
             ("iif", "in_if", "in_if"),
             ("oif", "out_if", "out_if"),
             ("vl", "vlan", "vlan"),
+            ("sas", "src_as", "dst_as"),
+            ("das", "dst_as", "src_as"),
+            // Countries as their number (`country_code`): the two letters' bytes.
+            ("scc", SRC_COUNTRY, DST_COUNTRY),
+            ("dcc", DST_COUNTRY, SRC_COUNTRY),
             // Full columns, not constants: a Distributed table's remote parts send them as
             // such, and 18.16 refuses to merge them with a local constant (code 171).
             ("rev", "materialize(toUInt8(0))", "materialize(toUInt8(1))"),
@@ -245,7 +250,7 @@ impl ClickHouseEngine {
         }
         let table = self.schema.table("flows");
         format!(
-            "SELECT {} FROM {table} WHERE 1{window} UNION ALL \
+            "SELECT {} FROM {table} WHERE packets > 0{window} UNION ALL \
              SELECT {} FROM {table} WHERE rev_packets > 0{window}",
             fwd.join(", "),
             rev.join(", ")
@@ -304,6 +309,10 @@ impl ClickHouseEngine {
             Key::InIf => ("iif".into(), false),
             Key::OutIf => ("oif".into(), false),
             Key::Vlan => ("vl".into(), false),
+            Key::SrcAs => ("sas".into(), false),
+            Key::DstAs => ("das".into(), false),
+            Key::SrcCountry => ("scc".into(), false),
+            Key::DstCountry => ("dcc".into(), false),
         }
     }
 
@@ -499,6 +508,8 @@ fn needed(q: &Query) -> Vec<&'static str> {
             Key::InIf => &["iif"],
             Key::OutIf => &["oif"],
             Key::Vlan => &["vl"],
+            Key::SrcAs | Key::DstAs => &["sas", "das"],
+            Key::SrcCountry | Key::DstCountry => &["scc", "dcc"],
         });
     }
     v
@@ -519,6 +530,12 @@ pub fn filter_sql(f: &Filter, d: Dialect) -> String {
         Filter::Term(t) => term_sql(t, d),
     }
 }
+
+/// A country column as its number ([`crate::query::country_code`]): first letter × 256 +
+/// second, 0 when empty.
+const SRC_COUNTRY: &str = "toUInt16(reinterpretAsUInt16(reverse(src_country)))";
+/// The destination's.
+const DST_COUNTRY: &str = "toUInt16(reinterpretAsUInt16(reverse(dst_country)))";
 
 fn term_sql(t: &Term, d: Dialect) -> String {
     let either = |a: String, b: String| format!("({a} OR {b})");
@@ -541,6 +558,16 @@ fn term_sql(t: &Term, d: Dialect) -> String {
         Term::Interface(IfSide::Out, i) => format!("oif = {i}"),
         Term::Interface(IfSide::Any, i) => either(format!("iif = {i}"), format!("oif = {i}")),
         Term::Vlan(v) => format!("vl = {v}"),
+        Term::As(side, n) => match side {
+            Side::Src => format!("sas = {n}"),
+            Side::Dst => format!("das = {n}"),
+            Side::Any => either(format!("sas = {n}"), format!("das = {n}")),
+        },
+        Term::Country(side, c) => match side {
+            Side::Src => format!("scc = {c}"),
+            Side::Dst => format!("dcc = {c}"),
+            Side::Any => either(format!("scc = {c}"), format!("dcc = {c}")),
+        },
         Term::Packets(op, n) => format!("pkts {} {n}", op.symbol()),
         Term::Bytes(op, n) => format!("octets {} {n}", op.symbol()),
         Term::TcpFlags(m) => format!("bitAnd(flags, {m}) = {m}"),
@@ -573,6 +600,8 @@ fn filter_columns(f: &Filter, v: &mut Vec<&'static str>) {
             Term::Exporter(_) => &["exp"],
             Term::Interface(..) => &["iif", "oif"],
             Term::Vlan(_) => &["vl"],
+            Term::As(..) => &["sas", "das"],
+            Term::Country(..) => &["scc", "dcc"],
             Term::Packets(..) | Term::Bytes(..) => &[],
             Term::TcpFlags(_) => &["flags"],
         }),
@@ -677,6 +706,7 @@ fn flow_row(r: &[String]) -> Result<OneWay, QueryError> {
             6
         },
         flows: 1,
+        ..OneWay::default()
     })
 }
 

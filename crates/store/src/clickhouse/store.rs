@@ -318,9 +318,19 @@ impl FlowStore for ClickHouseStore {
     }
 }
 
-/// Runs every statement of `schema` on every server.
+/// Runs every statement of `schema` on every server, after those that bring an older
+/// tapflow's tables up to it.
 fn create_tables(servers: &[Server], schema: &Schema) -> Result<(), StoreError> {
     for s in servers {
+        let (database, table) = schema.local_flows();
+        let columns = s.query(&format!(
+            "SELECT name FROM system.columns WHERE database = '{database}' AND table = '{table}' \
+             FORMAT TabSeparated"
+        ))?;
+        let columns: Vec<String> = columns.lines().map(str::to_string).collect();
+        for stmt in schema.migrations(&columns) {
+            s.query(&stmt)?;
+        }
         for stmt in schema.statements() {
             s.query(&stmt)?;
         }

@@ -6,8 +6,11 @@
 
 use tapflow_wire::flowrecord::{EndReason, FlowRecord};
 
+use std::collections::HashMap;
+
 use crate::schema::{
-    ColumnType, ExporterStats, InterfaceCounters, InterfaceName, StoredFlow, addr16,
+    ColumnType, ExporterStats, FLOW_COLUMNS, FLOW_COLUMNS_BEFORE_ENRICHMENT, InterfaceCounters,
+    InterfaceName, Network, Place, StoredFlow, addr16,
 };
 
 /// The values of one column.
@@ -31,6 +34,16 @@ impl Column {
             ColumnType::TimestampMicros | ColumnType::U64 => Column::I64(Vec::new()),
             ColumnType::Addr16 => Column::Addr(Vec::new()),
             ColumnType::Utf8 => Column::Text(Vec::new()),
+        }
+    }
+
+    /// Appends `rows` zeros or empty texts (a column a file written before it lacks).
+    pub fn pad(&mut self, rows: usize) {
+        match self {
+            Column::I32(v) => v.resize(v.len() + rows, 0),
+            Column::I64(v) => v.resize(v.len() + rows, 0),
+            Column::Addr(v) => v.resize(v.len() + rows, [0; 16]),
+            Column::Text(v) => v.resize(v.len() + rows, String::new()),
         }
     }
 
@@ -95,7 +108,7 @@ impl Column {
 }
 
 /// Rows of one table, column by column in the table's order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Batch {
     /// One entry per column of the table, all of one length.
     pub columns: Vec<Column>,
@@ -193,23 +206,96 @@ fn ns(us: i64) -> u64 {
 
 /// `flows` as rows of [`crate::schema::FLOW_COLUMNS`], in the order given.
 pub fn from_flows(flows: &[StoredFlow]) -> Batch {
-    rows_of_flows(flows.len(), flows.iter())
+    let mut out = Batch::empty(FLOW_COLUMNS);
+    rows_of_flows(&mut out, flows.len(), flows.iter());
+    out
 }
 
 /// The flows `flows[order[0]], flows[order[1]], ...` as rows of
 /// [`crate::schema::FLOW_COLUMNS`]: a sorted file's rows without moving the flows themselves.
 pub fn from_flows_in(flows: &[StoredFlow], order: &[u32]) -> Batch {
-    rows_of_flows(order.len(), order.iter().map(|&i| &flows[i as usize]))
+    let mut out = Batch::empty(FLOW_COLUMNS);
+    fill_from_flows_in(&mut out, flows, order);
+    out
 }
 
-fn rows_of_flows<'a>(n: usize, flows: impl Iterator<Item = &'a StoredFlow>) -> Batch {
-    let (mut t_start, mut t_end, mut t_recv) = (vec(n), vec(n), vec(n));
-    let (mut version, mut sport, mut dport, mut proto) = (vec(n), vec(n), vec(n), vec(n));
-    let (mut src, mut dst, mut exporter) = (vec(n), vec(n), vec(n));
-    let (mut flags, mut rev_flags) = (vec(n), vec(n));
-    let (mut packets, mut bytes, mut rev_packets, mut rev_bytes) = (vec(n), vec(n), vec(n), vec(n));
-    let (mut domain, mut in_if, mut out_if, mut vlan) = (vec(n), vec(n), vec(n), vec(n));
-    let (mut reason, mut sampling) = (vec(n), vec(n));
+/// [`from_flows_in`] into `out`, whose rows it replaces: its columns' memory is reused, so a
+/// store that writes every few seconds does not map and fault in new pages each time.
+pub fn fill_from_flows_in(out: &mut Batch, flows: &[StoredFlow], order: &[u32]) {
+    if out.columns.len() != FLOW_COLUMNS.len() {
+        *out = Batch::empty(FLOW_COLUMNS);
+    }
+    rows_of_flows(out, order.len(), order.iter().map(|&i| &flows[i as usize]));
+}
+
+fn i64s(c: &mut Column) -> &mut Vec<i64> {
+    match c {
+        Column::I64(v) => v,
+        c => unreachable!("a flow column is not INT64: {c:?}"),
+    }
+}
+
+fn i32s(c: &mut Column) -> &mut Vec<i32> {
+    match c {
+        Column::I32(v) => v,
+        c => unreachable!("a flow column is not INT32: {c:?}"),
+    }
+}
+
+fn addrs(c: &mut Column) -> &mut Vec<[u8; 16]> {
+    match c {
+        Column::Addr(v) => v,
+        c => unreachable!("a flow column is not an address: {c:?}"),
+    }
+}
+
+/// Replaces the rows of `out` (a batch of [`FLOW_COLUMNS`]) by `n` flows.
+fn rows_of_flows<'a>(out: &mut Batch, n: usize, flows: impl Iterator<Item = &'a StoredFlow>) {
+    for c in &mut out.columns {
+        match c {
+            Column::I32(v) => (v.clear(), v.reserve(n)),
+            Column::I64(v) => (v.clear(), v.reserve(n)),
+            Column::Addr(v) => (v.clear(), v.reserve(n)),
+            Column::Text(v) => (v.clear(), v.reserve(n)),
+        };
+    }
+    let (base, places) = out.columns.split_at_mut(FLOW_COLUMNS_BEFORE_ENRICHMENT);
+    let [
+        t_start,
+        t_end,
+        t_recv,
+        version,
+        src,
+        dst,
+        sport,
+        dport,
+        proto,
+        flags,
+        rev_flags,
+        packets,
+        bytes,
+        rev_packets,
+        rev_bytes,
+        exporter,
+        domain,
+        in_if,
+        out_if,
+        vlan,
+        reason,
+        sampling,
+    ] = base
+    else {
+        unreachable!("a batch of flows has {} columns", FLOW_COLUMNS.len());
+    };
+    let (t_start, t_end, t_recv) = (i64s(t_start), i64s(t_end), i64s(t_recv));
+    let (version, src, dst) = (i32s(version), addrs(src), addrs(dst));
+    let (sport, dport, proto) = (i32s(sport), i32s(dport), i32s(proto));
+    let (flags, rev_flags) = (i32s(flags), i32s(rev_flags));
+    let (packets, bytes) = (i64s(packets), i64s(bytes));
+    let (rev_packets, rev_bytes) = (i64s(rev_packets), i64s(rev_bytes));
+    let (exporter, domain, in_if, out_if) =
+        (addrs(exporter), i32s(domain), i32s(in_if), i32s(out_if));
+    let (vlan, reason, sampling) = (i32s(vlan), i32s(reason), i32s(sampling));
     for s in flows {
         let f = &s.flow;
         t_start.push(us(f.start_ns()));
@@ -234,38 +320,65 @@ fn rows_of_flows<'a>(n: usize, flows: impl Iterator<Item = &'a StoredFlow>) -> B
         vlan.push(i32::from(f.vlan));
         reason.push(i32::from(f.end_reason.to_u8()));
         sampling.push(s.sampling as i32);
-    }
-    use Column::{Addr, I32, I64};
-    Batch {
-        columns: vec![
-            I64(t_start),
-            I64(t_end),
-            I64(t_recv),
-            I32(version),
-            Addr(src),
-            Addr(dst),
-            I32(sport),
-            I32(dport),
-            I32(proto),
-            I32(flags),
-            I32(rev_flags),
-            I64(packets),
-            I64(bytes),
-            I64(rev_packets),
-            I64(rev_bytes),
-            Addr(exporter),
-            I32(domain),
-            I32(in_if),
-            I32(out_if),
-            I32(vlan),
-            I32(reason),
-            I32(sampling),
-        ],
+        push_places(places, &s.src_place, &s.dst_place);
     }
 }
 
-fn vec<T>(n: usize) -> Vec<T> {
-    Vec::with_capacity(n)
+/// Appends the places of one flow to the enrichment columns of [`FLOW_COLUMNS`], source and
+/// destination in turn: AS number, AS name, country, network name, role, site, tenant, other
+/// attributes.
+fn push_places(columns: &mut [Column], src: &Place, dst: &Place) {
+    for (side, p) in [src, dst].into_iter().enumerate() {
+        i32s(&mut columns[side]).push(p.asn as i32);
+        let values = [
+            p.as_name,
+            p.country_code(),
+            p.net.name,
+            p.net.role,
+            p.net.site,
+            p.net.tenant,
+            p.net.attrs,
+        ];
+        for (c, v) in values.into_iter().enumerate() {
+            match &mut columns[2 + 2 * c + side] {
+                Column::Text(t) => t.push(v.to_owned()),
+                c => unreachable!("an enrichment column is not text: {c:?}"),
+            }
+        }
+    }
+}
+
+/// The places of row `i` of a batch of [`crate::schema::FLOW_COLUMNS`] rows, their text
+/// interned through `seen` (one lock per distinct value, not per row).
+fn places(b: &Batch, i: usize, seen: &mut HashMap<String, &'static str>) -> [Place; 2] {
+    let k = FLOW_COLUMNS_BEFORE_ENRICHMENT;
+    let mut text = |c: usize, side: usize| -> &'static str {
+        let s = &b.text(k + 2 + 2 * c + side)[i];
+        if s.is_empty() {
+            return "";
+        }
+        if let Some(&v) = seen.get(s) {
+            return v;
+        }
+        let v = crate::names::intern(s);
+        seen.insert(s.clone(), v);
+        v
+    };
+    std::array::from_fn(|side| {
+        let net = Network {
+            name: text(2, side),
+            role: text(3, side),
+            site: text(4, side),
+            tenant: text(5, side),
+            attrs: text(6, side),
+        };
+        Place {
+            asn: b.i32(k + side)[i] as u32,
+            as_name: text(0, side),
+            country: Place::country_from(text(1, side)),
+            net: crate::names::intern_network(net),
+        }
+    })
 }
 
 /// The flows of a batch of [`crate::schema::FLOW_COLUMNS`] rows, as far as the columns hold
@@ -279,6 +392,7 @@ pub fn to_flows(b: &Batch) -> Vec<StoredFlow> {
     let (packets, bytes, rev_packets, rev_bytes) = (b.i64(11), b.i64(12), b.i64(13), b.i64(14));
     let (exporter, domain, in_if, out_if) = (b.addr(15), b.i32(16), b.i32(17), b.i32(18));
     let (vlan, reason, sampling) = (b.i32(19), b.i32(20), b.i32(21));
+    let mut seen = HashMap::new();
     (0..b.rows())
         .map(|i| {
             let ipv6 = version[i] == 6;
@@ -314,6 +428,7 @@ pub fn to_flows(b: &Batch) -> Vec<StoredFlow> {
             if f.rev.packets > 0 {
                 (f.rev.first_ns, f.rev.last_ns) = (first, last);
             }
+            let [src_place, dst_place] = places(b, i, &mut seen);
             StoredFlow {
                 flow: f,
                 egress: out_if[i] as u32,
@@ -321,6 +436,8 @@ pub fn to_flows(b: &Batch) -> Vec<StoredFlow> {
                 domain: domain[i] as u32,
                 sampling: sampling[i] as u32,
                 received_ns: ns(t_recv[i]),
+                src_place,
+                dst_place,
             }
         })
         .collect()

@@ -9,7 +9,7 @@ use parquet::file::serialized_reader::SerializedFileReader;
 
 use crate::StoreError;
 use crate::parquet::batch::{Batch, Column};
-use crate::schema::{ColumnType, FLOW_COLUMNS, StoredFlow};
+use crate::schema::{ColumnType, FLOW_COLUMNS, FLOW_COLUMNS_BEFORE_ENRICHMENT, StoredFlow};
 
 /// Every row of the file at `path`, a table of `columns`. A file that cannot be read is
 /// [`StoreError::Damaged`], and moved into quarantine ([`crate::parquet::damaged::read`]).
@@ -20,7 +20,11 @@ pub fn read_file(path: &Path, columns: &[(&str, ColumnType)]) -> Result<Batch, S
         let schema = reader.metadata().file_metadata().schema_descr();
         let names: Vec<&str> = schema.columns().iter().map(|c| c.name()).collect();
         let want: Vec<&str> = columns.iter().map(|c| c.0).collect();
-        if names != want {
+        // A flows file written before the enrichment columns were appended holds the others.
+        let older = columns == FLOW_COLUMNS
+            && names.len() == FLOW_COLUMNS_BEFORE_ENRICHMENT
+            && names[..] == want[..names.len()];
+        if names != want && !older {
             return Err(bad(format!("columns {names:?}, not the table's {want:?}")));
         }
         let mut batch = Batch::empty(columns);
@@ -28,6 +32,10 @@ pub fn read_file(path: &Path, columns: &[(&str, ColumnType)]) -> Result<Batch, S
             let rg = reader.get_row_group(i).map_err(|e| bad(e.to_string()))?;
             let rows = usize::try_from(rg.metadata().num_rows()).unwrap_or(0);
             for (k, col) in batch.columns.iter_mut().enumerate() {
+                if k >= names.len() {
+                    col.pad(rows);
+                    continue;
+                }
                 read_column(rg.as_ref(), k, rows, col).map_err(|e| bad(e.to_string()))?;
             }
         }

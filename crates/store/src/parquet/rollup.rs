@@ -76,6 +76,29 @@ struct Bucket {
 }
 
 impl Bucket {
+    /// An empty bucket whose maps have room for what `like` held, so a new minute's maps do not
+    /// grow (rehashing every entry) a dozen times while the flows come in.
+    fn sized_like(like: [usize; 4]) -> Bucket {
+        Bucket {
+            traffic: HashMap::with_capacity(like[0]),
+            hosts: [
+                HashMap::with_capacity(like[1]),
+                HashMap::with_capacity(like[2]),
+            ],
+            ports: HashMap::with_capacity(like[3]),
+        }
+    }
+
+    /// The sizes of its maps, for [`Bucket::sized_like`].
+    fn sizes(&self) -> [usize; 4] {
+        [
+            self.traffic.len(),
+            self.hosts[0].len(),
+            self.hosts[1].len(),
+            self.ports.len(),
+        ]
+    }
+
     /// Adds this bucket's sums to `other`'s, its ports too if `ports`.
     fn merge_into(&self, other: &mut Bucket, ports: bool) {
         if ports {
@@ -112,6 +135,8 @@ pub struct Rollups {
     delay_us: i64,
     /// The latest `time_start` added, µs.
     clock_us: i64,
+    /// The sizes of the last 1-minute bucket closed ([`Bucket::sized_like`]).
+    minute_sizes: [usize; 4],
 }
 
 /// Rows ready to be written, per table.
@@ -126,6 +151,7 @@ impl Rollups {
             top_k,
             delay_us,
             clock_us: i64::MIN,
+            minute_sizes: [0; 4],
         }
     }
 
@@ -143,13 +169,20 @@ impl Rollups {
         let width = Tier::Minute.bucket_us();
         let t = (f.start_ns() / 1000) as i64;
         self.clock_us = self.clock_us.max(t.min(now_us));
-        let b = self.open[0].entry(t.div_euclid(width) * width).or_default();
-        let rev = f.rev.packets > 0;
+        // A direction with no packets is not a flow: it counts nowhere.
+        let (fwd, rev) = (f.fwd.packets > 0, f.rev.packets > 0);
+        if !fwd && !rev {
+            return;
+        }
+        let sizes = self.minute_sizes;
+        let b = self.open[0]
+            .entry(t.div_euclid(width) * width)
+            .or_insert_with(|| Bucket::sized_like(sizes));
         b.traffic
             .entry((s.exporter, s.domain, f.proto))
             .or_default()
             .add(&Traffic {
-                flows: 1,
+                flows: u64::from(fwd),
                 rev_flows: u64::from(rev),
                 packets: f.fwd.packets,
                 bytes: f.fwd.octets,
@@ -163,21 +196,25 @@ impl Rollups {
                 .or_default()
                 .add(1, packets, octets);
         };
-        port(0, f.sport, f.fwd.packets, f.fwd.octets);
-        port(1, f.dport, f.fwd.packets, f.fwd.octets);
+        if fwd {
+            port(0, f.sport, f.fwd.packets, f.fwd.octets);
+            port(1, f.dport, f.fwd.packets, f.fwd.octets);
+        }
         if rev {
             port(0, f.dport, f.rev.packets, f.rev.octets);
             port(1, f.sport, f.rev.packets, f.rev.octets);
         }
         let (src, dst) = (addr16(f.ipv6, &f.src), addr16(f.ipv6, &f.dst));
-        b.hosts[0]
-            .entry(src)
-            .or_default()
-            .add(1, f.fwd.packets, f.fwd.octets);
-        b.hosts[1]
-            .entry(dst)
-            .or_default()
-            .add(1, f.fwd.packets, f.fwd.octets);
+        if fwd {
+            b.hosts[0]
+                .entry(src)
+                .or_default()
+                .add(1, f.fwd.packets, f.fwd.octets);
+            b.hosts[1]
+                .entry(dst)
+                .or_default()
+                .add(1, f.fwd.packets, f.fwd.octets);
+        }
         if rev {
             b.hosts[0]
                 .entry(dst)
@@ -210,6 +247,9 @@ impl Rollups {
             let mut ports = Batch::empty(Table::Ports.columns());
             for start in ready {
                 let b = self.open[level].remove(&start).unwrap_or_default();
+                if level == 0 {
+                    self.minute_sizes = b.sizes();
+                }
                 traffic_rows(start, &b, &mut traffic);
                 let k = if tier == Tier::Hour {
                     usize::MAX

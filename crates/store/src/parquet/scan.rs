@@ -27,6 +27,7 @@ use crate::query::series::SeriesSink;
 use crate::query::sink::{ListSink, SummarySink};
 use crate::query::top::{AggregateSink, TopSink, key_columns};
 use crate::query::{Filter, Key, Kind, Query, QueryEngine, QueryError, Side, Term, Window};
+use crate::schema::{FLOW_COLUMNS, FLOW_COLUMNS_BEFORE_ENRICHMENT};
 
 /// Queries a store directory (`DIR/flows/date=YYYY-MM-DD/hour=HH/*.parquet` and the rollup
 /// tiers beside it).
@@ -517,10 +518,11 @@ fn decode_file<S: ColumnSink>(
     let schema = meta.file_metadata().schema_descr();
     let leaves = leaves_of(path, schema, cols)?;
     // The table's time: its first column.
-    let time = leaves[cols
+    let time = schema
+        .columns()
         .iter()
-        .position(|c| *c == "time_start" || *c == "time")
-        .unwrap_or(0)];
+        .position(|c| c.name() == "time_start" || c.name() == "time")
+        .unwrap_or(0);
     let groups: Vec<usize> = (0..meta.num_row_groups())
         .filter(|&g| {
             let (Some(w), Some(Statistics::Int64(s))) =
@@ -563,21 +565,23 @@ fn decode_file<S: ColumnSink>(
     Ok(())
 }
 
-/// The leaf index of each column in `cols`.
+/// The leaf index of each column in `cols`. A file written before the enrichment columns has
+/// none of them: they read as if they held 0 and "".
 fn leaves_of(
     path: &Path,
     schema: &SchemaDescriptor,
     cols: &[&'static str],
 ) -> Result<Vec<usize>, StoreError> {
-    cols.iter()
-        .map(|name| {
-            schema
-                .columns()
-                .iter()
-                .position(|c| c.name() == *name)
-                .ok_or_else(|| parquet_error(path, format!("no column {name}")))
-        })
-        .collect()
+    let enrichment = &FLOW_COLUMNS[FLOW_COLUMNS_BEFORE_ENRICHMENT..];
+    let mut leaves = Vec::with_capacity(cols.len());
+    for name in cols {
+        match schema.columns().iter().position(|c| c.name() == *name) {
+            Some(at) => leaves.push(at),
+            None if enrichment.iter().any(|(c, _)| c == name) => {}
+            None => return Err(parquet_error(path, format!("no column {name}"))),
+        }
+    }
+    Ok(leaves)
 }
 
 /// Feeds the rows of row groups `groups` to the sink, decoding the columns `leaves`.
@@ -626,11 +630,11 @@ fn read_groups<S: ColumnSink>(
             builder.with_row_filter(RowFilter::new(vec![Box::new(predicate)]))
         }
         // The flows table under a filter: late materialisation. The filter's columns (with
-        // the start time and the reverse packets) are decoded first; the rest only for the
+        // the start time and both directions' packets) are decoded first; the rest only for the
         // rows a direction of which passes.
         None => match (&q.filter, read.bucket_us) {
             (Some(f), 0) => {
-                let mut names = vec!["time_start", "rev_packets"];
+                let mut names = vec!["time_start", "packets", "rev_packets"];
                 f.columns(&mut names);
                 let mut leaves = Vec::with_capacity(names.len());
                 for name in names {
@@ -696,6 +700,21 @@ pub(crate) fn addrs<'a>(b: &'a RecordBatch, name: &str) -> Result<Option<&'a [[u
         return Err(format!("column {name} is short"));
     }
     Ok(Some(chunks))
+}
+
+/// A country column (two letters or empty) as [`crate::query::country_code`] numbers.
+pub(crate) fn countries(b: &RecordBatch, name: &str) -> Result<Option<Vec<u16>>, String> {
+    let Some(a) = b.column_by_name(name) else {
+        return Ok(None);
+    };
+    let s = a
+        .as_string_opt::<i32>()
+        .ok_or_else(|| format!("column {name} is {}, not text", a.data_type()))?;
+    Ok(Some(
+        (0..s.len())
+            .map(|i| crate::query::country_code(s.value(i).as_bytes()))
+            .collect(),
+    ))
 }
 
 #[inline]

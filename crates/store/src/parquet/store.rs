@@ -6,8 +6,10 @@
 //! insert and flush), and on [`FlowStore::flush`] and close: sorted by `time_start`, one file per
 //! hour partition, the files of one flush synced and renamed together ([`publish`]). A flush
 //! writes fresh files at the fast `fresh_zstd_level`; compaction merges them at the store's
-//! level, and the last write at close is at that level already where no fresh file waits, as
-//! is a file too large for compaction to merge ([`compaction::is_small`]). A
+//! level, and the last write at close is at that level already where no fresh file waits. A
+//! file too large for compaction to merge ([`compaction::is_small`]: a busy collector's
+//! flush) stays at the fast level, written once: the store's level would cost the collector
+//! more than half again the CPU per flow for ~12% fewer bytes (docs/benchmarks.md, "Collect"). A
 //! flow counts as stored once its file is renamed; a write that fails (a full disk) drops the
 //! flows it held, counted, and leaves every file already written intact. Stored flows feed the
 //! rollups ([`crate::parquet::rollup`]).
@@ -103,6 +105,10 @@ pub struct ParquetStore {
     /// Held for the store's life: the lock on `DIR/lock`.
     _lock: File,
     flows: Vec<StoredFlow>,
+    /// A flush's (start, index) pairs and its rows of one partition, kept between flushes so
+    /// their memory is reused.
+    keys: Vec<(u64, u32)>,
+    rows: Batch,
     interfaces: Vec<InterfaceName>,
     known_interfaces: HashSet<InterfaceName>,
     exporter_stats: Vec<ExporterStats>,
@@ -131,12 +137,8 @@ impl ParquetStore {
         }
         create_dirs(dir)?;
         let lock_path = dir.join("lock");
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|source| StoreError::Io {
+        let lock =
+            tapflow_sys::outfile::create_or_open(&lock_path).map_err(|source| StoreError::Io {
                 what: "open",
                 path: lock_path.clone(),
                 source,
@@ -165,6 +167,8 @@ impl ParquetStore {
             opts,
             _lock: lock,
             flows: Vec::new(),
+            keys: Vec::new(),
+            rows: Batch::empty(Table::Flows.columns()),
             interfaces: Vec::new(),
             known_interfaces: HashSet::new(),
             exporter_stats: Vec::new(),
@@ -193,21 +197,24 @@ impl ParquetStore {
     }
 
     /// The options and name prefix of a file of `rows` rows a write makes in partition `dir`: a
-    /// fresh one at the fast level, or one at the store's level when compaction would leave it
-    /// as it is (too large to merge: a busy collector's flush, whose buffer fills before its
-    /// interval ends), or when the store is closing (`last`) and `dir` holds no fresh file
-    /// (which the merge at close would rewrite it with).
+    /// fresh one at the fast level; one at the fast level too but final (merged prefix) when
+    /// compaction would leave it as it is (too large to merge: a busy collector's flush, whose
+    /// buffer fills before its interval ends), so a busy collector pays the fast level once
+    /// and no rewrite; one at the store's level when the store is closing (`last`) and `dir`
+    /// holds no fresh file (which the merge at close would rewrite it with).
     fn file_kind(&self, rows: usize, last: bool, dir: &Path) -> (FileOptions, &'static str) {
         let merged_anyway =
             || partition::all_files(dir).is_ok_and(|f| f.iter().any(|p| compaction::is_fresh(p)));
-        if !compaction::is_small(rows as u64, self.opts.compact_rows) || last && !merged_anyway() {
+        let fast = FileOptions {
+            zstd_level: self.opts.fresh_zstd_level,
+            ..self.opts.file
+        };
+        if !compaction::is_small(rows as u64, self.opts.compact_rows) {
+            (fast, MERGED_PREFIX)
+        } else if last && !merged_anyway() {
             (self.opts.file, MERGED_PREFIX)
         } else {
-            let file = FileOptions {
-                zstd_level: self.opts.fresh_zstd_level,
-                ..self.opts.file
-            };
-            (file, FRESH_PREFIX)
+            (fast, FRESH_PREFIX)
         }
     }
 
@@ -220,13 +227,17 @@ impl ParquetStore {
         }
         let flows = std::mem::take(&mut self.flows);
         // Sort (start, index) pairs, not the flows: the order is stable and nothing large moves.
-        let mut keys: Vec<(u64, u32)> = flows
-            .iter()
-            .enumerate()
-            .map(|(i, f)| (f.flow.start_ns(), i as u32))
-            .collect();
+        let mut keys = std::mem::take(&mut self.keys);
+        keys.clear();
+        keys.extend(
+            flows
+                .iter()
+                .enumerate()
+                .map(|(i, f)| (f.flow.start_ns(), i as u32)),
+        );
         keys.sort_unstable();
         let order: Vec<u32> = keys.iter().map(|&(_, i)| i).collect();
+        let mut rows = std::mem::take(&mut self.rows);
         let mut first_error = None;
         let mut staged = Vec::new();
         let mut groups = Vec::new();
@@ -245,7 +256,7 @@ impl ParquetStore {
             let dir = partition_dir(&self.dir, Table::Flows, hour);
             let (file, prefix) = self.file_kind(n, last, &dir);
             let path = dir.join(self.file_name(prefix));
-            let rows = batch::from_flows_in(&flows, group);
+            batch::fill_from_flows_in(&mut rows, &flows, group);
             match write_staged(&path, Table::Flows.columns(), &rows, &file, Vec::new()) {
                 Ok(s) => {
                     staged.push(s);
@@ -280,6 +291,7 @@ impl ParquetStore {
                 }
             }
         }
+        (self.keys, self.rows) = (keys, rows);
         if kept.is_empty() {
             let mut flows = flows;
             flows.clear();

@@ -12,7 +12,7 @@ use arrow_array::RecordBatch;
 use arrow_array::types::{TimestampMicrosecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type};
 use arrow_buffer::BooleanBuffer;
 
-use super::scan::{addrs, at, prim};
+use super::scan::{addrs, at, countries, prim};
 use crate::query::filter::OneWay;
 use crate::query::series::SeriesSink;
 use crate::query::sink::{ListSink, Sink, SummarySink};
@@ -28,8 +28,10 @@ pub enum Dir {
     Reverse,
 }
 
-/// The flows table's columns in one batch, those the query reads (`None`: not read, 0).
-#[derive(Debug, Clone, Copy)]
+/// The flows table's columns in one batch, those the query reads (`None`: not read, or a file
+/// written before the enrichment columns: 0). Countries are [`crate::query::country_code`]
+/// numbers, read once per batch from the text column.
+#[derive(Debug, Clone)]
 pub struct Columns<'a> {
     /// Rows in the batch.
     pub rows: usize,
@@ -51,6 +53,10 @@ pub struct Columns<'a> {
     in_if: Option<&'a [u32]>,
     out_if: Option<&'a [u32]>,
     vlan: Option<&'a [u16]>,
+    src_as: Option<&'a [u32]>,
+    dst_as: Option<&'a [u32]>,
+    src_country: Option<Vec<u16>>,
+    dst_country: Option<Vec<u16>>,
 }
 
 impl<'a> Columns<'a> {
@@ -83,6 +89,10 @@ impl<'a> Columns<'a> {
             in_if: long(prim::<UInt32Type>(b, "in_if")?, rows)?,
             out_if: long(prim::<UInt32Type>(b, "out_if")?, rows)?,
             vlan: long(prim::<UInt16Type>(b, "vlan")?, rows)?,
+            src_as: long(prim::<UInt32Type>(b, "src_as")?, rows)?,
+            dst_as: long(prim::<UInt32Type>(b, "dst_as")?, rows)?,
+            src_country: countries(b, "src_country")?,
+            dst_country: countries(b, "dst_country")?,
         })
     }
 
@@ -117,6 +127,40 @@ impl<'a> Columns<'a> {
             self.dport
         } else {
             self.sport
+        }
+    }
+
+    /// The sender's AS numbers of direction `d`.
+    fn src_as(&self, d: Dir) -> Option<&'a [u32]> {
+        if d == Dir::Forward {
+            self.src_as
+        } else {
+            self.dst_as
+        }
+    }
+
+    fn dst_as(&self, d: Dir) -> Option<&'a [u32]> {
+        if d == Dir::Forward {
+            self.dst_as
+        } else {
+            self.src_as
+        }
+    }
+
+    /// The sender's countries of direction `d`.
+    fn src_country(&self, d: Dir) -> Option<&[u16]> {
+        if d == Dir::Forward {
+            self.src_country.as_deref()
+        } else {
+            self.dst_country.as_deref()
+        }
+    }
+
+    fn dst_country(&self, d: Dir) -> Option<&[u16]> {
+        if d == Dir::Forward {
+            self.dst_country.as_deref()
+        } else {
+            self.src_country.as_deref()
         }
     }
 
@@ -162,6 +206,10 @@ impl<'a> Columns<'a> {
             in_if: at(self.in_if, i),
             out_if: at(self.out_if, i),
             vlan: at(self.vlan, i),
+            src_as: at(self.src_as(d), i),
+            dst_as: at(self.dst_as(d), i),
+            src_country: at(self.src_country(d), i),
+            dst_country: at(self.dst_country(d), i),
             reverse: d == Dir::Reverse,
             flows: 1,
         }
@@ -173,8 +221,9 @@ impl<'a> Columns<'a> {
     }
 }
 
-/// The rows whose one-way flow in direction `d` is counted: the reverse direction only where
-/// it has packets, its `time_start` in `window`, passing `filter`.
+/// The rows whose one-way flow in direction `d` is counted: the direction only where it has
+/// packets (a direction with no packets is not a flow), its `time_start` in `window`, passing
+/// `filter`.
 pub fn keep(
     c: &Columns<'_>,
     d: Dir,
@@ -182,10 +231,7 @@ pub fn keep(
     filter: Option<&Filter>,
 ) -> BooleanBuffer {
     let n = c.rows;
-    let mut m = match d {
-        Dir::Forward => None,
-        Dir::Reverse => Some(compare(c.rev_packets, Cmp::Gt, 0, n)),
-    };
+    let mut m = Some(compare(c.packets(d), Cmp::Gt, 0, n));
     if let Some(w) = window {
         let inside = match c.start {
             Some(s) => BooleanBuffer::collect_bool(n, |i| w.start_us <= s[i] && s[i] < w.end_us),
@@ -254,6 +300,18 @@ fn term(t: &Term, c: &Columns<'_>, d: Dir) -> BooleanBuffer {
             compare(c.out_if, Cmp::Eq, i, n),
         ),
         Term::Vlan(v) => compare(c.vlan, Cmp::Eq, v, n),
+        Term::As(Side::Src, a) => compare(c.src_as(d), Cmp::Eq, a, n),
+        Term::As(Side::Dst, a) => compare(c.dst_as(d), Cmp::Eq, a, n),
+        Term::As(Side::Any, a) => either(
+            compare(c.src_as(d), Cmp::Eq, a, n),
+            compare(c.dst_as(d), Cmp::Eq, a, n),
+        ),
+        Term::Country(Side::Src, cc) => compare(c.src_country(d), Cmp::Eq, cc, n),
+        Term::Country(Side::Dst, cc) => compare(c.dst_country(d), Cmp::Eq, cc, n),
+        Term::Country(Side::Any, cc) => either(
+            compare(c.src_country(d), Cmp::Eq, cc, n),
+            compare(c.dst_country(d), Cmp::Eq, cc, n),
+        ),
         Term::Packets(op, v) => compare(c.packets(d), op, v, n),
         Term::Bytes(op, v) => compare(c.bytes(d), op, v, n),
         Term::TcpFlags(m) => match c.flags(d) {
@@ -326,7 +384,7 @@ impl KeyColumn<'_> {
 /// address (which goes through [`crate::query::top::key_values`]).
 fn key_columns<'a>(
     key: Key,
-    c: &Columns<'a>,
+    c: &'a Columns<'_>,
     d: Dir,
 ) -> Option<(KeyColumn<'a>, Option<KeyColumn<'a>>)> {
     let addr = |a: Option<&'a [[u8; 16]]>| a.map_or(KeyColumn::Zero, KeyColumn::Addr);
@@ -344,6 +402,10 @@ fn key_columns<'a>(
         Key::InIf => (c.in_if.map_or(KeyColumn::Zero, KeyColumn::U32), None),
         Key::OutIf => (c.out_if.map_or(KeyColumn::Zero, KeyColumn::U32), None),
         Key::Vlan => (u16s(c.vlan), None),
+        Key::SrcAs => (c.src_as(d).map_or(KeyColumn::Zero, KeyColumn::U32), None),
+        Key::DstAs => (c.dst_as(d).map_or(KeyColumn::Zero, KeyColumn::U32), None),
+        Key::SrcCountry => (u16s(c.src_country(d)), None),
+        Key::DstCountry => (u16s(c.dst_country(d)), None),
     })
 }
 

@@ -14,7 +14,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -33,8 +33,6 @@ use crate::StoreError;
 use crate::parquet::batch::{Batch, Column};
 use crate::schema::ColumnType;
 
-/// Permission bits of every file the store writes: the owner reads and writes, the group reads.
-pub const FILE_MODE: u32 = 0o640;
 /// Permission bits of the directories it creates.
 pub const DIR_MODE: u32 = 0o750;
 
@@ -225,7 +223,7 @@ pub fn write_staged(
     let dir = path.parent().unwrap_or(Path::new("."));
     let made = make_dirs(dir)?;
     let part = part_name(path);
-    let file = create_new(&part).map_err(|source| StoreError::Io {
+    let file = tapflow_sys::outfile::create_new(&part, 0).map_err(|source| StoreError::Io {
         what: "create",
         path: part.clone(),
         source,
@@ -343,19 +341,6 @@ pub fn create_dirs(dir: &Path) -> Result<(), StoreError> {
             path: dir.to_path_buf(),
             source,
         })
-}
-
-/// Creates `path`, which must not exist: a file or link planted there is refused, not
-/// followed; mode [`FILE_MODE`] whatever the umask.
-fn create_new(path: &Path) -> std::io::Result<File> {
-    let f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(FILE_MODE)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)?;
-    f.set_permissions(std::fs::Permissions::from_mode(FILE_MODE))?;
-    Ok(f)
 }
 
 /// Why a write failed, before the file's name is known to the error.

@@ -12,6 +12,7 @@
 //!        | ipv4 | inet | ipv6 | inet6
 //!        | exporter PREFIX | router ip PREFIX
 //!        | [in|out] if N | vlan N
+//!        | [src|dst] as N | [src|dst] country CC   src as 13335, dst country DE (enrichment)
 //!        | packets [OP] N | bytes [OP] N   N may end in k, M or G (×1000)
 //!        | flags LETTERS                   every one of F S R P A U E C set
 //!        | any
@@ -218,6 +219,8 @@ impl Parser {
             }
             "if" => Term::Interface(IfSide::Any, self.number("an interface index")?),
             "vlan" => Term::Vlan(self.number("a VLAN id")?),
+            "as" => Term::As(Side::Any, self.as_number()?),
+            "country" => Term::Country(Side::Any, self.country()?),
             "packets" => {
                 let op = self.cmp();
                 Term::Packets(op, self.count("a packet count")?)
@@ -241,8 +244,37 @@ impl Parser {
         if self.eat("port") {
             return self.port(side);
         }
+        if self.eat("as") {
+            return Ok(Filter::Term(Term::As(side, self.as_number()?)));
+        }
+        if self.eat("country") {
+            return Ok(Filter::Term(Term::Country(side, self.country()?)));
+        }
         let _ = self.eat("ip") || self.eat("host") || self.eat("net");
         Ok(Filter::Term(Term::Addr(side, self.net()?)))
+    }
+
+    /// An AS number, `13335` or `AS13335`.
+    fn as_number(&mut self) -> Result<u32, QueryError> {
+        let text = self.next("an AS number")?;
+        let digits = text
+            .strip_prefix("AS")
+            .or_else(|| text.strip_prefix("as"))
+            .unwrap_or(&text);
+        digits
+            .parse()
+            .map_err(|_| err(format!("filter: '{text}' is not an AS number")))
+    }
+
+    /// A country, two ISO 3166 letters.
+    fn country(&mut self) -> Result<u16, QueryError> {
+        let text = self.next("a country code")?;
+        match super::country_code(text.as_bytes()) {
+            0 => Err(err(format!(
+                "filter: '{text}' is not a country code (two letters, as DE)"
+            ))),
+            c => Ok(c),
+        }
     }
 
     fn port(&mut self, side: Side) -> Result<Filter, QueryError> {
@@ -395,6 +427,14 @@ pub struct OneWay {
     pub out_if: u32,
     /// `vlan`.
     pub vlan: u16,
+    /// The sender's AS number (0: unknown).
+    pub src_as: u32,
+    /// The receiver's AS number.
+    pub dst_as: u32,
+    /// The sender's country ([`super::country_code`]; 0: unknown).
+    pub src_country: u16,
+    /// The receiver's country.
+    pub dst_country: u16,
     /// Whether it is the stored row's reverse direction.
     pub reverse: bool,
     /// How many one-way flows it stands for: 1 for a stored flow, a rollup row's count.
@@ -449,6 +489,12 @@ impl Term {
             Term::Interface(IfSide::Out, i) => f.out_if == i,
             Term::Interface(IfSide::Any, i) => f.in_if == i || f.out_if == i,
             Term::Vlan(v) => f.vlan == v,
+            Term::As(Side::Src, n) => f.src_as == n,
+            Term::As(Side::Dst, n) => f.dst_as == n,
+            Term::As(Side::Any, n) => f.src_as == n || f.dst_as == n,
+            Term::Country(Side::Src, c) => f.src_country == c,
+            Term::Country(Side::Dst, c) => f.dst_country == c,
+            Term::Country(Side::Any, c) => f.src_country == c || f.dst_country == c,
             Term::Packets(op, n) => op.holds(f.packets, n),
             Term::Bytes(op, n) => op.holds(f.bytes, n),
             Term::TcpFlags(m) => f.tcp_flags & m == m,
@@ -465,6 +511,8 @@ impl Term {
             Term::Exporter(_) => &["exporter"],
             Term::Interface(..) => &["in_if", "out_if"],
             Term::Vlan(_) => &["vlan"],
+            Term::As(..) => &["src_as", "dst_as"],
+            Term::Country(..) => &["src_country", "dst_country"],
             Term::Packets(..) => &["packets", "rev_packets"],
             Term::Bytes(..) => &["bytes", "rev_bytes"],
             Term::TcpFlags(_) => &["tcp_flags", "rev_tcp_flags"],

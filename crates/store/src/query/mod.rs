@@ -6,8 +6,8 @@
 //! A stored row is an RFC 5103 biflow. Every query reads it as up to two **one-way flows**, the
 //! way nfdump's uniflow records read:
 //!
-//! - the forward flow, always: `src_addr → dst_addr`, `src_port → dst_port`, counters `packets`,
-//!   `bytes`, flags `tcp_flags`;
+//! - the forward flow, only when `packets > 0`: `src_addr → dst_addr`, `src_port → dst_port`,
+//!   counters `packets`, `bytes`, flags `tcp_flags`;
 //! - the reverse flow, only when `rev_packets > 0`: the addresses and ports swapped
 //!   (`dst_addr → src_addr`, `dst_port → src_port`), counters `rev_packets`, `rev_bytes`, flags
 //!   `rev_tcp_flags`.
@@ -16,8 +16,10 @@
 //! `in_if`, `out_if` and `vlan` as stored (interfaces are not swapped). Filters, keys and metrics
 //! all apply to one-way flows: `-s srcip/bytes` ranks senders by the bytes they sent, `dst port
 //! 443` selects what went to port 443 and not the answers, and a count of flows counts one-way
-//! flows. In SQL the view is the table `UNION ALL` the table with the columns swapped
-//! `WHERE rev_packets > 0`.
+//! flows. A direction with no packets is not a flow (a connection seen from its SYN-ACK in a
+//! capture that starts mid-connection has an empty forward direction): it is neither listed nor
+//! counted, in the flows or in the rollups. In SQL the view is the table `WHERE packets > 0`
+//! `UNION ALL` the table with the columns swapped `WHERE rev_packets > 0`.
 //!
 //! # Times
 //!
@@ -145,6 +147,34 @@ pub enum Key {
     OutIf,
     /// The VLAN id (`vlan`).
     Vlan,
+    /// The source address's AS number (`srcas`), as enrichment set it (0: unknown).
+    SrcAs,
+    /// The destination address's AS number (`dstas`).
+    DstAs,
+    /// The source address's country (`srccountry`), ISO 3166 letters as [`country_code`].
+    SrcCountry,
+    /// The destination address's country (`dstcountry`).
+    DstCountry,
+}
+
+/// Two ISO 3166 letters as one number (first letter × 256 + second; 0: unknown), as country
+/// keys and filters hold them.
+pub fn country_code(letters: &[u8]) -> u16 {
+    match letters {
+        &[a, b] if a.is_ascii_alphabetic() && b.is_ascii_alphabetic() => {
+            u16::from(a.to_ascii_uppercase()) << 8 | u16::from(b.to_ascii_uppercase())
+        }
+        _ => 0,
+    }
+}
+
+/// The letters of a [`country_code`] number (empty for 0).
+pub fn country_letters(code: u16) -> String {
+    if code == 0 {
+        return String::new();
+    }
+    let [a, b] = code.to_be_bytes();
+    String::from_utf8_lossy(&[a, b]).into_owned()
 }
 
 impl Key {
@@ -167,6 +197,10 @@ impl Key {
             Key::InIf => "inif",
             Key::OutIf => "outif",
             Key::Vlan => "vlan",
+            Key::SrcAs => "srcas",
+            Key::DstAs => "dstas",
+            Key::SrcCountry => "srccountry",
+            Key::DstCountry => "dstcountry",
         }
     }
 }
@@ -251,6 +285,10 @@ pub enum Term {
     Interface(IfSide, u32),
     /// The VLAN id is this.
     Vlan(u16),
+    /// The AS number at `side` is this (`src as 13335`; with [`Side::Any`]: either's is).
+    As(Side, u32),
+    /// The country at `side` is this ([`country_code`]; `dst country DE`).
+    Country(Side, u16),
     /// The one-way flow's packets compare to the value.
     Packets(Cmp, u64),
     /// The one-way flow's bytes compare to the value.
@@ -376,7 +414,7 @@ impl std::str::FromStr for Key {
     fn from_str(s: &str) -> Result<Key, QueryError> {
         let bad = || {
             QueryError::Parse(format!(
-                "unknown key '{s}' (srcip, dstip, ip, srcport, dstport, port, proto, exporter, inif, outif, vlan; srcip4/24, dstip6/64)"
+                "unknown key '{s}' (srcip, dstip, ip, srcport, dstport, port, proto, exporter, inif, outif, vlan, srcas, dstas, srccountry, dstcountry; srcip4/24, dstip6/64)"
             ))
         };
         let lower = s.to_ascii_lowercase();
@@ -418,6 +456,10 @@ impl std::str::FromStr for Key {
             "inif" | "in_if" => Key::InIf,
             "outif" | "out_if" => Key::OutIf,
             "vlan" => Key::Vlan,
+            "srcas" => Key::SrcAs,
+            "dstas" => Key::DstAs,
+            "srccountry" => Key::SrcCountry,
+            "dstcountry" => Key::DstCountry,
             _ => return Err(bad()),
         })
     }

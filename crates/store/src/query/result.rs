@@ -105,6 +105,12 @@ impl Value {
             Value::Num(n) if key == Key::Protocol => proto_name(n as u8)
                 .map(str::to_owned)
                 .unwrap_or_else(|| n.to_string()),
+            Value::Num(n) if matches!(key, Key::SrcCountry | Key::DstCountry) => {
+                match super::country_letters(n as u16) {
+                    l if l.is_empty() => "-".to_owned(),
+                    l => l,
+                }
+            }
             Value::Num(n) => n.to_string(),
         }
     }

@@ -45,7 +45,15 @@ impl ListSink {
 
 impl Sink for ListSink {
     fn add(&mut self, f: &OneWay) {
-        self.rows.push(*f);
+        // A listing shows no enrichment columns: they are listed as 0 whichever columns a
+        // filter made a store read, so every store lists the same flows.
+        self.rows.push(OneWay {
+            src_as: 0,
+            dst_as: 0,
+            src_country: 0,
+            dst_country: 0,
+            ..*f
+        });
         // Bounded memory under a limit: keep the earliest `limit` now and then.
         if let Some(l) = self.limit
             && self.rows.len() as u64 >= l.saturating_mul(2).max(65_536)

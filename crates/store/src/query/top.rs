@@ -37,6 +37,10 @@ pub fn key_values(key: Key, f: &OneWay, mut out: impl FnMut(Value)) {
         Key::InIf => out(Value::Num(f.in_if)),
         Key::OutIf => out(Value::Num(f.out_if)),
         Key::Vlan => out(Value::Num(f.vlan.into())),
+        Key::SrcAs => out(Value::Num(f.src_as)),
+        Key::DstAs => out(Value::Num(f.dst_as)),
+        Key::SrcCountry => out(Value::Num(f.src_country.into())),
+        Key::DstCountry => out(Value::Num(f.dst_country.into())),
     }
 }
 
@@ -51,6 +55,8 @@ pub fn key_columns(key: Key) -> &'static [&'static str] {
         Key::InIf => &["in_if"],
         Key::OutIf => &["out_if"],
         Key::Vlan => &["vlan"],
+        Key::SrcAs | Key::DstAs => &["src_as", "dst_as"],
+        Key::SrcCountry | Key::DstCountry => &["src_country", "dst_country"],
     }
 }
 
@@ -84,7 +90,9 @@ fn packed(v: Value) -> u128 {
 /// its groups are then an array indexed by the value rather than a hash table.
 fn small_range(key: Key) -> Option<usize> {
     match key {
-        Key::SrcPort | Key::DstPort | Key::Port | Key::Vlan => Some(1 << 16),
+        Key::SrcPort | Key::DstPort | Key::Port | Key::Vlan | Key::SrcCountry | Key::DstCountry => {
+            Some(1 << 16)
+        }
         Key::Protocol => Some(1 << 8),
         _ => None,
     }

@@ -73,6 +73,11 @@ pub fn flow(rng: &mut Rng, start_us: i64, hosts: u64) -> StoredFlow {
             );
         }
     }
+    // Some connections seen from their answer only (a capture that starts mid-connection): the
+    // initiator's direction has no packets, and is not a flow.
+    if f.rev.packets > 0 && f.sport.is_multiple_of(8) {
+        f.fwd = Default::default();
+    }
     let mut exporter = [0u8; 16];
     exporter[10] = 0xff;
     exporter[11] = 0xff;
@@ -84,6 +89,7 @@ pub fn flow(rng: &mut Rng, start_us: i64, hosts: u64) -> StoredFlow {
         domain: rng.below(2) as u32,
         sampling: 1,
         received_ns: f.end_ns() + 1_000_000_000,
+        ..StoredFlow::default()
     }
 }
 

@@ -12,6 +12,7 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -303,6 +304,8 @@ pub struct ExportConfig {
     pub anonymize: Option<CryptoPan>,
     /// A Parquet store directory the records also go into, without a network hop.
     pub store: Option<PathBuf>,
+    /// Enrichment of the records the store keeps (AS, country, networks).
+    pub enrich: Option<Arc<crate::enrich::Source>>,
 }
 
 /// Bytes of messages a second to a UDP collector by default (`--export-rate auto`): what a
@@ -480,7 +483,11 @@ impl Exporter {
             outputs.push(open(t, cfg)?);
         }
         let store = match &cfg.store {
-            Some(dir) => Some(StoreOutput::open(dir, cfg.observation_domain)?),
+            Some(dir) => Some(StoreOutput::open(
+                dir,
+                cfg.observation_domain,
+                cfg.enrich.clone(),
+            )?),
             None => None,
         };
         let (tx, rx) = mpsc::sync_channel(QUEUE);
@@ -577,9 +584,17 @@ struct StoreOutput {
 }
 
 impl StoreOutput {
-    fn open(dir: &Path, domain: u32) -> Result<StoreOutput, ExportError> {
+    fn open(
+        dir: &Path,
+        domain: u32,
+        enrich: Option<Arc<crate::enrich::Source>>,
+    ) -> Result<StoreOutput, ExportError> {
         let at = Location::parse(dir).map_err(ExportError::Store)?;
         let store = open::store(&at, &open::Options::default()).map_err(ExportError::Store)?;
+        let store = match enrich {
+            Some(source) => Box::new(crate::enrich::store::EnrichedStore::new(store, source)),
+            None => store,
+        };
         Ok(StoreOutput {
             name: at.name(),
             store,
@@ -606,6 +621,7 @@ impl StoreOutput {
             domain: self.domain,
             sampling: 1,
             received_ns: now_ns,
+            ..StoredFlow::default()
         }));
         if let Err(e) = self.store.insert(&self.rows) {
             self.error = Some(e.to_string());
@@ -1142,6 +1158,7 @@ mod tests {
             rate: ExportRate::Unpaced,
             anonymize: None,
             store: None,
+            enrich: None,
         };
         let addr = rx.local_addr().unwrap();
         let (mut c, _) = Collector::open("test", Transport::Udp, addr, &cfg).unwrap();
@@ -1247,6 +1264,7 @@ mod tests {
                 rate,
                 anonymize: None,
                 store: None,
+                enrich: None,
             };
             let (mut c, _) = Collector::open("test", Transport::Udp, addr, &cfg).unwrap();
             // Loopback answers at once; elsewhere the ICMP errors may come later, or not at all.
@@ -1388,6 +1406,7 @@ mod tests {
             rate: ExportRate::Unpaced,
             anonymize: None,
             store: None,
+            enrich: None,
         };
         let e = Exporter::start(&cfg, MeterClock::Packets).unwrap_err();
         assert!(matches!(

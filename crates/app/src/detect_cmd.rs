@@ -1,0 +1,214 @@
+//! `tapflow detect`, and `--detect` on `capture`, `flows` and `collect`: builds the detector
+//! from the thresholds file and the alert actions, runs it over the source asked for, and says
+//! what it saw.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use clap::{Args, FromArgMatches};
+use tapflow_engine::detect::action::{Action, Hook, Hooked, Print};
+use tapflow_engine::detect::store::DetectStore;
+use tapflow_engine::detect::threshold::{Thresholds, ThresholdsFile};
+use tapflow_engine::detect::{DetectSummary, Detector, Hub};
+use tapflow_engine::stop::Stop;
+use tapflow_store::parquet::ParquetEngine;
+use tapflow_store::query::time::parse_window;
+use tapflow_store::query::{Kind, Query, QueryEngine, QueryResult};
+use tapflow_store::{FlowStore, StoredFlow};
+use tapflow_wire::flowrecord::{Counters, FlowRecord};
+
+use crate::Failure;
+use crate::cli::{AlertArgs, CaptureArgs, CollectArgs, DetectArgs, DetectOpts};
+
+/// Reads a thresholds file.
+pub fn thresholds(path: &std::path::Path) -> Result<Thresholds, Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::Usage(format!("--thresholds {}: {e}", path.display())))?;
+    toml::from_str::<ThresholdsFile>(&text)
+        .map_err(|e| e.to_string())
+        .and_then(ThresholdsFile::thresholds)
+        .map_err(|e| Failure::Usage(format!("--thresholds {}: {e}", path.display())))
+}
+
+/// The detector `--detect` asks for, if it does.
+pub fn hub(opts: &DetectOpts) -> Result<Option<Hub>, Failure> {
+    if !opts.detect {
+        return Ok(None);
+    }
+    build(&opts.alerts, opts.stdout).map(Some)
+}
+
+fn build(a: &AlertArgs, stdout: Option<bool>) -> Result<Hub, Failure> {
+    let th = match &a.thresholds {
+        Some(p) => thresholds(p)?,
+        None => Thresholds::default(),
+    };
+    let mut actions: Vec<Box<dyn Action>> = vec![Box::new(Print {
+        json: stdout == Some(true),
+        stderr: stdout.is_none(),
+    })];
+    if let Some(url) = &a.webhook {
+        if !url.starts_with("http://") && !url.starts_with("https://") {
+            return Err(Failure::Usage(format!(
+                "--webhook {url}: give an http:// or https:// URL"
+            )));
+        }
+        actions.push(Box::new(Hooked::start(Hook::Webhook(url.clone()))));
+    }
+    if let Some(cmd) = &a.alert_exec {
+        actions.push(Box::new(Hooked::start(Hook::Exec(cmd.clone()))));
+    }
+    Ok(Detector::new(th, actions, 1).shared())
+}
+
+/// Ends detection: ends the running alerts, waits for the hooks, and says what it saw.
+pub fn close(hub: Option<&Hub>, quiet: bool) {
+    let Some(hub) = hub else { return };
+    let s = hub.lock().unwrap_or_else(|e| e.into_inner()).close();
+    if !quiet {
+        eprintln!("{}", summary_line(&s));
+    }
+}
+
+fn summary_line(s: &DetectSummary) -> String {
+    format!(
+        "tapflow detect: {} seconds measured, {} packets{}, {} alerts{}",
+        s.intervals,
+        s.packets,
+        if s.flows > 0 {
+            format!(" in {} flow records", s.flows)
+        } else {
+            String::new()
+        },
+        s.alerts,
+        if s.running_at_end > 0 {
+            format!(" ({} still running at the end)", s.running_at_end)
+        } else {
+            String::new()
+        }
+    )
+}
+
+/// `Args` of a command parsed from words, as if typed.
+fn args_of<T: Args + FromArgMatches>(name: &'static str, words: &[String]) -> Result<T, Failure> {
+    let cmd = T::augment_args(clap::Command::new(name).no_binary_name(true));
+    let m = cmd
+        .try_get_matches_from(words)
+        .map_err(|e| Failure::Usage(e.to_string()))?;
+    T::from_arg_matches(&m).map_err(|e| Failure::Usage(e.to_string()))
+}
+
+/// Runs `tapflow detect`.
+pub fn run(a: DetectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
+    let opts = DetectOpts {
+        detect: true,
+        alerts: a.alerts.clone(),
+        stdout: Some(a.json),
+    };
+    let mut words: Vec<String> = Vec::new();
+    if let Some(d) = a.duration {
+        words.extend(["--duration".into(), format!("{}", d.as_secs_f64())]);
+    }
+    if a.quiet {
+        words.push("-q".into());
+    }
+    if let Some(m) = a.metrics {
+        words.extend(["--metrics".into(), m.to_string()]);
+    }
+    if let (Some(dir), Some(t)) = (&a.store, &a.time) {
+        return from_store(dir, t, &opts, a.quiet);
+    }
+    if !a.listen.is_empty() {
+        words.extend(["-l".into(), a.listen.join(",")]);
+        let mut c: CollectArgs = args_of("collect", &words)?;
+        c.detect = opts;
+        return crate::collect_cmd::run(c, stop);
+    }
+    match (&a.interface, &a.read) {
+        (Some(i), _) => {
+            words.extend(["-i".into(), i.clone(), "--threads".into()]);
+            words.push(a.threads.to_string());
+        }
+        (None, Some(r)) => words.extend(["-r".into(), r.display().to_string()]),
+        (None, None) => return Err(Failure::Usage("give -i, -r, -l or --store".into())),
+    }
+    words.extend(a.filter.iter().cloned());
+    let mut c: CaptureArgs = args_of("capture", &words)?;
+    c.detect = opts;
+    crate::capture_cmd::run(c, stop, false)
+}
+
+/// Detection over the flows a store kept in `window`, in their time order.
+fn from_store(
+    dir: &std::path::Path,
+    window: &str,
+    opts: &DetectOpts,
+    quiet: bool,
+) -> Result<ExitCode, Failure> {
+    let now_us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64);
+    let window = parse_window(window, now_us).map_err(|e| Failure::Usage(format!("-t {e}")))?;
+    let engine = ParquetEngine::new(dir, 2).prefer_rollups(false);
+    let answer = engine
+        .run(&Query {
+            window: Some(window),
+            filter: None,
+            kind: Kind::List { limit: None },
+        })
+        .map_err(|e| Failure::Runtime(format!("--store {}: {e}", dir.display())))?;
+    let QueryResult::Flows(rows) = answer.result else {
+        return Err(Failure::Runtime("the store answered no flows".into()));
+    };
+    let Some(hub) = hub(opts)? else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let mut stage = Box::new(DetectStore::new(Arc::clone(&hub), false));
+    let mut batch = Vec::with_capacity(4096);
+    for r in &rows {
+        let v4 = r.ip_version == 4;
+        let addr = |a: &[u8; 16]| {
+            if v4 {
+                let mut b = [0u8; 16];
+                b[..4].copy_from_slice(&a[12..16]);
+                b
+            } else {
+                *a
+            }
+        };
+        let (first, last) = (
+            r.start_us.max(0) as u64 * 1000,
+            r.end_us.max(0) as u64 * 1000,
+        );
+        let flow = FlowRecord {
+            ipv6: !v4,
+            proto: r.protocol,
+            src: addr(&r.src),
+            dst: addr(&r.dst),
+            sport: r.sport,
+            dport: r.dport,
+            fwd: Counters {
+                packets: r.packets,
+                octets: r.bytes,
+                tcp_flags: r.tcp_flags,
+                first_ns: first,
+                last_ns: last,
+            },
+            ..Default::default()
+        };
+        batch.push(StoredFlow {
+            flow,
+            received_ns: last,
+            ..Default::default()
+        });
+        if batch.len() == batch.capacity() {
+            stage.observe(&batch);
+            batch.clear();
+        }
+    }
+    stage.observe(&batch);
+    let _ = stage.close();
+    close(Some(&hub), quiet);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,287 @@
+//! The detector: merges the tallies of every worker (or of the one flow stream) interval by
+//! interval, measures each destination, group and the total against its limits, and hands the
+//! alerts that start and end to the actions.
+//!
+//! Workers hand a tally over once an interval (a mutex taken once a second per worker, never
+//! per packet). An interval is measured once every worker has moved past it, so the merged
+//! table holds all of its traffic.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use crate::detect::action::{Action, Gauge};
+use crate::detect::alert::{Alert, Alerts, Measure, Target};
+use crate::detect::tally::Tally;
+use crate::detect::threshold::Thresholds;
+
+/// Intervals are one second long.
+pub const INTERVAL_S: u64 = 1;
+/// Intervals waiting for a slow worker; past this the oldest is measured without it.
+const MAX_PENDING: usize = 8;
+
+/// What detection did, for the summary.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DetectSummary {
+    /// Intervals measured.
+    pub intervals: u64,
+    /// Packets observed (flow streams: packets their records stand for).
+    pub packets: u64,
+    /// Flow records observed.
+    pub flows: u64,
+    /// Alerts started.
+    pub alerts: u64,
+    /// Alerts running when detection ended (ended with it).
+    pub running_at_end: u64,
+    /// Tallies that arrived for an interval already measured, merged into the next.
+    pub late: u64,
+}
+
+/// The shared detector.
+#[derive(Debug)]
+pub struct Detector {
+    thresholds: Arc<Thresholds>,
+    alerts: Alerts,
+    actions: Vec<Box<dyn Action>>,
+    /// Per worker: every interval before this one is closed.
+    closed_before: Vec<u64>,
+    pending: BTreeMap<u64, Tally>,
+    spare: Vec<Tally>,
+    /// The last interval measured.
+    measured: Option<u64>,
+    summary: DetectSummary,
+    gauge: Gauge,
+}
+
+/// A detector several workers share.
+pub type Hub = Arc<Mutex<Detector>>;
+
+impl Detector {
+    /// A detector over `workers` workers, with `actions` for its alerts.
+    pub fn new(thresholds: Thresholds, actions: Vec<Box<dyn Action>>, workers: usize) -> Detector {
+        Detector {
+            alerts: Alerts::new(thresholds.hold, thresholds.release, INTERVAL_S),
+            thresholds: Arc::new(thresholds),
+            actions,
+            closed_before: vec![0; workers.max(1)],
+            pending: BTreeMap::new(),
+            spare: Vec::new(),
+            measured: None,
+            summary: DetectSummary::default(),
+            gauge: Gauge::default(),
+        }
+    }
+
+    /// The running alerts, for `/metrics`.
+    pub fn gauge(&self) -> Gauge {
+        self.gauge.clone()
+    }
+
+    /// Sets the number of workers that hand tallies over.
+    pub fn set_workers(&mut self, workers: usize) {
+        self.closed_before = vec![0; workers.max(1)];
+    }
+
+    /// Shared between workers.
+    pub fn shared(self) -> Hub {
+        Arc::new(Mutex::new(self))
+    }
+
+    /// The thresholds.
+    pub fn thresholds(&self) -> Arc<Thresholds> {
+        Arc::clone(&self.thresholds)
+    }
+
+    /// The alerts running now: target and kind.
+    pub fn running(&self) -> Vec<(String, String)> {
+        self.alerts.running()
+    }
+
+    /// Worker `worker` hands over `tally` (if it saw anything) and says every interval before
+    /// `next` is closed for it.
+    pub fn submit(&mut self, worker: usize, tally: Option<&Tally>, next: u64) {
+        if let Some(t) = tally {
+            let mut second = t.second;
+            if self.measured.is_some_and(|m| second <= m) {
+                self.summary.late += 1;
+                second = self.measured.unwrap_or(0) + 1;
+            }
+            let spare = &mut self.spare;
+            let th = &self.thresholds;
+            self.pending
+                .entry(second)
+                .or_insert_with(|| {
+                    let mut n = spare
+                        .pop()
+                        .unwrap_or_else(|| Tally::new(th.capacity, th.groups.len()));
+                    n.reset(second);
+                    n
+                })
+                .merge(t);
+        }
+        if let Some(c) = self.closed_before.get_mut(worker) {
+            *c = (*c).max(next);
+        }
+        self.measure_ready(false);
+    }
+
+    /// Worker `worker` is done.
+    pub fn finish(&mut self, worker: usize) {
+        self.submit(worker, None, u64::MAX);
+    }
+
+    /// Measures every pending interval and ends every alert; returns the summary.
+    pub fn close(&mut self) -> DetectSummary {
+        self.measure_ready(true);
+        let ends = self.alerts.expire(self.measured.unwrap_or(0), true);
+        self.summary.running_at_end += ends.len() as u64;
+        self.act(&ends);
+        for a in &mut self.actions {
+            a.close();
+        }
+        self.summary.clone()
+    }
+
+    fn measure_ready(&mut self, all: bool) {
+        let before = self.closed_before.iter().copied().min().unwrap_or(0);
+        while let Some((&s, _)) = self.pending.first_key_value() {
+            if !(all || s < before || self.pending.len() > MAX_PENDING) {
+                break;
+            }
+            let Some((_, t)) = self.pending.pop_first() else {
+                break;
+            };
+            self.measure(&t);
+            self.spare.push(t);
+        }
+        // Quiet intervals end alerts too.
+        if before != u64::MAX && before > 0 && self.measured.is_none_or(|m| before - 1 > m) {
+            let ends = self.alerts.expire(before - 1, false);
+            self.act(&ends);
+        }
+    }
+
+    fn measure(&mut self, t: &Tally) {
+        let s = t.second;
+        // Alerts that held past their time end before new ones start in this interval.
+        let mut events = self.alerts.expire(s, false);
+        self.summary.intervals += 1;
+        self.summary.packets += t.total.packets;
+        self.summary.flows += t.total.flows;
+        let th = Arc::clone(&self.thresholds);
+        for e in t.entries() {
+            let g = th.group_of(e.addr.ipv6, &e.addr.bytes);
+            let m = Measure {
+                target: Target::Host(e.addr.ip()),
+                group: g.map(|g| th.groups[g].name.as_str()),
+                counts: e.counts,
+                entry: Some(e),
+                limits: th.host_limits(g),
+            };
+            events.extend(self.alerts.measure(s, &m));
+        }
+        for (g, c) in th.groups.iter().zip(&t.groups) {
+            if let Some(limits) = g.total {
+                let m = Measure {
+                    target: Target::Group(g.name.clone()),
+                    group: Some(&g.name),
+                    counts: *c,
+                    entry: None,
+                    limits,
+                };
+                events.extend(self.alerts.measure(s, &m));
+            }
+        }
+        if let Some(limits) = th.total {
+            let m = Measure {
+                target: Target::Total,
+                group: None,
+                counts: t.total,
+                entry: None,
+                limits,
+            };
+            events.extend(self.alerts.measure(s, &m));
+        }
+        self.measured = Some(s);
+        self.act(&events);
+    }
+
+    fn act(&mut self, events: &[Alert]) {
+        for a in events {
+            if a.event == "start" {
+                self.summary.alerts += 1;
+            }
+            self.gauge.alert(a);
+            for x in &mut self.actions {
+                x.alert(a);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::detect::meter::Meter;
+    use crate::detect::signature::Observation;
+
+    #[derive(Debug, Clone, Default)]
+    struct Seen(Arc<Mutex<Vec<Alert>>>);
+    impl Action for Seen {
+        fn alert(&mut self, a: &Alert) {
+            self.0.lock().unwrap().push(a.clone());
+        }
+    }
+
+    fn syn(dst: u8, src: u32) -> Observation {
+        let mut o = Observation {
+            proto: 6,
+            tcp_flags: 0x02,
+            sport: (src % 60000) as u16,
+            packets: 1,
+            bytes: 60,
+            ..Default::default()
+        };
+        o.dst[..4].copy_from_slice(&[192, 0, 2, dst]);
+        o.src[..4].copy_from_slice(&src.to_be_bytes());
+        o
+    }
+
+    #[test]
+    fn two_workers_halves_add_up_to_one_alert_that_ends() {
+        let seen = Seen::default();
+        let th = Thresholds {
+            hold: 2,
+            ..Default::default()
+        };
+        let hub = Detector::new(th, vec![Box::new(seen.clone())], 2).shared();
+        let (mut a, mut b) = (Meter::new(hub.clone(), 0), Meter::new(hub.clone(), 1));
+        let s = 1_700_000_000u64 * 1_000_000_000;
+        // 12k SYN/s on each worker for 3 s: 24k/s at 192.0.2.7, over 20k only together.
+        for sec in 0..3u64 {
+            for i in 0..12_000u64 {
+                let t = s + sec * 1_000_000_000 + i * 80_000;
+                a.observe(t, &syn(7, i as u32));
+                b.observe(t, &syn(7, 1_000_000 + i as u32));
+                b.observe(t, &syn(9, i as u32));
+            }
+        }
+        // A little traffic much later moves both workers on; the alert's hold time passes.
+        a.observe(s + 10_000_000_000, &syn(1, 1));
+        b.observe(s + 10_000_000_000, &syn(1, 1));
+        a.finish();
+        b.finish();
+        let sum = hub.lock().unwrap().close();
+        let v = seen.0.lock().unwrap().clone();
+        assert_eq!(v.len(), 2, "{v:#?}");
+        assert_eq!((v[0].event, v[0].target.as_str()), ("start", "192.0.2.7"));
+        assert_eq!(v[0].kind, "syn_flood");
+        assert_eq!(v[0].packets_per_second, 24_000.0);
+        assert_eq!(v[0].signatures.syn, 24_000.0);
+        assert_eq!(v[0].time, "2023-11-14T22:13:20Z");
+        assert_eq!((v[1].event, v[1].duration_seconds), ("end", Some(3)));
+        assert_eq!((sum.alerts, sum.running_at_end, sum.late), (1, 0, 0));
+        assert_eq!(sum.packets, 3 * 36_000 + 2);
+    }
+}

@@ -1,0 +1,291 @@
+//! Enrichment: every flow gets, for its source and its destination address, the AS number and
+//! name, the country and the operator's own network (name, role, site, tenant, other
+//! attributes), set once per record from tables in memory before it is stored.
+//!
+//! The collector and the flow meter use it alike: [`store::EnrichedStore`] sits in front of a
+//! store. The tables ([`Tables`]) come from files: MMDB or CSV ranges ([`mmdb`], [`ranges`]) for
+//! country and AS, the networks file ([`networks`]). A [`Source`] holds the tables in force and
+//! reloads them when a file changes or on SIGHUP; a bad file is refused with its line number and
+//! the previous tables stay.
+//!
+//! Per record: a lookup in a small direct-mapped cache of addresses; on a miss, the tables
+//! (an MMDB tree walk and a cache of decoded records by their offset, a binary search over
+//! ranges, a hash probe per prefix length). No allocation, lock or system call per record
+//! once an address's record has been seen.
+
+pub mod mmdb;
+pub mod networks;
+pub mod ranges;
+pub mod source;
+pub mod store;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tapflow_store::names::intern;
+use tapflow_store::{Place, StoredFlow};
+
+pub use source::Source;
+
+/// The files enrichment reads (`--geoip`, `--asn`, `--networks`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnrichConfig {
+    /// Country data: an MMDB file, or CSV ranges `first,last,country`.
+    pub geoip: Option<PathBuf>,
+    /// AS data: an MMDB file, or CSV ranges `first,last,asn,name`.
+    pub asn: Option<PathBuf>,
+    /// The operator's networks file (TOML or CSV).
+    pub networks: Option<PathBuf>,
+}
+
+impl EnrichConfig {
+    /// Whether any file is given.
+    pub fn is_enabled(&self) -> bool {
+        self.geoip.is_some() || self.asn.is_some() || self.networks.is_some()
+    }
+
+    /// The files given, with the option that names each.
+    pub fn files(&self) -> Vec<(&'static str, &Path)> {
+        [
+            ("--geoip", &self.geoip),
+            ("--asn", &self.asn),
+            ("--networks", &self.networks),
+        ]
+        .into_iter()
+        .filter_map(|(o, p)| p.as_deref().map(|p| (o, p)))
+        .collect()
+    }
+}
+
+/// Where scripts/fetch-ipdb.sh puts the default data: `$TAPFLOW_IPDB`, or
+/// /var/cache/tapflow/ipdb.
+pub fn default_data_dir() -> PathBuf {
+    std::env::var_os("TAPFLOW_IPDB")
+        .map_or_else(|| PathBuf::from("/var/cache/tapflow/ipdb"), PathBuf::from)
+}
+
+/// The lines of the data directory's `SOURCES` file (file, package and version, licence, fetch
+/// date), or `None` if it has none.
+pub fn data_sources(dir: &Path) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(dir.join("SOURCES")).ok()?;
+    Some(text.lines().map(str::to_owned).collect())
+}
+
+/// A file that could not be loaded: which, on which line (0: the file as a whole), and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{}: {why}", path.display(), if *line > 0 { format!(" line {line}") } else { String::new() })]
+pub struct LoadError {
+    /// The file.
+    pub path: PathBuf,
+    /// The line, from 1; 0 when the error is not on one line.
+    pub line: u64,
+    /// What is wrong.
+    pub why: String,
+}
+
+impl LoadError {
+    /// An error in `path` at `line` (0: none).
+    pub fn new(path: &Path, line: impl TryInto<u64>, why: impl std::fmt::Display) -> LoadError {
+        LoadError {
+            path: path.to_owned(),
+            line: line.try_into().unwrap_or(0),
+            why: why.to_string(),
+        }
+    }
+}
+
+/// Country or AS data from one file.
+#[derive(Debug)]
+pub enum Db {
+    /// A MaxMind DB file.
+    Mmdb(mmdb::Mmdb),
+    /// CSV ranges.
+    Ranges(ranges::Ranges),
+}
+
+impl Db {
+    /// The file at `path`: MMDB if it carries MMDB metadata, CSV ranges otherwise.
+    pub fn load(path: &Path) -> Result<Db, LoadError> {
+        let bytes = std::fs::read(path).map_err(|e| LoadError::new(path, 0, e))?;
+        if mmdb::is_mmdb(&bytes) {
+            Ok(Db::Mmdb(mmdb::Mmdb::new(path, bytes)?))
+        } else {
+            Ok(Db::Ranges(ranges::Ranges::parse(path, &bytes)?))
+        }
+    }
+
+    /// One line saying what it is.
+    pub fn describe(&self) -> String {
+        match self {
+            Db::Mmdb(m) => {
+                let (kind, built) = m.describe();
+                let day = chrono::DateTime::from_timestamp(built as i64, 0)
+                    .map_or_else(String::new, |t| t.format("%Y-%m-%d").to_string());
+                format!("MMDB {kind}, built {day}")
+            }
+            Db::Ranges(r) => format!("CSV, {} ranges", r.len()),
+        }
+    }
+}
+
+/// Every table enrichment looks addresses up in, as loaded together from the files.
+#[derive(Debug, Default)]
+pub struct Tables {
+    /// Country data.
+    pub geoip: Option<Db>,
+    /// AS data.
+    pub asn: Option<Db>,
+    /// The operator's networks.
+    pub networks: Option<networks::Networks>,
+}
+
+impl Tables {
+    /// The tables of the files `cfg` names.
+    pub fn load(cfg: &EnrichConfig) -> Result<Tables, LoadError> {
+        let networks = match &cfg.networks {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| LoadError::new(p, 0, e))?;
+                Some(networks::Networks::parse(p, &text)?)
+            }
+            None => None,
+        };
+        Ok(Tables {
+            geoip: cfg.geoip.as_deref().map(Db::load).transpose()?,
+            asn: cfg.asn.as_deref().map(Db::load).transpose()?,
+            networks,
+        })
+    }
+
+    /// One line per table saying what it holds.
+    pub fn describe(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(d) = &self.geoip {
+            out.push(format!("country: {}", d.describe()));
+        }
+        if let Some(d) = &self.asn {
+            out.push(format!("AS: {}", d.describe()));
+        }
+        if let Some(n) = &self.networks {
+            out.push(format!("networks: {} prefixes", n.len()));
+        }
+        out
+    }
+}
+
+/// Entries of the per-enricher address cache (a power of two).
+const CACHE: usize = 4096;
+
+/// One address cached: the address (IPv4 in its first 4 bytes), its family, its place.
+type Cached = (bool, [u8; 16], Place);
+
+/// What an MMDB record decoded to: AS number, AS name, country.
+type Decoded = (u32, &'static str, [u8; 2]);
+
+/// Sets the places of flows: one per store thread, over the tables a [`Source`] holds.
+#[derive(Debug)]
+pub struct Enricher {
+    source: Arc<Source>,
+    tables: Arc<Tables>,
+    generation: u64,
+    cache: Vec<Option<Cached>>,
+    /// Decoded MMDB records by (0: country, 1: AS; offset).
+    decoded: HashMap<(u8, usize), Decoded>,
+}
+
+/// The address as the standard library's type.
+#[inline]
+fn ip(ipv6: bool, a: &[u8; 16]) -> IpAddr {
+    if ipv6 {
+        IpAddr::V6(Ipv6Addr::from(*a))
+    } else {
+        IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))
+    }
+}
+
+/// The cache slot of an address: a multiplicative hash of its words.
+#[inline]
+fn slot(ipv6: bool, a: &[u8; 16]) -> usize {
+    let lo = u64::from_le_bytes(a[..8].try_into().unwrap_or_default());
+    let hi = u64::from_le_bytes(a[8..].try_into().unwrap_or_default());
+    let h = (lo ^ hi.rotate_left(29) ^ u64::from(ipv6)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (h >> 32) as usize & (CACHE - 1)
+}
+
+impl Enricher {
+    /// An enricher over the tables `source` holds, now and after each reload.
+    pub fn new(source: Arc<Source>) -> Enricher {
+        let (tables, generation) = source.current();
+        Enricher {
+            source,
+            tables,
+            generation,
+            cache: vec![None; CACHE],
+            decoded: HashMap::new(),
+        }
+    }
+
+    /// Sets the source and destination places of every flow of `flows`. Takes up tables
+    /// reloaded since the last call first (one atomic load per call when there are none).
+    pub fn enrich(&mut self, flows: &mut [StoredFlow]) {
+        if self.source.generation() != self.generation {
+            (self.tables, self.generation) = self.source.current();
+            self.cache.fill(None);
+            self.decoded.clear();
+        }
+        for f in flows {
+            let ipv6 = f.flow.ipv6;
+            f.src_place = self.place(ipv6, &f.flow.src);
+            f.dst_place = self.place(ipv6, &f.flow.dst);
+        }
+    }
+
+    /// The place of one address, from the cache or the tables.
+    #[inline]
+    pub fn place(&mut self, ipv6: bool, addr: &[u8; 16]) -> Place {
+        let k = slot(ipv6, addr);
+        if let Some((v6, a, p)) = &self.cache[k]
+            && *v6 == ipv6
+            && a == addr
+        {
+            return *p;
+        }
+        let p = self.look_up(ipv6, addr);
+        self.cache[k] = Some((ipv6, *addr, p));
+        p
+    }
+
+    /// The place of one address from the tables themselves.
+    #[cold]
+    pub fn look_up(&mut self, ipv6: bool, addr: &[u8; 16]) -> Place {
+        let at = ip(ipv6, addr);
+        let mut p = Place::default();
+        let tables = Arc::clone(&self.tables);
+        if let Some(db) = &tables.geoip {
+            p.country = self.find(0, db, at).2;
+        }
+        if let Some(db) = &tables.asn {
+            (p.asn, p.as_name, _) = self.find(1, db, at);
+        }
+        if let Some(n) = &tables.networks {
+            p.net = n.find(ipv6, addr);
+        }
+        p
+    }
+
+    fn find(&mut self, which: u8, db: &Db, at: IpAddr) -> Decoded {
+        match db {
+            Db::Ranges(r) => r.find(at),
+            Db::Mmdb(m) => {
+                let Some(offset) = m.offset(at) else {
+                    return (0, "", [0; 2]);
+                };
+                *self.decoded.entry((which, offset)).or_insert_with(|| {
+                    let f = m.find(at);
+                    (f.asn, intern(f.as_name), Place::country_from(f.country))
+                })
+            }
+        }
+    }
+}
