@@ -88,10 +88,16 @@ fn quarantined(victim: &Path, from: &Path, to: &Path) -> PathBuf {
 }
 
 /// The bytes flipped (their lowest bit): evenly spaced over the file, its first and last byte
-/// among them. Four of them (in the footer's column chunk offsets) make the Parquet decoder
-/// panic.
-fn offsets(len: usize) -> impl Iterator<Item = usize> {
-    (0..VARIANTS).map(move |i| i * (len - 1) / (VARIANTS - 1))
+/// among them, and as many again over its footer (the length in its last 8 bytes), where flips
+/// in the column chunk offsets make the Parquet decoder panic whatever the pages' layout.
+fn offsets(bytes: &[u8]) -> impl Iterator<Item = usize> {
+    let len = bytes.len();
+    let footer = u32::from_le_bytes(bytes[len - 8..len - 4].try_into().unwrap()) as usize;
+    let from = len.saturating_sub(footer + 8);
+    let over = move |start: usize, span: usize| {
+        (0..VARIANTS).map(move |i| start + i * span / (VARIANTS - 1))
+    };
+    over(0, len - 1).chain(over(from, len - 1 - from))
 }
 
 #[test]
@@ -116,7 +122,7 @@ fn damaged_files_are_quarantined_and_the_rest_answers() {
 
     let mut damaged = Vec::new();
     let mut panicked = Vec::new();
-    for (n, at) in offsets(bytes.len()).enumerate() {
+    for (n, at) in offsets(&bytes).enumerate() {
         let mut variant = bytes.clone();
         variant[at] ^= 0x01;
 
@@ -174,8 +180,9 @@ fn damaged_files_are_quarantined_and_the_rest_answers() {
     assert!(damaged.len() >= 5, "{} damaged: {damaged:?}", damaged.len());
     assert!(!panicked.is_empty(), "no flip made the decoder panic");
     eprintln!(
-        "{} of {VARIANTS} variants quarantined: {damaged:?}",
-        damaged.len()
+        "{} of {} variants quarantined: {damaged:?}",
+        damaged.len(),
+        2 * VARIANTS
     );
     eprintln!("the decoder panicked on {panicked:?}");
 }

@@ -14,6 +14,7 @@ pub mod rollup;
 pub mod scan;
 pub mod store;
 pub mod tier;
+pub mod vector;
 pub mod writer;
 
 pub use scan::ParquetEngine;

@@ -8,23 +8,25 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{
-    ArrowPrimitiveType, TimestampMicrosecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
-};
-use arrow_array::{Array, RecordBatch};
+use arrow_array::types::ArrowPrimitiveType;
+use arrow_array::{Array, BooleanArray, RecordBatch};
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::{ArrowPredicateFn, ParquetRecordBatchReaderBuilder, RowFilter};
+use parquet::arrow::arrow_reader::{
+    ArrowPredicateFn, ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+    RowFilter,
+};
 use parquet::file::statistics::Statistics;
+use parquet::schema::types::SchemaDescriptor;
 
 use super::tier::{self, Pick, Select, Tally};
+use super::vector::{self, ColumnSink, Columns, Dir};
 use crate::StoreError;
 use crate::parquet::partition::{files, partitions};
-use crate::query::filter::OneWay;
 use crate::query::result::{Answer, QueryResult, ScanStats, Value};
 use crate::query::series::SeriesSink;
-use crate::query::sink::{ListSink, Sink, SummarySink};
+use crate::query::sink::{ListSink, SummarySink};
 use crate::query::top::{AggregateSink, TopSink, key_columns};
-use crate::query::{Kind, Query, QueryEngine, QueryError, Window};
+use crate::query::{Filter, Key, Kind, Query, QueryEngine, QueryError, Side, Term, Window};
 use crate::schema::{FLOW_COLUMNS, FLOW_COLUMNS_BEFORE_ENRICHMENT};
 
 /// Queries a store directory (`DIR/flows/date=YYYY-MM-DD/hour=HH/*.parquet` and the rollup
@@ -282,7 +284,7 @@ struct Table<'a> {
     read: Read<'a>,
 }
 
-fn pick_feed<S: Sink>(pick: Option<Pick>) -> Feed<S> {
+fn pick_feed<S: ColumnSink>(pick: Option<Pick>) -> Feed<S> {
     match pick.map(|p| p.table) {
         Some(crate::parquet::partition::Table::Hosts(_)) => tier::host_feed::<S>,
         Some(crate::parquet::partition::Table::Ports) => tier::port_feed::<S>,
@@ -292,7 +294,7 @@ fn pick_feed<S: Sink>(pick: Option<Pick>) -> Feed<S> {
 }
 
 impl ParquetEngine {
-    fn scan<S: Sink>(
+    fn scan<S: ColumnSink>(
         &self,
         t: &Table<'_>,
         feed: Feed<S>,
@@ -416,6 +418,69 @@ fn columns(q: &Query) -> Vec<&'static str> {
     c
 }
 
+/// Of the columns `cols` that `q` reads, those its forward directions need: no reverse
+/// counters or flags, and an address or port column only if a key, a filter term or the
+/// listing looks at that end.
+fn forward_columns(q: &Query, cols: &[&'static str]) -> Vec<&'static str> {
+    // Which ends (source, destination) of addresses and ports the query looks at.
+    let mut addr = [false; 2];
+    let mut port = [false; 2];
+    let mut key = |k: Key| match k {
+        Key::SrcAddr(_) => addr[0] = true,
+        Key::DstAddr(_) => addr[1] = true,
+        Key::Addr(_) => addr = [true; 2],
+        Key::SrcPort => port[0] = true,
+        Key::DstPort => port[1] = true,
+        Key::Port => port = [true; 2],
+        _ => {}
+    };
+    match &q.kind {
+        Kind::List { .. } => {
+            key(Key::Addr(None));
+            key(Key::Port);
+        }
+        Kind::Top { key: k, .. } | Kind::Series { key: Some(k), .. } => key(*k),
+        Kind::Aggregate { keys, .. } => keys.iter().for_each(|k| key(*k)),
+        Kind::Series { key: None, .. } | Kind::Summary => {}
+    }
+    fn terms(f: &Filter, addr: &mut [bool; 2], port: &mut [bool; 2]) {
+        let ends = |s: Side| match s {
+            Side::Src => [true, false],
+            Side::Dst => [false, true],
+            Side::Any => [true, true],
+        };
+        match f {
+            Filter::And(v) | Filter::Or(v) => v.iter().for_each(|a| terms(a, addr, port)),
+            Filter::Not(a) => terms(a, addr, port),
+            Filter::Term(Term::Addr(s, _)) => {
+                let e = ends(*s);
+                addr[0] |= e[0];
+                addr[1] |= e[1];
+            }
+            Filter::Term(Term::Port(s, ..)) => {
+                let e = ends(*s);
+                port[0] |= e[0];
+                port[1] |= e[1];
+            }
+            Filter::Term(_) => {}
+        }
+    }
+    if let Some(f) = &q.filter {
+        terms(f, &mut addr, &mut port);
+    }
+    cols.iter()
+        .copied()
+        .filter(|c| match *c {
+            "rev_packets" | "rev_bytes" | "rev_tcp_flags" => false,
+            "src_addr" => addr[0],
+            "dst_addr" => addr[1],
+            "src_port" => port[0],
+            "dst_port" => port[1],
+            _ => true,
+        })
+        .collect()
+}
+
 /// A file that does not read as a file of its table: damaged.
 fn parquet_error(path: &Path, e: impl std::fmt::Display) -> StoreError {
     crate::parquet::damaged::damaged(path, &e.to_string())
@@ -423,7 +488,7 @@ fn parquet_error(path: &Path, e: impl std::fmt::Display) -> StoreError {
 
 /// Feeds the rows of the file at `path` to `sink`. A file that cannot be read is
 /// [`StoreError::Damaged`], and moved into quarantine ([`crate::parquet::damaged::read`]).
-fn scan_file<S: Sink>(
+fn scan_file<S: ColumnSink>(
     path: &Path,
     cols: &[&'static str],
     read: Read<'_>,
@@ -436,7 +501,7 @@ fn scan_file<S: Sink>(
     })
 }
 
-fn decode_file<S: Sink>(
+fn decode_file<S: ColumnSink>(
     path: &Path,
     file: File,
     cols: &[&'static str],
@@ -446,27 +511,18 @@ fn decode_file<S: Sink>(
     stats: &mut ScanStats,
 ) -> Result<(), StoreError> {
     let q = read.query;
-    let builder =
-        ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| parquet_error(path, e))?;
+    let loaded = ArrowReaderMetadata::load(&file, ArrowReaderOptions::default())
+        .map_err(|e| parquet_error(path, e))?;
     stats.files_opened += 1;
-    let schema = builder.parquet_schema();
-    let mut leaves = Vec::with_capacity(cols.len());
-    for name in cols {
-        let at = schema.columns().iter().position(|c| c.name() == *name);
-        // A file written before the enrichment columns reads as if they held 0 and "".
-        let enrichment = &FLOW_COLUMNS[FLOW_COLUMNS_BEFORE_ENRICHMENT..];
-        match at {
-            Some(at) => leaves.push(at),
-            None if enrichment.iter().any(|(c, _)| c == name) => {}
-            None => return Err(parquet_error(path, format!("no column {name}"))),
-        }
-    }
+    let meta = loaded.metadata().clone();
+    let schema = meta.file_metadata().schema_descr();
+    let leaves = leaves_of(path, schema, cols)?;
     // The table's time: its first column.
-    let time = leaves[cols
+    let time = schema
+        .columns()
         .iter()
-        .position(|c| *c == "time_start" || *c == "time")
-        .unwrap_or(0)];
-    let meta = builder.metadata().clone();
+        .position(|c| c.name() == "time_start" || c.name() == "time")
+        .unwrap_or(0);
     let groups: Vec<usize> = (0..meta.num_row_groups())
         .filter(|&g| {
             let (Some(w), Some(Statistics::Int64(s))) =
@@ -480,9 +536,68 @@ fn decode_file<S: Sink>(
         .collect();
     stats.row_groups += meta.num_row_groups() as u64;
     stats.row_groups_read += groups.len() as u64;
-    if groups.is_empty() {
-        return Ok(());
+    // Row groups whose statistics say no row has a reverse direction (`rev_packets` at most
+    // 0) decode only what the forward direction needs.
+    let rev = schema
+        .columns()
+        .iter()
+        .position(|c| c.name() == "rev_packets");
+    let one_way = |g: usize| {
+        read.bucket_us == 0
+            && rev.is_some_and(|r| match meta.row_group(g).column(r).statistics() {
+                Some(Statistics::Int64(s)) => s.max_opt() == Some(&0),
+                _ => false,
+            })
+    };
+    let (forward, both): (Vec<usize>, Vec<usize>) = groups.into_iter().partition(|&g| one_way(g));
+    if !both.is_empty() {
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(
+            file.try_clone().map_err(|e| parquet_error(path, e))?,
+            loaded.clone(),
+        );
+        read_groups(path, reader, leaves, both, read, feed, sink, stats)?;
     }
+    if !forward.is_empty() {
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, loaded);
+        let leaves = leaves_of(path, schema, &forward_columns(q, cols))?;
+        read_groups(path, reader, leaves, forward, read, feed, sink, stats)?;
+    }
+    Ok(())
+}
+
+/// The leaf index of each column in `cols`. A file written before the enrichment columns has
+/// none of them: they read as if they held 0 and "".
+fn leaves_of(
+    path: &Path,
+    schema: &SchemaDescriptor,
+    cols: &[&'static str],
+) -> Result<Vec<usize>, StoreError> {
+    let enrichment = &FLOW_COLUMNS[FLOW_COLUMNS_BEFORE_ENRICHMENT..];
+    let mut leaves = Vec::with_capacity(cols.len());
+    for name in cols {
+        match schema.columns().iter().position(|c| c.name() == *name) {
+            Some(at) => leaves.push(at),
+            None if enrichment.iter().any(|(c, _)| c == name) => {}
+            None => return Err(parquet_error(path, format!("no column {name}"))),
+        }
+    }
+    Ok(leaves)
+}
+
+/// Feeds the rows of row groups `groups` to the sink, decoding the columns `leaves`.
+#[allow(clippy::too_many_arguments)]
+fn read_groups<S: ColumnSink>(
+    path: &Path,
+    builder: ParquetRecordBatchReaderBuilder<File>,
+    leaves: Vec<usize>,
+    groups: Vec<usize>,
+    read: Read<'_>,
+    feed: Feed<S>,
+    sink: &mut S,
+    stats: &mut ScanStats,
+) -> Result<(), StoreError> {
+    let q = read.query;
+    let schema = builder.parquet_schema();
     let mask = ProjectionMask::leaves(schema, leaves);
     let builder = match read.select {
         Some(s) => {
@@ -514,7 +629,34 @@ fn decode_file<S: Sink>(
             );
             builder.with_row_filter(RowFilter::new(vec![Box::new(predicate)]))
         }
-        None => builder,
+        // The flows table under a filter: late materialisation. The filter's columns (with
+        // the start time and both directions' packets) are decoded first; the rest only for the
+        // rows a direction of which passes.
+        None => match (&q.filter, read.bucket_us) {
+            (Some(f), 0) => {
+                let mut names = vec!["time_start", "packets", "rev_packets"];
+                f.columns(&mut names);
+                let mut leaves = Vec::with_capacity(names.len());
+                for name in names {
+                    let at = schema.columns().iter().position(|c| c.name() == name);
+                    leaves.extend(at.filter(|a| !leaves.contains(a)));
+                }
+                let (f, window) = (f.clone(), q.window);
+                let predicate = ArrowPredicateFn::new(
+                    ProjectionMask::leaves(schema, leaves),
+                    move |b: RecordBatch| {
+                        let c = Columns::of(&b).map_err(parquet::errors::ParquetError::General)?;
+                        let mut keep = vector::keep(&c, Dir::Forward, window, Some(&f));
+                        if !c.one_way_only() {
+                            keep = &keep | &vector::keep(&c, Dir::Reverse, window, Some(&f));
+                        }
+                        Ok(BooleanArray::new(keep, None))
+                    },
+                );
+                builder.with_row_filter(RowFilter::new(vec![Box::new(predicate)]))
+            }
+            _ => builder,
+        },
     };
     let reader = builder
         .with_projection(mask)
@@ -561,7 +703,7 @@ pub(crate) fn addrs<'a>(b: &'a RecordBatch, name: &str) -> Result<Option<&'a [[u
 }
 
 /// A country column (two letters or empty) as [`crate::query::country_code`] numbers.
-fn countries(b: &RecordBatch, name: &str) -> Result<Option<Vec<u16>>, String> {
+pub(crate) fn countries(b: &RecordBatch, name: &str) -> Result<Option<Vec<u16>>, String> {
     let Some(a) = b.column_by_name(name) else {
         return Ok(None);
     };
@@ -580,78 +722,16 @@ pub(crate) fn at<T: Copy + Default>(col: Option<&[T]>, i: usize) -> T {
     col.map_or_else(T::default, |c| c[i])
 }
 
-/// Hands the batch's one-way flows that pass the window and filter to the sink.
-fn feed<S: Sink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Result<(), String> {
+/// Hands the batch's one-way flows that pass the window and filter to the sink: each direction's
+/// rows picked by a bitmap over the columns ([`vector::keep`]), then counted from the columns.
+fn feed<S: ColumnSink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Result<(), String> {
     let q = read.query;
-    let start = prim::<TimestampMicrosecondType>(b, "time_start")?;
-    let end = prim::<TimestampMicrosecondType>(b, "time_end")?;
-    let ipv = prim::<UInt8Type>(b, "ip_version")?;
-    let src = addrs(b, "src_addr")?;
-    let dst = addrs(b, "dst_addr")?;
-    let sport = prim::<UInt16Type>(b, "src_port")?;
-    let dport = prim::<UInt16Type>(b, "dst_port")?;
-    let proto = prim::<UInt8Type>(b, "protocol")?;
-    let flags = prim::<UInt16Type>(b, "tcp_flags")?;
-    let rflags = prim::<UInt16Type>(b, "rev_tcp_flags")?;
-    let pkts = prim::<UInt64Type>(b, "packets")?;
-    let bytes = prim::<UInt64Type>(b, "bytes")?;
-    let rpkts = prim::<UInt64Type>(b, "rev_packets")?;
-    let rbytes = prim::<UInt64Type>(b, "rev_bytes")?;
-    let exporter = addrs(b, "exporter")?;
-    let in_if = prim::<UInt32Type>(b, "in_if")?;
-    let out_if = prim::<UInt32Type>(b, "out_if")?;
-    let vlan = prim::<UInt16Type>(b, "vlan")?;
-    let src_as = prim::<UInt32Type>(b, "src_as")?;
-    let dst_as = prim::<UInt32Type>(b, "dst_as")?;
-    let src_cc = countries(b, "src_country")?;
-    let dst_cc = countries(b, "dst_country")?;
-    let pass = |f: &OneWay| q.filter.as_ref().is_none_or(|flt| flt.matches(f));
-    for i in 0..b.num_rows() {
-        let start_us = at(start, i);
-        if q.window.is_some_and(|w| !w.contains(start_us)) {
-            continue;
-        }
-        let mut f = OneWay {
-            start_us,
-            end_us: at(end, i),
-            src: at(src, i),
-            dst: at(dst, i),
-            sport: at(sport, i),
-            dport: at(dport, i),
-            ip_version: at(ipv, i),
-            protocol: at(proto, i),
-            tcp_flags: at(flags, i),
-            packets: at(pkts, i),
-            bytes: at(bytes, i),
-            exporter: at(exporter, i),
-            in_if: at(in_if, i),
-            out_if: at(out_if, i),
-            vlan: at(vlan, i),
-            src_as: at(src_as, i),
-            dst_as: at(dst_as, i),
-            src_country: at(src_cc.as_deref(), i),
-            dst_country: at(dst_cc.as_deref(), i),
-            reverse: false,
-            flows: 1,
-        };
-        // A direction with no packets is not a flow (a connection seen from its SYN-ACK).
-        if f.packets > 0 && pass(&f) {
-            sink.add(&f);
-        }
-        let rp = at(rpkts, i);
-        if rp > 0 {
-            std::mem::swap(&mut f.src, &mut f.dst);
-            std::mem::swap(&mut f.sport, &mut f.dport);
-            std::mem::swap(&mut f.src_as, &mut f.dst_as);
-            std::mem::swap(&mut f.src_country, &mut f.dst_country);
-            f.packets = rp;
-            f.bytes = at(rbytes, i);
-            f.tcp_flags = at(rflags, i);
-            f.reverse = true;
-            if pass(&f) {
-                sink.add(&f);
-            }
-        }
+    let c = Columns::of(b)?;
+    let forward = vector::keep(&c, Dir::Forward, q.window, q.filter.as_ref());
+    sink.add_columns(&c, Dir::Forward, &forward);
+    if !c.one_way_only() {
+        let reverse = vector::keep(&c, Dir::Reverse, q.window, q.filter.as_ref());
+        sink.add_columns(&c, Dir::Reverse, &reverse);
     }
     Ok(())
 }

@@ -112,7 +112,9 @@ const PLAIN_COLUMNS: &[&str] = &["dst_addr"];
 /// Columns no reader prunes by: no statistics, which would only lengthen the footer. A file's
 /// counters, ports and addresses span nearly their whole range (every flows file of a thousand
 /// rows or more of a real trace had ports 0 to 65,3xx and addresses from `::ffff:0.x` to
-/// `fe…`), so their minimum and maximum rule nothing out.
+/// `fe…`), so their minimum and maximum rule nothing out. `rev_packets` keeps them: a row group
+/// whose largest is 0 holds no reverse direction (a router's NetFlow), and a scan decodes only
+/// the forward direction's columns of it.
 const NO_STATISTICS: &[&str] = &[
     "time_received",
     "src_addr",
@@ -123,7 +125,6 @@ const NO_STATISTICS: &[&str] = &[
     "rev_tcp_flags",
     "packets",
     "bytes",
-    "rev_packets",
     "rev_bytes",
     "end_reason",
 ];

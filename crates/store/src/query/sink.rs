@@ -45,7 +45,15 @@ impl ListSink {
 
 impl Sink for ListSink {
     fn add(&mut self, f: &OneWay) {
-        self.rows.push(*f);
+        // A listing shows no enrichment columns: they are listed as 0 whichever columns a
+        // filter made a store read, so every store lists the same flows.
+        self.rows.push(OneWay {
+            src_as: 0,
+            dst_as: 0,
+            src_country: 0,
+            dst_country: 0,
+            ..*f
+        });
         // Bounded memory under a limit: keep the earliest `limit` now and then.
         if let Some(l) = self.limit
             && self.rows.len() as u64 >= l.saturating_mul(2).max(65_536)
@@ -71,18 +79,35 @@ impl Sink for ListSink {
 #[derive(Debug, Default)]
 pub struct SummarySink(Summary);
 
-impl Sink for SummarySink {
-    fn add(&mut self, f: &OneWay) {
+impl SummarySink {
+    /// Counts `flows` one-way flows of `protocol`.
+    #[inline]
+    pub fn count(
+        &mut self,
+        protocol: u8,
+        flows: u64,
+        packets: u64,
+        bytes: u64,
+        start_us: i64,
+        end_us: i64,
+    ) {
         let s = &mut self.0;
-        let by = match f.protocol {
+        let by = match protocol {
             6 => &mut s.tcp,
             17 => &mut s.udp,
             1 => &mut s.icmp,
             _ => &mut s.other,
         };
-        by.add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
-        s.total
-            .add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
+        by.add(flows, packets, bytes, start_us, end_us);
+        s.total.add(flows, packets, bytes, start_us, end_us);
+    }
+}
+
+impl Sink for SummarySink {
+    fn add(&mut self, f: &OneWay) {
+        self.count(
+            f.protocol, f.flows, f.packets, f.bytes, f.start_us, f.end_us,
+        );
     }
 
     fn merge(&mut self, o: SummarySink) {

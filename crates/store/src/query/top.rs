@@ -123,6 +123,26 @@ impl TopSink {
         }
     }
 
+    /// The key ranked.
+    pub fn key(&self) -> Key {
+        self.key
+    }
+
+    /// Counts one one-way flow under the packed key value `v` (see [`key_values`]).
+    #[inline]
+    pub fn count(&mut self, v: u128, packets: u64, bytes: u64, start_us: i64, end_us: i64) {
+        self.total.add(1, packets, bytes, start_us, end_us);
+        self.group(v).add(1, packets, bytes, start_us, end_us);
+    }
+
+    /// Counts the flow just [`count`](Self::count)ed under its second value too (either
+    /// address, either port), leaving the totals alone.
+    #[inline]
+    pub fn count_again(&mut self, v: u128, packets: u64, bytes: u64, start_us: i64, end_us: i64) {
+        self.group(v).add(1, packets, bytes, start_us, end_us);
+    }
+
+    #[inline]
     fn group(&mut self, v: u128) -> &mut Counters {
         match usize::try_from(v).ok().and_then(|i| self.small.get_mut(i)) {
             Some(slot) => slot.get_or_insert(Counters::EMPTY),
