@@ -13,7 +13,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
-use tapflow_engine::source::datagrams::{self, Cidr, DatagramInput, Ledger};
+use tapflow_engine::source::datagrams::{self, DatagramInput, Ledger};
+use tapflow_wire::prefix::Prefix;
 use tapflow_engine::source::{PacketSource, Progress};
 use tapflow_wire::Flags;
 use tapflow_wire::datagram::{Builder, Header};
@@ -173,7 +174,7 @@ fuzz_target!(|data: &[u8]| {
     let flags = input.u8();
     // With an allow list, 127.0.0.4 is refused.
     let allow = if flags & 1 != 0 {
-        vec![Cidr::parse("127.0.0.0/30").unwrap()]
+        vec!["127.0.0.0/30".parse::<Prefix>().unwrap()]
     } else {
         Vec::new()
     };
