@@ -5,7 +5,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use tapflow_store::import::{self, CSV_HEADER, Format};
-use tapflow_store::{ExporterStats, FlowStore, InterfaceName, StoreError, StoreReport, StoredFlow};
+use tapflow_store::{
+    ExporterStats, FlowStore, InterfaceCounters, InterfaceName, StoreError, StoreReport, StoredFlow,
+};
 
 /// A store that keeps what it is given.
 #[derive(Debug, Default)]
@@ -20,6 +22,9 @@ impl FlowStore for Kept {
         Ok(())
     }
     fn insert_exporter_stats(&mut self, _: &[ExporterStats]) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn insert_if_counters(&mut self, _: &[InterfaceCounters]) -> Result<(), StoreError> {
         Ok(())
     }
     fn flush(&mut self) -> Result<(), StoreError> {
