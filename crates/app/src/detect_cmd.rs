@@ -87,7 +87,16 @@ fn summary_line(s: &DetectSummary) -> String {
         } else {
             String::new()
         }
-    )
+    ) + &if s.sampled > 0 {
+        format!(
+            "; {} worker-seconds over {} packets/s counted a sample (at most one packet in {})",
+            s.sampled,
+            tapflow_engine::detect::meter::EXACT_PER_SECOND,
+            s.period
+        )
+    } else {
+        String::new()
+    }
 }
 
 /// `Args` of a command parsed from words, as if typed.

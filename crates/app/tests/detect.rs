@@ -246,6 +246,67 @@ fn amplification_trace(dir: &Path, sport: u16, len: usize) -> std::path::PathBuf
 }
 
 #[test]
+fn a_flood_over_the_exact_rate_is_sampled_and_still_measured() {
+    use tapflow_wire::build::{self, FrameSpec, L4};
+    use tapflow_wire::ethernet::EthernetAddress;
+    let d = tempfile::tempdir().unwrap();
+    // 3 s of a UDP flood at 400,000 packets/s, twice the rate a worker counts one by one:
+    // the first second is counted whole, the next two from a sample of about one in two.
+    const RATE: u64 = 400_000;
+    let mut packets = Vec::new();
+    let t0 = 1_700_000_000_000_000_000u64;
+    for i in 0..3 * RATE {
+        let spec = FrameSpec {
+            src_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            dst_mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
+            src_ip: std::net::Ipv4Addr::new(198, 51, 100, (i % 200) as u8 + 1).into(),
+            dst_ip: std::net::Ipv4Addr::new(192, 0, 2, 77).into(),
+            proto: L4::Udp,
+            src_port: 1024 + (i % 7) as u16,
+            dst_port: 80,
+            frame_len: 60,
+        };
+        let mut buf = vec![0; 60];
+        build::build(&spec, &mut buf).unwrap();
+        packets.push(traffic::Packet::new(t0 + i * 1_000_000_000 / RATE, buf));
+    }
+    let bytes = traffic::pcap_file(
+        tapflow_wire::LinkType::Ethernet,
+        true,
+        false,
+        65535,
+        &packets,
+    );
+    drop(packets);
+    let trace = write_file(d.path(), "flood.pcap", &bytes);
+    drop(bytes);
+    let th = limit(d.path(), 100_000);
+    let (v, err) = detect(&["--thresholds", &th, "-r", trace.to_str().unwrap()]);
+    assert_eq!(v.len(), 2, "{v:#?}\n{err}");
+    assert_eq!(v[0]["target"], "192.0.2.77");
+    assert_eq!(
+        v[0]["packets_per_second"], RATE as f64,
+        "the first second is exact"
+    );
+    assert!(
+        err.contains("2 worker-seconds over 200000 packets/s counted a sample"),
+        "{err}"
+    );
+    // The packets detection counted, sampled ones weighing two: within 2% of the flood's.
+    let counted: f64 = err
+        .split("seconds measured, ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no packet count in {err}"));
+    let all = (3 * RATE) as f64;
+    assert!(
+        (counted - all).abs() / all < 0.02,
+        "{counted} of {all}: {err}"
+    );
+}
+
+#[test]
 fn built_amplifications_are_named_by_their_reflectors_port() {
     let d = tempfile::tempdir().unwrap();
     let th = limit(d.path(), 1000);

@@ -36,6 +36,11 @@ pub struct DetectSummary {
     pub running_at_end: u64,
     /// Tallies that arrived for an interval already measured, merged into the next.
     pub late: u64,
+    /// Intervals counted from a sample of their packets (a worker over
+    /// [`crate::detect::meter::EXACT_PER_SECOND`]), and the largest sampling period.
+    pub sampled: u64,
+    /// The largest sampling period (one packet counted in this many).
+    pub period: u64,
 }
 
 /// The shared detector.
@@ -102,6 +107,10 @@ impl Detector {
     /// `next` is closed for it.
     pub fn submit(&mut self, worker: usize, tally: Option<&Tally>, next: u64) {
         if let Some(t) = tally {
+            if t.period > 1 {
+                self.summary.sampled += 1;
+                self.summary.period = self.summary.period.max(t.period);
+            }
             let mut second = t.second;
             if self.measured.is_some_and(|m| second <= m) {
                 self.summary.late += 1;

@@ -10,6 +10,11 @@ use crate::detect::threshold::Thresholds;
 
 const NS: u64 = 1_000_000_000;
 
+/// Packets a second a worker counts one by one. Above it (a flood), it counts a random sample
+/// of about this many a second, each sampled packet weighing the sampling period, so
+/// detection's cost stays bounded however large the attack.
+pub const EXACT_PER_SECOND: u64 = 200_000;
+
 /// A worker's detection meter.
 #[derive(Debug)]
 pub struct Meter {
@@ -19,6 +24,8 @@ pub struct Meter {
     tally: Tally,
     /// Whether the tally holds anything.
     busy: bool,
+    /// One packet in this many is counted (1: every one), from the last interval's rate.
+    period: u64,
 }
 
 impl Meter {
@@ -35,7 +42,15 @@ impl Meter {
             thresholds,
             tally,
             busy: false,
+            period: 1,
         }
+    }
+
+    /// The sampling period in force: one packet in this many is to be counted, weighing this
+    /// many packets.
+    #[inline]
+    pub fn period(&self) -> u64 {
+        self.period
     }
 
     /// The interval `ns` (since 1970) falls in.
@@ -72,10 +87,18 @@ impl Meter {
     #[cold]
     fn roll(&mut self, s: u64) {
         let next = s.max(self.tally.second);
+        // The rate of the interval that ended, if it was the one just before: the next one is
+        // sampled by it. After a gap, every packet counts again.
+        self.period = if next == self.tally.second + INTERVAL_S {
+            self.tally.total.packets.div_ceil(EXACT_PER_SECOND).max(1)
+        } else {
+            1
+        };
         let mut d = self.hub.lock().unwrap_or_else(|e| e.into_inner());
         d.submit(self.worker, self.busy.then_some(&self.tally), next);
         drop(d);
         self.tally.reset(next);
+        self.tally.period = self.period;
         self.busy = false;
     }
 

@@ -23,21 +23,28 @@ pub struct DetectSink {
     /// Whether the clock moves intervals on while no packet comes (a live input).
     realtime: bool,
     report: DetectSinkReport,
+    /// Packets still to pass uncounted before the next sampled one.
+    skip: u64,
+    /// The sampler's state (xorshift).
+    rng: u64,
 }
 
 /// What the sinks counted.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct DetectSinkReport {
-    /// IP packets counted.
+    /// IP packets counted (each sampled one once).
     pub packets: u64,
     /// Packets that were not IP (not counted).
     pub not_ip: u64,
+    /// Packets passed over by sampling, over [`crate::detect::meter::EXACT_PER_SECOND`].
+    pub not_sampled: u64,
 }
 
 impl Outcome for DetectSinkReport {
     fn add(&mut self, o: &Self) {
         self.packets += o.packets;
         self.not_ip += o.not_ip;
+        self.not_sampled += o.not_sampled;
     }
 }
 
@@ -49,7 +56,23 @@ impl DetectSink {
             linktypes: Vec::new(),
             realtime,
             report: DetectSinkReport::default(),
+            skip: 0,
+            rng: 0x9e37_79b9_7f4a_7c15,
         }
+    }
+
+    /// The packets to pass over before the next sampled one at sampling period `period`:
+    /// uniform over 0..=2·(period − 1), so one packet in `period` on average and none in step
+    /// with a periodic pattern of the traffic.
+    #[inline]
+    fn gap(&mut self, period: u64) -> u64 {
+        if period <= 1 {
+            return 0;
+        }
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng % (2 * period - 1)
     }
 }
 
@@ -69,6 +92,12 @@ impl RecordSink for DetectSink {
         ctl: &ControlField,
         data: &[u8],
     ) -> Result<(), EngineError> {
+        // Over a flood, most packets pass uncounted, before any parsing.
+        if self.skip > 0 {
+            self.skip -= 1;
+            self.report.not_sampled += 1;
+            return Ok(());
+        }
         let linktype = self
             .linktypes
             .get(interface as usize)
@@ -77,7 +106,13 @@ impl RecordSink for DetectSink {
         match FlowFields::of_frame(linktype, data, ctl.orig_len()) {
             Some(f) => {
                 self.report.packets += 1;
-                self.meter.observe(ctl.rxtime, &Observation::packet(&f));
+                let mut o = Observation::packet(&f);
+                let period = self.meter.period();
+                (o.packets, o.bytes) = (period, o.bytes * period);
+                self.meter.observe(ctl.rxtime, &o);
+                // The period may have changed with the interval this packet opened.
+                let period = self.meter.period();
+                self.skip = self.gap(period);
             }
             None => self.report.not_ip += 1,
         }

@@ -162,6 +162,8 @@ pub struct Tally {
     pub second: u64,
     /// Everything observed in the interval.
     pub total: Counts,
+    /// One packet in this many was counted, weighing this many (1: every one).
+    pub period: u64,
     /// Everything observed per group of [`crate::detect::threshold::Thresholds`].
     pub groups: Vec<Counts>,
     entries: Vec<Entry>,
@@ -180,6 +182,7 @@ impl Tally {
         Tally {
             second: 0,
             total: Counts::default(),
+            period: 1,
             groups: vec![Counts::default(); groups],
             entries: Vec::with_capacity(capacity),
             weights: Vec::with_capacity(capacity),
@@ -212,6 +215,7 @@ impl Tally {
     pub fn reset(&mut self, second: u64) {
         self.second = second;
         self.total = Counts::default();
+        self.period = 1;
         self.groups.fill(Counts::default());
         self.entries.clear();
         self.weights.clear();
@@ -246,6 +250,7 @@ impl Tally {
     /// Adds another table's entries (another worker's, for the same interval).
     pub fn merge(&mut self, other: &Tally) {
         self.total.add(&other.total);
+        self.period = self.period.max(other.period);
         for (a, b) in self.groups.iter_mut().zip(&other.groups) {
             a.add(b);
         }

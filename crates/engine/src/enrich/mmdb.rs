@@ -10,7 +10,7 @@
 use std::net::IpAddr;
 use std::path::Path;
 
-use maxminddb::{PathElement, Reader};
+use maxminddb::{PathElement, Reader, WithinOptions};
 
 use super::LoadError;
 
@@ -53,6 +53,18 @@ impl Mmdb {
     pub fn describe(&self) -> (String, u64) {
         let m = self.reader.metadata();
         (m.database_type.clone(), m.build_epoch)
+    }
+
+    /// Adds the first address of each of its networks with data, and the one after it, to `e`.
+    pub fn edges(&self, e: &mut super::merged::Edges) {
+        let Ok(all) = self.reader.networks(WithinOptions::default()) else {
+            return;
+        };
+        for r in all.flatten() {
+            if let Ok(n) = r.network() {
+                e.network(n.network(), n.prefix());
+            }
+        }
     }
 
     /// The data record's offset for `ip`, if the file has one: the same for every address

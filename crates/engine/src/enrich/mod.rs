@@ -8,11 +8,11 @@
 //! reloads them when a file changes or on SIGHUP; a bad file is refused with its line number and
 //! the previous tables stay.
 //!
-//! Per record: a lookup in a small direct-mapped cache of addresses; on a miss, the tables
-//! (an MMDB tree walk and a cache of decoded records by their offset, a binary search over
-//! ranges, a hash probe per prefix length). No allocation, lock or system call per record
-//! once an address's record has been seen.
+//! At load, every table is merged into one per address family ([`merged`]). Per record: a
+//! lookup in a small direct-mapped cache of addresses; on a miss, one binary search in the
+//! merged table. No allocation, lock or system call per record.
 
+pub mod merged;
 pub mod mmdb;
 pub mod networks;
 pub mod ranges;
@@ -20,7 +20,6 @@ pub mod source;
 pub mod store;
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -116,6 +115,14 @@ impl Db {
         }
     }
 
+    /// Adds the edges of its ranges or networks to `e`.
+    pub fn edges(&self, e: &mut merged::Edges) {
+        match self {
+            Db::Mmdb(m) => m.edges(e),
+            Db::Ranges(r) => r.edges(e),
+        }
+    }
+
     /// One line saying what it is.
     pub fn describe(&self) -> String {
         match self {
@@ -139,6 +146,8 @@ pub struct Tables {
     pub asn: Option<Db>,
     /// The operator's networks.
     pub networks: Option<networks::Networks>,
+    /// All of them merged, what records are looked up in.
+    pub merged: merged::Merged,
 }
 
 impl Tables {
@@ -151,11 +160,56 @@ impl Tables {
             }
             None => None,
         };
-        Ok(Tables {
+        let mut t = Tables {
             geoip: cfg.geoip.as_deref().map(Db::load).transpose()?,
             asn: cfg.asn.as_deref().map(Db::load).transpose()?,
             networks,
-        })
+            merged: merged::Merged::default(),
+        };
+        let mut edges = merged::Edges::default();
+        for db in [&t.geoip, &t.asn].into_iter().flatten() {
+            db.edges(&mut edges);
+        }
+        if let Some(n) = &t.networks {
+            n.edges(&mut edges);
+        }
+        let mut decoded = HashMap::new();
+        t.merged = merged::Merged::build(edges, |ipv6, a| t.look_up(&mut decoded, ipv6, a));
+        Ok(t)
+    }
+
+    /// The place of one address from the tables themselves (each file in turn), decoding each
+    /// MMDB record once into `decoded`.
+    pub fn look_up(
+        &self,
+        decoded: &mut HashMap<(u8, usize), Decoded>,
+        ipv6: bool,
+        addr: &[u8; 16],
+    ) -> Place {
+        let at = merged::std_addr(ipv6, addr);
+        let mut p = Place::default();
+        let mut find = |which: u8, db: &Db| match db {
+            Db::Ranges(r) => r.find(at),
+            Db::Mmdb(m) => {
+                let Some(offset) = m.offset(at) else {
+                    return (0, "", [0; 2]);
+                };
+                *decoded.entry((which, offset)).or_insert_with(|| {
+                    let f = m.find(at);
+                    (f.asn, intern(f.as_name), Place::country_from(f.country))
+                })
+            }
+        };
+        if let Some(db) = &self.geoip {
+            p.country = find(0, db).2;
+        }
+        if let Some(db) = &self.asn {
+            (p.asn, p.as_name, _) = find(1, db);
+        }
+        if let Some(n) = &self.networks {
+            p.net = n.find(ipv6, addr);
+        }
+        p
     }
 
     /// One line per table saying what it holds.
@@ -170,6 +224,11 @@ impl Tables {
         if let Some(n) = &self.networks {
             out.push(format!("networks: {} prefixes", n.len()));
         }
+        out.push(format!(
+            "merged: {} pieces in {:.1} MiB",
+            self.merged.len(),
+            self.merged.bytes() as f64 / f64::from(1 << 20)
+        ));
         out
     }
 }
@@ -181,7 +240,7 @@ const CACHE: usize = 4096;
 type Cached = (bool, [u8; 16], Place);
 
 /// What an MMDB record decoded to: AS number, AS name, country.
-type Decoded = (u32, &'static str, [u8; 2]);
+pub type Decoded = (u32, &'static str, [u8; 2]);
 
 /// Sets the places of flows: one per store thread, over the tables a [`Source`] holds.
 #[derive(Debug)]
@@ -190,18 +249,6 @@ pub struct Enricher {
     tables: Arc<Tables>,
     generation: u64,
     cache: Vec<Option<Cached>>,
-    /// Decoded MMDB records by (0: country, 1: AS; offset).
-    decoded: HashMap<(u8, usize), Decoded>,
-}
-
-/// The address as the standard library's type.
-#[inline]
-fn ip(ipv6: bool, a: &[u8; 16]) -> IpAddr {
-    if ipv6 {
-        IpAddr::V6(Ipv6Addr::from(*a))
-    } else {
-        IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))
-    }
 }
 
 /// The cache slot of an address: a multiplicative hash of its words.
@@ -222,7 +269,6 @@ impl Enricher {
             tables,
             generation,
             cache: vec![None; CACHE],
-            decoded: HashMap::new(),
         }
     }
 
@@ -232,7 +278,6 @@ impl Enricher {
         if self.source.generation() != self.generation {
             (self.tables, self.generation) = self.source.current();
             self.cache.fill(None);
-            self.decoded.clear();
         }
         for f in flows {
             let ipv6 = f.flow.ipv6;
@@ -256,36 +301,9 @@ impl Enricher {
         p
     }
 
-    /// The place of one address from the tables themselves.
-    #[cold]
-    pub fn look_up(&mut self, ipv6: bool, addr: &[u8; 16]) -> Place {
-        let at = ip(ipv6, addr);
-        let mut p = Place::default();
-        let tables = Arc::clone(&self.tables);
-        if let Some(db) = &tables.geoip {
-            p.country = self.find(0, db, at).2;
-        }
-        if let Some(db) = &tables.asn {
-            (p.asn, p.as_name, _) = self.find(1, db, at);
-        }
-        if let Some(n) = &tables.networks {
-            p.net = n.find(ipv6, addr);
-        }
-        p
-    }
-
-    fn find(&mut self, which: u8, db: &Db, at: IpAddr) -> Decoded {
-        match db {
-            Db::Ranges(r) => r.find(at),
-            Db::Mmdb(m) => {
-                let Some(offset) = m.offset(at) else {
-                    return (0, "", [0; 2]);
-                };
-                *self.decoded.entry((which, offset)).or_insert_with(|| {
-                    let f = m.find(at);
-                    (f.asn, intern(f.as_name), Place::country_from(f.country))
-                })
-            }
-        }
+    /// The place of one address from the merged table.
+    #[inline]
+    pub fn look_up(&self, ipv6: bool, addr: &[u8; 16]) -> Place {
+        self.tables.merged.find(ipv6, addr)
     }
 }

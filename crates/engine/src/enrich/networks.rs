@@ -67,6 +67,17 @@ impl Networks {
         self.count == 0
     }
 
+    /// Adds the first address of each prefix, and the one after it, to `e`.
+    pub fn edges(&self, e: &mut super::merged::Edges) {
+        for (ipv6, t) in [(false, &self.v4), (true, &self.v6)] {
+            for (len, map) in &t.lengths {
+                for a in map.keys() {
+                    e.network(super::merged::std_addr(ipv6, a), *len);
+                }
+            }
+        }
+    }
+
     /// The network of the longest prefix holding `addr` (IPv4 in its first 4 bytes, as a flow
     /// record keeps it), or [`NO_NETWORK`].
     #[inline]

@@ -102,6 +102,13 @@ impl Ranges {
         self.ranges.is_empty()
     }
 
+    /// Adds the first address of each range, and the one after it, to `e`.
+    pub fn edges(&self, e: &mut super::merged::Edges) {
+        for r in &self.ranges {
+            e.span(r.first, r.last);
+        }
+    }
+
     /// The AS number, AS name and country of the range holding `ip` (zero and empty if none).
     #[inline]
     pub fn find(&self, ip: IpAddr) -> (u32, &'static str, [u8; 2]) {

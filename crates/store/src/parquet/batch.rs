@@ -6,12 +6,17 @@
 
 use tapflow_wire::flowrecord::{EndReason, FlowRecord};
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use crate::schema::{
     ColumnType, ExporterStats, FLOW_COLUMNS, FLOW_COLUMNS_BEFORE_ENRICHMENT, InterfaceCounters,
     InterfaceName, Network, Place, StoredFlow, addr16,
 };
+
+/// One text value: borrowed when it is an interned name (enrichment's, written per row without
+/// a copy), owned when read from a file.
+pub type Text = Cow<'static, str>;
 
 /// The values of one column.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,7 +28,7 @@ pub enum Column {
     /// `Addr16`.
     Addr(Vec<[u8; 16]>),
     /// `Utf8`.
-    Text(Vec<String>),
+    Text(Vec<Text>),
 }
 
 impl Column {
@@ -43,7 +48,7 @@ impl Column {
             Column::I32(v) => v.resize(v.len() + rows, 0),
             Column::I64(v) => v.resize(v.len() + rows, 0),
             Column::Addr(v) => v.resize(v.len() + rows, [0; 16]),
-            Column::Text(v) => v.resize(v.len() + rows, String::new()),
+            Column::Text(v) => v.resize(v.len() + rows, Text::Borrowed("")),
         }
     }
 
@@ -183,7 +188,7 @@ impl Batch {
         }
     }
 
-    fn text(&self, k: usize) -> &[String] {
+    fn text(&self, k: usize) -> &[Text] {
         match &self.columns[k] {
             Column::Text(v) => v,
             c => unreachable!("column {k} is not text: {c:?}"),
@@ -332,7 +337,7 @@ fn push_places(columns: &mut [Column], src: &Place, dst: &Place) {
         i32s(&mut columns[side]).push(p.asn as i32);
         let values = [
             p.as_name,
-            p.country_code(),
+            country_code(p.country),
             p.net.name,
             p.net.role,
             p.net.site,
@@ -341,11 +346,38 @@ fn push_places(columns: &mut [Column], src: &Place, dst: &Place) {
         ];
         for (c, v) in values.into_iter().enumerate() {
             match &mut columns[2 + 2 * c + side] {
-                Column::Text(t) => t.push(v.to_owned()),
+                Column::Text(t) => t.push(Text::Borrowed(v)),
                 c => unreachable!("an enrichment column is not text: {c:?}"),
             }
         }
     }
+}
+
+/// Every two-letter upper-case code, `AA` to `ZZ`, one after the other.
+static COUNTRY_CODES: [u8; 26 * 26 * 2] = {
+    let mut t = [0u8; 26 * 26 * 2];
+    let mut i = 0;
+    while i < 26 * 26 {
+        t[2 * i] = b'A' + (i / 26) as u8;
+        t[2 * i + 1] = b'A' + (i % 26) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// A country code as text that lives as long as the program: from the table of every code, or
+/// interned for a code that is not two upper-case letters.
+fn country_code(c: [u8; 2]) -> &'static str {
+    if c[0] == 0 {
+        return "";
+    }
+    if c.iter().all(u8::is_ascii_uppercase) {
+        let i = 2 * (usize::from(c[0] - b'A') * 26 + usize::from(c[1] - b'A'));
+        if let Ok(s) = std::str::from_utf8(&COUNTRY_CODES[i..i + 2]) {
+            return s;
+        }
+    }
+    crate::names::intern(&String::from_utf8_lossy(&c))
 }
 
 /// The places of row `i` of a batch of [`crate::schema::FLOW_COLUMNS`] rows, their text
@@ -357,11 +389,11 @@ fn places(b: &Batch, i: usize, seen: &mut HashMap<String, &'static str>) -> [Pla
         if s.is_empty() {
             return "";
         }
-        if let Some(&v) = seen.get(s) {
+        if let Some(&v) = seen.get(s.as_ref()) {
             return v;
         }
         let v = crate::names::intern(s);
-        seen.insert(s.clone(), v);
+        seen.insert(s.to_string(), v);
         v
     };
     std::array::from_fn(|side| {
@@ -451,8 +483,8 @@ pub fn from_interfaces(names: &[InterfaceName]) -> Batch {
             Column::Addr(names.iter().map(|n| n.exporter).collect()),
             Column::I32(names.iter().map(|n| n.domain as i32).collect()),
             Column::I32(names.iter().map(|n| n.index as i32).collect()),
-            Column::Text(names.iter().map(|n| n.name.clone()).collect()),
-            Column::Text(names.iter().map(|n| n.description.clone()).collect()),
+            Column::Text(names.iter().map(|n| n.name.clone().into()).collect()),
+            Column::Text(names.iter().map(|n| n.description.clone().into()).collect()),
         ],
     }
 }
@@ -466,8 +498,8 @@ pub fn to_interfaces(b: &Batch) -> Vec<InterfaceName> {
             exporter: exporter[i],
             domain: domain[i] as u32,
             index: index[i] as u32,
-            name: name[i].clone(),
-            description: description[i].clone(),
+            name: name[i].to_string(),
+            description: description[i].to_string(),
             received_ns: ns(t[i]),
         })
         .collect()

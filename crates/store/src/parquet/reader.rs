@@ -87,7 +87,8 @@ fn read_column(
                 v.push(
                     s.as_utf8()
                         .map_err(|_| general("text is not UTF-8"))?
-                        .to_owned(),
+                        .to_owned()
+                        .into(),
                 );
             }
         }

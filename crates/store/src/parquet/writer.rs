@@ -726,9 +726,15 @@ fn write_column(
             w.write_batch(&values, None, None)?;
         }
         (ColumnWriter::ByteArrayColumnWriter(w), Column::Text(v)) => {
+            // Interned names are taken as they are; only text read from a file is copied.
             let values: Vec<ByteArray> = v[at..at + n]
                 .iter()
-                .map(|s| ByteArray::from(s.as_bytes().to_vec()))
+                .map(|s| match s {
+                    std::borrow::Cow::Borrowed(s) => {
+                        ByteArray::from(bytes::Bytes::from_static(s.as_bytes()))
+                    }
+                    std::borrow::Cow::Owned(s) => ByteArray::from(s.as_bytes().to_vec()),
+                })
                 .collect();
             w.write_batch(&values, None, None)?;
         }
