@@ -1,0 +1,336 @@
+//! The BGP action against real BGP speakers: ExaBGP runs `tapflow detect --bgp-exabgp -` as its
+//! API process and peers over a veth with GoBGP in a second namespace (both started and stopped
+//! by scripts/bgp.sh). A built NTP reflection reaches tapflow as IPFIX; the attacked /32 must
+//! appear in GoBGP's RIB with the BLACKHOLE community while the alert runs and leave it when
+//! the alert ends; a flowspec rule must leave it when detection stops.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// ExaBGP's side (namespace A) and GoBGP's (namespace B).
+const EXABGP: &str = "198.18.0.1";
+const GOBGP: &str = "198.18.0.2";
+/// Where tapflow collects IPFIX, on namespace A's loopback.
+const IPFIX: &str = "ipfix://127.0.0.1:4739";
+/// 65535:666 as GoBGP's JSON writes a community: one 32-bit number.
+const BLACKHOLE: u64 = (65535 << 16) | 666;
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/bgp.sh")
+}
+
+/// Two namespaces, GoBGP in B, ExaBGP in A running tapflow; both stopped, then the namespaces
+/// removed, on drop.
+struct Speakers {
+    pair: VethPair,
+    dir: tempfile::TempDir,
+}
+
+impl Speakers {
+    /// GoBGP (AS 65002) in B and ExaBGP (AS 65001) in A running `tapflow detect ARGS -l IPFIX`,
+    /// with the BGP connection established and tapflow collecting.
+    fn start(tag: &str, args: &[&str]) -> Speakers {
+        for tool in ["exabgp", "gobgpd", "gobgp"] {
+            let found = Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .output()
+                .unwrap();
+            assert!(
+                found.status.success(),
+                "{tool} not installed: scripts/install-deps.sh installs it"
+            );
+        }
+        let pair = VethPair::new(tag);
+        pair.wait_link_up();
+        for (ns, ifn, addr) in [
+            (&pair.ns_a, &pair.if_a, EXABGP),
+            (&pair.ns_b, &pair.if_b, GOBGP),
+        ] {
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/30"), "dev", ifn]);
+        }
+        let s = Speakers {
+            pair,
+            dir: tempfile::tempdir().unwrap(),
+        };
+        let b = s.dir.path().join("b");
+        s.script(
+            &s.pair.ns_b,
+            &[
+                "gobgpd",
+                b.to_str().unwrap(),
+                GOBGP,
+                "65002",
+                EXABGP,
+                "65001",
+            ],
+        );
+        let a = s.dir.path().join("a");
+        let bin = bin();
+        let mut words = vec![
+            "exabgp",
+            a.to_str().unwrap(),
+            EXABGP,
+            "65001",
+            GOBGP,
+            "65002",
+            bin.to_str().unwrap(),
+            "detect",
+        ];
+        words.extend_from_slice(args);
+        words.extend_from_slice(&["-l", IPFIX]);
+        s.script(&s.pair.ns_a, &words);
+        s.wait(
+            Duration::from_secs(60),
+            "the BGP connection is established",
+            || {
+                s.gobgp(&["neighbor", EXABGP])
+                    .contains("BGP state = ESTABLISHED")
+            },
+        );
+        s.wait(Duration::from_secs(30), "tapflow collects", || {
+            s.log().contains("tapflow: collecting ipfix")
+        });
+        s
+    }
+
+    fn script(&self, ns: &str, args: &[&str]) -> String {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]).arg(script()).args(args);
+        let what = show(&c);
+        let o = run_limited(&mut c, Duration::from_secs(60));
+        assert!(
+            o.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn gobgp(&self, args: &[&str]) -> String {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.pair.ns_b, "gobgp"])
+            .args(args);
+        String::from_utf8_lossy(&run_limited(&mut c, Duration::from_secs(30)).stdout).into_owned()
+    }
+
+    /// GoBGP's RIB of `family` (`ipv4`, `ipv4-flowspec`) as JSON: prefix -> paths.
+    fn rib(&self, family: &str) -> serde_json::Map<String, serde_json::Value> {
+        let b = self.dir.path().join("b");
+        let text = self.script(&self.pair.ns_b, &["rib", b.to_str().unwrap(), family]);
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+    }
+
+    /// ExaBGP's log, with tapflow's standard error.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("a/exabgp.log")).unwrap_or_default()
+    }
+
+    /// Polls `done` every 100 ms; fails the test with ExaBGP's log past `limit`.
+    fn wait(&self, limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while !done() {
+            assert!(
+                start.elapsed() < limit,
+                "not so after {limit:?}: {what}\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Sends the flood to tapflow as IPFIX records (from namespace A).
+    fn flood(&self) {
+        let trace = reflection_trace(self.dir.path());
+        run_ok(&mut VethPair::in_ns(
+            &self.pair.ns_a,
+            &bin(),
+            &[
+                "flows",
+                "-q",
+                "-r",
+                trace.to_str().unwrap(),
+                "--export",
+                IPFIX,
+            ],
+        ));
+    }
+
+    /// The process id of tapflow under ExaBGP.
+    fn tapflow_pid(&self) -> i32 {
+        let pids = run_ok(Command::new("ip").args(["netns", "pids", &self.pair.ns_a]));
+        pids.split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+            .find(|p| std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e == bin()))
+            .unwrap_or_else(|| panic!("no tapflow in {}", self.pair.ns_a))
+    }
+
+    fn stop(&self) {
+        for (ns, d) in [(&self.pair.ns_a, "a"), (&self.pair.ns_b, "b")] {
+            let dir = self.dir.path().join(d);
+            let _ = Command::new("ip")
+                .args(["netns", "exec", ns])
+                .arg(script())
+                .args(["stop", dir.to_str().unwrap()])
+                .status();
+        }
+    }
+}
+
+impl Drop for Speakers {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A pcap of 3 s of NTP replies (UDP from port 123, 482-byte frames) from 50 reflectors to
+/// 192.0.2.9 at 2,000 packets/s.
+fn reflection_trace(dir: &Path) -> PathBuf {
+    use tapflow_wire::build::{self, FrameSpec, L4};
+    use tapflow_wire::ethernet::EthernetAddress;
+    let mut packets = Vec::new();
+    for i in 0..6000u64 {
+        let spec = FrameSpec {
+            src_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            dst_mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
+            src_ip: std::net::Ipv4Addr::new(198, 51, 100, (i % 50) as u8 + 1).into(),
+            dst_ip: std::net::Ipv4Addr::new(192, 0, 2, 9).into(),
+            proto: L4::Udp,
+            src_port: 123,
+            dst_port: 40000 + (i % 1000) as u16,
+            frame_len: 482,
+        };
+        let mut buf = vec![0; 482];
+        build::build(&spec, &mut buf).unwrap();
+        packets.push(traffic::Packet::new(T0 + i * 500_000, buf));
+    }
+    let bytes = traffic::pcap_file(
+        tapflow_wire::LinkType::Ethernet,
+        true,
+        false,
+        65535,
+        &packets,
+    );
+    write_file(dir, "ntp.pcap", &bytes)
+}
+
+fn thresholds(dir: &Path, hold: u64) -> String {
+    let p = dir.join("limits.toml");
+    std::fs::write(&p, format!("hold = {hold}\n[host]\npackets = 1000\n")).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn the_attacked_address_is_blackholed_in_the_peers_rib_while_the_alert_runs() {
+    let d = tempfile::tempdir().unwrap();
+    let th = thresholds(d.path(), 5);
+    let s = Speakers::start("bgb", &["--bgp-exabgp", "-", "--thresholds", &th]);
+    assert!(s.rib("ipv4").is_empty());
+    s.flood();
+    // The alert starts as the records arrive: the /32 comes in with 65535:666, from ExaBGP.
+    let mut route = serde_json::Value::Null;
+    s.wait(
+        Duration::from_secs(30),
+        "192.0.2.9/32 is in GoBGP's RIB",
+        || {
+            route = s.rib("ipv4").remove("192.0.2.9/32").unwrap_or_default();
+            !route.is_null()
+        },
+    );
+    assert_eq!(s.rib("ipv4").len(), 1);
+    let attrs = route[0]["attrs"].as_array().unwrap();
+    let communities: Vec<u64> = attrs
+        .iter()
+        .filter(|a| a["type"] == 8)
+        .flat_map(|a| a["communities"].as_array().unwrap().clone())
+        .map(|c| c.as_u64().unwrap())
+        .collect();
+    assert_eq!(communities, [BLACKHOLE], "{route}");
+    let next_hop = attrs.iter().find(|a| a["type"] == 3).unwrap();
+    assert_eq!(next_hop["nexthop"], EXABGP, "{route}");
+    let log = s.log();
+    assert!(
+        log.contains("tapflow: alert start 192.0.2.9 ntp_amplification"),
+        "the alert lines go to standard error: {log}"
+    );
+    // No record comes any more: 5 s on, the alert ends and the route is withdrawn while the
+    // BGP connection stays up.
+    s.wait(Duration::from_secs(60), "192.0.2.9/32 is withdrawn", || {
+        s.rib("ipv4").is_empty()
+    });
+    assert!(
+        s.log().contains("tapflow: alert end 192.0.2.9"),
+        "{}",
+        s.log()
+    );
+    assert!(
+        s.gobgp(&["neighbor", EXABGP])
+            .contains("BGP state = ESTABLISHED")
+    );
+    // Stopping ExaBGP stops tapflow, which says what it did.
+    let pid = s.tapflow_pid();
+    s.stop();
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "tapflow outlived ExaBGP"
+    );
+    let log = s.log();
+    assert!(
+        log.contains("tapflow: bgp: 1 announced, 1 withdrawn\n"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_flowspec_rule_is_withdrawn_when_detection_stops() {
+    let d = tempfile::tempdir().unwrap();
+    // The alert holds for 10 minutes: only the end of detection takes the rule away.
+    let th = thresholds(d.path(), 600);
+    let s = Speakers::start(
+        "bgf",
+        &["--bgp-exabgp", "-", "--bgp-flowspec", "--thresholds", &th],
+    );
+    s.flood();
+    let rule = "[destination: 192.0.2.9/32][protocol: ==udp][source-port: ==123]";
+    let mut paths = serde_json::Value::Null;
+    s.wait(
+        Duration::from_secs(30),
+        "the flowspec rule is in GoBGP's RIB",
+        || {
+            paths = s.rib("ipv4-flowspec").remove(rule).unwrap_or_default();
+            !paths.is_null()
+        },
+    );
+    // discard: traffic-rate 0 (RFC 8955), an extended community.
+    let ext = paths[0]["attrs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["type"] == 16)
+        .unwrap_or_else(|| panic!("no extended communities: {paths}"));
+    assert_eq!(ext["value"][0]["rate"], 0.0, "{paths}");
+    assert!(
+        s.rib("ipv4").is_empty(),
+        "no blackhole route with --bgp-flowspec"
+    );
+    // Detection stops (SIGTERM to tapflow alone): the rule goes while ExaBGP and its BGP
+    // connection stay.
+    let pid = s.tapflow_pid();
+    // SAFETY: kill() with a pid read from the namespace's process list and a valid signal.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    s.wait(Duration::from_secs(30), "the rule is withdrawn", || {
+        s.rib("ipv4-flowspec").is_empty()
+    });
+    assert!(
+        s.gobgp(&["neighbor", EXABGP])
+            .contains("BGP state = ESTABLISHED")
+    );
+    s.wait(Duration::from_secs(30), "tapflow says what it did", || {
+        s.log().contains("tapflow: bgp: 1 announced, 1 withdrawn\n")
+    });
+}
