@@ -2,7 +2,8 @@
 //! API process and peers over a veth with GoBGP in a second namespace (both started and stopped
 //! by scripts/bgp.sh). A built NTP reflection reaches tapflow as IPFIX; the attacked /32 must
 //! appear in GoBGP's RIB with the BLACKHOLE community while the alert runs and leave it when
-//! the alert ends; a flowspec rule must leave it when detection stops.
+//! the alert ends; a flowspec rule must leave it when detection stops. Without the daemons: the
+//! commands written into a named pipe, a pipe nobody reads counted, and the refusals.
 
 mod common;
 
@@ -333,4 +334,118 @@ fn a_flowspec_rule_is_withdrawn_when_detection_stops() {
     s.wait(Duration::from_secs(30), "tapflow says what it did", || {
         s.log().contains("tapflow: bgp: 1 announced, 1 withdrawn\n")
     });
+}
+
+#[test]
+fn a_named_pipe_gets_the_commands_and_one_nobody_reads_costs_a_counted_command() {
+    let d = tempfile::tempdir().unwrap();
+    let trace = reflection_trace(d.path());
+    let th = thresholds(d.path(), 5);
+    let fifo = d.path().join("exabgp.in");
+    run_ok(Command::new("mkfifo").arg(&fifo));
+    // A reader on the pipe, as ExaBGP would be. It holds what tapflow writes (two lines, well
+    // within the pipe's buffer) until it is read after tapflow exits.
+    let mut reader = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap()
+    };
+    let f = fifo.to_str().unwrap();
+    let t = trace.to_str().unwrap();
+    let mut c = tapflow(["detect", "--json", "--thresholds", &th, "--bgp-exabgp", f]);
+    c.args(["--bgp-community", "65535:666,65535:65281", "-r", t]);
+    let o = run_limited(&mut c, Duration::from_secs(60));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    // The alert lines stay on standard output: the commands go to the pipe.
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 2);
+    assert!(
+        err.contains("tapflow: bgp: 1 announced, 1 withdrawn\n"),
+        "{err}"
+    );
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut reader, &mut text).unwrap();
+    drop(reader);
+    assert_eq!(
+        text.lines().collect::<Vec<_>>(),
+        [
+            "announce route 192.0.2.9/32 next-hop self community [65535:666 65535:65281]",
+            "withdraw route 192.0.2.9/32 next-hop self",
+        ]
+    );
+    // Nobody reads the pipe now: the announcement is not sent, counted, and said once.
+    let mut c = tapflow([
+        "detect",
+        "--json",
+        "--thresholds",
+        &th,
+        "--bgp-exabgp",
+        f,
+        "-r",
+        t,
+    ]);
+    let o = run_limited(&mut c, Duration::from_secs(60));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("tapflow: bgp: 0 announced, 0 withdrawn, 1 commands not sent"),
+        "{err}"
+    );
+    assert_eq!(err.matches("exabgp.in:").count(), 1, "{err}");
+}
+
+#[test]
+fn conflicting_or_bad_bgp_options_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let trace = reflection_trace(d.path());
+    let t = trace.to_str().unwrap();
+    for (args, keys) in [
+        (
+            vec![
+                "capture",
+                "-r",
+                t,
+                "-w",
+                "-",
+                "--detect",
+                "--bgp-exabgp",
+                "-",
+            ],
+            &["--bgp-exabgp -", "standard output"][..],
+        ),
+        (
+            vec!["detect", "-r", "-", "--bgp-exabgp", "-"],
+            &["--bgp-exabgp -", "standard input"],
+        ),
+        (
+            vec![
+                "detect",
+                "-r",
+                t,
+                "--bgp-exabgp",
+                "-",
+                "--bgp-community",
+                "65536:1",
+            ],
+            &["--bgp-community", "65536:1"],
+        ),
+        (
+            vec![
+                "detect",
+                "-r",
+                t,
+                "--bgp-exabgp",
+                "-",
+                "--bgp-next-hop",
+                "router",
+            ],
+            &["--bgp-next-hop", "router"],
+        ),
+    ] {
+        let o = run_limited(&mut tapflow(&args), Duration::from_secs(30));
+        assert_clean_error(&o, Some(2), keys, &args.join(" "));
+    }
 }
