@@ -999,10 +999,15 @@ pub struct AlertArgs {
         requires = "bgp_exabgp"
     )]
     pub bgp_community: Vec<String>,
-    /// Next hop of the announced routes: `self` (the BGP connection's own address, the default)
-    /// or an address.
-    #[arg(long, value_name = "self|ADDR", requires = "bgp_exabgp")]
-    pub bgp_next_hop: Option<String>,
+    /// Next hops of the announced routes: an IPv4 address for IPv4 routes, an IPv6 address for
+    /// IPv6 routes; `self` (the BGP connection's own address) for a family not given.
+    #[arg(
+        long,
+        value_name = "ADDR[,ADDR6]",
+        value_delimiter = ',',
+        requires = "bgp_exabgp"
+    )]
+    pub bgp_next_hop: Vec<String>,
     /// Announce a flowspec rule (the destination, the flood's protocol, a reflection's source
     /// port; discard) instead of a blackhole route.
     #[arg(long, requires = "bgp_exabgp", conflicts_with_all = ["bgp_community", "bgp_next_hop"])]

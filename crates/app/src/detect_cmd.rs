@@ -83,7 +83,8 @@ fn bgp(a: &AlertArgs) -> Result<Option<(Api, Announce)>, Failure> {
             .map(|c| c.parse::<Community>())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| Failure::Usage(format!("--bgp-community {e}")))?;
-        Announce::blackhole(communities, a.bgp_next_hop.as_deref())
+        let hops: Vec<&str> = a.bgp_next_hop.iter().map(String::as_str).collect();
+        Announce::blackhole(communities, &hops)
             .map_err(|e| Failure::Usage(format!("--bgp-next-hop {e}")))?
     };
     Ok(Some((api, announce)))

@@ -145,9 +145,10 @@ impl Speakers {
         }
     }
 
-    /// Sends the flood to tapflow as IPFIX records (from namespace A).
-    fn flood(&self) {
-        let trace = reflection_trace(self.dir.path());
+    /// Sends the flood (to 2001:db8::9 too if `v6`) to tapflow as IPFIX records (from
+    /// namespace A).
+    fn flood(&self, v6: bool) {
+        let trace = reflection_trace(self.dir.path(), v6);
         run_ok(&mut VethPair::in_ns(
             &self.pair.ns_a,
             &bin(),
@@ -190,17 +191,31 @@ impl Drop for Speakers {
 }
 
 /// A pcap of 3 s of NTP replies (UDP from port 123, 482-byte frames) from 50 reflectors to
-/// 192.0.2.9 at 2,000 packets/s.
-fn reflection_trace(dir: &Path) -> PathBuf {
+/// 192.0.2.9 at 2,000 packets/s; if `v6`, as many to 2001:db8::9 between them.
+fn reflection_trace(dir: &Path, v6: bool) -> PathBuf {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
     use tapflow_wire::build::{self, FrameSpec, L4};
     use tapflow_wire::ethernet::EthernetAddress;
     let mut packets = Vec::new();
-    for i in 0..6000u64 {
+    let n = if v6 { 12_000u64 } else { 6_000 };
+    for i in 0..n {
+        let r = (i / 2 % 50) as u8 + 1;
+        let (src, dst): (IpAddr, IpAddr) = if v6 && i % 2 == 1 {
+            (
+                Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, r.into()).into(),
+                "2001:db8::9".parse().unwrap(),
+            )
+        } else {
+            (
+                Ipv4Addr::new(198, 51, 100, r).into(),
+                Ipv4Addr::new(192, 0, 2, 9).into(),
+            )
+        };
         let spec = FrameSpec {
             src_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
             dst_mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
-            src_ip: std::net::Ipv4Addr::new(198, 51, 100, (i % 50) as u8 + 1).into(),
-            dst_ip: std::net::Ipv4Addr::new(192, 0, 2, 9).into(),
+            src_ip: src,
+            dst_ip: dst,
             proto: L4::Udp,
             src_port: 123,
             dst_port: 40000 + (i % 1000) as u16,
@@ -208,7 +223,7 @@ fn reflection_trace(dir: &Path) -> PathBuf {
         };
         let mut buf = vec![0; 482];
         build::build(&spec, &mut buf).unwrap();
-        packets.push(traffic::Packet::new(T0 + i * 500_000, buf));
+        packets.push(traffic::Packet::new(T0 + i * 3_000_000_000 / n, buf));
     }
     let bytes = traffic::pcap_file(
         tapflow_wire::LinkType::Ethernet,
@@ -226,43 +241,80 @@ fn thresholds(dir: &Path, hold: u64) -> String {
     p.display().to_string()
 }
 
-#[test]
-fn the_attacked_address_is_blackholed_in_the_peers_rib_while_the_alert_runs() {
-    let d = tempfile::tempdir().unwrap();
-    let th = thresholds(d.path(), 5);
-    let s = Speakers::start("bgb", &["--bgp-exabgp", "-", "--thresholds", &th]);
-    assert!(s.rib("ipv4").is_empty());
-    s.flood();
-    // The alert starts as the records arrive: the /32 comes in with 65535:666, from ExaBGP.
-    let mut route = serde_json::Value::Null;
-    s.wait(
-        Duration::from_secs(30),
-        "192.0.2.9/32 is in GoBGP's RIB",
-        || {
-            route = s.rib("ipv4").remove("192.0.2.9/32").unwrap_or_default();
-            !route.is_null()
-        },
-    );
-    assert_eq!(s.rib("ipv4").len(), 1);
+/// The communities and the next hop of GoBGP's path `route` (JSON).
+fn communities_and_next_hop(route: &serde_json::Value) -> (Vec<u64>, String) {
     let attrs = route[0]["attrs"].as_array().unwrap();
-    let communities: Vec<u64> = attrs
+    let communities = attrs
         .iter()
         .filter(|a| a["type"] == 8)
         .flat_map(|a| a["communities"].as_array().unwrap().clone())
         .map(|c| c.as_u64().unwrap())
         .collect();
-    assert_eq!(communities, [BLACKHOLE], "{route}");
-    let next_hop = attrs.iter().find(|a| a["type"] == 3).unwrap();
-    assert_eq!(next_hop["nexthop"], EXABGP, "{route}");
-    let log = s.log();
-    assert!(
-        log.contains("tapflow: alert start 192.0.2.9 ntp_amplification"),
-        "the alert lines go to standard error: {log}"
+    // NEXT_HOP (IPv4) or MP_REACH_NLRI's next hop (IPv6).
+    let hop = attrs
+        .iter()
+        .find(|a| a["type"] == 3 || a["type"] == 14)
+        .and_then(|a| a["nexthop"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    (communities, hop)
+}
+
+#[test]
+fn the_attacked_addresses_are_blackholed_in_the_peers_rib_while_the_alerts_run() {
+    let d = tempfile::tempdir().unwrap();
+    let th = thresholds(d.path(), 5);
+    let s = Speakers::start(
+        "bgb",
+        &[
+            "--bgp-exabgp",
+            "-",
+            "--bgp-next-hop",
+            "2001:db8:ffff::1",
+            "--thresholds",
+            &th,
+        ],
     );
-    // No record comes any more: 5 s on, the alert ends and the route is withdrawn while the
+    assert!(s.rib("ipv4").is_empty() && s.rib("ipv6").is_empty());
+    s.flood(true);
+    // The alerts start as the records arrive: the /32 and the /128 come in with 65535:666, the
+    // /32 to ExaBGP's address (self), the /128 to the next hop given.
+    let (mut v4, mut v6) = (serde_json::Value::Null, serde_json::Value::Null);
+    s.wait(
+        Duration::from_secs(30),
+        "both routes are in GoBGP's RIB",
+        || {
+            if v4.is_null() {
+                v4 = s.rib("ipv4").remove("192.0.2.9/32").unwrap_or_default();
+            }
+            if v6.is_null() {
+                v6 = s.rib("ipv6").remove("2001:db8::9/128").unwrap_or_default();
+            }
+            !v4.is_null() && !v6.is_null()
+        },
+    );
+    assert_eq!((s.rib("ipv4").len(), s.rib("ipv6").len()), (1, 1));
+    assert_eq!(
+        communities_and_next_hop(&v4),
+        (vec![BLACKHOLE], EXABGP.to_string()),
+        "{v4}"
+    );
+    assert_eq!(
+        communities_and_next_hop(&v6),
+        (vec![BLACKHOLE], "2001:db8:ffff::1".to_string()),
+        "{v6}"
+    );
+    let log = s.log();
+    for target in ["192.0.2.9", "2001:db8::9"] {
+        assert!(
+            log.contains(&format!("tapflow: alert start {target} ntp_amplification")),
+            "the alert lines go to standard error: {log}"
+        );
+    }
+    // No record comes any more: 5 s on, the alerts end and the routes are withdrawn while the
     // BGP connection stays up.
-    s.wait(Duration::from_secs(60), "192.0.2.9/32 is withdrawn", || {
-        s.rib("ipv4").is_empty()
+    s.wait(Duration::from_secs(60), "both routes are withdrawn", || {
+        s.rib("ipv4").is_empty() && s.rib("ipv6").is_empty()
     });
     assert!(
         s.log().contains("tapflow: alert end 192.0.2.9"),
@@ -273,16 +325,15 @@ fn the_attacked_address_is_blackholed_in_the_peers_rib_while_the_alert_runs() {
         s.gobgp(&["neighbor", EXABGP])
             .contains("BGP state = ESTABLISHED")
     );
-    // Stopping ExaBGP stops tapflow, which says what it did.
+    // Stopping ExaBGP closes tapflow's standard input: tapflow stops and says what it did.
     let pid = s.tapflow_pid();
     s.stop();
-    assert!(
-        !Path::new(&format!("/proc/{pid}")).exists(),
-        "tapflow outlived ExaBGP"
-    );
+    s.wait(Duration::from_secs(30), "tapflow stops with ExaBGP", || {
+        !Path::new(&format!("/proc/{pid}")).exists()
+    });
     let log = s.log();
     assert!(
-        log.contains("tapflow: bgp: 1 announced, 1 withdrawn\n"),
+        log.contains("tapflow: bgp: 2 announced, 2 withdrawn\n"),
         "{log}"
     );
 }
@@ -296,7 +347,7 @@ fn a_flowspec_rule_is_withdrawn_when_detection_stops() {
         "bgf",
         &["--bgp-exabgp", "-", "--bgp-flowspec", "--thresholds", &th],
     );
-    s.flood();
+    s.flood(false);
     let rule = "[destination: 192.0.2.9/32][protocol: ==udp][source-port: ==123]";
     let mut paths = serde_json::Value::Null;
     s.wait(
@@ -339,7 +390,7 @@ fn a_flowspec_rule_is_withdrawn_when_detection_stops() {
 #[test]
 fn a_named_pipe_gets_the_commands_and_one_nobody_reads_costs_a_counted_command() {
     let d = tempfile::tempdir().unwrap();
-    let trace = reflection_trace(d.path());
+    let trace = reflection_trace(d.path(), false);
     let th = thresholds(d.path(), 5);
     let fifo = d.path().join("exabgp.in");
     run_ok(Command::new("mkfifo").arg(&fifo));
@@ -400,7 +451,7 @@ fn a_named_pipe_gets_the_commands_and_one_nobody_reads_costs_a_counted_command()
 #[test]
 fn conflicting_or_bad_bgp_options_are_refused() {
     let d = tempfile::tempdir().unwrap();
-    let trace = reflection_trace(d.path());
+    let trace = reflection_trace(d.path(), false);
     let t = trace.to_str().unwrap();
     for (args, keys) in [
         (

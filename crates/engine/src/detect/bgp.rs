@@ -82,13 +82,15 @@ impl Api {
 /// What is announced for an attacked address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Announce {
-    /// The /32 or /128 with these communities, to this next hop (`self`: the BGP connection's
-    /// own address).
+    /// The /32 or /128 with these communities, to the next hop of its family (`self`, the BGP
+    /// connection's own address, where none is given).
     Blackhole {
         /// Communities the route carries.
         communities: Vec<Community>,
-        /// `self` or an address.
-        next_hop: String,
+        /// Next hop of IPv4 routes.
+        next_hop_v4: Option<std::net::Ipv4Addr>,
+        /// Next hop of IPv6 routes.
+        next_hop_v6: Option<std::net::Ipv6Addr>,
     },
     /// A flowspec rule: the destination, the protocol carrying most of the flood, and for a
     /// reflection the reflectors' source port; traffic matching it is discarded (ExaBGP sends
@@ -97,15 +99,19 @@ pub enum Announce {
 }
 
 impl Announce {
-    /// A blackhole route with `communities` (BLACKHOLE if empty) to `next_hop` (`self` if
-    /// `None`); refuses a next hop that is neither `self` nor an address.
-    pub fn blackhole(
-        communities: Vec<Community>,
-        next_hop: Option<&str>,
-    ) -> Result<Announce, String> {
-        let next_hop = next_hop.unwrap_or("self").to_string();
-        if next_hop != "self" && next_hop.parse::<IpAddr>().is_err() {
-            return Err(format!("next hop '{next_hop}': give self or an address"));
+    /// A blackhole route with `communities` (BLACKHOLE if empty) to the next hops `next_hops`
+    /// (at most one IPv4 and one IPv6 address; `self` for a family not given); refuses
+    /// anything else.
+    pub fn blackhole(communities: Vec<Community>, next_hops: &[&str]) -> Result<Announce, String> {
+        let (mut next_hop_v4, mut next_hop_v6) = (None, None);
+        for h in next_hops {
+            match h.trim().parse::<IpAddr>() {
+                Ok(IpAddr::V4(a)) if next_hop_v4.is_none() => next_hop_v4 = Some(a),
+                Ok(IpAddr::V6(a)) if next_hop_v6.is_none() => next_hop_v6 = Some(a),
+                Ok(_) => return Err(format!("'{h}': one next hop per address family")),
+                Err(_) if h.trim() == "self" => {}
+                Err(_) => return Err(format!("'{h}': give self or an address")),
+            }
         }
         let communities = if communities.is_empty() {
             vec![BLACKHOLE]
@@ -114,7 +120,8 @@ impl Announce {
         };
         Ok(Announce::Blackhole {
             communities,
-            next_hop,
+            next_hop_v4,
+            next_hop_v6,
         })
     }
 
@@ -125,8 +132,14 @@ impl Announce {
         match self {
             Announce::Blackhole {
                 communities,
-                next_hop,
+                next_hop_v4,
+                next_hop_v6,
             } => {
+                let next_hop = match addr {
+                    IpAddr::V4(_) => next_hop_v4.map(|a| a.to_string()),
+                    IpAddr::V6(_) => next_hop_v6.map(|a| a.to_string()),
+                }
+                .unwrap_or_else(|| "self".into());
                 let c: Vec<String> = communities.iter().map(Community::to_string).collect();
                 Some((
                     addr,
@@ -453,7 +466,7 @@ mod tests {
 
     #[test]
     fn blackhole_routes_are_the_host_prefix_with_the_communities() {
-        let b = Announce::blackhole(vec![], None).unwrap();
+        let b = Announce::blackhole(vec![], &[]).unwrap();
         let (_, up, down) = b
             .commands(&alert("start", "192.0.2.9", "ntp_amplification"))
             .unwrap();
@@ -464,7 +477,7 @@ mod tests {
         assert_eq!(down, "withdraw route 192.0.2.9/32 next-hop self");
         let b = Announce::blackhole(
             vec!["65535:666".parse().unwrap(), "65535:65281".parse().unwrap()],
-            Some("2001:db8::1"),
+            &["2001:db8::1"],
         )
         .unwrap();
         let (_, up, _) = b
@@ -474,9 +487,15 @@ mod tests {
             up,
             "announce route 2001:db8::9/128 next-hop 2001:db8::1 community [65535:666 65535:65281]"
         );
+        // No IPv4 next hop given: self.
+        let (_, up, _) = b
+            .commands(&alert("start", "192.0.2.9", "udp_flood"))
+            .unwrap();
+        assert!(up.contains(" next-hop self "), "{up}");
+        assert!(Announce::blackhole(vec![], &["192.0.2.1", "192.0.2.2"]).is_err());
         // A group or the total is no address.
         assert!(b.commands(&alert("start", "group:dns", "flood")).is_none());
-        assert!(Announce::blackhole(vec![], Some("router")).is_err());
+        assert!(Announce::blackhole(vec![], &["router"]).is_err());
         assert!("65536:1".parse::<Community>().is_err());
         assert!("666".parse::<Community>().is_err());
     }
@@ -509,7 +528,7 @@ mod tests {
         std::fs::write(&path, "").unwrap();
         let mut b = Bgp::start(
             Api::Pipe(path.clone()),
-            Announce::blackhole(vec![], None).unwrap(),
+            Announce::blackhole(vec![], &[]).unwrap(),
             None,
         );
         b.alert(&alert("start", "192.0.2.9", "ntp_amplification"));
@@ -538,7 +557,7 @@ mod tests {
         assert!(made.success());
         let mut b = Bgp::start(
             Api::Pipe(fifo),
-            Announce::blackhole(vec![], None).unwrap(),
+            Announce::blackhole(vec![], &[]).unwrap(),
             None,
         );
         b.alert(&alert("start", "192.0.2.9", "ntp_amplification"));
