@@ -5,10 +5,10 @@
 #
 #   scripts/bgp.sh exabgp DIR ADDRESS AS PEER PEER_AS COMMAND...   # ExaBGP at ADDRESS, AS, to PEER
 #   scripts/bgp.sh gobgpd DIR ADDRESS AS PEER PEER_AS              # GoBGP at ADDRESS, AS, from PEER
-#   scripts/bgp.sh rib DIR [FAMILY]                                # GoBGP's RIB as JSON (ipv4, ipv6, ipv4-flowspec)
+#   scripts/bgp.sh rib DIR [FAMILY]                                # GoBGP's RIB as JSON (ipv4, ipv6, ipv4-flowspec, ...)
 #   scripts/bgp.sh stop DIR                                        # stops what DIR started
 #
-# `exabgp` writes DIR/exabgp.conf with one neighbor (IPv4 and IPv6 unicast, IPv4 flowspec) and one
+# `exabgp` writes DIR/exabgp.conf with one neighbor (IPv4 and IPv6 unicast and flowspec) and one
 # API process running COMMAND with the text encoder: what COMMAND writes on its standard output
 # (`announce route ...`, `withdraw route ...`) is announced to PEER; ExaBGP's acknowledgements
 # (`done`, `error`) come on its standard input. ExaBGP connects out (it does not listen), does not
@@ -16,7 +16,7 @@
 # COMMAND's standard error goes there too.
 #
 # `gobgpd` writes DIR/gobgpd.toml: listens at ADDRESS port 179, accepts PEER (IPv4 and IPv6
-# unicast, IPv4 flowspec), answers its gRPC API at ${GOBGP_API:-127.0.0.1:50051}; logs to
+# unicast and flowspec), answers its gRPC API at ${GOBGP_API:-127.0.0.1:50051}; logs to
 # DIR/gobgpd.log. `start` returns once the API answers. `rib` asks it with the gobgp client.
 #
 # Both run detached (setsid) with a pid file in DIR; `stop` ends them (SIGTERM, then SIGKILL
@@ -67,7 +67,8 @@ exabgp)
     address=$3 as=$4 peer=$5 peer_as=$6
     shift 6
     mkdir -p "$dir"
-    printf -v run '%q ' "$@"
+    # ExaBGP splits its `run` line on spaces: COMMAND's words hold no space or semicolon.
+    run="$*"
     cat >"$dir/exabgp.conf" <<EOF
 process tapflow {
     run $run;
@@ -84,6 +85,7 @@ neighbor $peer {
         ipv4 unicast;
         ipv6 unicast;
         ipv4 flow;
+        ipv6 flow;
     }
     api {
         processes [ tapflow ];
@@ -131,6 +133,9 @@ gobgpd)
   [[neighbors.afi-safis]]
     [neighbors.afi-safis.config]
       afi-safi-name = "ipv4-flowspec"
+  [[neighbors.afi-safis]]
+    [neighbors.afi-safis.config]
+      afi-safi-name = "ipv6-flowspec"
 EOF
     if ! pid_of gobgpd >/dev/null; then
         setsid gobgpd -f "$dir/gobgpd.toml" --api-hosts "$api" --pprof-disable -p \
