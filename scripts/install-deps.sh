@@ -45,6 +45,8 @@ PKGS=(
     clickhouse-server          # the ClickHouse store's tests and benchmark (scripts/clickhouse.sh starts it)
     clickhouse-client          # clickhouse-client, for people looking at those servers
     mmdb-bin                   # mmdblookup: a reference reader of the MMDB files enrichment reads
+    exabgp                     # the BGP action's speaker: runs tapflow as its API process (scripts/bgp.sh)
+    gobgpd                     # gobgpd and gobgp: the router receiving those routes in the BGP test
 )
 
 export DEBIAN_FRONTEND=noninteractive
@@ -91,6 +93,8 @@ if [[ -d /run/systemd/system ]]; then
     systemctl disable --now prometheus.service >/dev/null 2>&1 || true
     # Tests start their own ClickHouse servers on their own ports (scripts/clickhouse.sh).
     systemctl disable --now clickhouse-server.service >/dev/null 2>&1 || true
+    # The BGP test starts its own speakers in its own namespaces (scripts/bgp.sh).
+    systemctl disable --now exabgp.service gobgpd.service >/dev/null 2>&1 || true
 fi
 
 # Rust comes from rustup on the image (rust-toolchain.toml pins the version), not from apt.
@@ -155,4 +159,6 @@ printf '  %-12s %s\n' \
     python3 "$(first_line python3 --version)" \
     chdb "$("$PYENV/bin/python3" -c 'import chdb; print(chdb.__version__)' 2>/dev/null || true)" \
     duckdb "$("$PYENV/bin/python3" -c 'import duckdb; print(duckdb.__version__)' 2>/dev/null || true)" \
-    zstd "$(first_line zstd --version)"
+    zstd "$(first_line zstd --version)" \
+    exabgp "$(exabgp --version 2>&1 | grep -m1 -o '[0-9][0-9.]*' || true)" \
+    gobgpd "$(first_line gobgpd --version)"

@@ -56,13 +56,22 @@ pub(crate) fn run_input(
         return list_interfaces();
     }
     let run_as = RunAs::choose(a.user.as_deref())?;
+    let dash = |p: &Option<PathBuf>| p.as_deref().is_some_and(is_stdout);
+    crate::detect_cmd::check_bgp_stdio(
+        &a.detect.alerts,
+        dash(&a.write)
+            || dash(&a.flows.json)
+            || dash(&a.flows.csv)
+            || (flows && !a.flows.any_output()),
+        dash(&a.read),
+    )?;
     let _stdin = stdin_input(&mut a)?;
     let mut cfg = config(&a)?;
     if let Some(input) = input {
         cfg.input = input;
     }
     cfg.flows = flow_config(&a.flows, flows)?;
-    cfg.detect = crate::detect_cmd::hub(&a.detect)?;
+    cfg.detect = crate::detect_cmd::hub(&a.detect, stop)?;
     if let Some(key) = &a.anonymize {
         anonymize(&mut cfg, crate::anonymize_cmd::read_key(key)?);
     }

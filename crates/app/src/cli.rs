@@ -986,6 +986,32 @@ pub struct AlertArgs {
     /// standard input and TAPFLOW_ALERT_EVENT, _TARGET and _KIND in its environment.
     #[arg(long, value_name = "COMMAND")]
     pub alert_exec: Option<String>,
+    /// Announce each attacked address through ExaBGP's text API, withdrawn when its alert ends:
+    /// `-` writes the commands on standard output (tapflow run as an ExaBGP process; alert
+    /// lines then go to standard error), a path writes them to that named pipe.
+    #[arg(long, value_name = "-|PIPE")]
+    pub bgp_exabgp: Option<String>,
+    /// Communities of the announced /32 or /128 (default 65535:666, BLACKHOLE of RFC 7999).
+    #[arg(
+        long,
+        value_name = "ASN:VALUE[,...]",
+        value_delimiter = ',',
+        requires = "bgp_exabgp"
+    )]
+    pub bgp_community: Vec<String>,
+    /// Next hops of the announced routes: an IPv4 address for IPv4 routes, an IPv6 address for
+    /// IPv6 routes; `self` (the BGP connection's own address) for a family not given.
+    #[arg(
+        long,
+        value_name = "ADDR[,ADDR6]",
+        value_delimiter = ',',
+        requires = "bgp_exabgp"
+    )]
+    pub bgp_next_hop: Vec<String>,
+    /// Announce a flowspec rule (the destination, the flood's protocol, a reflection's source
+    /// port; discard) instead of a blackhole route.
+    #[arg(long, requires = "bgp_exabgp", conflicts_with_all = ["bgp_community", "bgp_next_hop"])]
+    pub bgp_flowspec: bool,
 }
 
 /// `tapflow detect`.

@@ -29,7 +29,7 @@ use crate::Failure;
 use crate::cli::CollectArgs;
 
 pub fn run(a: CollectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
-    let hub = crate::detect_cmd::hub(&a.detect)?;
+    let hub = crate::detect_cmd::hub(&a.detect, stop)?;
     let cfg = config(&a, hub.as_ref())?;
     // Descriptors held by exporters' sessions and console clients must not starve the stores.
     if let Err(e) = tapflow_sys::rlimit::raise_nofile() {

@@ -8,6 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, FromArgMatches};
 use tapflow_engine::detect::action::{Action, Hook, Hooked, Print};
+use tapflow_engine::detect::bgp::{Announce, Api, Bgp, Community};
 use tapflow_engine::detect::store::DetectStore;
 use tapflow_engine::detect::threshold::{Thresholds, ThresholdsFile};
 use tapflow_engine::detect::{DetectSummary, Detector, Hub};
@@ -32,21 +33,23 @@ pub fn thresholds(path: &std::path::Path) -> Result<Thresholds, Failure> {
 }
 
 /// The detector `--detect` asks for, if it does.
-pub fn hub(opts: &DetectOpts) -> Result<Option<Hub>, Failure> {
+pub fn hub(opts: &DetectOpts, stop: &Arc<Stop>) -> Result<Option<Hub>, Failure> {
     if !opts.detect {
         return Ok(None);
     }
-    build(&opts.alerts, opts.stdout).map(Some)
+    build(&opts.alerts, opts.stdout, stop).map(Some)
 }
 
-fn build(a: &AlertArgs, stdout: Option<bool>) -> Result<Hub, Failure> {
+fn build(a: &AlertArgs, stdout: Option<bool>, stop: &Arc<Stop>) -> Result<Hub, Failure> {
     let th = match &a.thresholds {
         Some(p) => thresholds(p)?,
         None => Thresholds::default(),
     };
+    let bgp = bgp(a)?;
     let mut actions: Vec<Box<dyn Action>> = vec![Box::new(Print {
         json: stdout == Some(true),
-        stderr: stdout.is_none(),
+        // ExaBGP reads standard output: the alert lines go to standard error.
+        stderr: stdout.is_none() || bgp.as_ref().is_some_and(|b| b.0 == Api::Stdout),
     })];
     if let Some(url) = &a.webhook {
         if !url.starts_with("http://") && !url.starts_with("https://") {
@@ -59,7 +62,55 @@ fn build(a: &AlertArgs, stdout: Option<bool>) -> Result<Hub, Failure> {
     if let Some(cmd) = &a.alert_exec {
         actions.push(Box::new(Hooked::start(Hook::Exec(cmd.clone()))));
     }
+    if let Some((api, announce)) = bgp {
+        actions.push(Box::new(Bgp::start(api, announce, Some(Arc::clone(stop)))));
+    }
     Ok(Detector::new(th, actions, 1).shared())
+}
+
+/// The BGP action `--bgp-exabgp` asks for, if it does.
+fn bgp(a: &AlertArgs) -> Result<Option<(Api, Announce)>, Failure> {
+    let Some(target) = &a.bgp_exabgp else {
+        return Ok(None);
+    };
+    let api = Api::parse(target);
+    let announce = if a.bgp_flowspec {
+        Announce::Flowspec
+    } else {
+        let communities = a
+            .bgp_community
+            .iter()
+            .map(|c| c.parse::<Community>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Failure::Usage(format!("--bgp-community {e}")))?;
+        let hops: Vec<&str> = a.bgp_next_hop.iter().map(String::as_str).collect();
+        Announce::blackhole(communities, &hops)
+            .map_err(|e| Failure::Usage(format!("--bgp-next-hop {e}")))?
+    };
+    Ok(Some((api, announce)))
+}
+
+/// Refuses `--bgp-exabgp -` where standard output carries something else, or standard input
+/// does (ExaBGP's answers come there).
+pub fn check_bgp_stdio(a: &AlertArgs, stdout_used: bool, stdin_used: bool) -> Result<(), Failure> {
+    if a.bgp_exabgp.as_deref() != Some("-") {
+        return Ok(());
+    }
+    if stdout_used {
+        return Err(Failure::Usage(
+            "--bgp-exabgp - writes ExaBGP's commands to standard output, where another output \
+             goes too: write that one to a file, or give --bgp-exabgp a named pipe"
+                .into(),
+        ));
+    }
+    if stdin_used {
+        return Err(Failure::Usage(
+            "--bgp-exabgp - reads ExaBGP's answers on standard input, which -r - reads: give \
+             -r a file, or --bgp-exabgp a named pipe"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Ends detection: ends the running alerts, waits for the hooks, and says what it saw.
@@ -126,7 +177,7 @@ pub fn run(a: DetectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
         words.extend(["--metrics".into(), m.to_string()]);
     }
     if let (Some(dir), Some(t)) = (&a.store, &a.time) {
-        return from_store(dir, t, &opts, a.quiet);
+        return from_store(dir, t, &opts, a.quiet, stop);
     }
     if !a.listen.is_empty() {
         words.extend(["-l".into(), a.listen.join(",")]);
@@ -154,6 +205,7 @@ fn from_store(
     window: &str,
     opts: &DetectOpts,
     quiet: bool,
+    stop: &Arc<Stop>,
 ) -> Result<ExitCode, Failure> {
     let now_us = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -170,7 +222,7 @@ fn from_store(
     let QueryResult::Flows(rows) = answer.result else {
         return Err(Failure::Runtime("the store answered no flows".into()));
     };
-    let Some(hub) = hub(opts)? else {
+    let Some(hub) = hub(opts, stop)? else {
         return Ok(ExitCode::SUCCESS);
     };
     let mut stage = Box::new(DetectStore::new(Arc::clone(&hub), false));

@@ -1,7 +1,7 @@
 //! Flood detection: per-destination rates a second on the packet stream (a capture's workers)
 //! or the flow stream (the collector), split by protocol and by the signatures that tell floods
 //! apart, measured against thresholds; alerts with evidence to the terminal, a webhook, a
-//! command and `/metrics` (docs/detect.md).
+//! command, `/metrics` and BGP (docs/detect.md).
 //!
 //! - [`signature`]: what one packet or flow direction is, and its signatures;
 //! - [`tally`]: one interval's accounting in bounded memory (space-saving);
@@ -9,10 +9,11 @@
 //! - [`alert`]: alert start, hold time, hysteresis, end, and the evidence;
 //! - [`detector`]: the shared detector that merges the workers' tallies;
 //! - [`meter`]: a worker's side; [`sink`] on packets, [`store`] on flows;
-//! - [`action`]: what is done with an alert.
+//! - [`action`]: what is done with an alert; [`bgp`]: announcing the attacked address.
 
 pub mod action;
 pub mod alert;
+pub mod bgp;
 pub mod detector;
 pub mod meter;
 pub mod signature;
