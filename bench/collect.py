@@ -147,6 +147,8 @@ def one_run(tool: str, args, work: Path, run: int) -> dict:
             if tool == "tapflow-enrich":
                 argv += ["--geoip", str(args.enrich / "country.mmdb"),
                          "--asn", str(args.enrich / "asn.csv")]
+            if tool == "tapflow-detect":
+                argv += ["--detect"]
         p, t0 = bl.start(argv, work, f"{tool}-{run}")
         bl.wait_udp_bound(p, PORT, work, f"{tool}-{run}", tool)
         on0 = ["ip", "netns", "exec", ns, *nice, "taskset", "-c", "0"]
@@ -448,6 +450,8 @@ def main() -> None:
     ap.add_argument("--enrich", type=Path, default=None, metavar="DIR",
                     help="also a tapflow run with --geoip DIR/country.mmdb --asn DIR/asn.csv "
                          "(scripts/fetch-ipdb.sh), reported beside the run without")
+    ap.add_argument("--detect", action="store_true",
+                    help="also run tapflow with --detect and report what detection adds")
     ap.add_argument("--live-times", action="store_true",
                     help="the rate part's flows moved into the current hour, as a live exporter's")
     ap.add_argument("--sender", choices=("nfreplay", "softflowd"), default="nfreplay",
@@ -476,6 +480,9 @@ def main() -> None:
     if args.enrich:
         res["tapflow-enrich"] = []
         tools = (*tools, "tapflow-enrich")
+    if args.detect:
+        res["tapflow-detect"] = []
+        tools = (*tools, "tapflow-detect")
     for run in range(0 if args.skip_ingest else args.runs):
         for tool in tools if run % 2 == 0 else tuple(reversed(tools)):
             r = one_run(tool, args, work, run)
@@ -492,6 +499,8 @@ def main() -> None:
         report_ingest(res)
         if args.enrich:
             report_enrich(res)
+        if args.detect:
+            report_added(res, "tapflow-detect", "detection (`--detect`)")
     if not args.skip_rates:
         rate_part(args, work)
 
@@ -522,6 +531,15 @@ def report_enrich(res: dict) -> None:
           f"store thread {st['tapflow']:.3f} s without, {st['tapflow-enrich']:.3f} s with "
           f"(+{st['tapflow-enrich'] - st['tapflow']:.3f} s); {size['tapflow']:.2f} and "
           f"{size['tapflow-enrich']:.2f} B/flow")
+
+
+def report_added(res: dict, tool: str, what: str) -> None:
+    """What one option adds to ingest: the same stream stored with and without it, CPU per
+    million records (the whole process)."""
+    per_m = lambda r: r["cpu"] / max(r["stored"], 1) * 1e6
+    cpu = {t: bl.median([per_m(r) for r in res[t]]) for t in ("tapflow", tool)}
+    print(f"{what}: CPU per million records stored {cpu['tapflow']:.3f} s without, "
+          f"{cpu[tool]:.3f} s with (+{cpu[tool] - cpu['tapflow']:.3f} s)")
 
 
 def rate_part(args, work: Path) -> None:

@@ -15,7 +15,7 @@
 # CPU: `tapflow capture -r TRACE` with standard output on /dev/null (the pipeline reads and parses
 # every packet and keeps nothing) against the same with --detect, and `tapflow flows -r TRACE
 # --json /dev/null` against the same with --detect; user+sys CPU seconds of each, the best of RUNS,
-# over the trace as it is and over the same packets at 100,000 packets/s.
+# over the trace as it is and over the same packets at 100,000 and at 1,000,000 packets/s.
 # TRACE defaults to a 2M-packet trace made by scripts/make-trace.sh (real corpus traffic).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -95,24 +95,29 @@ if [[ -z $trace ]]; then
     trace=$work/trace.pcap
     TAPFLOW_CORPUS=$corpus "$here/make-trace.sh" "$trace" 2000000 >/dev/null
 fi
-# The same packets with their times rewritten to 100,000 packets/s: a busy link, where the cost
-# is per packet; at the trace's own times (a few packets a second) it is per second.
-dense=$work/dense.pcap
-python3 - "$trace" "$dense" <<'PY'
+# The same packets with their times rewritten to 100,000 packets/s (a busy link, where the cost
+# is per packet) and to 1,000,000 packets/s (a flood: over 200,000 packets/s a worker counts a
+# sample); at the trace's own times (a few packets a second) the cost is per second.
+dense=$work/dense.pcap flood=$work/flood.pcap
+respace() { # IN OUT NS-BETWEEN-PACKETS
+    python3 - "$@" <<'PY'
 import struct, sys
 with open(sys.argv[1], 'rb') as f, open(sys.argv[2], 'wb') as o:
     h = f.read(24)
     nanos = struct.unpack('<I', h[:4])[0] == 0xa1b23c4d
     o.write(h)
-    i = 0
+    i, gap = 0, int(sys.argv[3])
     while len(r := f.read(16)) == 16:
         incl, orig = struct.unpack('<II', r[8:])
-        t = i * 10_000
+        t = i * gap
         frac = t % 1_000_000_000 if nanos else t % 1_000_000_000 // 1000
         o.write(struct.pack('<IIII', 1_700_000_000 + t // 1_000_000_000, frac, incl, orig))
         o.write(f.read(incl))
         i += 1
 PY
+}
+respace "$trace" "$dense" 10000
+respace "$trace" "$flood" 1000
 cpu() { # best user+sys seconds of RUNS runs of "$@" (getrusage: microseconds)
     python3 - "$runs" "$@" <<'PY'
 import resource, subprocess, sys
@@ -128,7 +133,7 @@ print(f"{best:.4f}")
 PY
 }
 packets=$(capinfos -c -M "$trace" | awk '/Number of packets/ { print $NF }')
-for t in "$dense" "$trace"; do
+for t in "$flood" "$dense" "$trace"; do
     echo "CPU seconds over $packets packets of $(basename "$t") (best of $runs):"
     c0=$(cpu "$bin" capture -q -r "$t")
     c1=$(cpu "$bin" capture -q -r "$t" --detect)

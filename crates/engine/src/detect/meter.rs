@@ -15,6 +15,9 @@ const NS: u64 = 1_000_000_000;
 /// detection's cost stays bounded however large the attack.
 pub const EXACT_PER_SECOND: u64 = 200_000;
 
+/// Packets counted between two looks at the rate within an interval.
+const ADAPT_EVERY: u64 = 4096;
+
 /// A worker's detection meter.
 #[derive(Debug)]
 pub struct Meter {
@@ -24,8 +27,14 @@ pub struct Meter {
     tally: Tally,
     /// Whether the tally holds anything.
     busy: bool,
-    /// One packet in this many is counted (1: every one), from the last interval's rate.
+    /// One packet in this many is counted (1: every one), from the last interval's rate
+    /// and, every [`ADAPT_EVERY`] packets counted, the rate so far in this one.
     period: u64,
+    /// Observations counted in this interval.
+    counted: u64,
+    /// Whether its observations are packets its caller samples by [`Meter::period`] (flow
+    /// records are few, and every one counts).
+    sampled: bool,
 }
 
 impl Meter {
@@ -43,7 +52,15 @@ impl Meter {
             tally,
             busy: false,
             period: 1,
+            counted: 0,
+            sampled: false,
         }
+    }
+
+    /// A meter of packets its caller samples by [`Meter::period`].
+    pub fn sampling(mut self) -> Meter {
+        self.sampled = true;
+        self
     }
 
     /// The sampling period in force: one packet in this many is to be counted, weighing this
@@ -74,6 +91,21 @@ impl Meter {
         };
         self.tally.observe(o, g);
         self.busy = true;
+        self.counted += 1;
+        if self.sampled && self.counted % ADAPT_EVERY == 0 {
+            self.adapt(ns);
+        }
+    }
+
+    /// The sampling period for the rest of the interval, from its rate so far: a flood is
+    /// sampled within milliseconds of its start, not from its second second on.
+    #[cold]
+    fn adapt(&mut self, ns: u64) {
+        let start = self.tally.second * NS;
+        let elapsed = ns.saturating_sub(start).max(NS / 1000);
+        let rate = u128::from(self.tally.total.packets) * u128::from(NS) / u128::from(elapsed);
+        self.period = (rate.div_ceil(u128::from(EXACT_PER_SECOND)) as u64).max(1);
+        self.tally.period = self.tally.period.max(self.period);
     }
 
     /// The clock says `ns`: hands over the interval if it is over.
@@ -89,7 +121,7 @@ impl Meter {
         let next = s.max(self.tally.second);
         // The rate of the interval that ended, if it was the one just before: the next one is
         // sampled by it. After a gap, every packet counts again.
-        self.period = if next == self.tally.second + INTERVAL_S {
+        self.period = if self.sampled && next == self.tally.second + INTERVAL_S {
             self.tally.total.packets.div_ceil(EXACT_PER_SECOND).max(1)
         } else {
             1
@@ -99,6 +131,7 @@ impl Meter {
         drop(d);
         self.tally.reset(next);
         self.tally.period = self.period;
+        self.counted = 0;
         self.busy = false;
     }
 

@@ -52,7 +52,7 @@ impl DetectSink {
     /// A sink counting into `meter`; `realtime` for a live input.
     pub fn new(meter: Meter, realtime: bool) -> DetectSink {
         DetectSink {
-            meter,
+            meter: meter.sampling(),
             linktypes: Vec::new(),
             realtime,
             report: DetectSinkReport::default(),
