@@ -62,7 +62,8 @@ pub(crate) fn run_input(
         cfg.input = input;
     }
     cfg.flows = flow_config(&a.flows, flows)?;
-    cfg.detect = crate::detect_cmd::hub(&a.detect)?;
+    cfg.detect =
+        crate::detect_cmd::hub(&a.detect, a.flows.store.as_deref().map(|d| d.as_os_str()))?;
     if let Some(key) = &a.anonymize {
         anonymize(&mut cfg, crate::anonymize_cmd::read_key(key)?);
     }

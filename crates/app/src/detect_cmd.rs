@@ -8,10 +8,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, FromArgMatches};
 use tapflow_engine::detect::action::{Action, Hook, Hooked, Print};
+use tapflow_engine::detect::record::Record;
 use tapflow_engine::detect::store::DetectStore;
 use tapflow_engine::detect::threshold::{Thresholds, ThresholdsFile};
 use tapflow_engine::detect::{DetectSummary, Detector, Hub};
 use tapflow_engine::stop::Stop;
+use tapflow_store::open::Location;
 use tapflow_store::parquet::ParquetEngine;
 use tapflow_store::query::time::parse_window;
 use tapflow_store::query::{Kind, Query, QueryEngine, QueryResult};
@@ -31,19 +33,35 @@ pub fn thresholds(path: &std::path::Path) -> Result<Thresholds, Failure> {
         .map_err(|e| Failure::Usage(format!("--thresholds {}: {e}", path.display())))
 }
 
-/// The detector `--detect` asks for, if it does.
-pub fn hub(opts: &DetectOpts) -> Result<Option<Hub>, Failure> {
+/// The detector `--detect` asks for, if it does; its alerts are also kept in `store` (the
+/// `--store` of the command) when that is a Parquet store.
+pub fn hub(opts: &DetectOpts, store: Option<&std::ffi::OsStr>) -> Result<Option<Hub>, Failure> {
     if !opts.detect {
         return Ok(None);
     }
-    build(&opts.alerts, opts.stdout).map(Some)
+    let mut actions = actions(&opts.alerts, opts.stdout)?;
+    if let Some(at) = store {
+        match Location::parse(at).map_err(|e| Failure::Usage(format!("--store {e}")))? {
+            Location::Parquet(dir) => actions.push(Box::new(Record::new(&dir))),
+            Location::ClickHouse(url) => eprintln!(
+                "tapflow: warning: alerts are not kept in a ClickHouse store ({url}); \
+                 the console lists the alerts of a Parquet store"
+            ),
+        }
+    }
+    build(&opts.alerts, actions).map(Some)
 }
 
-fn build(a: &AlertArgs, stdout: Option<bool>) -> Result<Hub, Failure> {
+fn build(a: &AlertArgs, actions: Vec<Box<dyn Action>>) -> Result<Hub, Failure> {
     let th = match &a.thresholds {
         Some(p) => thresholds(p)?,
         None => Thresholds::default(),
     };
+    Ok(Detector::new(th, actions, 1).shared())
+}
+
+/// The actions every detection takes: the line on the terminal, the hooks.
+fn actions(a: &AlertArgs, stdout: Option<bool>) -> Result<Vec<Box<dyn Action>>, Failure> {
     let mut actions: Vec<Box<dyn Action>> = vec![Box::new(Print {
         json: stdout == Some(true),
         stderr: stdout.is_none(),
@@ -59,7 +77,7 @@ fn build(a: &AlertArgs, stdout: Option<bool>) -> Result<Hub, Failure> {
     if let Some(cmd) = &a.alert_exec {
         actions.push(Box::new(Hooked::start(Hook::Exec(cmd.clone()))));
     }
-    Ok(Detector::new(th, actions, 1).shared())
+    Ok(actions)
 }
 
 /// Ends detection: ends the running alerts, waits for the hooks, and says what it saw.
@@ -161,7 +179,7 @@ fn from_store(
     let QueryResult::Flows(rows) = answer.result else {
         return Err(Failure::Runtime("the store answered no flows".into()));
     };
-    let Some(hub) = hub(opts)? else {
+    let Some(hub) = hub(opts, None)? else {
         return Ok(ExitCode::SUCCESS);
     };
     let mut stage = Box::new(DetectStore::new(Arc::clone(&hub), false));

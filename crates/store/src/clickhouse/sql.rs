@@ -213,6 +213,11 @@ impl QueryEngine for ClickHouseEngine {
             .collect()
     }
 
+    /// A ClickHouse store keeps no alerts (docs/detect.md).
+    fn alerts(&self, _window: Window) -> Result<Option<crate::alerts::Alerts>, QueryError> {
+        Ok(None)
+    }
+
     fn newest(&self) -> Result<Option<i64>, QueryError> {
         let sql = format!(
             "SELECT count(), max({}) FROM {}",

@@ -403,6 +403,10 @@ pub trait QueryEngine: std::fmt::Debug {
     /// The start time of the newest stored flow, if any: where a view whose window is empty
     /// can go to find the data.
     fn newest(&self) -> Result<Option<i64>, QueryError>;
+
+    /// The flood alerts recorded beside the flows that overlap `window` ([`crate::alerts`]);
+    /// `None` for a store that keeps none.
+    fn alerts(&self, window: Window) -> Result<Option<crate::alerts::Alerts>, QueryError>;
 }
 
 impl std::str::FromStr for Key {
