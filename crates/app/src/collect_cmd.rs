@@ -29,16 +29,16 @@ use crate::Failure;
 use crate::cli::CollectArgs;
 
 pub fn run(a: CollectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
-    let hub = crate::detect_cmd::hub(&a.detect, a.store.as_deref().map(|d| d.as_os_str()))?;
-    if hub.is_some()
-        && a.store.is_none()
-        && let Some(url) = &a.clickhouse
-    {
-        eprintln!(
-            "tapflow: warning: alerts are not kept in a ClickHouse store ({url}); \
-             the console lists the alerts of a Parquet store"
+    let mut stores = Vec::new();
+    if let Some(d) = &a.store {
+        stores.push(Location::parse(d).map_err(|e| Failure::Usage(format!("--store {e}")))?);
+    }
+    if let Some(url) = &a.clickhouse {
+        stores.push(
+            Location::clickhouse(url).map_err(|e| Failure::Usage(format!("--clickhouse {e}")))?,
         );
     }
+    let hub = crate::detect_cmd::hub(&a.detect, stores)?;
     let cfg = config(&a, hub.as_ref())?;
     // Descriptors held by exporters' sessions and console clients must not starve the stores.
     if let Err(e) = tapflow_sys::rlimit::raise_nofile() {

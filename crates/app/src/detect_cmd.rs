@@ -33,21 +33,15 @@ pub fn thresholds(path: &std::path::Path) -> Result<Thresholds, Failure> {
         .map_err(|e| Failure::Usage(format!("--thresholds {}: {e}", path.display())))
 }
 
-/// The detector `--detect` asks for, if it does; its alerts are also kept in `store` (the
-/// `--store` of the command) when that is a Parquet store.
-pub fn hub(opts: &DetectOpts, store: Option<&std::ffi::OsStr>) -> Result<Option<Hub>, Failure> {
+/// The detector `--detect` asks for, if it does; its alerts are also kept in each of `stores`
+/// (the stores the command fills).
+pub fn hub(opts: &DetectOpts, stores: Vec<Location>) -> Result<Option<Hub>, Failure> {
     if !opts.detect {
         return Ok(None);
     }
     let mut actions = actions(&opts.alerts, opts.stdout)?;
-    if let Some(at) = store {
-        match Location::parse(at).map_err(|e| Failure::Usage(format!("--store {e}")))? {
-            Location::Parquet(dir) => actions.push(Box::new(Record::new(&dir))),
-            Location::ClickHouse(url) => eprintln!(
-                "tapflow: warning: alerts are not kept in a ClickHouse store ({url}); \
-                 the console lists the alerts of a Parquet store"
-            ),
-        }
+    for at in stores {
+        actions.push(Box::new(Record::new(at)));
     }
     build(&opts.alerts, actions).map(Some)
 }
@@ -179,7 +173,7 @@ fn from_store(
     let QueryResult::Flows(rows) = answer.result else {
         return Err(Failure::Runtime("the store answered no flows".into()));
     };
-    let Some(hub) = hub(opts, None)? else {
+    let Some(hub) = hub(opts, Vec::new())? else {
         return Ok(ExitCode::SUCCESS);
     };
     let mut stage = Box::new(DetectStore::new(Arc::clone(&hub), false));

@@ -273,12 +273,7 @@ fn alerts(engine: &dyn QueryEngine, q: &Query, a: &QueryArgs) -> Result<ExitCode
         start_us: i64::MIN,
         end_us: i64::MAX,
     });
-    let Some(found) = engine.alerts(window).map_err(usage)? else {
-        return Err(Failure::Usage(
-            "--alerts: a ClickHouse store keeps no alerts (a Parquet store does: docs/detect.md)"
-                .into(),
-        ));
-    };
+    let found = engine.alerts(window).map_err(usage)?;
     if found.unreadable > 0 {
         eprintln!(
             "tapflow: {} lines of the alert log could not be read and are left out",

@@ -1035,8 +1035,7 @@ const ALERT_MARGIN_US: i64 = 60 * US_PER_S;
 /// `GET /api/v1/alerts`: the flood alerts kept in the store that overlap the window (a running
 /// one reaches to now), by start time, each with the view that shows it (`view_from`, `view_to`
 /// and `filter`: its time range with [`ALERT_MARGIN_US`] either side, and `dst host TARGET`);
-/// `kept` is false for a store that keeps no alerts (ClickHouse), `unreadable` counts the lines
-/// of the log left out.
+/// `unreadable` counts the lines of the log left out.
 async fn alerts(
     Extract(state): Extract<State>,
     view: Result<Params<View>, QueryRejection>,
@@ -1057,13 +1056,6 @@ async fn alerts_inner(
     })
     .await?;
     let now = now_us();
-    let Some(found) = found else {
-        return reply(
-            &state,
-            &json!({ "from": window.start_us, "to": window.end_us, "kept": false,
-                     "alerts": [], "unreadable": 0 }),
-        );
-    };
     let list: Vec<Json_> = found
         .alerts
         .iter()
@@ -1092,7 +1084,6 @@ async fn alerts_inner(
         &json!({
             "from": window.start_us,
             "to": window.end_us,
-            "kept": true,
             "alerts": list,
             "unreadable": found.unreadable,
         }),

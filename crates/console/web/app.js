@@ -309,8 +309,8 @@ function probeTable(probes) {
 function drawAlerts(r) {
   const table = $('alert-list');
   table.replaceChildren();
-  $('alerts-note').textContent = !r.kept ? 'this store keeps no alerts (ClickHouse)'
-    : r.unreadable ? `${r.unreadable} unreadable lines of the alert log left out` : '';
+  $('alerts-note').textContent =
+    r.unreadable ? `${r.unreadable} unreadable lines of the alert log left out` : '';
   const head = table.createTHead().insertRow();
   for (const h of ['start', 'end', 'target', 'kind', 'peak packets/s', 'limit', 'peak bits/s',
     'limit', 'top sources']) cell(head, h);

@@ -1,6 +1,7 @@
 //! The alerts a store keeps: flood detection (`--detect`) appends each alert's start and end
-//! to `DIR/alerts/alerts.jsonl`, the JSON lines `tapflow detect --json` prints, and the
-//! console and `tapflow query --alerts` read them back as alerts with a start and an end.
+//! to `DIR/alerts/alerts.jsonl` (a ClickHouse store: to its `alerts` table), the JSON lines
+//! `tapflow detect --json` prints, and the console and `tapflow query --alerts` read them back
+//! as alerts with a start and an end.
 //!
 //! The log is only ever appended to (`O_APPEND`, one write per event), so several writers and
 //! any number of readers share it. A line that cannot be read (the last one, cut short by a
@@ -69,6 +70,36 @@ impl AlertLog {
             path: self.path.clone(),
             source,
         })
+    }
+}
+
+/// Where a store keeps alert events: a Parquet store's log, a ClickHouse store's `alerts`
+/// table ([`crate::clickhouse::alerts`]).
+#[derive(Debug)]
+pub enum AlertSink {
+    /// `DIR/alerts/alerts.jsonl`.
+    Log(AlertLog),
+    /// `DB.alerts`.
+    ClickHouse(crate::clickhouse::ClickHouseAlerts),
+}
+
+impl AlertSink {
+    /// Opens where the store at `at` keeps its alerts.
+    pub fn open(at: &crate::open::Location) -> Result<AlertSink, StoreError> {
+        Ok(match at {
+            crate::open::Location::Parquet(dir) => AlertSink::Log(AlertLog::open(dir)?),
+            crate::open::Location::ClickHouse(url) => {
+                AlertSink::ClickHouse(crate::clickhouse::ClickHouseAlerts::open(url)?)
+            }
+        })
+    }
+
+    /// Keeps one event.
+    pub fn append(&mut self, event: &impl Serialize) -> Result<(), StoreError> {
+        match self {
+            AlertSink::Log(l) => l.append(event),
+            AlertSink::ClickHouse(c) => c.append(event),
+        }
     }
 }
 
@@ -275,7 +306,11 @@ pub fn read(dir: &Path, window: Window) -> Result<Alerts, StoreError> {
             });
         }
     };
-    let mut all = parse(&text);
+    Ok(within(parse(&text), window))
+}
+
+/// The alerts of `all` that overlap `window` (a running one reaches to the end of time).
+pub fn within(mut all: Alerts, window: Window) -> Alerts {
     all.alerts.retain(|a| {
         let end = a.end_us.unwrap_or(if a.state == "running" {
             i64::MAX
@@ -284,7 +319,7 @@ pub fn read(dir: &Path, window: Window) -> Result<Alerts, StoreError> {
         });
         a.start_us < window.end_us && end > window.start_us
     });
-    Ok(all)
+    all
 }
 
 #[cfg(test)]

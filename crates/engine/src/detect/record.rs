@@ -1,32 +1,31 @@
-//! Alerts kept with the flows: each start and end appended to the store's alert log
+//! Alerts kept with the flows: each start and end appended to the store's alert log or table
 //! ([`tapflow_store::alerts`]), where the console and `tapflow query --alerts` read them.
 
-use std::path::{Path, PathBuf};
-
 use tapflow_store::StoreError;
-use tapflow_store::alerts::AlertLog;
+use tapflow_store::alerts::AlertSink;
+use tapflow_store::open::Location;
 
 use crate::detect::action::Action;
 use crate::detect::alert::Alert;
 
-/// Appends every alert event to a store's alert log.
+/// Appends every alert event to a store's alert log (or ClickHouse table).
 ///
 /// The log is opened at the first event, by the detector's thread: after a capture has become
 /// its unprivileged user, so the log and its directory are that user's, as the store's files are.
 #[derive(Debug)]
 pub struct Record {
-    dir: PathBuf,
-    log: Option<AlertLog>,
+    at: Location,
+    log: Option<AlertSink>,
     /// Events the log could not take, and the first reason.
     failed: u64,
     first_error: Option<String>,
 }
 
 impl Record {
-    /// Keeps the alerts in the Parquet store in `dir`.
-    pub fn new(dir: &Path) -> Record {
+    /// Keeps the alerts in the store at `at`.
+    pub fn new(at: Location) -> Record {
         Record {
-            dir: dir.to_path_buf(),
+            at,
             log: None,
             failed: 0,
             first_error: None,
@@ -36,7 +35,7 @@ impl Record {
     fn append(&mut self, a: &Alert) -> Result<(), StoreError> {
         let log = match &mut self.log {
             Some(log) => log,
-            None => self.log.insert(AlertLog::open(&self.dir)?),
+            None => self.log.insert(AlertSink::open(&self.at)?),
         };
         log.append(a)
     }
@@ -73,7 +72,7 @@ mod tests {
     #[test]
     fn a_recorded_alert_reads_back_from_the_store() {
         let dir = tempfile::tempdir().unwrap();
-        let mut r = Record::new(dir.path());
+        let mut r = Record::new(Location::Parquet(dir.path().to_path_buf()));
         let mut alerts = Alerts::new(3, 0.8, 1);
         let m = Measure {
             target: Target::Host("10.0.0.1".parse().unwrap()),

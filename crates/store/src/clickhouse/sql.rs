@@ -213,9 +213,9 @@ impl QueryEngine for ClickHouseEngine {
             .collect()
     }
 
-    /// A ClickHouse store keeps no alerts (docs/detect.md).
-    fn alerts(&self, _window: Window) -> Result<Option<crate::alerts::Alerts>, QueryError> {
-        Ok(None)
+    fn alerts(&self, window: Window) -> Result<crate::alerts::Alerts, QueryError> {
+        let text = super::alerts::log_text(&self.server, &self.schema.database)?;
+        Ok(crate::alerts::within(crate::alerts::parse(&text), window))
     }
 
     fn newest(&self) -> Result<Option<i64>, QueryError> {

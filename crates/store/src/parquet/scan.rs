@@ -93,8 +93,8 @@ impl QueryEngine for ParquetEngine {
         self.answer(q, None, &Tally::default())
     }
 
-    fn alerts(&self, window: Window) -> Result<Option<crate::alerts::Alerts>, QueryError> {
-        Ok(Some(crate::alerts::read(&self.dir, window)?))
+    fn alerts(&self, window: Window) -> Result<crate::alerts::Alerts, QueryError> {
+        Ok(crate::alerts::read(&self.dir, window)?)
     }
 
     fn exporter_stats(&self, window: Window) -> Result<Vec<crate::ExporterStats>, QueryError> {

@@ -404,9 +404,8 @@ pub trait QueryEngine: std::fmt::Debug {
     /// can go to find the data.
     fn newest(&self) -> Result<Option<i64>, QueryError>;
 
-    /// The flood alerts recorded beside the flows that overlap `window` ([`crate::alerts`]);
-    /// `None` for a store that keeps none.
-    fn alerts(&self, window: Window) -> Result<Option<crate::alerts::Alerts>, QueryError>;
+    /// The flood alerts kept beside the flows that overlap `window` ([`crate::alerts`]).
+    fn alerts(&self, window: Window) -> Result<crate::alerts::Alerts, QueryError>;
 }
 
 impl std::str::FromStr for Key {
