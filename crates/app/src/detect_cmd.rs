@@ -39,23 +39,14 @@ pub fn hub(opts: &DetectOpts, stores: Vec<Location>) -> Result<Option<Hub>, Fail
     if !opts.detect {
         return Ok(None);
     }
-    let mut actions = actions(&opts.alerts, opts.stdout)?;
-    for at in stores {
-        actions.push(Box::new(Record::new(at)));
-    }
-    build(&opts.alerts, actions).map(Some)
+    build(&opts.alerts, opts.stdout, stores).map(Some)
 }
 
-fn build(a: &AlertArgs, actions: Vec<Box<dyn Action>>) -> Result<Hub, Failure> {
+fn build(a: &AlertArgs, stdout: Option<bool>, stores: Vec<Location>) -> Result<Hub, Failure> {
     let th = match &a.thresholds {
         Some(p) => thresholds(p)?,
         None => Thresholds::default(),
     };
-    Ok(Detector::new(th, actions, 1).shared())
-}
-
-/// The actions every detection takes: the line on the terminal, the hooks.
-fn actions(a: &AlertArgs, stdout: Option<bool>) -> Result<Vec<Box<dyn Action>>, Failure> {
     let mut actions: Vec<Box<dyn Action>> = vec![Box::new(Print {
         json: stdout == Some(true),
         stderr: stdout.is_none(),
@@ -71,7 +62,10 @@ fn actions(a: &AlertArgs, stdout: Option<bool>) -> Result<Vec<Box<dyn Action>>, 
     if let Some(cmd) = &a.alert_exec {
         actions.push(Box::new(Hooked::start(Hook::Exec(cmd.clone()))));
     }
-    Ok(actions)
+    for at in stores {
+        actions.push(Box::new(Record::new(at)));
+    }
+    Ok(Detector::new(th, actions, 1).shared())
 }
 
 /// Ends detection: ends the running alerts, waits for the hooks, and says what it saw.
