@@ -71,7 +71,14 @@ pub(crate) fn run_input(
         cfg.input = input;
     }
     cfg.flows = flow_config(&a.flows, flows)?;
-    cfg.detect = crate::detect_cmd::hub(&a.detect, stop)?;
+    let stores = match &a.flows.store {
+        Some(d) => vec![
+            tapflow_store::open::Location::parse(d)
+                .map_err(|e| Failure::Usage(format!("--store {e}")))?,
+        ],
+        None => Vec::new(),
+    };
+    cfg.detect = crate::detect_cmd::hub(&a.detect, stop, stores)?;
     if let Some(key) = &a.anonymize {
         anonymize(&mut cfg, crate::anonymize_cmd::read_key(key)?);
     }

@@ -762,6 +762,11 @@ pub struct QueryArgs {
     /// samples (octets, packets, errors and discards in and out; docs/query.md).
     #[arg(long, conflicts_with_all = ["stat", "aggregate", "summary", "every", "raw"])]
     pub interfaces: bool,
+    /// Instead of flows: the flood alerts `--detect` kept in the store that overlap the window,
+    /// one per line with its start, end (or `running`), target, kind, peak rates against the
+    /// limits, top sources and the query words that show its flows (docs/detect.md).
+    #[arg(long, conflicts_with_all = ["stat", "aggregate", "summary", "every", "raw", "interfaces", "csv"])]
+    pub alerts: bool,
     /// Threads scanning files (default: the CPUs).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,

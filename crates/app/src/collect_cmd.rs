@@ -29,7 +29,16 @@ use crate::Failure;
 use crate::cli::CollectArgs;
 
 pub fn run(a: CollectArgs, stop: &Arc<Stop>) -> Result<ExitCode, Failure> {
-    let hub = crate::detect_cmd::hub(&a.detect, stop)?;
+    let mut stores = Vec::new();
+    if let Some(d) = &a.store {
+        stores.push(Location::parse(d).map_err(|e| Failure::Usage(format!("--store {e}")))?);
+    }
+    if let Some(url) = &a.clickhouse {
+        stores.push(
+            Location::clickhouse(url).map_err(|e| Failure::Usage(format!("--clickhouse {e}")))?,
+        );
+    }
+    let hub = crate::detect_cmd::hub(&a.detect, stop, stores)?;
     let cfg = config(&a, hub.as_ref())?;
     // Descriptors held by exporters' sessions and console clients must not starve the stores.
     if let Err(e) = tapflow_sys::rlimit::raise_nofile() {

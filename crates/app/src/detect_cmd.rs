@@ -9,10 +9,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use clap::{Args, FromArgMatches};
 use tapflow_engine::detect::action::{Action, Hook, Hooked, Print};
 use tapflow_engine::detect::bgp::{Announce, Api, Bgp, Community};
+use tapflow_engine::detect::record::Record;
 use tapflow_engine::detect::store::DetectStore;
 use tapflow_engine::detect::threshold::{Thresholds, ThresholdsFile};
 use tapflow_engine::detect::{DetectSummary, Detector, Hub};
 use tapflow_engine::stop::Stop;
+use tapflow_store::open::Location;
 use tapflow_store::parquet::ParquetEngine;
 use tapflow_store::query::time::parse_window;
 use tapflow_store::query::{Kind, Query, QueryEngine, QueryResult};
@@ -32,15 +34,25 @@ pub fn thresholds(path: &std::path::Path) -> Result<Thresholds, Failure> {
         .map_err(|e| Failure::Usage(format!("--thresholds {}: {e}", path.display())))
 }
 
-/// The detector `--detect` asks for, if it does.
-pub fn hub(opts: &DetectOpts, stop: &Arc<Stop>) -> Result<Option<Hub>, Failure> {
+/// The detector `--detect` asks for, if it does; its alerts are also kept in each of `stores`
+/// (the stores the command fills).
+pub fn hub(
+    opts: &DetectOpts,
+    stop: &Arc<Stop>,
+    stores: Vec<Location>,
+) -> Result<Option<Hub>, Failure> {
     if !opts.detect {
         return Ok(None);
     }
-    build(&opts.alerts, opts.stdout, stop).map(Some)
+    build(&opts.alerts, opts.stdout, stop, stores).map(Some)
 }
 
-fn build(a: &AlertArgs, stdout: Option<bool>, stop: &Arc<Stop>) -> Result<Hub, Failure> {
+fn build(
+    a: &AlertArgs,
+    stdout: Option<bool>,
+    stop: &Arc<Stop>,
+    stores: Vec<Location>,
+) -> Result<Hub, Failure> {
     let th = match &a.thresholds {
         Some(p) => thresholds(p)?,
         None => Thresholds::default(),
@@ -64,6 +76,9 @@ fn build(a: &AlertArgs, stdout: Option<bool>, stop: &Arc<Stop>) -> Result<Hub, F
     }
     if let Some((api, announce)) = bgp {
         actions.push(Box::new(Bgp::start(api, announce, Some(Arc::clone(stop)))));
+    }
+    for at in stores {
+        actions.push(Box::new(Record::new(at)));
     }
     Ok(Detector::new(th, actions, 1).shared())
 }
@@ -222,7 +237,7 @@ fn from_store(
     let QueryResult::Flows(rows) = answer.result else {
         return Err(Failure::Runtime("the store answered no flows".into()));
     };
-    let Some(hub) = hub(opts, stop)? else {
+    let Some(hub) = hub(opts, stop, Vec::new())? else {
         return Ok(ExitCode::SUCCESS);
     };
     let mut stage = Box::new(DetectStore::new(Arc::clone(&hub), false));

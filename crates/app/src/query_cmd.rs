@@ -130,6 +130,9 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
     if a.interfaces {
         return interfaces(engine.as_ref(), &q, a);
     }
+    if a.alerts {
+        return alerts(engine.as_ref(), &q, a);
+    }
     let answer = engine.run(&q).map_err(usage)?;
     if answer.result.is_empty() {
         empty_window_hint(engine.as_ref(), &q);
@@ -250,6 +253,90 @@ fn interfaces(engine: &dyn QueryEngine, q: &Query, a: &QueryArgs) -> Result<Exit
         }
         s
     };
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+        r => r
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|e| Failure::Runtime(format!("writing the result: {e}"))),
+    }
+}
+
+/// `query --alerts`: one line per alert kept in the store.
+fn alerts(engine: &dyn QueryEngine, q: &Query, a: &QueryArgs) -> Result<ExitCode, Failure> {
+    if q.filter.is_some() {
+        return Err(Failure::Usage(
+            "--alerts takes no filter: each alert's own query words show its flows".into(),
+        ));
+    }
+    let window = q.window.unwrap_or(tapflow_store::query::Window {
+        start_us: i64::MIN,
+        end_us: i64::MAX,
+    });
+    let found = engine.alerts(window).map_err(usage)?;
+    if found.unreadable > 0 {
+        eprintln!(
+            "tapflow: {} lines of the alert log could not be read and are left out",
+            found.unreadable
+        );
+    }
+    let mut text = String::new();
+    if a.json {
+        for r in &found.alerts {
+            text += &serde_json::to_string(r).map_err(|e| Failure::Runtime(e.to_string()))?;
+            text.push('\n');
+        }
+    } else {
+        let limit = |l: Option<u64>| l.map_or("-".to_string(), |l| l.to_string());
+        let mut lines = vec![
+            [
+                "start",
+                "end",
+                "target",
+                "kind",
+                "packets/s",
+                "limit",
+                "bit/s",
+                "limit",
+                "sources",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ];
+        for r in &found.alerts {
+            lines.push(vec![
+                r.start.clone(),
+                r.end.clone().unwrap_or_else(|| r.state.to_string()),
+                r.target.clone(),
+                r.kind.clone(),
+                format!("{:.0}", r.packets_per_second),
+                limit(r.threshold.packets_per_second),
+                format!("{:.0}", r.bits_per_second),
+                limit(r.threshold.bits_per_second),
+                r.top_sources
+                    .iter()
+                    .take(3)
+                    .map(|s| s.source.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ]);
+        }
+        let widths: Vec<usize> = (0..lines[0].len())
+            .map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0))
+            .collect();
+        for l in &lines {
+            let cells: Vec<String> = l
+                .iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect();
+            text += cells.join("  ").trim_end();
+            text.push('\n');
+        }
+        for r in &found.alerts {
+            text += &format!("{} {}: tapflow query {}\n", r.start, r.target, r.query);
+        }
+    }
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),

@@ -132,6 +132,7 @@ pub fn router(state: State) -> Router {
         .route("/api/v1/summary", get(summary))
         .route("/api/v1/health", get(health))
         .route("/api/v1/newest", get(newest))
+        .route("/api/v1/alerts", get(alerts))
         .with_state(state)
 }
 
@@ -1024,6 +1025,68 @@ async fn health_inner(
     reply(
         &state,
         &json!({ "exporters": exporters, "interfaces": interfaces, "probes": probes }),
+    )
+}
+
+/// Around an alert, the view that opens on it shows this much before its start and after its
+/// end: the traffic it rose from and fell back to.
+const ALERT_MARGIN_US: i64 = 60 * US_PER_S;
+
+/// `GET /api/v1/alerts`: the flood alerts kept in the store that overlap the window (a running
+/// one reaches to now), by start time, each with the view that shows it (`view_from`, `view_to`
+/// and `filter`: its time range with [`ALERT_MARGIN_US`] either side, and `dst host TARGET`);
+/// `unreadable` counts the lines of the log left out.
+async fn alerts(
+    Extract(state): Extract<State>,
+    view: Result<Params<View>, QueryRejection>,
+) -> Response {
+    alerts_inner(state, view)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn alerts_inner(
+    state: State,
+    view: Result<Params<View>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Params(view) = view?;
+    let window = view.window()?;
+    let found = blocking(&state, move |engine| {
+        engine.alerts(window).map_err(ApiError::from)
+    })
+    .await?;
+    let now = now_us();
+    let list: Vec<Json_> = found
+        .alerts
+        .iter()
+        .map(|a| {
+            let mut v = serde_json::to_value(a).unwrap_or_default();
+            let from = a
+                .start_us
+                .saturating_sub(ALERT_MARGIN_US)
+                .clamp(EARLIEST_US, LATEST_US);
+            // A running alert's view reaches to now.
+            let to = match (a.end_us, a.state) {
+                (Some(end), _) => end.saturating_add(ALERT_MARGIN_US),
+                (None, "running") => now,
+                (None, _) => a.start_us.saturating_add(ALERT_MARGIN_US),
+            }
+            .clamp(from.saturating_add(1), LATEST_US);
+            if let Some(o) = v.as_object_mut() {
+                o.insert("view_from".into(), json!(from));
+                o.insert("view_to".into(), json!(to));
+            }
+            v
+        })
+        .collect();
+    reply(
+        &state,
+        &json!({
+            "from": window.start_us,
+            "to": window.end_us,
+            "alerts": list,
+            "unreadable": found.unreadable,
+        }),
     )
 }
 

@@ -304,6 +304,51 @@ function probeTable(probes) {
   return table;
 }
 
+// The flood alerts the store kept (`--detect`) over the window; a click opens the alert's
+// view: its time range, filtered to its target, stacked by source address in packets/s.
+function drawAlerts(r) {
+  const table = $('alert-list');
+  table.replaceChildren();
+  $('alerts-note').textContent =
+    r.unreadable ? `${r.unreadable} unreadable lines of the alert log left out` : '';
+  const head = table.createTHead().insertRow();
+  for (const h of ['start', 'end', 'target', 'kind', 'peak packets/s', 'limit', 'peak bits/s',
+    'limit', 'top sources']) cell(head, h);
+  const body = table.createTBody();
+  const limit = (v, unit) => (v == null ? '–' : si(v, unit));
+  for (const a of r.alerts) {
+    const tr = body.insertRow();
+    tr.className = a.state;
+    tr.dataset.target = a.target;
+    tr.dataset.filter = a.filter;
+    tr.title = `${a.filter ? `filter: ${a.filter}, ` : ''}${time(a.view_from)} – ` +
+      `${time(a.view_to)}\ntapflow query ${a.query}`;
+    cell(tr, time(a.start_us));
+    cell(tr, a.end_us != null ? time(a.end_us) : a.state === 'running' ? 'running' : 'never ended');
+    cell(tr, a.target);
+    cell(tr, a.kind);
+    cell(tr, si(a.packets_per_second, ''));
+    cell(tr, limit(a.threshold.packets_per_second, ''));
+    cell(tr, si(a.bits_per_second, 'bit/s'));
+    cell(tr, limit(a.threshold.bits_per_second, 'bit/s'));
+    cell(tr, a.top_sources.slice(0, 3).map((x) => `${x.source} ${si(x.packets_per_second, '')}/s`)
+      .join(', '));
+    tr.addEventListener('click', () => openAlert(a));
+  }
+  if (!r.alerts.length) cell(body.insertRow(), 'no alerts in the window', 'muted');
+}
+
+function openAlert(a) {
+  state.from = a.view_from;
+  state.to = a.view_to;
+  state.filter = a.filter;
+  state.key = 'srcip';
+  state.metric = 'packets';
+  $('notice').hidden = true;
+  writeState();
+  refresh();
+}
+
 let flowRows = [];
 let flowSort = { col: 'start_us', desc: false };
 const FLOW_COLS = ['start_us', 'src', 'sport', 'dst', 'dport', 'protocol_name', 'packets',
@@ -400,7 +445,8 @@ async function refresh() {
     // The health view after the tables: its scan of the flows would slow them.
     const health = tops.catch(() => {}).then(() => api('health'))
       .then((h) => { if (mine === refreshes) drawHealth(h); });
-    await Promise.all([series, tops, health]);
+    const alerts = api('alerts').then((r) => { if (mine === refreshes) drawAlerts(r); });
+    await Promise.all([series, tops, health, alerts]);
     if (flowRows.length) await searchFlows();
   } catch (e) {
     showError(e);

@@ -5,6 +5,7 @@
 //! the [`FlowStore`] trait.
 #![forbid(unsafe_code)]
 
+pub mod alerts;
 pub mod anonymized;
 pub mod clickhouse;
 pub mod import;

@@ -165,6 +165,18 @@ pub fn create_or_open(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// Opens `path` to append to it (`O_APPEND`: each write lands whole at the end, even with
+/// several writers), creating it with [`MODE`] if it does not exist, never through a link: a
+/// log of events.
+pub fn append(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
 /// An unnamed file in `dir` (`O_TMPFILE`), readable and writable by this process only, gone
 /// when closed: nothing is left behind, whatever happens to the process.
 pub fn unnamed(dir: &Path) -> io::Result<File> {

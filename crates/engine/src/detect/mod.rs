@@ -9,13 +9,15 @@
 //! - [`alert`]: alert start, hold time, hysteresis, end, and the evidence;
 //! - [`detector`]: the shared detector that merges the workers' tallies;
 //! - [`meter`]: a worker's side; [`sink`] on packets, [`store`] on flows;
-//! - [`action`]: what is done with an alert; [`bgp`]: announcing the attacked address.
+//! - [`action`]: what is done with an alert; [`bgp`]: announcing the attacked address;
+//!   [`record`]: alerts kept in the store.
 
 pub mod action;
 pub mod alert;
 pub mod bgp;
 pub mod detector;
 pub mod meter;
+pub mod record;
 pub mod signature;
 pub mod sink;
 pub mod store;

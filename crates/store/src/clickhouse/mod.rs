@@ -7,6 +7,7 @@
 //! the servers know: the local tables are created on each shard, a `Distributed` table over them
 //! on each, and inserts go through the first reachable shard's `Distributed` table.
 
+pub mod alerts;
 mod ddl;
 mod http;
 mod rowbinary;
@@ -14,6 +15,7 @@ mod spool;
 mod sql;
 mod store;
 
+pub use alerts::ClickHouseAlerts;
 pub use ddl::{Dialect, Layout, Schema};
 pub use http::{Server, Version};
 pub use rowbinary::encode_flow;

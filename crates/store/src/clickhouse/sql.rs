@@ -213,6 +213,11 @@ impl QueryEngine for ClickHouseEngine {
             .collect()
     }
 
+    fn alerts(&self, window: Window) -> Result<crate::alerts::Alerts, QueryError> {
+        let text = super::alerts::log_text(&self.server, &self.schema.database)?;
+        Ok(crate::alerts::within(crate::alerts::parse(&text), window))
+    }
+
     fn newest(&self) -> Result<Option<i64>, QueryError> {
         let sql = format!(
             "SELECT count(), max({}) FROM {}",

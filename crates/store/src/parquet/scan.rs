@@ -93,6 +93,10 @@ impl QueryEngine for ParquetEngine {
         self.answer(q, None, &Tally::default())
     }
 
+    fn alerts(&self, window: Window) -> Result<crate::alerts::Alerts, QueryError> {
+        Ok(crate::alerts::read(&self.dir, window)?)
+    }
+
     fn exporter_stats(&self, window: Window) -> Result<Vec<crate::ExporterStats>, QueryError> {
         let table = crate::parquet::partition::Table::ExporterStats;
         let mut sums = std::collections::BTreeMap::new();

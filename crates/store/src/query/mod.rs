@@ -403,6 +403,9 @@ pub trait QueryEngine: std::fmt::Debug {
     /// The start time of the newest stored flow, if any: where a view whose window is empty
     /// can go to find the data.
     fn newest(&self) -> Result<Option<i64>, QueryError>;
+
+    /// The flood alerts kept beside the flows that overlap `window` ([`crate::alerts`]).
+    fn alerts(&self, window: Window) -> Result<crate::alerts::Alerts, QueryError>;
 }
 
 impl std::str::FromStr for Key {
