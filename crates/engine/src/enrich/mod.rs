@@ -234,7 +234,7 @@ impl Tables {
 }
 
 /// Entries of the per-enricher address cache (a power of two).
-const CACHE: usize = 4096;
+const CACHE: usize = 16384;
 
 /// One address cached: the address (IPv4 in its first 4 bytes), its family, its place.
 type Cached = (bool, [u8; 16], Place);
