@@ -13,8 +13,9 @@ use serde::Serialize;
 
 use crate::detect::action::{Action, Gauge};
 use crate::detect::alert::{Alert, Alerts, Measure, Target};
+use crate::detect::baseline::{Hour, Learner};
 use crate::detect::tally::Tally;
-use crate::detect::threshold::Thresholds;
+use crate::detect::threshold::{Limits, Thresholds};
 
 /// Intervals are one second long.
 pub const INTERVAL_S: u64 = 1;
@@ -52,6 +53,8 @@ pub struct Detector {
     measured: Option<u64>,
     summary: DetectSummary,
     gauge: Gauge,
+    /// Learns the group and total limits from a store, if asked to.
+    learner: Option<Learner>,
 }
 
 /// A detector several workers share.
@@ -70,12 +73,18 @@ impl Detector {
             measured: None,
             summary: DetectSummary::default(),
             gauge: Gauge::default(),
+            learner: None,
         }
     }
 
     /// The running alerts, for `/metrics`.
     pub fn gauge(&self) -> Gauge {
         self.gauge.clone()
+    }
+
+    /// Learns the group and total limits with `learner` (docs/detect.md, "Learnt baseline").
+    pub fn set_baseline(&mut self, learner: Learner) {
+        self.learner = Some(learner);
     }
 
     /// Sets the number of workers that hand tallies over.
@@ -170,6 +179,8 @@ impl Detector {
         self.summary.packets += t.total.packets;
         self.summary.flows += t.total.flows;
         let th = Arc::clone(&self.thresholds);
+        // Once an interval: a look at the learner's latest hour, never a query.
+        let learnt = self.learner.as_mut().and_then(|l| l.hour(s));
         for e in t.entries() {
             let g = th.group_of(e.addr.ipv6, &e.addr.bytes);
             let m = Measure {
@@ -178,28 +189,35 @@ impl Detector {
                 counts: e.counts,
                 entry: Some(e),
                 limits: th.host_limits(g),
+                limit: "static",
             };
             events.extend(self.alerts.measure(s, &m));
         }
-        for (g, c) in th.groups.iter().zip(&t.groups) {
-            if let Some(limits) = g.total {
+        for (i, (g, c)) in th.groups.iter().zip(&t.groups).enumerate() {
+            let learnt = learnt
+                .as_ref()
+                .and_then(|h| h.groups.get(i).copied().flatten());
+            if let Some((limits, limit)) = effective(g.total, learnt.map(|l| l.limits)) {
                 let m = Measure {
                     target: Target::Group(g.name.clone()),
                     group: Some(&g.name),
                     counts: *c,
                     entry: None,
                     limits,
+                    limit,
                 };
                 events.extend(self.alerts.measure(s, &m));
             }
         }
-        if let Some(limits) = th.total {
+        let learnt = learnt.as_ref().and_then(|h: &Arc<Hour>| h.total);
+        if let Some((limits, limit)) = effective(th.total, learnt.map(|l| l.limits)) {
             let m = Measure {
                 target: Target::Total,
                 group: None,
                 counts: t.total,
                 entry: None,
                 limits,
+                limit,
             };
             events.extend(self.alerts.measure(s, &m));
         }
@@ -217,6 +235,25 @@ impl Detector {
                 x.alert(a);
             }
         }
+    }
+}
+
+/// The limits a group or the total is measured against: the learnt packets and bits limits
+/// where there are (the static flows limit beside them), else the static ones; and which.
+pub(crate) fn effective(
+    fixed: Option<Limits>,
+    learnt: Option<Limits>,
+) -> Option<(Limits, &'static str)> {
+    match (fixed, learnt) {
+        (f, Some(l)) => Some((
+            Limits {
+                flows: f.and_then(|f| f.flows),
+                ..l
+            },
+            "baseline",
+        )),
+        (Some(f), None) => Some((f, "static")),
+        (None, None) => None,
     }
 }
 
