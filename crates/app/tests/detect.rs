@@ -430,7 +430,7 @@ fn steady_trace(dir: &Path, t0_s: u64, pps: u64, secs: u64) -> std::path::PathBu
         65535,
         &packets,
     );
-    write_file(dir, &format!("steady-{pps}.pcap"), &bytes)
+    write_file(dir, &format!("steady-{pps}-{secs}.pcap"), &bytes)
 }
 
 #[test]
@@ -478,9 +478,10 @@ fn a_learnt_baseline_alerts_at_five_times_the_hours_level_and_not_at_it() {
     )
     .unwrap();
     let (th, store) = (th.to_str().unwrap(), store.to_str().unwrap());
-    // 5× the group's level (10,000 packets/s, 1,000 at each host) for 3 s at 22:13: over the
-    // learnt limits of the group (3 × 2,000 packets/s) and of all traffic (3 × 2,100).
-    let five = steady_trace(d.path(), t0, 10_000, 3);
+    // 5× the group's level (10,000 packets/s, 1,000 at each host) for 8 s at 22:13: over the
+    // learnt limits of the group (3 × 2,000 packets/s) and of all traffic (3 × 2,100); the
+    // alerts start once the limits were reached 5 s in a row.
+    let five = steady_trace(d.path(), t0, 10_000, 8);
     let (v, err) = detect(&[
         "--thresholds",
         th,
@@ -504,14 +505,26 @@ fn a_learnt_baseline_alerts_at_five_times_the_hours_level_and_not_at_it() {
         assert_eq!(a["limit"], "baseline", "{a}");
         assert_eq!(a["over"][0], "packets");
         assert_eq!(a["packets_per_second"], 10_000.0);
+        assert_eq!(a["time"], "2023-11-14T22:13:24Z");
     }
     assert_eq!(starts[0]["threshold"]["packets_per_second"], 6000);
     assert_eq!(starts[1]["threshold"]["packets_per_second"], 6300);
     // Without the baseline nothing limits a group or the total, and no host reaches 20,000/s.
     let (v, err) = detect(&["--thresholds", th, "-r", five.to_str().unwrap()]);
     assert!(v.is_empty(), "{v:#?}\n{err}");
+    // 3 s of it is a burst, shorter than the 5 s a learnt limit must hold.
+    let burst = steady_trace(d.path(), t0, 10_000, 3);
+    let (v, err) = detect(&[
+        "--thresholds",
+        th,
+        "--baseline",
+        store,
+        "-r",
+        burst.to_str().unwrap(),
+    ]);
+    assert!(v.is_empty(), "{v:#?}\n{err}");
     // At the hour's own level: nothing.
-    let one = steady_trace(d.path(), t0, 2_000, 3);
+    let one = steady_trace(d.path(), t0, 2_000, 8);
     let (v, err) = detect(&[
         "--thresholds",
         th,

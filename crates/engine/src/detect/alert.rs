@@ -225,6 +225,11 @@ impl Alerts {
         v
     }
 
+    /// Whether an alert runs for `target`.
+    pub fn is_running(&self, target: &Target) -> bool {
+        self.active.contains_key(target)
+    }
+
     /// Takes one target's measure for the interval at `second`; returns a start event.
     pub fn measure(&mut self, second: u64, m: &Measure<'_>) -> Option<Alert> {
         let secs = self.interval as f64;

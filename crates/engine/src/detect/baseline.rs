@@ -39,6 +39,8 @@ pub const DEFAULT_PERCENTILE: f64 = 95.0;
 pub const DEFAULT_FLOOR_PACKETS: u64 = 5_000;
 /// The lowest learnt bits limit by default.
 pub const DEFAULT_FLOOR_BITS: u64 = 50_000_000;
+/// Seconds in a row a learnt limit must be reached before an alert starts, by default.
+pub const DEFAULT_SUSTAIN: u64 = 5;
 /// The fewest minutes a baseline is learnt from.
 pub const MIN_MINUTES: usize = 30;
 
@@ -60,6 +62,10 @@ pub struct BaselineConfig {
     pub percentile: f64,
     /// The lowest learnt limits (packets and bits a second).
     pub floor: Limits,
+    /// Seconds in a row a learnt limit must be reached before its alert starts: the limit
+    /// comes from minute means, and a second of a burst (a page of a thousand requests) is
+    /// no flood.
+    pub sustain: u64,
 }
 
 impl Default for BaselineConfig {
@@ -74,6 +80,7 @@ impl Default for BaselineConfig {
                 bits: Some(DEFAULT_FLOOR_BITS),
                 flows: None,
             },
+            sustain: DEFAULT_SUSTAIN,
         }
     }
 }
@@ -89,6 +96,12 @@ impl BaselineConfig {
         }
         if !(self.factor > 0.0 && self.factor.is_finite()) {
             return Err(format!("baseline factor {} is not above 0", self.factor));
+        }
+        if self.sustain == 0 || self.sustain > 3600 {
+            return Err(format!(
+                "baseline sustain {} is not between 1 and 3600 seconds",
+                self.sustain
+            ));
         }
         if !(0.0..=100.0).contains(&self.percentile) {
             return Err(format!(
@@ -472,7 +485,7 @@ mod tests {
 
     #[test]
     fn past_windows_are_the_same_hour_on_the_days_before() {
-        // 2026-11-25T14:00:00Z.
+        // 2025-11-25T14:00:00Z.
         let hour = hour_of(1_764_079_200);
         assert_eq!(hour * 3600, 1_764_079_200);
         assert_eq!(hour_of(1_764_079_200 + 3599), hour);

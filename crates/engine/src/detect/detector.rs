@@ -55,6 +55,9 @@ pub struct Detector {
     gauge: Gauge,
     /// Learns the group and total limits from a store, if asked to.
     learner: Option<Learner>,
+    /// Per group, then the total: the last second at or over a learnt limit and how many in a
+    /// row up to it.
+    runs: Vec<(u64, u64)>,
 }
 
 /// A detector several workers share.
@@ -63,6 +66,7 @@ pub type Hub = Arc<Mutex<Detector>>;
 impl Detector {
     /// A detector over `workers` workers, with `actions` for its alerts.
     pub fn new(thresholds: Thresholds, actions: Vec<Box<dyn Action>>, workers: usize) -> Detector {
+        let runs = vec![(0, 0); thresholds.groups.len() + 1];
         Detector {
             alerts: Alerts::new(thresholds.hold, thresholds.release, INTERVAL_S),
             thresholds: Arc::new(thresholds),
@@ -74,6 +78,7 @@ impl Detector {
             summary: DetectSummary::default(),
             gauge: Gauge::default(),
             learner: None,
+            runs,
         }
     }
 
@@ -206,7 +211,7 @@ impl Detector {
                     limits,
                     limit,
                 };
-                events.extend(self.alerts.measure(s, &m));
+                events.extend(self.sustained(i, s, &m));
             }
         }
         let learnt = learnt.as_ref().and_then(|h: &Arc<Hour>| h.total);
@@ -219,10 +224,42 @@ impl Detector {
                 limits,
                 limit,
             };
-            events.extend(self.alerts.measure(s, &m));
+            events.extend(self.sustained(th.groups.len(), s, &m));
         }
         self.measured = Some(s);
         self.act(&events);
+    }
+
+    /// Measures a group's or the total's `m` (run `i`): against a learnt limit, an alert starts
+    /// only once the limit was reached `sustain` seconds in a row.
+    fn sustained(&mut self, i: usize, s: u64, m: &Measure<'_>) -> Option<Alert> {
+        if m.limit == "baseline" && !self.alerts.is_running(&m.target) {
+            let sustain = self.thresholds.baseline.as_ref().map_or(1, |b| b.sustain);
+            let c = &m.counts;
+            let secs = INTERVAL_S as f64;
+            let rates = [
+                c.packets as f64 / secs,
+                c.bytes as f64 * 8.0 / secs,
+                c.flows as f64 / secs,
+            ];
+            let run = &mut self.runs[i];
+            if m.limits.over(rates, 1.0).is_empty() {
+                *run = (s, 0);
+                return None;
+            }
+            *run = (
+                s,
+                if run.0 + INTERVAL_S == s {
+                    run.1 + 1
+                } else {
+                    1
+                },
+            );
+            if run.1 < sustain {
+                return None;
+            }
+        }
+        self.alerts.measure(s, m)
     }
 
     fn act(&mut self, events: &[Alert]) {
