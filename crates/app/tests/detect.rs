@@ -433,15 +433,9 @@ fn steady_trace(dir: &Path, t0_s: u64, pps: u64, secs: u64) -> std::path::PathBu
     write_file(dir, &format!("steady-{pps}-{secs}.pcap"), &bytes)
 }
 
-#[test]
-fn a_learnt_baseline_alerts_at_five_times_the_hours_level_and_not_at_it() {
-    let d = tempfile::tempdir().unwrap();
-    // 2023-11-14T22:13:20Z; the hour is 22:00.
-    let t0 = 1_700_000_000u64;
-    let hour = t0 - t0 % 3600;
-    // The store: 22:00–23:00 on each of the 3 days before, every minute 2,000 packets/s of
-    // 100 bytes to the group's hosts and 100 packets/s elsewhere (as `tapflow flows` writes
-    // records, imported).
+/// The past 3 days of 22:00–23:00 UTC, every minute 2,000 packets/s of 100 bytes to the group's
+/// hosts (192.0.2.1 and .2) and 100 packets/s elsewhere, as `tapflow flows --csv` writes them.
+fn past_days_csv(dir: &Path, hour: u64) -> std::path::PathBuf {
     let mut csv = String::from(
         "proto,src,sport,dst,dport,vlan,interface,first_ns,last_ns,packets,octets,tcp_flags,\
          rev_first_ns,rev_last_ns,rev_packets,rev_octets,rev_tcp_flags,end_reason\n",
@@ -463,25 +457,33 @@ fn a_learnt_baseline_alerts_at_five_times_the_hours_level_and_not_at_it() {
             }
         }
     }
-    let flows = write_file(d.path(), "past.csv", csv.as_bytes());
-    let store = d.path().join("store");
+    write_file(dir, "past.csv", csv.as_bytes())
+}
+
+/// Imports the past days into `store` (a directory or a ClickHouse URL), then checks that 8 s at
+/// 5× the level alert on the group and the total against their learnt limits, and 8 s at the
+/// level do not.
+fn baseline_alerts(d: &Path, store: &str) {
+    // 2023-11-14T22:13:20Z; the hour is 22:00.
+    let t0 = 1_700_000_000u64;
+    let past = past_days_csv(d, t0 - t0 % 3600);
     run_ok(&mut tapflow([
         "import",
         "--store",
-        store.to_str().unwrap(),
-        flows.to_str().unwrap(),
+        store,
+        past.to_str().unwrap(),
     ]));
-    let th = d.path().join("baseline.toml");
+    let th = d.join("baseline.toml");
     std::fs::write(
         &th,
         "hold = 3\n[[group]]\nname = \"web\"\nprefixes = [\"192.0.2.0/24\"]\n",
     )
     .unwrap();
-    let (th, store) = (th.to_str().unwrap(), store.to_str().unwrap());
+    let th = th.to_str().unwrap();
     // 5× the group's level (10,000 packets/s, 1,000 at each host) for 8 s at 22:13: over the
     // learnt limits of the group (3 × 2,000 packets/s) and of all traffic (3 × 2,100); the
     // alerts start once the limits were reached 5 s in a row.
-    let five = steady_trace(d.path(), t0, 10_000, 8);
+    let five = steady_trace(d, t0, 10_000, 8);
     let (v, err) = detect(&[
         "--thresholds",
         th,
@@ -509,22 +511,8 @@ fn a_learnt_baseline_alerts_at_five_times_the_hours_level_and_not_at_it() {
     }
     assert_eq!(starts[0]["threshold"]["packets_per_second"], 6000);
     assert_eq!(starts[1]["threshold"]["packets_per_second"], 6300);
-    // Without the baseline nothing limits a group or the total, and no host reaches 20,000/s.
-    let (v, err) = detect(&["--thresholds", th, "-r", five.to_str().unwrap()]);
-    assert!(v.is_empty(), "{v:#?}\n{err}");
-    // 3 s of it is a burst, shorter than the 5 s a learnt limit must hold.
-    let burst = steady_trace(d.path(), t0, 10_000, 3);
-    let (v, err) = detect(&[
-        "--thresholds",
-        th,
-        "--baseline",
-        store,
-        "-r",
-        burst.to_str().unwrap(),
-    ]);
-    assert!(v.is_empty(), "{v:#?}\n{err}");
     // At the hour's own level: nothing.
-    let one = steady_trace(d.path(), t0, 2_000, 8);
+    let one = steady_trace(d, t0, 2_000, 8);
     let (v, err) = detect(&[
         "--thresholds",
         th,
@@ -535,6 +523,59 @@ fn a_learnt_baseline_alerts_at_five_times_the_hours_level_and_not_at_it() {
     ]);
     assert!(v.is_empty(), "{v:#?}\n{err}");
     assert!(err.contains("group web 6000 packets/s"), "{err}");
+}
+
+#[test]
+fn a_learnt_baseline_alerts_at_five_times_the_hours_level_and_not_at_it() {
+    let d = tempfile::tempdir().unwrap();
+    let store = d.path().join("store");
+    let store = store.to_str().unwrap();
+    baseline_alerts(d.path(), store);
+    let th = d.path().join("baseline.toml");
+    let th = th.to_str().unwrap();
+    let five = steady_trace(d.path(), 1_700_000_000, 10_000, 8);
+    // Without the baseline nothing limits a group or the total, and no host reaches 20,000/s.
+    let (v, err) = detect(&["--thresholds", th, "-r", five.to_str().unwrap()]);
+    assert!(v.is_empty(), "{v:#?}\n{err}");
+    // 3 s of it is a burst, shorter than the 5 s a learnt limit must hold.
+    let burst = steady_trace(d.path(), 1_700_000_000, 10_000, 3);
+    let (v, err) = detect(&[
+        "--thresholds",
+        th,
+        "--baseline",
+        store,
+        "-r",
+        burst.to_str().unwrap(),
+    ]);
+    assert!(v.is_empty(), "{v:#?}\n{err}");
+}
+
+#[test]
+fn a_baseline_learns_from_clickhouse_as_from_a_directory() {
+    let d = tempfile::tempdir().unwrap();
+    let server = d.path().join("clickhouse");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/clickhouse.sh");
+    let out = std::process::Command::new(&script)
+        .args(["start", server.to_str().unwrap(), "1", "28660"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "clickhouse.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let url = format!("{}/baseline", String::from_utf8(out.stdout).unwrap().trim());
+    // The server stops however the test ends.
+    struct Stop(std::path::PathBuf, std::path::PathBuf);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new(&self.0)
+                .args(["stop", self.1.to_str().unwrap()])
+                .status();
+        }
+    }
+    let _stop = Stop(script, server);
+    baseline_alerts(d.path(), &url);
 }
 
 #[test]

@@ -227,12 +227,10 @@ pub fn group_filter(groups: &[Group], g: usize) -> Option<Filter> {
             }
         }
     }
-    let any = |mut v: Vec<Filter>| {
-        if v.len() == 1 {
-            v.pop()
-        } else {
-            Some(Filter::Or(v))
-        }
+    let any = |mut v: Vec<Filter>| match v.len() {
+        0 => None,
+        1 => v.pop(),
+        _ => Some(Filter::Or(v)),
     };
     let mine = any(own.iter().map(dst).collect())?;
     Some(match any(inside) {
@@ -554,6 +552,26 @@ mod tests {
         assert!(holds(&dns, &mapped("2001:db8::1")));
         assert!(!holds(&dns, &mapped("11.0.0.1")));
         assert!(group_filter(&groups, 2).is_none());
+        // A group with no other inside it is its prefixes alone (no empty `or`).
+        assert_eq!(
+            group_filter(&groups[1..], 0),
+            Some(Filter::Or(vec![
+                Filter::Term(Term::Addr(
+                    tapflow_store::query::Side::Dst,
+                    Net {
+                        addr: mapped("10.1.0.0"),
+                        len: 112
+                    }
+                )),
+                Filter::Term(Term::Addr(
+                    tapflow_store::query::Side::Dst,
+                    Net {
+                        addr: mapped("2001:db8::"),
+                        len: 32
+                    }
+                )),
+            ]))
+        );
     }
 
     #[test]
