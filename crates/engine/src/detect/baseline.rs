@@ -597,27 +597,4 @@ mod tests {
         }
         assert_eq!(live.unwrap().hour, 500_000);
     }
-
-    #[test]
-    fn effective_limits_are_learnt_where_learnt() {
-        use crate::detect::detector::effective;
-        let fixed = Limits {
-            packets: Some(10),
-            bits: None,
-            flows: Some(7),
-        };
-        let learnt = Limits {
-            packets: Some(9_000),
-            bits: Some(1_000_000),
-            flows: None,
-        };
-        assert_eq!(effective(None, None), None);
-        assert_eq!(effective(Some(fixed), None), Some((fixed, "static")));
-        let (l, from) = effective(Some(fixed), Some(learnt)).unwrap();
-        assert_eq!(
-            (l.packets, l.bits, l.flows, from),
-            (Some(9_000), Some(1_000_000), Some(7), "baseline")
-        );
-        assert_eq!(effective(None, Some(learnt)), Some((learnt, "baseline")));
-    }
 }

@@ -277,10 +277,7 @@ impl Detector {
 
 /// The limits a group or the total is measured against: the learnt packets and bits limits
 /// where there are (the static flows limit beside them), else the static ones; and which.
-pub(crate) fn effective(
-    fixed: Option<Limits>,
-    learnt: Option<Limits>,
-) -> Option<(Limits, &'static str)> {
+fn effective(fixed: Option<Limits>, learnt: Option<Limits>) -> Option<(Limits, &'static str)> {
     match (fixed, learnt) {
         (f, Some(l)) => Some((
             Limits {
@@ -357,5 +354,27 @@ mod tests {
         assert_eq!((v[1].event, v[1].duration_seconds), ("end", Some(3)));
         assert_eq!((sum.alerts, sum.running_at_end, sum.late), (1, 0, 0));
         assert_eq!(sum.packets, 3 * 36_000 + 2);
+    }
+
+    #[test]
+    fn effective_limits_are_learnt_where_learnt() {
+        let fixed = Limits {
+            packets: Some(10),
+            bits: None,
+            flows: Some(7),
+        };
+        let learnt = Limits {
+            packets: Some(9_000),
+            bits: Some(1_000_000),
+            flows: None,
+        };
+        assert_eq!(effective(None, None), None);
+        assert_eq!(effective(Some(fixed), None), Some((fixed, "static")));
+        let (l, from) = effective(Some(fixed), Some(learnt)).unwrap();
+        assert_eq!(
+            (l.packets, l.bits, l.flows, from),
+            (Some(9_000), Some(1_000_000), Some(7), "baseline")
+        );
+        assert_eq!(effective(None, Some(learnt)), Some((learnt, "baseline")));
     }
 }
