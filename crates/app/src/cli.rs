@@ -984,6 +984,11 @@ pub struct AlertArgs {
     /// docs/detect.md). Default: 20,000 packets/s or 1 Gbit/s at one destination.
     #[arg(long, value_name = "FILE")]
     pub thresholds: Option<PathBuf>,
+    /// Learn each group's and the total's limits from this store (a directory or a ClickHouse
+    /// URL): 3 × the 95th percentile of the same hour over the past 7 days, per minute
+    /// (docs/detect.md, "Learnt baseline"; the thresholds file's [baseline] tunes it).
+    #[arg(long, value_name = "STORE")]
+    pub baseline: Option<String>,
     /// POST each alert start and end as JSON to this URL (tried 4 times).
     #[arg(long, value_name = "URL")]
     pub webhook: Option<String>,

@@ -8,6 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, FromArgMatches};
 use tapflow_engine::detect::action::{Action, Hook, Hooked, Print};
+use tapflow_engine::detect::baseline::{BaselineConfig, Learner};
 use tapflow_engine::detect::bgp::{Announce, Api, Bgp, Community};
 use tapflow_engine::detect::record::Record;
 use tapflow_engine::detect::store::DetectStore;
@@ -53,9 +54,18 @@ fn build(
     stop: &Arc<Stop>,
     stores: Vec<Location>,
 ) -> Result<Hub, Failure> {
-    let th = match &a.thresholds {
+    let mut th = match &a.thresholds {
         Some(p) => thresholds(p)?,
         None => Thresholds::default(),
+    };
+    if let Some(store) = &a.baseline {
+        th.baseline
+            .get_or_insert_with(BaselineConfig::default)
+            .store = Some(store.clone());
+    }
+    let learner = match &th.baseline {
+        Some(b) => Some(learner(b, &th)?),
+        None => None,
     };
     let bgp = bgp(a)?;
     let mut actions: Vec<Box<dyn Action>> = vec![Box::new(Print {
@@ -80,7 +90,39 @@ fn build(
     for at in stores {
         actions.push(Box::new(Record::new(at)));
     }
-    Ok(Detector::new(th, actions, 1).shared())
+    let mut d = Detector::new(th, actions, 1);
+    if let Some(l) = learner {
+        d.set_baseline(l);
+    }
+    Ok(d.shared())
+}
+
+/// The learner of the baseline `b` asks for, over the groups of `th`.
+fn learner(b: &BaselineConfig, th: &Thresholds) -> Result<Learner, Failure> {
+    let Some(store) = &b.store else {
+        return Err(Failure::Usage(
+            "[baseline] in the thresholds file: give its store (store = \"DIR\") or --baseline STORE".into(),
+        ));
+    };
+    let at = tapflow_store::open::Location::parse(store)
+        .map_err(|e| Failure::Usage(format!("--baseline {store}: {e}")))?;
+    if let tapflow_store::open::Location::Parquet(dir) = &at
+        && !dir.is_dir()
+    {
+        return Err(Failure::Usage(format!(
+            "--baseline {store}: no store directory there"
+        )));
+    }
+    let engine = tapflow_store::open::engine(&at, 1, true)
+        .map_err(|e| Failure::Usage(format!("--baseline {store}: {e}")))?;
+    let note: tapflow_engine::detect::baseline::Note =
+        Box::new(|line: &str| eprintln!("tapflow detect: {line}"));
+    Ok(Learner::start(
+        engine,
+        b.clone(),
+        th.groups.clone(),
+        Some(note),
+    ))
 }
 
 /// The BGP action `--bgp-exabgp` asks for, if it does.

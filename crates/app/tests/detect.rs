@@ -457,3 +457,205 @@ fn capture_and_flows_keep_everything_with_detect_on() {
     assert_eq!(counts[0], counts[1]);
     assert_eq!(counts[0].0, 6000);
 }
+
+/// `secs` seconds of UDP to 192.0.2.1–10 (100-byte frames) at `pps` packets a second, starting
+/// at `t0_s`.
+fn steady_trace(dir: &Path, t0_s: u64, pps: u64, secs: u64) -> std::path::PathBuf {
+    use tapflow_wire::build::{self, FrameSpec, L4};
+    use tapflow_wire::ethernet::EthernetAddress;
+    let mut packets = Vec::new();
+    for i in 0..pps * secs {
+        let spec = FrameSpec {
+            src_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            dst_mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
+            src_ip: std::net::Ipv4Addr::new(203, 0, 113, (i % 200) as u8 + 1).into(),
+            dst_ip: std::net::Ipv4Addr::new(192, 0, 2, (i % 10) as u8 + 1).into(),
+            proto: L4::Udp,
+            src_port: 40000 + (i % 2000) as u16,
+            dst_port: 443,
+            frame_len: 100,
+        };
+        let mut buf = vec![0; 100];
+        build::build(&spec, &mut buf).unwrap();
+        packets.push(traffic::Packet::new(
+            t0_s * 1_000_000_000 + i * 1_000_000_000 / pps,
+            buf,
+        ));
+    }
+    let bytes = traffic::pcap_file(
+        tapflow_wire::LinkType::Ethernet,
+        true,
+        false,
+        65535,
+        &packets,
+    );
+    write_file(dir, &format!("steady-{pps}-{secs}.pcap"), &bytes)
+}
+
+/// The past 3 days of 22:00–23:00 UTC, every minute 2,000 packets/s of 100 bytes to the group's
+/// hosts (192.0.2.1 and .2) and 100 packets/s elsewhere, as `tapflow flows --csv` writes them.
+fn past_days_csv(dir: &Path, hour: u64) -> std::path::PathBuf {
+    let mut csv = String::from(
+        "proto,src,sport,dst,dport,vlan,interface,first_ns,last_ns,packets,octets,tcp_flags,\
+         rev_first_ns,rev_last_ns,rev_packets,rev_octets,rev_tcp_flags,end_reason\n",
+    );
+    for day in 1..=3u64 {
+        for minute in 0..60u64 {
+            let start = (hour - day * 86_400 + minute * 60) * 1_000_000_000;
+            let end = start + 59_000_000_000;
+            for (dst, packets) in [
+                ("192.0.2.1", 60_000u64),
+                ("192.0.2.2", 60_000),
+                ("10.9.9.9", 6_000),
+            ] {
+                csv += &format!(
+                    "17,203.0.113.7,{},{dst},443,0,0,{start},{end},{packets},{},0,0,0,0,0,0,active\n",
+                    40000 + minute,
+                    packets * 100
+                );
+            }
+        }
+    }
+    write_file(dir, "past.csv", csv.as_bytes())
+}
+
+/// Imports the past days into `store` (a directory or a ClickHouse URL), then checks that 8 s at
+/// 5× the level alert on the group and the total against their learnt limits, and 8 s at the
+/// level do not.
+fn baseline_alerts(d: &Path, store: &str) {
+    // 2023-11-14T22:13:20Z; the hour is 22:00.
+    let t0 = 1_700_000_000u64;
+    let past = past_days_csv(d, t0 - t0 % 3600);
+    run_ok(&mut tapflow([
+        "import",
+        "--store",
+        store,
+        past.to_str().unwrap(),
+    ]));
+    let th = d.join("baseline.toml");
+    std::fs::write(
+        &th,
+        "hold = 3\n[[group]]\nname = \"web\"\nprefixes = [\"192.0.2.0/24\"]\n",
+    )
+    .unwrap();
+    let th = th.to_str().unwrap();
+    // 5× the group's level (10,000 packets/s, 1,000 at each host) for 8 s at 22:13: over the
+    // learnt limits of the group (3 × 2,000 packets/s) and of all traffic (3 × 2,100); the
+    // alerts start once the limits were reached 5 s in a row.
+    let five = steady_trace(d, t0, 10_000, 8);
+    let (v, err) = detect(&[
+        "--thresholds",
+        th,
+        "--baseline",
+        store,
+        "-r",
+        five.to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains("baseline for 2023-11-14T22:00:00Z from 180 minutes: total 6300 packets/s"),
+        "{err}"
+    );
+    assert!(err.contains("group web 6000 packets/s"), "{err}");
+    let starts: Vec<_> = v.iter().filter(|a| a["event"] == "start").collect();
+    let targets: Vec<_> = starts
+        .iter()
+        .map(|a| a["target"].as_str().unwrap())
+        .collect();
+    assert_eq!(targets, ["group:web", "total"], "{v:#?}\n{err}");
+    for a in &starts {
+        assert_eq!(a["limit"], "baseline", "{a}");
+        assert_eq!(a["over"][0], "packets");
+        assert_eq!(a["packets_per_second"], 10_000.0);
+        assert_eq!(a["time"], "2023-11-14T22:13:24Z");
+    }
+    assert_eq!(starts[0]["threshold"]["packets_per_second"], 6000);
+    assert_eq!(starts[1]["threshold"]["packets_per_second"], 6300);
+    // At the hour's own level: nothing.
+    let one = steady_trace(d, t0, 2_000, 8);
+    let (v, err) = detect(&[
+        "--thresholds",
+        th,
+        "--baseline",
+        store,
+        "-r",
+        one.to_str().unwrap(),
+    ]);
+    assert!(v.is_empty(), "{v:#?}\n{err}");
+    assert!(err.contains("group web 6000 packets/s"), "{err}");
+}
+
+#[test]
+fn a_learnt_baseline_alerts_at_five_times_the_hours_level_and_not_at_it() {
+    let d = tempfile::tempdir().unwrap();
+    let store = d.path().join("store");
+    let store = store.to_str().unwrap();
+    baseline_alerts(d.path(), store);
+    let th = d.path().join("baseline.toml");
+    let th = th.to_str().unwrap();
+    let five = steady_trace(d.path(), 1_700_000_000, 10_000, 8);
+    // Without the baseline nothing limits a group or the total, and no host reaches 20,000/s.
+    let (v, err) = detect(&["--thresholds", th, "-r", five.to_str().unwrap()]);
+    assert!(v.is_empty(), "{v:#?}\n{err}");
+    // 3 s of it is a burst, shorter than the 5 s a learnt limit must hold.
+    let burst = steady_trace(d.path(), 1_700_000_000, 10_000, 3);
+    let (v, err) = detect(&[
+        "--thresholds",
+        th,
+        "--baseline",
+        store,
+        "-r",
+        burst.to_str().unwrap(),
+    ]);
+    assert!(v.is_empty(), "{v:#?}\n{err}");
+}
+
+#[test]
+fn a_baseline_learns_from_clickhouse_as_from_a_directory() {
+    let d = tempfile::tempdir().unwrap();
+    let server = d.path().join("clickhouse");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/clickhouse.sh");
+    let out = std::process::Command::new(&script)
+        .args(["start", server.to_str().unwrap(), "1", "28660"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "clickhouse.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let url = format!("{}/baseline", String::from_utf8(out.stdout).unwrap().trim());
+    // The server stops however the test ends.
+    struct Stop(std::path::PathBuf, std::path::PathBuf);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new(&self.0)
+                .args(["stop", self.1.to_str().unwrap()])
+                .status();
+        }
+    }
+    let _stop = Stop(script, server);
+    baseline_alerts(d.path(), &url);
+}
+
+#[test]
+fn a_baseline_without_a_store_is_refused_in_one_line() {
+    let d = tempfile::tempdir().unwrap();
+    let th = d.path().join("b.toml");
+    std::fs::write(&th, "[baseline]\ndays = 3\n").unwrap();
+    let trace = reflection_trace(d.path());
+    let mut c = tapflow(["detect", "--thresholds", th.to_str().unwrap()]);
+    c.args(["-r", trace.to_str().unwrap()]);
+    let o = run_limited(&mut c, Duration::from_secs(60));
+    assert_clean_error(&o, Some(2), &["[baseline]", "--baseline STORE"], "no store");
+    std::fs::write(&th, "[baseline]\nfactor = 0\nstore = \"x\"\n").unwrap();
+    let o = run_limited(&mut c, Duration::from_secs(60));
+    assert_clean_error(&o, Some(2), &["baseline factor 0"], "factor 0");
+    std::fs::write(&th, "[baseline]\nstore = \"/nonexistent/flows\"\n").unwrap();
+    let o = run_limited(&mut c, Duration::from_secs(60));
+    assert_clean_error(
+        &o,
+        Some(2),
+        &["/nonexistent/flows", "no store directory"],
+        "no dir",
+    );
+}

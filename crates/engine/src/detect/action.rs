@@ -40,12 +40,13 @@ pub fn text_line(a: &Alert) -> String {
     let limit = |l: Option<u64>| l.map_or(String::from("-"), |l| l.to_string());
     if a.event == "start" {
         s += &format!(
-            " at {}: {:.0} packets/s (limit {}), {:.0} bit/s (limit {})",
+            " at {}: {:.0} packets/s ({w}limit {}), {:.0} bit/s ({w}limit {})",
             a.time,
             a.packets_per_second,
             limit(a.threshold.packets_per_second),
             a.bits_per_second,
             limit(a.threshold.bits_per_second),
+            w = if a.limit == "baseline" { "learnt " } else { "" },
         );
         if a.flows_per_second > 0.0 {
             s += &format!(

@@ -92,6 +92,9 @@ pub struct Alert {
     pub flows_per_second: f64,
     /// The limits it was measured against.
     pub threshold: LimitsOut,
+    /// Where they came from: `static` (the thresholds file or the defaults) or `baseline`
+    /// (learnt from the store's past days).
+    pub limit: &'static str,
     /// Which limits it reached: `packets`, `bits`, `flows`.
     pub over: Vec<&'static str>,
     /// The protocol mix, shares of packets.
@@ -168,6 +171,8 @@ pub struct Measure<'a> {
     pub entry: Option<&'a Entry>,
     /// Its limits.
     pub limits: Limits,
+    /// Where they came from: `static` or `baseline`.
+    pub limit: &'static str,
 }
 
 /// A running alert.
@@ -218,6 +223,11 @@ impl Alerts {
             .collect();
         v.sort();
         v
+    }
+
+    /// Whether an alert runs for `target`.
+    pub fn is_running(&self, target: &Target) -> bool {
+        self.active.contains_key(target)
     }
 
     /// Takes one target's measure for the interval at `second`; returns a start event.
@@ -331,6 +341,7 @@ fn evidence(
         bits_per_second: rates[1],
         flows_per_second: rates[2],
         threshold: m.limits.into(),
+        limit: m.limit,
         over,
         protocols: Mix {
             tcp: share(c.protos[ProtoClass::Tcp as usize]),
@@ -374,6 +385,7 @@ mod tests {
             },
             entry: None,
             limits: Limits::DEFAULT,
+            limit: "static",
         }
     }
 

@@ -13,8 +13,9 @@ use serde::Serialize;
 
 use crate::detect::action::{Action, Gauge};
 use crate::detect::alert::{Alert, Alerts, Measure, Target};
+use crate::detect::baseline::{Hour, Learner};
 use crate::detect::tally::Tally;
-use crate::detect::threshold::Thresholds;
+use crate::detect::threshold::{Limits, Thresholds};
 
 /// Intervals are one second long.
 pub const INTERVAL_S: u64 = 1;
@@ -57,6 +58,11 @@ pub struct Detector {
     measured: Option<u64>,
     summary: DetectSummary,
     gauge: Gauge,
+    /// Learns the group and total limits from a store, if asked to.
+    learner: Option<Learner>,
+    /// Per group, then the total: the last second at or over a learnt limit and how many in a
+    /// row up to it.
+    runs: Vec<(u64, u64)>,
 }
 
 /// A detector several workers share.
@@ -65,6 +71,7 @@ pub type Hub = Arc<Mutex<Detector>>;
 impl Detector {
     /// A detector over `workers` workers, with `actions` for its alerts.
     pub fn new(thresholds: Thresholds, actions: Vec<Box<dyn Action>>, workers: usize) -> Detector {
+        let runs = vec![(0, 0); thresholds.groups.len() + 1];
         Detector {
             alerts: Alerts::new(thresholds.hold, thresholds.release, INTERVAL_S),
             thresholds: Arc::new(thresholds),
@@ -75,12 +82,19 @@ impl Detector {
             measured: None,
             summary: DetectSummary::default(),
             gauge: Gauge::default(),
+            learner: None,
+            runs,
         }
     }
 
     /// The running alerts, for `/metrics`.
     pub fn gauge(&self) -> Gauge {
         self.gauge.clone()
+    }
+
+    /// Learns the group and total limits with `learner` (docs/detect.md, "Learnt baseline").
+    pub fn set_baseline(&mut self, learner: Learner) {
+        self.learner = Some(learner);
     }
 
     /// Sets the number of workers that hand tallies over.
@@ -179,6 +193,8 @@ impl Detector {
         self.summary.packets += t.total.packets;
         self.summary.flows += t.total.flows;
         let th = Arc::clone(&self.thresholds);
+        // Once an interval: a look at the learner's latest hour, never a query.
+        let learnt = self.learner.as_mut().and_then(|l| l.hour(s));
         for e in t.entries() {
             let g = th.group_of(e.addr.ipv6, &e.addr.bytes);
             let m = Measure {
@@ -187,33 +203,72 @@ impl Detector {
                 counts: e.counts,
                 entry: Some(e),
                 limits: th.host_limits(g),
+                limit: "static",
             };
             events.extend(self.alerts.measure(s, &m));
         }
-        for (g, c) in th.groups.iter().zip(&t.groups) {
-            if let Some(limits) = g.total {
+        for (i, (g, c)) in th.groups.iter().zip(&t.groups).enumerate() {
+            let learnt = learnt
+                .as_ref()
+                .and_then(|h| h.groups.get(i).copied().flatten());
+            if let Some((limits, limit)) = effective(g.total, learnt.map(|l| l.limits)) {
                 let m = Measure {
                     target: Target::Group(g.name.clone()),
                     group: Some(&g.name),
                     counts: *c,
                     entry: None,
                     limits,
+                    limit,
                 };
-                events.extend(self.alerts.measure(s, &m));
+                events.extend(self.sustained(i, s, &m));
             }
         }
-        if let Some(limits) = th.total {
+        let learnt = learnt.as_ref().and_then(|h: &Arc<Hour>| h.total);
+        if let Some((limits, limit)) = effective(th.total, learnt.map(|l| l.limits)) {
             let m = Measure {
                 target: Target::Total,
                 group: None,
                 counts: t.total,
                 entry: None,
                 limits,
+                limit,
             };
-            events.extend(self.alerts.measure(s, &m));
+            events.extend(self.sustained(th.groups.len(), s, &m));
         }
         self.measured = Some(s);
         self.act(&events);
+    }
+
+    /// Measures a group's or the total's `m` (run `i`): against a learnt limit, an alert starts
+    /// only once the limit was reached `sustain` seconds in a row.
+    fn sustained(&mut self, i: usize, s: u64, m: &Measure<'_>) -> Option<Alert> {
+        if m.limit == "baseline" && !self.alerts.is_running(&m.target) {
+            let sustain = self.thresholds.baseline.as_ref().map_or(1, |b| b.sustain);
+            let c = &m.counts;
+            let secs = INTERVAL_S as f64;
+            let rates = [
+                c.packets as f64 / secs,
+                c.bytes as f64 * 8.0 / secs,
+                c.flows as f64 / secs,
+            ];
+            let run = &mut self.runs[i];
+            if m.limits.over(rates, 1.0).is_empty() {
+                *run = (s, 0);
+                return None;
+            }
+            *run = (
+                s,
+                if run.0 + INTERVAL_S == s {
+                    run.1 + 1
+                } else {
+                    1
+                },
+            );
+            if run.1 < sustain {
+                return None;
+            }
+        }
+        self.alerts.measure(s, m)
     }
 
     fn act(&mut self, events: &[Alert]) {
@@ -226,6 +281,22 @@ impl Detector {
                 x.alert(a);
             }
         }
+    }
+}
+
+/// The limits a group or the total is measured against: the learnt packets and bits limits
+/// where there are (the static flows limit beside them), else the static ones; and which.
+fn effective(fixed: Option<Limits>, learnt: Option<Limits>) -> Option<(Limits, &'static str)> {
+    match (fixed, learnt) {
+        (f, Some(l)) => Some((
+            Limits {
+                flows: f.and_then(|f| f.flows),
+                ..l
+            },
+            "baseline",
+        )),
+        (Some(f), None) => Some((f, "static")),
+        (None, None) => None,
     }
 }
 
@@ -292,5 +363,27 @@ mod tests {
         assert_eq!((v[1].event, v[1].duration_seconds), ("end", Some(3)));
         assert_eq!((sum.alerts, sum.running_at_end, sum.late), (1, 0, 0));
         assert_eq!(sum.packets, 3 * 36_000 + 2);
+    }
+
+    #[test]
+    fn effective_limits_are_learnt_where_learnt() {
+        let fixed = Limits {
+            packets: Some(10),
+            bits: None,
+            flows: Some(7),
+        };
+        let learnt = Limits {
+            packets: Some(9_000),
+            bits: Some(1_000_000),
+            flows: None,
+        };
+        assert_eq!(effective(None, None), None);
+        assert_eq!(effective(Some(fixed), None), Some((fixed, "static")));
+        let (l, from) = effective(Some(fixed), Some(learnt)).unwrap();
+        assert_eq!(
+            (l.packets, l.bits, l.flows, from),
+            (Some(9_000), Some(1_000_000), Some(7), "baseline")
+        );
+        assert_eq!(effective(None, Some(learnt)), Some((learnt, "baseline")));
     }
 }

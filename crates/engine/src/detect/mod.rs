@@ -6,6 +6,7 @@
 //! - [`signature`]: what one packet or flow direction is, and its signatures;
 //! - [`tally`]: one interval's accounting in bounded memory (space-saving);
 //! - [`threshold`]: the limits, per host, group and total, and the thresholds file;
+//! - [`baseline`]: group and total limits learnt from a store's past days;
 //! - [`alert`]: alert start, hold time, hysteresis, end, and the evidence;
 //! - [`detector`]: the shared detector that merges the workers' tallies;
 //! - [`meter`]: a worker's side; [`sink`] on packets, [`store`] on flows;
@@ -14,6 +15,7 @@
 
 pub mod action;
 pub mod alert;
+pub mod baseline;
 pub mod bgp;
 pub mod detector;
 pub mod meter;

@@ -6,6 +6,8 @@
 use serde::Deserialize;
 use tapflow_wire::rules::Prefix;
 
+use crate::detect::baseline::BaselineConfig;
+
 /// Packets a second at one destination that make an alert by default (FastNetMon's default).
 pub const DEFAULT_PACKETS: u64 = 20_000;
 /// Bits a second at one destination that make an alert by default (FastNetMon's default).
@@ -85,6 +87,9 @@ pub struct Thresholds {
     pub release: f64,
     /// Destinations kept per interval (the space-saving table's K).
     pub capacity: usize,
+    /// How group and total limits are learnt from a store, if they are (the `[baseline]`
+    /// table or `--baseline`).
+    pub baseline: Option<BaselineConfig>,
 }
 
 impl Default for Thresholds {
@@ -96,6 +101,7 @@ impl Default for Thresholds {
             hold: DEFAULT_HOLD,
             release: DEFAULT_RELEASE,
             capacity: DEFAULT_CAPACITY,
+            baseline: None,
         }
     }
 }
@@ -111,6 +117,7 @@ pub struct ThresholdsFile {
     capacity: Option<usize>,
     #[serde(default)]
     group: Vec<GroupFile>,
+    baseline: Option<BaselineConfig>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -153,6 +160,13 @@ impl ThresholdsFile {
             hold: self.hold.unwrap_or(d.hold),
             release,
             capacity: self.capacity.unwrap_or(d.capacity).max(1),
+            baseline: match self.baseline {
+                Some(b) => {
+                    b.check()?;
+                    Some(b)
+                }
+                None => None,
+            },
         })
     }
 }
