@@ -93,6 +93,15 @@ impl Drop for Servers {
     }
 }
 
+/// The network named `name` (none if empty).
+fn network(name: &str) -> &'static tapflow_store::Network {
+    tapflow_store::names::intern_network(tapflow_store::Network {
+        name: tapflow_store::names::intern(name),
+        role: tapflow_store::names::intern(if name.is_empty() { "" } else { "servers" }),
+        ..Default::default()
+    })
+}
+
 /// `n` flows from ten exporters over two hours, addresses and counters varying.
 fn flows(n: u64) -> Vec<StoredFlow> {
     let t0 = 1_795_000_000_000_000_000u64; // 2026-11-18, ns
@@ -187,12 +196,13 @@ fn flows(n: u64) -> Vec<StoredFlow> {
                     asn: 64500 + (i % 3) as u32,
                     as_name: "Example, Inc.",
                     country: [*b"DE", *b"FR", [0; 2]][(i % 3) as usize],
-                    ..Place::default()
+                    net: network(["office", "dc1 web", "", "lab's (new)"][(i % 4) as usize]),
                 },
                 dst_place: Place {
                     asn: [0, 15169][(i % 2) as usize],
+                    as_name: ["", "Google LLC"][(i % 2) as usize],
                     country: [*b"US", [0; 2], *b"JP"][(i % 7 % 3) as usize],
-                    ..Place::default()
+                    net: network(["", "office", "transit\tA"][(i % 5 % 3) as usize]),
                 },
             }
         })
@@ -834,6 +844,52 @@ fn the_same_queries_answer_the_same_over_parquet_a_clickhouse_server_and_a_clust
         ),
         (
             None,
+            Some("src net-name office or dst net-name \"transit\tA\""),
+            Kind::Top {
+                key: Key::SrcNet,
+                order_by: Metric::Bytes,
+                n: 0,
+            },
+        ),
+        (
+            None,
+            Some("not net-name \"dc1 web\""),
+            Kind::Aggregate {
+                keys: vec![Key::SrcNet, Key::DstPort],
+                order_by: Metric::Flows,
+                n: 0,
+            },
+        ),
+        (
+            None,
+            Some("dst net-name -"),
+            Kind::Aggregate {
+                keys: vec![Key::SrcAs, Key::DstPort, Key::DstAs, Key::DstNet],
+                order_by: Metric::Bytes,
+                n: 7,
+            },
+        ),
+        (
+            half_hour,
+            None,
+            Kind::Series {
+                every_us: 600_000_000,
+                key: Some(Key::DstAs),
+                order_by: Metric::Flows,
+                n: 2,
+            },
+        ),
+        (
+            None,
+            Some("src net-name \"lab's (new)\""),
+            Kind::Top {
+                key: Key::DstNet,
+                order_by: Metric::Packets,
+                n: 2,
+            },
+        ),
+        (
+            None,
             Some("not src country DE"),
             Kind::Aggregate {
                 keys: vec![Key::SrcCountry, Key::DstAs, Key::DstCountry],
@@ -916,6 +972,16 @@ fn the_same_queries_answer_the_same_over_parquet_a_clickhouse_server_and_a_clust
             QueryResult::Summary(s) => s.total.flows == 0,
         };
         assert!(!empty, "the query selects something: {q:?}");
+        // AS numbers come with their names where enrichment knew them.
+        if let QueryResult::Table { keys, as_names, .. } = &want {
+            if keys.contains(&Key::SrcAs) {
+                assert_eq!(as_names.get(&64500), Some(&"Example, Inc."), "{q:?}");
+            }
+            if keys.contains(&Key::DstAs) {
+                assert_eq!(as_names.get(&15169), Some(&"Google LLC"), "{q:?}");
+                assert!(!as_names.contains_key(&0), "{q:?}");
+            }
+        }
         for (url, clickhouse) in urls.iter().zip(&servers) {
             let got = clickhouse
                 .run(&q)
