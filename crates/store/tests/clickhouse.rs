@@ -436,9 +436,18 @@ fn beyond_the_spool_limit_drops_are_counted_and_the_rest_survives_the_run() {
     let ch = Servers::start(28300, 1);
     let spool = tempfile::tempdir().unwrap();
     let rows = 2000u64;
-    let mut one = Vec::new();
-    encode_flow(&mut one, &StoredFlow::default());
-    let batch_bytes = rows * one.len() as u64;
+    let f = flows(10 * rows);
+    // The largest a batch of the flows below can be (their names differ in length).
+    let one = f
+        .iter()
+        .map(|x| {
+            let mut one = Vec::new();
+            encode_flow(&mut one, x);
+            one.len() as u64
+        })
+        .max()
+        .unwrap();
+    let batch_bytes = rows * one;
     let mut c = config(format!("http://{}/t", ch.host(0)), rows);
     c.spool_dir = Some(spool.path().to_path_buf());
     c.memory_limit = 0;
@@ -446,7 +455,6 @@ fn beyond_the_spool_limit_drops_are_counted_and_the_rest_survives_the_run() {
     c.close_timeout = Duration::from_secs(1);
     let mut store = Box::new(ClickHouseStore::open(c.clone()).unwrap());
     ch.kill(0);
-    let f = flows(10 * rows);
     insert_in_calls(store.as_mut(), &f, rows as usize);
     let r = store.report();
     assert_eq!(
@@ -988,6 +996,78 @@ fn the_same_queries_answer_the_same_over_parquet_a_clickhouse_server_and_a_clust
                 .unwrap_or_else(|e| panic!("{url} {q:?}: {e}"))
                 .result;
             assert_eq!(got, want, "{url} {q:?}");
+        }
+    }
+
+    // AS, country and network keys over whole hours from the places table, on both stores:
+    // the same answers as each other (first and last times the hours' bounds), the same sums
+    // as from the flows.
+    let parquet_tiers = ParquetEngine::new(dir.path(), 2);
+    let server_tiers: Vec<ClickHouseEngine> = urls
+        .iter()
+        .map(|u| ClickHouseEngine::open(u).unwrap())
+        .collect();
+    let places = [
+        Kind::Top {
+            key: Key::SrcAs,
+            order_by: Metric::Bytes,
+            n: 0,
+        },
+        Kind::Top {
+            key: Key::DstCountry,
+            order_by: Metric::Flows,
+            n: 2,
+        },
+        Kind::Aggregate {
+            keys: vec![Key::SrcNet, Key::SrcAs],
+            order_by: Metric::Packets,
+            n: 0,
+        },
+        Kind::Series {
+            every_us: 3_600_000_000,
+            key: Some(Key::DstNet),
+            order_by: Metric::Bytes,
+            n: 2,
+        },
+    ];
+    let sums = |r: &QueryResult| match r {
+        QueryResult::Table { rows, total, .. } => {
+            let mut v: Vec<_> = rows
+                .iter()
+                .map(|r| {
+                    let c = r.counters;
+                    (
+                        r.time_us.map(|t| t - t % 3_600_000_000),
+                        r.values.clone(),
+                        c.flows,
+                        c.packets,
+                        c.bytes,
+                    )
+                })
+                .collect();
+            v.sort();
+            (v, total.flows, total.packets, total.bytes)
+        }
+        r => panic!("{r:?}"),
+    };
+    for kind in places {
+        let q = Query {
+            window: None,
+            filter: None,
+            kind,
+        };
+        let want = parquet_tiers.run(&q).unwrap();
+        assert_eq!(want.stats.table, "places_1h", "{q:?}");
+        let raw = parquet.run(&q).unwrap().result;
+        if !matches!(q.kind, Kind::Top { n: 2, .. } | Kind::Series { .. }) {
+            assert_eq!(sums(&want.result), sums(&raw), "{q:?}");
+        }
+        for (url, clickhouse) in urls.iter().zip(&server_tiers) {
+            let got = clickhouse
+                .run(&q)
+                .unwrap_or_else(|e| panic!("{url} {q:?}: {e}"));
+            assert_eq!(got.stats.table, "places_1h", "{url} {q:?}");
+            assert_eq!(got.result, want.result, "{url} {q:?}");
         }
     }
 }

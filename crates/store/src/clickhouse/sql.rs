@@ -4,7 +4,9 @@
 //! counting a flow under both), ranking in SQL with `LIMIT`, then the same tie order as the scan
 //! (`top::rank`) on the rows returned. A query the rollups answer exactly (the same rule as the
 //! Parquet tiers: protocol, exporter and time at the bucket's width) reads the coarsest rollup
-//! table instead: its materialized views keep it level with the flows.
+//! table instead: its materialized views keep it level with the flows. A query the 1-hour places
+//! table answers exactly ([`plan::place_answerable`]) reads it, if its first hour reaches back
+//! to the window's first flow (a table older than it has flows before it).
 
 use super::{Dialect, Layout, Schema, Server, Target};
 use crate::StoreError;
@@ -71,6 +73,69 @@ impl ClickHouseEngine {
         .find(|(t, _)| plan::answerable(q, t.bucket_us()))
     }
 
+    /// The side of the places table that answers `q`, if it does and reaches back to the
+    /// hour of the window's first flow (a server the table is missing from, or any other error
+    /// asking, leaves the answer to the flows).
+    fn places(&self, q: &Query) -> Option<u8> {
+        if !self.rollups {
+            return None;
+        }
+        let side = plan::place_answerable(q)?;
+        let d = self.schema.dialect;
+        let start = q.window.map_or(0, |w| w.start_us.max(0));
+        let first = |sql: String| -> Option<Option<i64>> {
+            match self.rows(&sql).ok()?.first().map(Vec::as_slice) {
+                Some([n, _]) if n == "0" => Some(None),
+                Some([_, t]) => Some(Some(t.parse().ok()?)),
+                _ => None,
+            }
+        };
+        let flow = first(format!(
+            "SELECT count(), min({}) FROM {} WHERE time_start >= {}",
+            d.micros("time_start"),
+            self.schema.table("flows"),
+            d.time_literal(start as u64),
+        ))?;
+        let Some(flow) = flow else {
+            return Some(side);
+        };
+        let hour = flow.div_euclid(crate::schema::HOUR_US) * crate::schema::HOUR_US;
+        let places = first(format!(
+            "SELECT count(), min({}) FROM {}",
+            d.micros("time"),
+            self.schema.table("places_1h"),
+        ))??;
+        (places <= hour).then_some(side)
+    }
+
+    /// The one-way view of the places table's `side`: each row's sums as one-way flows from
+    /// (side 0) or to (side 1) its place, timed by its hour's bounds.
+    fn places_view(&self, q: &Query, side: u8) -> String {
+        let d = self.schema.dialect;
+        let window = match q.window {
+            None => String::new(),
+            Some(w) => format!(
+                " AND time >= {} AND time < {}",
+                d.time_literal(w.start_us.max(0) as u64),
+                d.time_literal(w.end_us.max(0) as u64)
+            ),
+        };
+        let t0 = d.micros("time");
+        let (asn, name, country, net) = if side == 0 {
+            ("sas", "sasn", "scc", "snet")
+        } else {
+            ("das", "dasn", "dcc", "dnet")
+        };
+        format!(
+            "SELECT {t0} AS t0, {t0} + {} AS t1, flows AS n, pkts, octets, \
+             asn AS {asn}, as_name AS {name}, \
+             toUInt16(reinterpretAsUInt16(reverse(country))) AS {country}, net AS {net} \
+             FROM {} WHERE side = {side} AND flows > 0{window}",
+            crate::schema::HOUR_US,
+            self.schema.table("places_1h"),
+        )
+    }
+
     fn rows(&self, sql: &str) -> Result<Vec<Vec<String>>, QueryError> {
         let text = self.server.query(&format!("{sql} FORMAT TabSeparated"))?;
         Ok(text
@@ -82,10 +147,15 @@ impl ClickHouseEngine {
 
 impl QueryEngine for ClickHouseEngine {
     fn run(&self, q: &Query) -> Result<Answer, QueryError> {
-        let rollup = self.rollup(q);
-        let view = match rollup {
-            Some((tier, table)) => self.rollup_view(q, tier, table),
-            None => self.view(q),
+        let places = self.places(q);
+        let rollup = match places {
+            Some(_) => Some((Tier::Hour, "places_1h")),
+            None => self.rollup(q),
+        };
+        let view = match (places, rollup) {
+            (Some(side), _) => self.places_view(q, side),
+            (None, Some((tier, table))) => self.rollup_view(q, tier, table),
+            (None, None) => self.view(q),
         };
         let filter = q
             .filter
@@ -137,6 +207,7 @@ impl QueryEngine for ClickHouseEngine {
             result,
             stats: ScanStats {
                 tier_seconds: rollup.map_or(0, |(t, _)| (t.bucket_us() / 1_000_000) as u32),
+                table: rollup.map_or("flows", |(_, table)| table),
                 ..ScanStats::default()
             },
         })

@@ -288,6 +288,7 @@ fn pick_feed<S: ColumnSink>(pick: Option<Pick>) -> Feed<S> {
     match pick.map(|p| p.table) {
         Some(crate::parquet::partition::Table::Hosts(_)) => tier::host_feed::<S>,
         Some(crate::parquet::partition::Table::Ports) => tier::port_feed::<S>,
+        Some(crate::parquet::partition::Table::Places) => tier::place_feed::<S>,
         Some(_) => tier::feed::<S>,
         None => feed::<S>,
     }
