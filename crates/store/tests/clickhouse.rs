@@ -861,6 +861,15 @@ fn the_same_queries_answer_the_same_over_parquet_a_clickhouse_server_and_a_clust
         ),
         (
             None,
+            Some("src net-role servers and not dst net-role servers or net-site x"),
+            Kind::Top {
+                key: Key::DstNet,
+                order_by: Metric::Flows,
+                n: 0,
+            },
+        ),
+        (
+            None,
             Some("not net-name \"dc1 web\""),
             Kind::Aggregate {
                 keys: vec![Key::SrcNet, Key::DstPort],

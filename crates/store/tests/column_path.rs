@@ -22,8 +22,8 @@ use tapflow_store::query::series::SeriesSink;
 use tapflow_store::query::sink::{ListSink, Sink, SummarySink};
 use tapflow_store::query::top::{AggregateSink, TopSink};
 use tapflow_store::query::{
-    Cmp, Filter, IfSide, Key, Kind, Metric, Net, Prefixes, Query, QueryEngine, QueryResult, Side,
-    Term, Window, country_code,
+    Cmp, Filter, IfSide, Key, Kind, Metric, Net, NetAttr, Prefixes, Query, QueryEngine,
+    QueryResult, Side, Term, Window, country_code,
 };
 use tapflow_store::schema::addr16;
 use tapflow_store::{FlowStore, ParquetOptions, ParquetStore, StoredFlow};
@@ -88,11 +88,21 @@ fn as_name(asn: u32) -> &'static str {
     }
 }
 
-/// The network named `name` (none if empty).
+/// The network named `name` (none if empty), its role, site and tenant some of a few.
 fn network(name: &str) -> &'static tapflow_store::Network {
+    let intern = tapflow_store::names::intern;
+    let (role, site, tenant) = match name {
+        "" => ("", "", ""),
+        "office" => ("users", "fra1", ""),
+        "lab" => ("servers", "fra1", "acme"),
+        _ => ("servers", "ams2", "acme"),
+    };
     tapflow_store::names::intern_network(tapflow_store::Network {
-        name: tapflow_store::names::intern(name),
-        ..Default::default()
+        name: intern(name),
+        role: intern(role),
+        site: intern(site),
+        tenant: intern(tenant),
+        attrs: "",
     })
 }
 
@@ -124,6 +134,14 @@ fn one_way(s: &StoredFlow) -> Vec<OneWay> {
         dst_as_name: s.dst_place.as_name,
         src_net: s.src_place.net.name,
         dst_net: s.dst_place.net.name,
+        src_net_attrs: {
+            let n = s.src_place.net;
+            [n.role, n.site, n.tenant]
+        },
+        dst_net_attrs: {
+            let n = s.dst_place.net;
+            [n.role, n.site, n.tenant]
+        },
         reverse: false,
         flows: 1,
     };
@@ -145,6 +163,8 @@ fn one_way(s: &StoredFlow) -> Vec<OneWay> {
             dst_as_name: fwd.src_as_name,
             src_net: fwd.dst_net,
             dst_net: fwd.src_net,
+            src_net_attrs: fwd.dst_net_attrs,
+            dst_net_attrs: fwd.src_net_attrs,
             tcp_flags: f.rev.tcp_flags,
             packets: f.rev.packets,
             bytes: f.rev.octets,
@@ -281,6 +301,23 @@ fn terms() -> impl Strategy<Value = Term> {
             ]
         )
             .prop_map(|(s, n)| Term::NetName(s, tapflow_store::names::intern(n))),
+        (
+            sides(),
+            prop_oneof![
+                Just(NetAttr::Role),
+                Just(NetAttr::Site),
+                Just(NetAttr::Tenant)
+            ],
+            prop_oneof![
+                Just(""),
+                Just("users"),
+                Just("servers"),
+                Just("fra1"),
+                Just("ams2"),
+                Just("acme")
+            ]
+        )
+            .prop_map(|(s, a, v)| Term::NetAttr(s, a, tapflow_store::names::intern(v))),
         (cmps(), 0u64..25).prop_map(|(c, v)| Term::Packets(c, v)),
         (cmps(), 0u64..20_000).prop_map(|(c, v)| Term::Bytes(c, v)),
         (0u16..64).prop_map(Term::TcpFlags),

@@ -17,7 +17,8 @@ use crate::query::result::{
 };
 use crate::query::top::rank;
 use crate::query::{
-    Filter, IfSide, Key, Kind, Metric, Net, Query, QueryEngine, QueryError, Side, Term, Window,
+    Filter, IfSide, Key, Kind, Metric, Net, NetAttr, Query, QueryEngine, QueryError, Side, Term,
+    Window,
 };
 use crate::schema::{ColumnType, IF_COUNTERS_COLUMNS, Tier};
 
@@ -348,6 +349,12 @@ impl ClickHouseEngine {
             ("dasn", "dst_as_name", "src_as_name"),
             ("snet", "src_net", "dst_net"),
             ("dnet", "dst_net", "src_net"),
+            ("srole", "src_net_role", "dst_net_role"),
+            ("drole", "dst_net_role", "src_net_role"),
+            ("ssite", "src_net_site", "dst_net_site"),
+            ("dsite", "dst_net_site", "src_net_site"),
+            ("stenant", "src_net_tenant", "dst_net_tenant"),
+            ("dtenant", "dst_net_tenant", "src_net_tenant"),
             // Full columns, not constants: a Distributed table's remote parts send them as
             // such, and 18.16 refuses to merge them with a local constant (code 171).
             ("rev", "materialize(toUInt8(0))", "materialize(toUInt8(1))"),
@@ -709,9 +716,27 @@ fn term_sql(t: &Term, d: Dialect) -> String {
                 Side::Any => either(c("snet"), c("dnet")),
             }
         }
+        Term::NetAttr(side, a, value) => {
+            let [s, t] = net_attr_columns(a);
+            let c = |col| format!("{col} = unhex('{}')", hex_text(value.as_bytes()));
+            match side {
+                Side::Src => c(s),
+                Side::Dst => c(t),
+                Side::Any => either(c(s), c(t)),
+            }
+        }
         Term::Packets(op, n) => format!("pkts {} {n}", op.symbol()),
         Term::Bytes(op, n) => format!("octets {} {n}", op.symbol()),
         Term::TcpFlags(m) => format!("bitAnd(flags, {m}) = {m}"),
+    }
+}
+
+/// The one-way view's columns of a network attribute: the sender's and the receiver's.
+const fn net_attr_columns(a: NetAttr) -> &'static [&'static str; 2] {
+    match a {
+        NetAttr::Role => &["srole", "drole"],
+        NetAttr::Site => &["ssite", "dsite"],
+        NetAttr::Tenant => &["stenant", "dtenant"],
     }
 }
 
@@ -744,6 +769,7 @@ fn filter_columns(f: &Filter, v: &mut Vec<&'static str>) {
             Term::As(..) => &["sas", "das"],
             Term::Country(..) => &["scc", "dcc"],
             Term::NetName(..) => &["snet", "dnet"],
+            Term::NetAttr(_, a, _) => &net_attr_columns(*a)[..],
             Term::Packets(..) | Term::Bytes(..) => &[],
             Term::TcpFlags(_) => &["flags"],
         }),

@@ -17,7 +17,7 @@ use crate::query::filter::OneWay;
 use crate::query::series::SeriesSink;
 use crate::query::sink::{ListSink, Sink, SummarySink};
 use crate::query::top::{AggregateSink, TopSink};
-use crate::query::{Cmp, Filter, IfSide, Key, Net, Side, Term, Window};
+use crate::query::{Cmp, Filter, IfSide, Key, Net, NetAttr, Side, Term, Window};
 
 /// Which stored direction of a row a one-way flow is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +61,9 @@ pub struct Columns<'a> {
     dst_as_name: Option<Vec<&'static str>>,
     src_net: Option<Vec<&'static str>>,
     dst_net: Option<Vec<&'static str>>,
+    /// Role, site and tenant of the source's network.
+    src_net_attrs: [Option<Vec<&'static str>>; 3],
+    dst_net_attrs: [Option<Vec<&'static str>>; 3],
 }
 
 impl<'a> Columns<'a> {
@@ -101,6 +104,16 @@ impl<'a> Columns<'a> {
             dst_as_name: texts(b, "dst_as_name")?,
             src_net: texts(b, "src_net")?,
             dst_net: texts(b, "dst_net")?,
+            src_net_attrs: [
+                texts(b, "src_net_role")?,
+                texts(b, "src_net_site")?,
+                texts(b, "src_net_tenant")?,
+            ],
+            dst_net_attrs: [
+                texts(b, "dst_net_role")?,
+                texts(b, "dst_net_site")?,
+                texts(b, "dst_net_tenant")?,
+            ],
         })
     }
 
@@ -206,6 +219,23 @@ impl<'a> Columns<'a> {
         }
     }
 
+    /// The sender's network's attribute `a` in direction `d`.
+    fn src_net_attr(&self, d: Dir, a: NetAttr) -> Option<&[&'static str]> {
+        if d == Dir::Forward {
+            self.src_net_attrs[a as usize].as_deref()
+        } else {
+            self.dst_net_attrs[a as usize].as_deref()
+        }
+    }
+
+    fn dst_net_attr(&self, d: Dir, a: NetAttr) -> Option<&[&'static str]> {
+        if d == Dir::Forward {
+            self.dst_net_attrs[a as usize].as_deref()
+        } else {
+            self.src_net_attrs[a as usize].as_deref()
+        }
+    }
+
     fn packets(&self, d: Dir) -> Option<&'a [u64]> {
         if d == Dir::Forward {
             self.packets
@@ -256,6 +286,10 @@ impl<'a> Columns<'a> {
             dst_as_name: at(self.dst_as_name(d), i),
             src_net: at(self.src_net(d), i),
             dst_net: at(self.dst_net(d), i),
+            src_net_attrs: [NetAttr::Role, NetAttr::Site, NetAttr::Tenant]
+                .map(|a| at(self.src_net_attr(d, a), i)),
+            dst_net_attrs: [NetAttr::Role, NetAttr::Site, NetAttr::Tenant]
+                .map(|a| at(self.dst_net_attr(d, a), i)),
             reverse: d == Dir::Reverse,
             flows: 1,
         }
@@ -363,6 +397,12 @@ fn term(t: &Term, c: &Columns<'_>, d: Dir) -> BooleanBuffer {
         Term::NetName(Side::Any, name) => either(
             compare(c.src_net(d), Cmp::Eq, name, n),
             compare(c.dst_net(d), Cmp::Eq, name, n),
+        ),
+        Term::NetAttr(Side::Src, a, v) => compare(c.src_net_attr(d, a), Cmp::Eq, v, n),
+        Term::NetAttr(Side::Dst, a, v) => compare(c.dst_net_attr(d, a), Cmp::Eq, v, n),
+        Term::NetAttr(Side::Any, a, v) => either(
+            compare(c.src_net_attr(d, a), Cmp::Eq, v, n),
+            compare(c.dst_net_attr(d, a), Cmp::Eq, v, n),
         ),
         Term::Packets(op, v) => compare(c.packets(d), op, v, n),
         Term::Bytes(op, v) => compare(c.bytes(d), op, v, n),

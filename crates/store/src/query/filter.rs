@@ -14,6 +14,7 @@
 //!        | [in|out] if N | vlan N
 //!        | [src|dst] as N | [src|dst] country CC   src as 13335, dst country DE (enrichment)
 //!        | [src|dst] net-name NAME         src net-name office: the networks file's name
+//!        | [src|dst] net-role|net-site|net-tenant VALUE   its role, site, tenant
 //!                                          (`-`: in none of its networks; "a b" quotes
 //!                                          a name with spaces)
 //!        | packets [OP] N | bytes [OP] N   N may end in k, M or G (×1000)
@@ -29,7 +30,7 @@
 
 use tapflow_wire::prefix::{Prefix, PrefixError};
 
-use super::{Cmp, Filter, IfSide, Net, QueryError, Side, Term};
+use super::{Cmp, Filter, IfSide, Net, NetAttr, QueryError, Side, Term};
 use crate::query::result::PROTOCOLS;
 
 /// How deep `not`s and parentheses may nest: far above a filter a person writes, far below
@@ -236,6 +237,9 @@ impl Parser {
             "as" => Term::As(Side::Any, self.as_number()?),
             "country" => Term::Country(Side::Any, self.country()?),
             "net-name" => Term::NetName(Side::Any, self.net_name()?),
+            "net-role" | "net-site" | "net-tenant" => {
+                Term::NetAttr(Side::Any, net_attr(&word), self.net_name()?)
+            }
             "packets" => {
                 let op = self.cmp();
                 Term::Packets(op, self.count("a packet count")?)
@@ -267,6 +271,12 @@ impl Parser {
         }
         if self.eat("net-name") {
             return Ok(Filter::Term(Term::NetName(side, self.net_name()?)));
+        }
+        for word in ["net-role", "net-site", "net-tenant"] {
+            if self.eat(word) {
+                let value = self.net_name()?;
+                return Ok(Filter::Term(Term::NetAttr(side, net_attr(word), value)));
+            }
         }
         let _ = self.eat("ip") || self.eat("host") || self.eat("net");
         Ok(Filter::Term(Term::Addr(side, self.net()?)))
@@ -366,6 +376,15 @@ impl Parser {
             .ok()
             .and_then(|n| n.checked_mul(scale))
             .ok_or_else(|| err(format!("filter: '{t}' is not {what}")))
+    }
+}
+
+/// The attribute a `net-role`, `net-site` or `net-tenant` word names.
+fn net_attr(word: &str) -> NetAttr {
+    match word {
+        "net-role" => NetAttr::Role,
+        "net-site" => NetAttr::Site,
+        _ => NetAttr::Tenant,
     }
 }
 
@@ -474,6 +493,10 @@ pub struct OneWay {
     pub src_net: &'static str,
     /// The receiver's network name.
     pub dst_net: &'static str,
+    /// The sender's network's role, site and tenant (empty: none).
+    pub src_net_attrs: [&'static str; 3],
+    /// The receiver's network's role, site and tenant.
+    pub dst_net_attrs: [&'static str; 3],
     /// Whether it is the stored row's reverse direction.
     pub reverse: bool,
     /// How many one-way flows it stands for: 1 for a stored flow, a rollup row's count.
@@ -537,6 +560,11 @@ impl Term {
             Term::NetName(Side::Src, n) => f.src_net == n,
             Term::NetName(Side::Dst, n) => f.dst_net == n,
             Term::NetName(Side::Any, n) => f.src_net == n || f.dst_net == n,
+            Term::NetAttr(Side::Src, a, v) => f.src_net_attrs[a as usize] == v,
+            Term::NetAttr(Side::Dst, a, v) => f.dst_net_attrs[a as usize] == v,
+            Term::NetAttr(Side::Any, a, v) => {
+                f.src_net_attrs[a as usize] == v || f.dst_net_attrs[a as usize] == v
+            }
             Term::Packets(op, n) => op.holds(f.packets, n),
             Term::Bytes(op, n) => op.holds(f.bytes, n),
             Term::TcpFlags(m) => f.tcp_flags & m == m,
@@ -556,6 +584,9 @@ impl Term {
             Term::As(..) => &["src_as", "dst_as"],
             Term::Country(..) => &["src_country", "dst_country"],
             Term::NetName(..) => &["src_net", "dst_net"],
+            Term::NetAttr(_, NetAttr::Role, _) => &["src_net_role", "dst_net_role"],
+            Term::NetAttr(_, NetAttr::Site, _) => &["src_net_site", "dst_net_site"],
+            Term::NetAttr(_, NetAttr::Tenant, _) => &["src_net_tenant", "dst_net_tenant"],
             Term::Packets(..) => &["packets", "rev_packets"],
             Term::Bytes(..) => &["bytes", "rev_bytes"],
             Term::TcpFlags(_) => &["tcp_flags", "rev_tcp_flags"],
@@ -587,6 +618,7 @@ mod tests {
             out_if: 7,
             vlan: 100,
             src_net: crate::names::intern("office"),
+            dst_net_attrs: ["servers", "fra1", "acme"],
             flows: 1,
             ..OneWay::default()
         }
@@ -623,6 +655,7 @@ mod tests {
             "proto 6",
             "src net-name office",
             "net-name office and dst net-name -",
+            "dst net-role servers and net-site fra1 and net-tenant acme and src net-role -",
             "not dst net-name office",
             "src net-name \"office\" and (src net-name \"a (b)\" or tcp)",
         ] {
@@ -642,6 +675,8 @@ mod tests {
             "dst net-name office",
             "src net-name Office",
             "src net-name -",
+            "src net-role servers",
+            "net-tenant fra1",
         ] {
             assert!(!yes(t), "{t} should not match");
         }

@@ -304,6 +304,9 @@ pub enum Term {
     /// The name of the operator's network holding the address at `side` is this
     /// (`src net-name office`), exactly; the text is interned ([`crate::names::intern`]).
     NetName(Side, &'static str),
+    /// The role, site or tenant of the operator's network holding the address at `side` is this
+    /// (`dst net-role servers`, `net-site fra1`, `src net-tenant acme`), exactly; interned.
+    NetAttr(Side, NetAttr, &'static str),
     /// The one-way flow's packets compare to the value.
     Packets(Cmp, u64),
     /// The one-way flow's bytes compare to the value.
@@ -311,6 +314,17 @@ pub enum Term {
     /// Every TCP flag in the mask is set in the one-way flow's flags (`flags S`, nfdump letters
     /// `FSRPAUEC` for FIN SYN RST PSH ACK URG ECE CWR); the flags of non-TCP flows are 0.
     TcpFlags(u16),
+}
+
+/// Which attribute of a network a [`Term::NetAttr`] looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NetAttr {
+    /// Its role (`net-role`).
+    Role,
+    /// Its site (`net-site`).
+    Site,
+    /// Its tenant (`net-tenant`).
+    Tenant,
 }
 
 /// Which interface a term looks at.

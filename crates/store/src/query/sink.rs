@@ -56,6 +56,8 @@ impl Sink for ListSink {
             dst_as_name: "",
             src_net: "",
             dst_net: "",
+            src_net_attrs: [""; 3],
+            dst_net_attrs: [""; 3],
             ..*f
         });
         // Bounded memory under a limit: keep the earliest `limit` now and then.
