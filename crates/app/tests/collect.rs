@@ -1437,4 +1437,38 @@ fn enrichment_places_every_flow_and_reloads_under_a_stream() {
     assert!(some.contains("2060"), "{some}");
     let none = q(&["-s", "srcas/flows", "dst as 13335"]);
     assert!(!none.contains("64500"), "{none}");
+    // AS names beside the numbers, network names as keys and filter words.
+    let top = q(&["-s", "srcas/bytes"]);
+    assert!(
+        top.starts_with("srcas,srcas_name,flows,") && top.contains("64500,\"Example, Inc.\",2060,"),
+        "{top}"
+    );
+    assert!(some.contains("64500,\"Example, Inc.\","), "{some}");
+    let nets = q(&["-s", "srcnet/flows"]);
+    let lab = nets.lines().find(|l| l.starts_with("lab,")).unwrap_or("");
+    let lab2 = nets.lines().find(|l| l.starts_with("lab2,")).unwrap_or("");
+    assert_eq!(
+        lab.split(',').nth(1).and_then(|n| n.parse::<usize>().ok()),
+        Some(names["lab"]),
+        "{nets}"
+    );
+    assert_eq!(
+        lab2.split(',').nth(1).and_then(|n| n.parse::<usize>().ok()),
+        Some(names["lab2"]),
+        "{nets}"
+    );
+    let by = q(&[
+        "-a",
+        "srcnet,dstnet",
+        "src net-name lab2 and dst net-name web",
+    ]);
+    assert!(by.contains(&format!("lab2,web,{},", names["lab2"])), "{by}");
+    let json = {
+        let mut c = tapflow(["query", "-R", store.to_str().unwrap(), "--json"]);
+        run_ok(c.args(["-a", "srcas,srcnet"]))
+    };
+    assert!(
+        json.contains("\"srcas\":64500,\"srcas_name\":\"Example, Inc.\",\"srcnet\":\"lab\""),
+        "{json}"
+    );
 }

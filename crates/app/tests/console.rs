@@ -18,7 +18,9 @@ use base64::Engine;
 use common::{ChildGuard, tapflow};
 use serde_json::{Value, json};
 use tapflow_store::parquet::store::{ParquetOptions, ParquetStore};
-use tapflow_store::{ExporterStats, FlowStore, InterfaceCounters, StoredFlow, schema::addr16};
+use tapflow_store::{
+    ExporterStats, FlowStore, InterfaceCounters, Place, StoredFlow, schema::addr16,
+};
 use tapflow_wire::flowrecord::{Counters, FlowRecord};
 
 fn free_port() -> u16 {
@@ -98,6 +100,13 @@ fn fill_store(dir: &Path) -> u64 {
             domain: 1,
             sampling: 1,
             received_ns: start + 2_000_000_000,
+            // Enrichment's places: two ASes with their names, one sender in no network.
+            src_place: Place {
+                asn: [64_500, 13_335][usize::from(sender % 2)],
+                as_name: ["Example, Inc.", "Cloudflare, Inc."][usize::from(sender % 2)],
+                country: *b"DE",
+                net: network(["office", "dc1 web", ""][usize::from(sender % 3)]),
+            },
             ..StoredFlow::default()
         });
     }
@@ -143,6 +152,14 @@ fn fill_store(dir: &Path) -> u64 {
     let report = Box::new(store).close().expect("close");
     assert_eq!(report.stored, 600);
     600
+}
+
+/// The network named `name` (none if empty).
+fn network(name: &str) -> &'static tapflow_store::Network {
+    tapflow_store::names::intern_network(tapflow_store::Network {
+        name: tapflow_store::names::intern(name),
+        ..Default::default()
+    })
 }
 
 /// `tapflow console` on a free port; returns its guard and base URL.
@@ -357,13 +374,17 @@ fn query_top(store: &Path, stat: &str, filter: Option<&str>) -> Vec<(String, u64
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
             let v: Value = serde_json::from_str(l).expect("query json line");
-            (
-                v[key]
-                    .as_str()
-                    .map(str::to_owned)
-                    .unwrap_or_else(|| v[key].to_string()),
-                v["bytes"].as_u64().expect("bytes"),
-            )
+            let text = v[key]
+                .as_str()
+                .map(|t| if t.is_empty() { "-" } else { t }.to_owned())
+                .unwrap_or_else(|| v[key].to_string());
+            // An AS as the console labels it: `AS64500 Example, Inc.`.
+            let text = match v[format!("{key}_name")].as_str() {
+                Some(name) => format!("AS{text} {name}"),
+                None if key.ends_with("as") => format!("AS{text}"),
+                None => text,
+            };
+            (text, v["bytes"].as_u64().expect("bytes"))
         })
         .collect()
 }
@@ -424,6 +445,10 @@ fn the_console_shows_what_query_answers_and_filters_every_view_on_a_click() {
         ("srcip", "srcip/bytes"),
         ("dstport", "dstport/bytes"),
         ("proto", "proto/bytes"),
+        ("srcas", "srcas/bytes"),
+        ("dstas", "dstas/bytes"),
+        ("srcnet", "srcnet/bytes"),
+        ("dstnet", "dstnet/bytes"),
     ] {
         let want: Vec<(String, String)> = query_top(dir.path(), stat, None)
             .into_iter()
@@ -460,6 +485,53 @@ fn the_console_shows_what_query_answers_and_filters_every_view_on_a_click() {
          r.querySelector('[data-key=in_errors]').textContent] : null",
     );
     assert_eq!(iface, json!(["alarm", "192.0.2.251", "5", "3"]), "{iface}");
+
+    // ASes with their names beside the numbers; every sender's network, one in none.
+    let ases: Vec<String> = page_top(&d, "srcas").into_iter().map(|r| r.0).collect();
+    // (The answers' reverse directions come from the receivers, of no known AS.)
+    assert_eq!(
+        ases,
+        ["AS13335 Cloudflare, Inc.", "AS0", "AS64500 Example, Inc."],
+        "{ases:?}"
+    );
+    let nets: Vec<String> = page_top(&d, "srcnet").into_iter().map(|r| r.0).collect();
+    assert_eq!(nets.len(), 3, "{nets:?}");
+    for n in ["office", "dc1 web", "-"] {
+        assert!(nets.iter().any(|x| x == n), "{nets:?}");
+    }
+    // The group-by selector stacks the chart by network; a click on a network filters by it.
+    d.run(
+        "const k = document.getElementById('key'); k.value = 'srcnet';\
+         k.dispatchEvent(new Event('change')); return true",
+    );
+    d.until(
+        "the chart stacked by network",
+        "return location.search.includes('key=srcnet')",
+    );
+    let before = d.refreshed();
+    d.run(
+        "[...document.querySelectorAll('#top-srcnet tbody tr')]         .find(r => r.cells[0].textContent === 'dc1 web').click(); return true",
+    );
+    d.wait_refresh_after(before);
+    let filter = d.run("return document.getElementById('filter').value");
+    assert_eq!(filter, json!("src net-name \"dc1 web\""));
+    let want: Vec<(String, String)> =
+        query_top(dir.path(), "srcip/bytes", Some("src net-name \"dc1 web\""))
+            .into_iter()
+            .map(|(k, b)| (k, human_bytes(b)))
+            .collect();
+    // Senders 10.0.0.2, .5 and .8 are in it.
+    assert_eq!(want.len(), 3, "{want:?}");
+    assert_eq!(page_top(&d, "srcip"), want);
+    d.screenshot("by-network");
+    // Back to the unfiltered view by protocol.
+    let before = d.refreshed();
+    d.run("document.getElementById('clear').click(); return true");
+    d.wait_refresh_after(before);
+    d.until(
+        "the filter cleared",
+        "return !location.search.includes('filter=')",
+    );
 
     // A click on the top sender filters every view.
     let first = page_top(&d, "srcip")[0].0.clone();

@@ -26,7 +26,7 @@ use axum::routing::get;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value as Json_, json};
 
-use tapflow_store::query::result::{addr_text, proto_name};
+use tapflow_store::query::result::{AsNames, addr_text, proto_name};
 use tapflow_store::query::time::parse_window;
 use tapflow_store::query::{
     Answer, Counters, Filter, Key, Kind, Metric, OneWay, Query, QueryEngine, QueryError,
@@ -294,6 +294,8 @@ const KEYS: &[Key] = &[
     Key::DstAs,
     Key::SrcCountry,
     Key::DstCountry,
+    Key::SrcNet,
+    Key::DstNet,
 ];
 
 fn key(name: &str) -> Option<Key> {
@@ -304,12 +306,25 @@ fn key_names() -> String {
     KEYS.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ")
 }
 
+/// `value` under `key` as the page shows it: an AS number as `AS13335` with its name beside it
+/// where the store knows it (`AS13335 Cloudflare, Inc.`), anything else as query prints it.
+fn label(key: Key, value: &Value, names: &AsNames) -> String {
+    match (key.is_as(), value) {
+        (true, Value::Num(n)) => match names.get(n) {
+            Some(name) => format!("AS{n} {name}"),
+            None => format!("AS{n}"),
+        },
+        _ => value.show(key),
+    }
+}
+
 /// The filter term that selects `value` under `key`, for click-to-filter.
 fn term(key: Key, value: &Value) -> String {
     let v = match (key, value) {
         (Key::Protocol, Value::Num(p)) => proto_name(*p as u8)
             .map(str::to_ascii_lowercase)
             .unwrap_or_else(|| p.to_string()),
+        (Key::SrcNet | Key::DstNet, Value::Text(t)) if !t.is_empty() => format!("\"{t}\""),
         (_, v) => v.show(key),
     };
     match key {
@@ -328,6 +343,8 @@ fn term(key: Key, value: &Value) -> String {
         Key::DstAs => format!("dst as {v}"),
         Key::SrcCountry => format!("src country {v}"),
         Key::DstCountry => format!("dst country {v}"),
+        Key::SrcNet => format!("src net-name {v}"),
+        Key::DstNet => format!("dst net-name {v}"),
     }
 }
 
@@ -398,10 +415,15 @@ fn unit(metric: Metric) -> &'static str {
     }
 }
 
-fn table(answer: Answer) -> Result<(Vec<Row>, Counters, u32), ApiError> {
+fn table(answer: Answer) -> Result<(Vec<Row>, Counters, u32, AsNames), ApiError> {
     let tier = answer.stats.tier_seconds;
     match answer.result {
-        QueryResult::Table { rows, total, .. } => Ok((rows, total, tier)),
+        QueryResult::Table {
+            rows,
+            total,
+            as_names,
+            ..
+        } => Ok((rows, total, tier, as_names)),
         _ => Err(ApiError(
             StatusCode::INTERNAL_SERVER_ERROR,
             "the store answered a table query with something else".into(),
@@ -482,9 +504,9 @@ async fn series_inner(
         run(&state, query(window, None)),
         run(&state, query(previous, None)),
     );
-    let (rows, _, tier) = table(by_key?)?;
-    let (total_rows, totals, _) = table(total?)?;
-    let (before_rows, _, _) = table(before?)?;
+    let (rows, _, tier, names) = table(by_key?)?;
+    let (total_rows, totals, _, _) = table(total?)?;
+    let (before_rows, _, _, _) = table(before?)?;
 
     let index = |t: i64, base: i64| bucket(t, base, every_us);
     let mut order: Vec<Value> = Vec::new();
@@ -534,7 +556,7 @@ async fn series_inner(
             *o = (*o - x).max(0.0);
         }
         out.push(Series {
-            name: v.show(key),
+            name: label(key, &v, &names),
             filter: Some(term(key, &v)),
             values,
         });
@@ -617,7 +639,7 @@ async fn top_inner(
         },
     )
     .await?;
-    let (rows, total, tier) = table(answer)?;
+    let (rows, total, tier, names) = table(answer)?;
     let mut order: Vec<(Value, Counters, Vec<f64>)> = Vec::new();
     for r in &rows {
         let (Some(t), Some(v)) = (r.time_us, r.values.first()) else {
@@ -655,6 +677,7 @@ async fn top_inner(
             let amount = per_second(metric, c, 1_000_000);
             json!({
                 "value": v.show(key),
+                "label": label(key, v, &names),
                 "filter": term(key, v),
                 "flows": c.flows,
                 "packets": c.packets,
@@ -943,7 +966,7 @@ async fn health_inner(
         },
     )
     .await?;
-    let (rows, _, _) = table(answer)?;
+    let (rows, _, _, _) = table(answer)?;
     let span_s = (window.end_us.saturating_sub(window.start_us) as f64 / 1e6).max(1e-6);
     let stats = blocking(&state, move |engine| {
         engine.exporter_stats(window).map_err(ApiError::from)

@@ -5,7 +5,7 @@ import uPlot from '/vendor/uPlot.esm.js';
 const $ = (id) => document.getElementById(id);
 const started = performance.now();
 window.tapflowTiming = {};
-const TOPS = ['srcip', 'dstip', 'dstport', 'proto', 'exporter'];
+const TOPS = ['srcip', 'dstip', 'dstport', 'proto', 'exporter', 'srcas', 'dstas', 'srcnet', 'dstnet'];
 const COLORS = ['#2563eb', '#f59e0b', '#10b981', '#ef4444', '#8b5cf6', '#06b6d4', '#ec4899',
   '#84cc16', '#f97316', '#64748b'];
 
@@ -199,7 +199,8 @@ function drawTop(key, t) {
     const tr = body.insertRow();
     tr.dataset.filter = row.filter;
     tr.title = `filter: ${row.filter}`;
-    cell(tr, row.value);
+    // An AS with its name beside the number (AS13335 Cloudflare, Inc.).
+    cell(tr, row.label ?? row.value);
     cell(tr, amount(row, t.metric));
     cell(tr, rate(row.average, t.unit));
     cell(tr, rate(row.p95, t.unit));

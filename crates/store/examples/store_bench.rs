@@ -189,7 +189,7 @@ fn main() {
     let (cpu, wall) = (cpu_seconds() - cpu0, t0.elapsed().as_secs_f64());
     assert_eq!(report.stored, total as u64);
     let (flow_bytes, flow_files) = table_bytes(dir, Table::Flows);
-    let rollup_bytes: u64 = Table::ALL[1..8]
+    let rollup_bytes: u64 = Table::ALL[1..10]
         .iter()
         .map(|&t| table_bytes(dir, t).0)
         .sum();

@@ -269,6 +269,23 @@ pub const PORTS_COLUMNS: &[(&str, ColumnType)] = &[
     ("bytes", ColumnType::U64),
 ];
 
+/// The 1-hour places table (`places_1h`): per hour, every (AS number and name, country,
+/// network name) that sent (`side` 0: the source's place) or received (`side` 1: the
+/// destination's) one-way flows, as enrichment set them, with the `flows`, `packets` and `bytes`
+/// of those one-way flows. Several rows may share a key (written at different times): readers
+/// sum them.
+pub const PLACES_COLUMNS: &[(&str, ColumnType)] = &[
+    ("time", ColumnType::TimestampMicros),
+    ("side", ColumnType::U8),
+    ("asn", ColumnType::U32),
+    ("as_name", ColumnType::Utf8),
+    ("country", ColumnType::Utf8),
+    ("net", ColumnType::Utf8),
+    ("flows", ColumnType::U64),
+    ("packets", ColumnType::U64),
+    ("bytes", ColumnType::U64),
+];
+
 /// Interface names exporters announced ([`InterfaceName`]); the newest row per exporter,
 /// domain and index holds.
 pub const INTERFACE_COLUMNS: &[(&str, ColumnType)] = &[

@@ -93,6 +93,15 @@ impl Drop for Servers {
     }
 }
 
+/// The network named `name` (none if empty).
+fn network(name: &str) -> &'static tapflow_store::Network {
+    tapflow_store::names::intern_network(tapflow_store::Network {
+        name: tapflow_store::names::intern(name),
+        role: tapflow_store::names::intern(if name.is_empty() { "" } else { "servers" }),
+        ..Default::default()
+    })
+}
+
 /// `n` flows from ten exporters over two hours, addresses and counters varying.
 fn flows(n: u64) -> Vec<StoredFlow> {
     let t0 = 1_795_000_000_000_000_000u64; // 2026-11-18, ns
@@ -187,12 +196,13 @@ fn flows(n: u64) -> Vec<StoredFlow> {
                     asn: 64500 + (i % 3) as u32,
                     as_name: "Example, Inc.",
                     country: [*b"DE", *b"FR", [0; 2]][(i % 3) as usize],
-                    ..Place::default()
+                    net: network(["office", "dc1 web", "", "lab's (new)"][(i % 4) as usize]),
                 },
                 dst_place: Place {
                     asn: [0, 15169][(i % 2) as usize],
+                    as_name: ["", "Google LLC"][(i % 2) as usize],
                     country: [*b"US", [0; 2], *b"JP"][(i % 7 % 3) as usize],
-                    ..Place::default()
+                    net: network(["", "office", "transit\tA"][(i % 5 % 3) as usize]),
                 },
             }
         })
@@ -426,9 +436,18 @@ fn beyond_the_spool_limit_drops_are_counted_and_the_rest_survives_the_run() {
     let ch = Servers::start(28300, 1);
     let spool = tempfile::tempdir().unwrap();
     let rows = 2000u64;
-    let mut one = Vec::new();
-    encode_flow(&mut one, &StoredFlow::default());
-    let batch_bytes = rows * one.len() as u64;
+    let f = flows(10 * rows);
+    // The largest a batch of the flows below can be (their names differ in length).
+    let one = f
+        .iter()
+        .map(|x| {
+            let mut one = Vec::new();
+            encode_flow(&mut one, x);
+            one.len() as u64
+        })
+        .max()
+        .unwrap();
+    let batch_bytes = rows * one;
     let mut c = config(format!("http://{}/t", ch.host(0)), rows);
     c.spool_dir = Some(spool.path().to_path_buf());
     c.memory_limit = 0;
@@ -436,7 +455,6 @@ fn beyond_the_spool_limit_drops_are_counted_and_the_rest_survives_the_run() {
     c.close_timeout = Duration::from_secs(1);
     let mut store = Box::new(ClickHouseStore::open(c.clone()).unwrap());
     ch.kill(0);
-    let f = flows(10 * rows);
     insert_in_calls(store.as_mut(), &f, rows as usize);
     let r = store.report();
     assert_eq!(
@@ -834,6 +852,61 @@ fn the_same_queries_answer_the_same_over_parquet_a_clickhouse_server_and_a_clust
         ),
         (
             None,
+            Some("src net-name office or dst net-name \"transit\tA\""),
+            Kind::Top {
+                key: Key::SrcNet,
+                order_by: Metric::Bytes,
+                n: 0,
+            },
+        ),
+        (
+            None,
+            Some("src net-role servers and not dst net-role servers or net-site x"),
+            Kind::Top {
+                key: Key::DstNet,
+                order_by: Metric::Flows,
+                n: 0,
+            },
+        ),
+        (
+            None,
+            Some("not net-name \"dc1 web\""),
+            Kind::Aggregate {
+                keys: vec![Key::SrcNet, Key::DstPort],
+                order_by: Metric::Flows,
+                n: 0,
+            },
+        ),
+        (
+            None,
+            Some("dst net-name -"),
+            Kind::Aggregate {
+                keys: vec![Key::SrcAs, Key::DstPort, Key::DstAs, Key::DstNet],
+                order_by: Metric::Bytes,
+                n: 7,
+            },
+        ),
+        (
+            half_hour,
+            None,
+            Kind::Series {
+                every_us: 600_000_000,
+                key: Some(Key::DstAs),
+                order_by: Metric::Flows,
+                n: 2,
+            },
+        ),
+        (
+            None,
+            Some("src net-name \"lab's (new)\""),
+            Kind::Top {
+                key: Key::DstNet,
+                order_by: Metric::Packets,
+                n: 2,
+            },
+        ),
+        (
+            None,
             Some("not src country DE"),
             Kind::Aggregate {
                 keys: vec![Key::SrcCountry, Key::DstAs, Key::DstCountry],
@@ -916,12 +989,94 @@ fn the_same_queries_answer_the_same_over_parquet_a_clickhouse_server_and_a_clust
             QueryResult::Summary(s) => s.total.flows == 0,
         };
         assert!(!empty, "the query selects something: {q:?}");
+        // AS numbers come with their names where enrichment knew them.
+        if let QueryResult::Table { keys, as_names, .. } = &want {
+            if keys.contains(&Key::SrcAs) {
+                assert_eq!(as_names.get(&64500), Some(&"Example, Inc."), "{q:?}");
+            }
+            if keys.contains(&Key::DstAs) {
+                assert_eq!(as_names.get(&15169), Some(&"Google LLC"), "{q:?}");
+                assert!(!as_names.contains_key(&0), "{q:?}");
+            }
+        }
         for (url, clickhouse) in urls.iter().zip(&servers) {
             let got = clickhouse
                 .run(&q)
                 .unwrap_or_else(|e| panic!("{url} {q:?}: {e}"))
                 .result;
             assert_eq!(got, want, "{url} {q:?}");
+        }
+    }
+
+    // AS, country and network keys over whole hours from the places table, on both stores:
+    // the same answers as each other (first and last times the hours' bounds), the same sums
+    // as from the flows.
+    let parquet_tiers = ParquetEngine::new(dir.path(), 2);
+    let server_tiers: Vec<ClickHouseEngine> = urls
+        .iter()
+        .map(|u| ClickHouseEngine::open(u).unwrap())
+        .collect();
+    let places = [
+        Kind::Top {
+            key: Key::SrcAs,
+            order_by: Metric::Bytes,
+            n: 0,
+        },
+        Kind::Top {
+            key: Key::DstCountry,
+            order_by: Metric::Flows,
+            n: 2,
+        },
+        Kind::Aggregate {
+            keys: vec![Key::SrcNet, Key::SrcAs],
+            order_by: Metric::Packets,
+            n: 0,
+        },
+        Kind::Series {
+            every_us: 3_600_000_000,
+            key: Some(Key::DstNet),
+            order_by: Metric::Bytes,
+            n: 2,
+        },
+    ];
+    let sums = |r: &QueryResult| match r {
+        QueryResult::Table { rows, total, .. } => {
+            let mut v: Vec<_> = rows
+                .iter()
+                .map(|r| {
+                    let c = r.counters;
+                    (
+                        r.time_us.map(|t| t - t % 3_600_000_000),
+                        r.values.clone(),
+                        c.flows,
+                        c.packets,
+                        c.bytes,
+                    )
+                })
+                .collect();
+            v.sort();
+            (v, total.flows, total.packets, total.bytes)
+        }
+        r => panic!("{r:?}"),
+    };
+    for kind in places {
+        let q = Query {
+            window: None,
+            filter: None,
+            kind,
+        };
+        let want = parquet_tiers.run(&q).unwrap();
+        assert_eq!(want.stats.table, "places_1h", "{q:?}");
+        let raw = parquet.run(&q).unwrap().result;
+        if !matches!(q.kind, Kind::Top { n: 2, .. } | Kind::Series { .. }) {
+            assert_eq!(sums(&want.result), sums(&raw), "{q:?}");
+        }
+        for (url, clickhouse) in urls.iter().zip(&server_tiers) {
+            let got = clickhouse
+                .run(&q)
+                .unwrap_or_else(|e| panic!("{url} {q:?}: {e}"));
+            assert_eq!(got.stats.table, "places_1h", "{url} {q:?}");
+            assert_eq!(got.result, want.result, "{url} {q:?}");
         }
     }
 }

@@ -22,8 +22,8 @@ use tapflow_store::query::series::SeriesSink;
 use tapflow_store::query::sink::{ListSink, Sink, SummarySink};
 use tapflow_store::query::top::{AggregateSink, TopSink};
 use tapflow_store::query::{
-    Cmp, Filter, IfSide, Key, Kind, Metric, Net, Prefixes, Query, QueryEngine, QueryResult, Side,
-    Term, Window, country_code,
+    Cmp, Filter, IfSide, Key, Kind, Metric, Net, NetAttr, Prefixes, Query, QueryEngine,
+    QueryResult, Side, Term, Window, country_code,
 };
 use tapflow_store::schema::addr16;
 use tapflow_store::{FlowStore, ParquetOptions, ParquetStore, StoredFlow};
@@ -58,6 +58,11 @@ fn store() -> &'static (tempfile::TempDir, Vec<StoredFlow>) {
             f.src_place.country = [[0; 2], *b"DE", *b"FR"][pick as usize % 3];
             f.dst_place.asn = [0, 64_500, 15_169][usize::from(f.flow.dst[3]) % 3];
             f.dst_place.country = [*b"DE", *b"US", [0; 2]][usize::from(f.flow.dst[3]) % 3];
+            // AS names beside the numbers, and the operator's networks, some in none.
+            f.src_place.as_name = as_name(f.src_place.asn);
+            f.dst_place.as_name = as_name(f.dst_place.asn);
+            f.src_place.net = network(["", "office", "dc1 web"][pick as usize % 3]);
+            f.dst_place.net = network(["office", "", "lab"][usize::from(f.flow.dst[2]) % 3]);
         }
         for chunk in input.chunks(2000) {
             s.insert(chunk).unwrap();
@@ -70,6 +75,34 @@ fn store() -> &'static (tempfile::TempDir, Vec<StoredFlow>) {
         }
         assert_eq!(back.len(), N);
         (dir, back)
+    })
+}
+
+/// The name the fixture gives AS `asn` (none for 0).
+fn as_name(asn: u32) -> &'static str {
+    match asn {
+        0 => "",
+        13_335 => "Cloudflare, Inc.",
+        15_169 => "Google LLC",
+        _ => "Example\tNet",
+    }
+}
+
+/// The network named `name` (none if empty), its role, site and tenant some of a few.
+fn network(name: &str) -> &'static tapflow_store::Network {
+    let intern = tapflow_store::names::intern;
+    let (role, site, tenant) = match name {
+        "" => ("", "", ""),
+        "office" => ("users", "fra1", ""),
+        "lab" => ("servers", "fra1", "acme"),
+        _ => ("servers", "ams2", "acme"),
+    };
+    tapflow_store::names::intern_network(tapflow_store::Network {
+        name: intern(name),
+        role: intern(role),
+        site: intern(site),
+        tenant: intern(tenant),
+        attrs: "",
     })
 }
 
@@ -97,6 +130,18 @@ fn one_way(s: &StoredFlow) -> Vec<OneWay> {
         dst_as: s.dst_place.asn,
         src_country: country_code(&s.src_place.country),
         dst_country: country_code(&s.dst_place.country),
+        src_as_name: s.src_place.as_name,
+        dst_as_name: s.dst_place.as_name,
+        src_net: s.src_place.net.name,
+        dst_net: s.dst_place.net.name,
+        src_net_attrs: {
+            let n = s.src_place.net;
+            [n.role, n.site, n.tenant]
+        },
+        dst_net_attrs: {
+            let n = s.dst_place.net;
+            [n.role, n.site, n.tenant]
+        },
         reverse: false,
         flows: 1,
     };
@@ -114,6 +159,12 @@ fn one_way(s: &StoredFlow) -> Vec<OneWay> {
             dst_as: fwd.src_as,
             src_country: fwd.dst_country,
             dst_country: fwd.src_country,
+            src_as_name: fwd.dst_as_name,
+            dst_as_name: fwd.src_as_name,
+            src_net: fwd.dst_net,
+            dst_net: fwd.src_net,
+            src_net_attrs: fwd.dst_net_attrs,
+            dst_net_attrs: fwd.src_net_attrs,
             tcp_flags: f.rev.tcp_flags,
             packets: f.rev.packets,
             bytes: f.rev.octets,
@@ -239,6 +290,34 @@ fn terms() -> impl Strategy<Value = Term> {
             prop_oneof![Just(*b"DE"), Just(*b"US"), Just(*b"FR")]
         )
             .prop_map(|(s, c)| Term::Country(s, country_code(&c))),
+        (
+            sides(),
+            prop_oneof![
+                Just(""),
+                Just("office"),
+                Just("dc1 web"),
+                Just("lab"),
+                Just("x")
+            ]
+        )
+            .prop_map(|(s, n)| Term::NetName(s, tapflow_store::names::intern(n))),
+        (
+            sides(),
+            prop_oneof![
+                Just(NetAttr::Role),
+                Just(NetAttr::Site),
+                Just(NetAttr::Tenant)
+            ],
+            prop_oneof![
+                Just(""),
+                Just("users"),
+                Just("servers"),
+                Just("fra1"),
+                Just("ams2"),
+                Just("acme")
+            ]
+        )
+            .prop_map(|(s, a, v)| Term::NetAttr(s, a, tapflow_store::names::intern(v))),
         (cmps(), 0u64..25).prop_map(|(c, v)| Term::Packets(c, v)),
         (cmps(), 0u64..20_000).prop_map(|(c, v)| Term::Bytes(c, v)),
         (0u16..64).prop_map(Term::TcpFlags),
@@ -277,6 +356,8 @@ fn keys() -> impl Strategy<Value = Key> {
         Just(Key::DstAs),
         Just(Key::SrcCountry),
         Just(Key::DstCountry),
+        Just(Key::SrcNet),
+        Just(Key::DstNet),
     ]
 }
 

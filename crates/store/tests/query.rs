@@ -47,7 +47,25 @@ fn write_day(dir: &Path) -> Vec<StoredFlow> {
         ..ParquetOptions::default()
     };
     let mut store = Box::new(ParquetStore::open(dir, opts).unwrap());
-    let input = flows(7, N, day0_us(), 24 * H, 500);
+    let mut input = flows(7, N, day0_us(), 24 * H, 500);
+    // Enrichment's places: a few ASes with names, countries and networks, some unknown.
+    for f in &mut input {
+        let pick = usize::from(f.flow.src[3] ^ f.flow.dst[3]);
+        f.src_place.asn = [0, 64_500, 13_335][pick % 3];
+        f.src_place.as_name = ["", "Example, Inc.", "Cloudflare, Inc."][pick % 3];
+        f.src_place.country = [[0; 2], *b"DE", *b"FR", *b"US"][pick % 4];
+        f.dst_place.asn = [15_169, 0][pick % 2];
+        f.dst_place.as_name = ["Google LLC", ""][pick % 2];
+        f.dst_place.country = [*b"US", *b"JP", [0; 2]][pick % 3];
+        let net = |name: &str| {
+            tapflow_store::names::intern_network(tapflow_store::Network {
+                name: tapflow_store::names::intern(name),
+                ..Default::default()
+            })
+        };
+        f.src_place.net = net(["office", "", "dc1 web", "lab"][pick % 4]);
+        f.dst_place.net = net(["", "office"][pick % 2]);
+    }
     for chunk in input.chunks(5000) {
         store.insert(chunk).unwrap();
         store.flush().unwrap();
@@ -516,6 +534,72 @@ fn rollup_tiers_answer_like_the_flows() {
         ),
         0,
     );
+
+    // AS, country and network from the 1-hour places table, with the AS names; a filter, an
+    // unaligned window or keys of both sides go to the flows.
+    let by = |key, order_by| Kind::Top {
+        key,
+        order_by,
+        n: 0,
+    };
+    for (key, order_by) in [
+        (Key::SrcAs, Metric::Bytes),
+        (Key::DstAs, Metric::Flows),
+        (Key::SrcCountry, Metric::Packets),
+        (Key::DstCountry, Metric::Flows),
+        (Key::SrcNet, Metric::Bytes),
+        (Key::DstNet, Metric::Bytes),
+    ] {
+        let stats = both(q(Some(day), None, by(key, order_by)), 3600);
+        assert_eq!(stats.table, "places_1h", "{key:?}");
+    }
+    let names = |q: &Query, rollups| {
+        let e = ParquetEngine::new(dir.path(), 2).prefer_rollups(rollups);
+        match e.run(q).unwrap().result {
+            QueryResult::Table { as_names, .. } => as_names,
+            r => panic!("{r:?}"),
+        }
+    };
+    let srcas = q(None, None, by(Key::SrcAs, Metric::Bytes));
+    assert_eq!(both(srcas.clone(), 3600).table, "places_1h");
+    // (The answers' senders are the receivers: Google's.)
+    assert_eq!(
+        names(&srcas, true).into_iter().collect::<Vec<_>>(),
+        [
+            (13_335, "Cloudflare, Inc."),
+            (15_169, "Google LLC"),
+            (64_500, "Example, Inc.")
+        ]
+    );
+    assert_eq!(names(&srcas, true), names(&srcas, false));
+    let by_both = Kind::Aggregate {
+        keys: vec![Key::SrcNet, Key::SrcAs, Key::SrcCountry],
+        order_by: Metric::Flows,
+        n: 0,
+    };
+    assert_eq!(both(q(Some(day), None, by_both), 3600).table, "places_1h");
+    let series = Kind::Series {
+        every_us: 2 * H,
+        key: Some(Key::DstCountry),
+        order_by: Metric::Bytes,
+        n: 2,
+    };
+    assert_eq!(both(q(Some(day), None, series), 3600).table, "places_1h");
+    let sides = Kind::Aggregate {
+        keys: vec![Key::SrcNet, Key::DstNet],
+        order_by: Metric::Flows,
+        n: 0,
+    };
+    both(q(Some(day), None, sides), 0);
+    both(
+        q(
+            Some(day),
+            Some("src as 64500"),
+            by(Key::SrcNet, Metric::Bytes),
+        ),
+        0,
+    );
+    both(q(Some(odd), None, by(Key::DstAs, Metric::Bytes)), 0);
 
     // Senders and receivers from the 1-hour hosts table, which keeps all of them; a filter or
     // an unaligned window goes to the flows.

@@ -251,6 +251,59 @@ impl Schema {
                 ));
             }
         }
+        // Every place (AS, country, network) of each hour and side, over one-way flows: the
+        // forward direction's sender is the source, the reverse's the destination. After the
+        // enrichment columns, which its view reads.
+        let text = d.column_type(ColumnType::Utf8);
+        s.push(format!(
+            "CREATE TABLE IF NOT EXISTS {} (time {time}, side UInt8, asn UInt32, as_name {text}, \
+             country {text}, net {text}, flows UInt64, pkts UInt64, octets UInt64) \
+             ENGINE = SummingMergeTree PARTITION BY toYYYYMM({sec}) \
+             ORDER BY (time, side, asn, as_name, country, net){}",
+            self.local("places_1h"),
+            ttl(d.seconds("time"), self.retain_days.max(ROLLUPS[2].2)),
+            sec = d.seconds("time"),
+        ));
+        let hour = match d {
+            Dialect::Legacy => format!("toUInt64(toStartOfHour({start})) * 1000000"),
+            Dialect::Current => format!("toDateTime64(toStartOfHour({start}), 6, 'UTC')"),
+        };
+        let place = |side: u8, end: &str, flow: &str, counters: &str| {
+            format!(
+                "(toUInt8({side}), {end}_as, toString({end}_as_name), toString({end}_country), \
+                 toString({end}_net), toUInt64({flow}), {counters})"
+            )
+        };
+        let places = [
+            place(0, "src", "fwd_flow", "packets, bytes"),
+            place(1, "dst", "fwd_flow", "packets, bytes"),
+            place(0, "dst", "rev_flow", "rev_packets, rev_bytes"),
+            place(1, "src", "rev_flow", "rev_packets, rev_bytes"),
+        ];
+        // One level, no subquery (18.16 does not see a subquery's columns in a view); the
+        // sums are named apart from the flow columns the array reads (`packets AS packets`
+        // inside it would be a cycle).
+        let at = |i: u8| format!("tupleElement(p, {i})");
+        s.push(format!(
+            "CREATE MATERIALIZED VIEW IF NOT EXISTS {}.places_1h_mv TO {} AS \
+             SELECT {hour} AS time, {} AS side, {} AS asn, {} AS as_name, {} AS country, \
+             {} AS net, sum({}) AS flows, sum({}) AS pkts, sum({}) AS octets \
+             FROM {} ARRAY JOIN [{}] AS p WHERE {} > 0 \
+             GROUP BY time, side, asn, as_name, country, net",
+            self.database,
+            self.local("places_1h"),
+            at(1),
+            at(2),
+            at(3),
+            at(4),
+            at(5),
+            at(6),
+            at(7),
+            at(8),
+            self.local("flows"),
+            places.join(", "),
+            at(6),
+        ));
         let counters: Vec<String> = IF_COUNTERS_COLUMNS
             .iter()
             .map(|(n, t)| format!("{n} {}", d.column_type(*t)))
@@ -282,7 +335,7 @@ impl Schema {
                 format!("({})", cols[..FLOW_COLUMNS.len()].join(", ")),
             ));
             let mut names: Vec<&str> = ROLLUPS.iter().map(|(name, _, _)| *name).collect();
-            names.extend(["interfaces", "exporter_stats", "if_counters"]);
+            names.extend(["places_1h", "interfaces", "exporter_stats", "if_counters"]);
             for name in names {
                 s.push(distributed(name, format!("AS {}", self.local(name))));
             }
@@ -443,12 +496,14 @@ mod tests {
             .iter()
             .filter(|s| s.contains("Distributed(c, db,"))
             .collect();
-        assert_eq!(distributed.len(), 7);
-        assert!(
-            s.iter().any(
-                |s| s.contains("TO db.rollup_1m_local AS") && s.contains("FROM db.flows_local")
-            )
-        );
+        assert_eq!(distributed.len(), 8);
+        for table in ["rollup_1m", "places_1h"] {
+            assert!(
+                s.iter()
+                    .any(|s| s.contains(&format!("TO db.{table}_local AS"))
+                        && s.contains("FROM db.flows_local"))
+            );
+        }
     }
 
     #[test]

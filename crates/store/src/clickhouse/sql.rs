@@ -4,16 +4,21 @@
 //! counting a flow under both), ranking in SQL with `LIMIT`, then the same tie order as the scan
 //! (`top::rank`) on the rows returned. A query the rollups answer exactly (the same rule as the
 //! Parquet tiers: protocol, exporter and time at the bucket's width) reads the coarsest rollup
-//! table instead: its materialized views keep it level with the flows.
+//! table instead: its materialized views keep it level with the flows. A query the 1-hour places
+//! table answers exactly ([`plan::place_answerable`]) reads it, if its first hour reaches back
+//! to the window's first flow (a table older than it has flows before it).
 
 use super::{Dialect, Layout, Schema, Server, Target};
 use crate::StoreError;
 use crate::query::OneWay;
 use crate::query::plan;
-use crate::query::result::{Answer, Counters, QueryResult, Row, ScanStats, Summary, Value};
+use crate::query::result::{
+    Answer, AsNames, Counters, QueryResult, Row, ScanStats, Summary, Value,
+};
 use crate::query::top::rank;
 use crate::query::{
-    Filter, IfSide, Key, Kind, Metric, Net, Query, QueryEngine, QueryError, Side, Term, Window,
+    Filter, IfSide, Key, Kind, Metric, Net, NetAttr, Query, QueryEngine, QueryError, Side, Term,
+    Window,
 };
 use crate::schema::{ColumnType, IF_COUNTERS_COLUMNS, Tier};
 
@@ -69,6 +74,69 @@ impl ClickHouseEngine {
         .find(|(t, _)| plan::answerable(q, t.bucket_us()))
     }
 
+    /// The side of the places table that answers `q`, if it does and reaches back to the
+    /// hour of the window's first flow (a server the table is missing from, or any other error
+    /// asking, leaves the answer to the flows).
+    fn places(&self, q: &Query) -> Option<u8> {
+        if !self.rollups {
+            return None;
+        }
+        let side = plan::place_answerable(q)?;
+        let d = self.schema.dialect;
+        let start = q.window.map_or(0, |w| w.start_us.max(0));
+        let first = |sql: String| -> Option<Option<i64>> {
+            match self.rows(&sql).ok()?.first().map(Vec::as_slice) {
+                Some([n, _]) if n == "0" => Some(None),
+                Some([_, t]) => Some(Some(t.parse().ok()?)),
+                _ => None,
+            }
+        };
+        let flow = first(format!(
+            "SELECT count(), min({}) FROM {} WHERE time_start >= {}",
+            d.micros("time_start"),
+            self.schema.table("flows"),
+            d.time_literal(start as u64),
+        ))?;
+        let Some(flow) = flow else {
+            return Some(side);
+        };
+        let hour = flow.div_euclid(crate::schema::HOUR_US) * crate::schema::HOUR_US;
+        let places = first(format!(
+            "SELECT count(), min({}) FROM {}",
+            d.micros("time"),
+            self.schema.table("places_1h"),
+        ))??;
+        (places <= hour).then_some(side)
+    }
+
+    /// The one-way view of the places table's `side`: each row's sums as one-way flows from
+    /// (side 0) or to (side 1) its place, timed by its hour's bounds.
+    fn places_view(&self, q: &Query, side: u8) -> String {
+        let d = self.schema.dialect;
+        let window = match q.window {
+            None => String::new(),
+            Some(w) => format!(
+                " AND time >= {} AND time < {}",
+                d.time_literal(w.start_us.max(0) as u64),
+                d.time_literal(w.end_us.max(0) as u64)
+            ),
+        };
+        let t0 = d.micros("time");
+        let (asn, name, country, net) = if side == 0 {
+            ("sas", "sasn", "scc", "snet")
+        } else {
+            ("das", "dasn", "dcc", "dnet")
+        };
+        format!(
+            "SELECT {t0} AS t0, {t0} + {} AS t1, flows AS n, pkts, octets, \
+             asn AS {asn}, as_name AS {name}, \
+             toUInt16(reinterpretAsUInt16(reverse(country))) AS {country}, net AS {net} \
+             FROM {} WHERE side = {side} AND flows > 0{window}",
+            crate::schema::HOUR_US,
+            self.schema.table("places_1h"),
+        )
+    }
+
     fn rows(&self, sql: &str) -> Result<Vec<Vec<String>>, QueryError> {
         let text = self.server.query(&format!("{sql} FORMAT TabSeparated"))?;
         Ok(text
@@ -80,10 +148,15 @@ impl ClickHouseEngine {
 
 impl QueryEngine for ClickHouseEngine {
     fn run(&self, q: &Query) -> Result<Answer, QueryError> {
-        let rollup = self.rollup(q);
-        let view = match rollup {
-            Some((tier, table)) => self.rollup_view(q, tier, table),
-            None => self.view(q),
+        let places = self.places(q);
+        let rollup = match places {
+            Some(_) => Some((Tier::Hour, "places_1h")),
+            None => self.rollup(q),
+        };
+        let view = match (places, rollup) {
+            (Some(side), _) => self.places_view(q, side),
+            (None, Some((tier, table))) => self.rollup_view(q, tier, table),
+            (None, None) => self.view(q),
         };
         let filter = q
             .filter
@@ -135,6 +208,7 @@ impl QueryEngine for ClickHouseEngine {
             result,
             stats: ScanStats {
                 tier_seconds: rollup.map_or(0, |(t, _)| (t.bucket_us() / 1_000_000) as u32),
+                table: rollup.map_or("flows", |(_, table)| table),
                 ..ScanStats::default()
             },
         })
@@ -276,6 +350,16 @@ impl ClickHouseEngine {
             // Countries as their number (`country_code`): the two letters' bytes.
             ("scc", SRC_COUNTRY, DST_COUNTRY),
             ("dcc", DST_COUNTRY, SRC_COUNTRY),
+            ("sasn", "src_as_name", "dst_as_name"),
+            ("dasn", "dst_as_name", "src_as_name"),
+            ("snet", "src_net", "dst_net"),
+            ("dnet", "dst_net", "src_net"),
+            ("srole", "src_net_role", "dst_net_role"),
+            ("drole", "dst_net_role", "src_net_role"),
+            ("ssite", "src_net_site", "dst_net_site"),
+            ("dsite", "dst_net_site", "src_net_site"),
+            ("stenant", "src_net_tenant", "dst_net_tenant"),
+            ("dtenant", "dst_net_tenant", "src_net_tenant"),
             // Full columns, not constants: a Distributed table's remote parts send them as
             // such, and 18.16 refuses to merge them with a local constant (code 171).
             ("rev", "materialize(toUInt8(0))", "materialize(toUInt8(1))"),
@@ -321,8 +405,8 @@ impl ClickHouseEngine {
         )
     }
 
-    /// The SQL of one key's value, and whether it is an address.
-    fn key(&self, k: Key) -> (String, bool) {
+    /// The SQL of one key's value, and what kind of value it is.
+    fn key(&self, k: Key) -> (String, ValueKind) {
         let d = self.schema.dialect;
         let addr = |col: &str, p: Option<crate::query::Prefixes>| match p {
             None => col.to_string(),
@@ -332,40 +416,54 @@ impl ClickHouseEngine {
                 d.masked(col, 96 + p.v4.min(32))
             ),
         };
+        let num = |c: &str| (c.to_string(), ValueKind::Num);
         match k {
-            Key::SrcAddr(p) => (addr("src", p), true),
-            Key::DstAddr(p) => (addr("dst", p), true),
+            Key::SrcAddr(p) => (addr("src", p), ValueKind::Addr),
+            Key::DstAddr(p) => (addr("dst", p), ValueKind::Addr),
             Key::Addr(p) => (
                 format!("arrayJoin([{}, {}])", addr("src", p), addr("dst", p)),
-                true,
+                ValueKind::Addr,
             ),
-            Key::SrcPort => ("sport".into(), false),
-            Key::DstPort => ("dport".into(), false),
-            Key::Port => ("arrayJoin([sport, dport])".into(), false),
-            Key::Protocol => ("proto".into(), false),
-            Key::Exporter => ("exp".into(), true),
-            Key::InIf => ("iif".into(), false),
-            Key::OutIf => ("oif".into(), false),
-            Key::Vlan => ("vl".into(), false),
-            Key::SrcAs => ("sas".into(), false),
-            Key::DstAs => ("das".into(), false),
-            Key::SrcCountry => ("scc".into(), false),
-            Key::DstCountry => ("dcc".into(), false),
+            Key::SrcPort => num("sport"),
+            Key::DstPort => num("dport"),
+            Key::Port => num("arrayJoin([sport, dport])"),
+            Key::Protocol => num("proto"),
+            Key::Exporter => ("exp".into(), ValueKind::Addr),
+            Key::InIf => num("iif"),
+            Key::OutIf => num("oif"),
+            Key::Vlan => num("vl"),
+            Key::SrcAs => num("sas"),
+            Key::DstAs => num("das"),
+            Key::SrcCountry => num("scc"),
+            Key::DstCountry => num("dcc"),
+            Key::SrcNet => ("snet".into(), ValueKind::Text),
+            Key::DstNet => ("dnet".into(), ValueKind::Text),
         }
     }
 
     /// `SELECT` items for `keys` (each shown as hex or a number, its value named `k0`, `k1`, …
-    /// for `GROUP BY` and `ORDER BY`), and those names.
-    fn keys(&self, keys: &[Key]) -> (String, String) {
+    /// for `GROUP BY` and `ORDER BY`), those names, and the items that follow the counters:
+    /// one AS name (hex) per AS key.
+    fn keys(&self, keys: &[Key]) -> (String, String, String) {
         let mut select = Vec::new();
         let mut names = Vec::new();
+        let mut labels = String::new();
         for (i, k) in keys.iter().enumerate() {
-            let (expr, is_addr) = self.key(*k);
-            let show = if is_addr { "hex" } else { "toUInt32" };
+            let (expr, kind) = self.key(*k);
+            let show = if kind == ValueKind::Num {
+                "toUInt32"
+            } else {
+                "hex"
+            };
             select.push(format!("{show}({expr} AS k{i}) AS o{i}"));
             names.push(format!("k{i}"));
+            match k {
+                Key::SrcAs => labels.push_str(&format!(", hex(any(sasn)) AS l{i}")),
+                Key::DstAs => labels.push_str(&format!(", hex(any(dasn)) AS l{i}")),
+                _ => {}
+            }
         }
-        (select.join(", "), names.join(", "))
+        (select.join(", "), names.join(", "), labels)
     }
 
     /// Top-N and aggregation: one row per key tuple, the `n` largest (all if 0).
@@ -376,7 +474,9 @@ impl ClickHouseEngine {
         order_by: Metric,
         n: usize,
     ) -> Result<QueryResult, QueryError> {
-        let (select, names) = self.keys(keys);
+        let (select, names, labels) = self.keys(keys);
+        let kinds: Vec<ValueKind> = keys.iter().map(|k| self.key(*k).1).collect();
+        let width = keys.len() + 5 + keys.iter().filter(|k| k.is_as()).count();
         let limit = if n > 0 {
             format!(" LIMIT {n}")
         } else {
@@ -385,7 +485,7 @@ impl ClickHouseEngine {
         let either = keys.iter().any(|k| k.is_either());
         let totals = if either { "" } else { " WITH TOTALS" };
         let sql = format!(
-            "SELECT {select}, {COUNTERS} {from} GROUP BY {names}{totals} \
+            "SELECT {select}, {COUNTERS}{labels} {from} GROUP BY {names}{totals} \
              ORDER BY {} DESC, {names}{limit}",
             metric(order_by)
         );
@@ -393,12 +493,13 @@ impl ClickHouseEngine {
         let mut groups = Vec::new();
         let mut total = Counters::EMPTY;
         let mut in_totals = false;
+        let mut as_names = AsNames::new();
         for r in &got {
             if r.len() == 1 && r[0].is_empty() {
                 in_totals = true;
                 continue;
             }
-            if r.len() != keys.len() + 5 {
+            if r.len() != width {
                 return Err(answer_error(r));
             }
             let c = counters(&r[keys.len()..])?;
@@ -406,17 +507,15 @@ impl ClickHouseEngine {
                 total = c;
                 continue;
             }
-            let values = r[..keys.len()]
-                .iter()
-                .map(|v| value(v))
-                .collect::<Result<Vec<_>, _>>()?;
+            let values = values(&r[..keys.len()], &kinds)?;
+            labelled(keys, &values, &r[keys.len() + 5..], &mut as_names)?;
             groups.push((values, c));
         }
         if either {
             let r = self.rows(&format!("SELECT {COUNTERS} {from}"))?;
             total = counters(r.first().map_or(&[][..], |r| &r[..]))?;
         }
-        let rows = rank(groups, order_by, n)
+        let rows: Vec<Row> = rank(groups, order_by, n)
             .into_iter()
             .map(|(values, counters)| Row {
                 time_us: None,
@@ -426,6 +525,7 @@ impl ClickHouseEngine {
             .collect();
         Ok(QueryResult::Table {
             keys: keys.to_vec(),
+            as_names: shown_names(keys, &rows, as_names),
             rows,
             total,
             order_by,
@@ -443,7 +543,9 @@ impl ClickHouseEngine {
     ) -> Result<QueryResult, QueryError> {
         let every = every_us.max(1);
         let keys: Vec<Key> = key.into_iter().collect();
-        let (select, names) = self.keys(&keys);
+        let (select, names, labels) = self.keys(&keys);
+        let kinds: Vec<ValueKind> = keys.iter().map(|k| self.key(*k).1).collect();
+        let width = keys.len() + 6 + keys.iter().filter(|k| k.is_as()).count();
         let bucket = format!("t0 - t0 % {every} AS bucket");
         let (select, group) = if keys.is_empty() {
             (bucket, "bucket".to_string())
@@ -460,17 +562,16 @@ impl ClickHouseEngine {
                 metric(order_by)
             )
         };
-        let sql = format!("SELECT {select}, {COUNTERS} {from} GROUP BY {group}{shown}");
+        let sql = format!("SELECT {select}, {COUNTERS}{labels} {from} GROUP BY {group}{shown}");
         let mut buckets = Vec::new();
+        let mut as_names = AsNames::new();
         for r in self.rows(&sql)? {
-            if r.len() != keys.len() + 6 {
+            if r.len() != width {
                 return Err(answer_error(&r));
             }
             let t: i64 = num(&r[0])?;
-            let values = r[1..=keys.len()]
-                .iter()
-                .map(|v| value(v))
-                .collect::<Result<Vec<_>, _>>()?;
+            let values = values(&r[1..=keys.len()], &kinds)?;
+            labelled(&keys, &values, &r[keys.len() + 6..], &mut as_names)?;
             buckets.push((t, values, counters(&r[keys.len() + 1..])?));
         }
         let r = self.rows(&format!("SELECT {COUNTERS} {from}"))?;
@@ -493,7 +594,7 @@ impl ClickHouseEngine {
                     .then(place[&a.1].cmp(&place[&b.1]))
             })
         });
-        let rows = buckets
+        let rows: Vec<Row> = buckets
             .into_iter()
             .map(|(t, values, counters)| Row {
                 time_us: Some(t),
@@ -502,6 +603,7 @@ impl ClickHouseEngine {
             })
             .collect();
         Ok(QueryResult::Table {
+            as_names: shown_names(&keys, &rows, as_names),
             keys,
             rows,
             total,
@@ -548,7 +650,11 @@ fn needed(q: &Query) -> Vec<&'static str> {
             Key::Vlan => &["vl"],
             Key::SrcAs | Key::DstAs => &["sas", "das"],
             Key::SrcCountry | Key::DstCountry => &["scc", "dcc"],
+            Key::SrcNet | Key::DstNet => &["snet", "dnet"],
         });
+        if k.is_as() {
+            v.extend(["sasn", "dasn"]);
+        }
     }
     v
 }
@@ -606,9 +712,36 @@ fn term_sql(t: &Term, d: Dialect) -> String {
             Side::Dst => format!("dcc = {c}"),
             Side::Any => either(format!("scc = {c}"), format!("dcc = {c}")),
         },
+        Term::NetName(side, name) => {
+            // The name as hex: no quoting to get wrong whatever it holds.
+            let c = |col| format!("{col} = unhex('{}')", hex_text(name.as_bytes()));
+            match side {
+                Side::Src => c("snet"),
+                Side::Dst => c("dnet"),
+                Side::Any => either(c("snet"), c("dnet")),
+            }
+        }
+        Term::NetAttr(side, a, value) => {
+            let [s, t] = net_attr_columns(a);
+            let c = |col| format!("{col} = unhex('{}')", hex_text(value.as_bytes()));
+            match side {
+                Side::Src => c(s),
+                Side::Dst => c(t),
+                Side::Any => either(c(s), c(t)),
+            }
+        }
         Term::Packets(op, n) => format!("pkts {} {n}", op.symbol()),
         Term::Bytes(op, n) => format!("octets {} {n}", op.symbol()),
         Term::TcpFlags(m) => format!("bitAnd(flags, {m}) = {m}"),
+    }
+}
+
+/// The one-way view's columns of a network attribute: the sender's and the receiver's.
+const fn net_attr_columns(a: NetAttr) -> &'static [&'static str; 2] {
+    match a {
+        NetAttr::Role => &["srole", "drole"],
+        NetAttr::Site => &["ssite", "dsite"],
+        NetAttr::Tenant => &["stenant", "dtenant"],
     }
 }
 
@@ -640,6 +773,8 @@ fn filter_columns(f: &Filter, v: &mut Vec<&'static str>) {
             Term::Vlan(_) => &["vl"],
             Term::As(..) => &["sas", "das"],
             Term::Country(..) => &["scc", "dcc"],
+            Term::NetName(..) => &["snet", "dnet"],
+            Term::NetAttr(_, a, _) => &net_attr_columns(*a)[..],
             Term::Packets(..) | Term::Bytes(..) => &[],
             Term::TcpFlags(_) => &["flags"],
         }),
@@ -750,13 +885,79 @@ fn if_counters_row(r: &[String]) -> Result<crate::InterfaceCounters, QueryError>
     })
 }
 
-/// A key value: 32 hex digits are an address, anything else a number.
-fn value(s: &str) -> Result<Value, QueryError> {
-    if s.len() == 32 {
-        hex16(s).map(Value::Addr)
-    } else {
-        num(s).map(Value::Num)
+/// What kind of value a key's SQL gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ValueKind {
+    /// An address, answered as 32 hex digits.
+    Addr,
+    /// A number.
+    Num,
+    /// Text, answered as hex.
+    Text,
+}
+
+/// A key value of `kind` as the server answered it.
+fn value(s: &str, kind: ValueKind) -> Result<Value, QueryError> {
+    match kind {
+        ValueKind::Addr => hex16(s).map(Value::Addr),
+        ValueKind::Num => num(s).map(Value::Num),
+        ValueKind::Text => unhex_text(s).map(|t| Value::Text(crate::names::intern(&t))),
     }
+}
+
+/// The key values of one answer row.
+fn values(r: &[String], kinds: &[ValueKind]) -> Result<Vec<Value>, QueryError> {
+    r.iter().zip(kinds).map(|(v, k)| value(v, *k)).collect()
+}
+
+/// Notes the AS names (hex, one per AS key, in `labels`) beside the row's AS numbers.
+fn labelled(
+    keys: &[Key],
+    values: &[Value],
+    labels: &[String],
+    names: &mut AsNames,
+) -> Result<(), QueryError> {
+    let mut labels = labels.iter();
+    for (k, v) in keys.iter().zip(values) {
+        if !k.is_as() {
+            continue;
+        }
+        let name = unhex_text(labels.next().map_or("", String::as_str))?;
+        if let (Value::Num(n), false) = (v, name.is_empty()) {
+            names
+                .entry(*n)
+                .or_insert_with(|| crate::names::intern(&name));
+        }
+    }
+    Ok(())
+}
+
+/// Of `names`, those of the AS numbers in the rows kept.
+fn shown_names(keys: &[Key], rows: &[Row], names: AsNames) -> AsNames {
+    let names: hashbrown::HashMap<u32, &'static str> = names.into_iter().collect();
+    crate::query::top::as_names_of(keys, rows, &names)
+}
+
+/// Bytes as hex digits, as ClickHouse's `unhex` takes them.
+fn hex_text(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02X}")).collect()
+}
+
+/// Text from ClickHouse's `hex` of it.
+fn unhex_text(s: &str) -> Result<String, QueryError> {
+    let bad = || {
+        QueryError::from(StoreError::Other(format!(
+            "ClickHouse: {s:?} is not hex text"
+        )))
+    };
+    if !s.len().is_multiple_of(2) || !s.is_ascii() {
+        return Err(bad());
+    }
+    let bytes = (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| bad()))
+        .collect::<Result<Vec<u8>, _>>()?;
+    String::from_utf8(bytes).map_err(|_| bad())
 }
 
 /// Counters from `flows, packets, bytes, first, last` (empty when no flow).
@@ -860,12 +1061,17 @@ mod tests {
     #[test]
     fn answers_parse_back() {
         assert_eq!(
-            value("00000000000000000000FFFF0A000001").unwrap(),
+            value("00000000000000000000FFFF0A000001", ValueKind::Addr).unwrap(),
             Value::Addr([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 255, 255, 10, 0, 0, 1])
         );
-        assert_eq!(value("443").unwrap(), Value::Num(443));
-        assert!(value("xyz").is_err());
-        assert!(value(&"é".repeat(16)).is_err());
+        assert_eq!(value("443", ValueKind::Num).unwrap(), Value::Num(443));
+        assert!(value("xyz", ValueKind::Num).is_err());
+        assert!(value(&"é".repeat(16), ValueKind::Addr).is_err());
+        let name = "o'ffice\t\"";
+        let hex = hex_text(name.as_bytes());
+        assert_eq!(value(&hex, ValueKind::Text).unwrap(), Value::Text(name));
+        assert_eq!(value("", ValueKind::Text).unwrap(), Value::Text(""));
+        assert!(value("6", ValueKind::Text).is_err());
         let r: Vec<String> = ["0", "0", "0", "0", "0"].map(String::from).to_vec();
         assert_eq!(counters(&r).unwrap(), Counters::EMPTY);
     }

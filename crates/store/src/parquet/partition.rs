@@ -11,6 +11,7 @@
 //! DIR/hosts_5m/date=YYYY-MM-DD/hour=HH/*.parquet        HOSTS_COLUMNS
 //! DIR/hosts_1h/date=YYYY-MM-DD/*.parquet                HOSTS_COLUMNS
 //! DIR/ports_1h/date=YYYY-MM-DD/*.parquet                PORTS_COLUMNS
+//! DIR/places_1h/date=YYYY-MM-DD/*.parquet               PLACES_COLUMNS
 //! DIR/interfaces/date=YYYY-MM-DD/*.parquet              INTERFACE_COLUMNS, by time_received
 //! DIR/exporter_stats/date=YYYY-MM-DD/*.parquet          EXPORTER_STATS_COLUMNS, by time
 //! DIR/if_counters/date=YYYY-MM-DD/*.parquet             IF_COUNTERS_COLUMNS, by time received
@@ -28,7 +29,7 @@ use crate::query::time::{civil_from_days, days_from_civil};
 use crate::schema::{ColumnType, DAY_US, HOUR_US, Tier};
 use crate::schema::{
     EXPORTER_STATS_COLUMNS, FLOW_COLUMNS, HOSTS_COLUMNS, IF_COUNTERS_COLUMNS, INTERFACE_COLUMNS,
-    PORTS_COLUMNS, ROLLUP_COLUMNS,
+    PLACES_COLUMNS, PORTS_COLUMNS, ROLLUP_COLUMNS,
 };
 
 /// One table of the store.
@@ -42,6 +43,8 @@ pub enum Table {
     Hosts(Tier),
     /// Every port of each side per hour ([`PORTS_COLUMNS`]).
     Ports,
+    /// Every AS, country and network of each side per hour ([`PLACES_COLUMNS`]).
+    Places,
     /// Interface names ([`INTERFACE_COLUMNS`]).
     Interfaces,
     /// Per-exporter counters ([`EXPORTER_STATS_COLUMNS`]).
@@ -71,7 +74,7 @@ impl Span {
 
 impl Table {
     /// Every table, flows first.
-    pub const ALL: [Table; 11] = [
+    pub const ALL: [Table; 12] = [
         Table::Flows,
         Table::Rollup(Tier::Minute),
         Table::Rollup(Tier::FiveMinutes),
@@ -80,6 +83,7 @@ impl Table {
         Table::Hosts(Tier::FiveMinutes),
         Table::Hosts(Tier::Hour),
         Table::Ports,
+        Table::Places,
         Table::Interfaces,
         Table::ExporterStats,
         Table::IfCounters,
@@ -96,6 +100,7 @@ impl Table {
             Table::Hosts(Tier::FiveMinutes) => "hosts_5m",
             Table::Hosts(Tier::Hour) => "hosts_1h",
             Table::Ports => "ports_1h",
+            Table::Places => "places_1h",
             Table::Interfaces => "interfaces",
             Table::ExporterStats => "exporter_stats",
             Table::IfCounters => "if_counters",
@@ -109,6 +114,7 @@ impl Table {
             Table::Rollup(_) => ROLLUP_COLUMNS,
             Table::Hosts(_) => HOSTS_COLUMNS,
             Table::Ports => PORTS_COLUMNS,
+            Table::Places => PLACES_COLUMNS,
             Table::Interfaces => INTERFACE_COLUMNS,
             Table::ExporterStats => EXPORTER_STATS_COLUMNS,
             Table::IfCounters => IF_COUNTERS_COLUMNS,
@@ -124,6 +130,7 @@ impl Table {
             Table::Rollup(Tier::Hour)
             | Table::Hosts(Tier::Hour)
             | Table::Ports
+            | Table::Places
             | Table::Interfaces
             | Table::ExporterStats
             | Table::IfCounters => Span::Day,

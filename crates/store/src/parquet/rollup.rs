@@ -2,7 +2,9 @@
 //! hosts of each bucket (the top K of a 1- or 5-minute bucket, every one of a 1-hour bucket, and
 //! the bucket's totals beside them), for 1-minute, 5-minute and 1-hour buckets (the rows of
 //! [`crate::schema::ROLLUP_COLUMNS`] and [`crate::schema::HOSTS_COLUMNS`]); and every source and
-//! destination port of each 1-hour bucket ([`crate::schema::PORTS_COLUMNS`]).
+//! destination port of each 1-hour bucket ([`crate::schema::PORTS_COLUMNS`]), and every source
+//! and destination place (AS, country, network) of each 1-hour bucket
+//! ([`crate::schema::PLACES_COLUMNS`]).
 //!
 //! Only the open 1-minute buckets are updated per flow. A bucket closes once the store's clock
 //! (the latest `time_start` it has stored) is `delay` past the bucket's end: its rows are
@@ -17,7 +19,7 @@ use hashbrown::HashMap;
 use crate::parquet::batch::{Batch, Column};
 use crate::parquet::partition::Table;
 use crate::schema::Tier;
-use crate::schema::{StoredFlow, addr16};
+use crate::schema::{Place, StoredFlow, addr16};
 
 /// The totals of one exporter, domain and protocol in a bucket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -65,6 +67,10 @@ fn port_key(side: u8, protocol: u8, port: u16) -> u32 {
     u32::from(side) << 24 | u32::from(protocol) << 16 | u32::from(port)
 }
 
+/// (side, AS number, AS name, country, network name) of a places row: side 0 the sender's
+/// place, 1 the receiver's.
+type PlaceKey = (u8, u32, &'static str, [u8; 2], &'static str);
+
 /// One open bucket.
 #[derive(Debug, Default)]
 struct Bucket {
@@ -73,12 +79,14 @@ struct Bucket {
     hosts: [HashMap<[u8; 16], Host>; 2],
     /// By [`port_key`]; kept in 1-minute buckets only to reach the 1-hour ones.
     ports: HashMap<u32, Host>,
+    /// By [`PlaceKey`]; kept in 1-minute buckets only to reach the 1-hour ones.
+    places: HashMap<PlaceKey, Host>,
 }
 
 impl Bucket {
     /// An empty bucket whose maps have room for what `like` held, so a new minute's maps do not
     /// grow (rehashing every entry) a dozen times while the flows come in.
-    fn sized_like(like: [usize; 4]) -> Bucket {
+    fn sized_like(like: [usize; 5]) -> Bucket {
         Bucket {
             traffic: HashMap::with_capacity(like[0]),
             hosts: [
@@ -86,25 +94,34 @@ impl Bucket {
                 HashMap::with_capacity(like[2]),
             ],
             ports: HashMap::with_capacity(like[3]),
+            places: HashMap::with_capacity(like[4]),
         }
     }
 
     /// The sizes of its maps, for [`Bucket::sized_like`].
-    fn sizes(&self) -> [usize; 4] {
+    fn sizes(&self) -> [usize; 5] {
         [
             self.traffic.len(),
             self.hosts[0].len(),
             self.hosts[1].len(),
             self.ports.len(),
+            self.places.len(),
         ]
     }
 
-    /// Adds this bucket's sums to `other`'s, its ports too if `ports`.
-    fn merge_into(&self, other: &mut Bucket, ports: bool) {
-        if ports {
+    /// Adds this bucket's sums to `other`'s, its ports and places too if `hourly`.
+    fn merge_into(&self, other: &mut Bucket, hourly: bool) {
+        if hourly {
             for (k, h) in &self.ports {
                 other
                     .ports
+                    .entry(*k)
+                    .or_default()
+                    .add(h.flows, h.packets, h.bytes);
+            }
+            for (k, h) in &self.places {
+                other
+                    .places
                     .entry(*k)
                     .or_default()
                     .add(h.flows, h.packets, h.bytes);
@@ -136,7 +153,7 @@ pub struct Rollups {
     /// The latest `time_start` added, µs.
     clock_us: i64,
     /// The sizes of the last 1-minute bucket closed ([`Bucket::sized_like`]).
-    minute_sizes: [usize; 4],
+    minute_sizes: [usize; 5],
 }
 
 /// Rows ready to be written, per table.
@@ -151,7 +168,7 @@ impl Rollups {
             top_k,
             delay_us,
             clock_us: i64::MIN,
-            minute_sizes: [0; 4],
+            minute_sizes: [0; 5],
         }
     }
 
@@ -204,6 +221,21 @@ impl Rollups {
             port(0, f.dport, f.rev.packets, f.rev.octets);
             port(1, f.sport, f.rev.packets, f.rev.octets);
         }
+        let places = &mut b.places;
+        let mut place = |side, p: &Place, packets, octets| {
+            places
+                .entry((side, p.asn, p.as_name, p.country, p.net.name))
+                .or_default()
+                .add(1, packets, octets);
+        };
+        if fwd {
+            place(0, &s.src_place, f.fwd.packets, f.fwd.octets);
+            place(1, &s.dst_place, f.fwd.packets, f.fwd.octets);
+        }
+        if rev {
+            place(0, &s.dst_place, f.rev.packets, f.rev.octets);
+            place(1, &s.src_place, f.rev.packets, f.rev.octets);
+        }
         let (src, dst) = (addr16(f.ipv6, &f.src), addr16(f.ipv6, &f.dst));
         if fwd {
             b.hosts[0]
@@ -245,6 +277,7 @@ impl Rollups {
             let mut traffic = Batch::empty(Table::Rollup(tier).columns());
             let mut hosts = Batch::empty(Table::Hosts(tier).columns());
             let mut ports = Batch::empty(Table::Ports.columns());
+            let mut places = Batch::empty(Table::Places.columns());
             for start in ready {
                 let b = self.open[level].remove(&start).unwrap_or_default();
                 if level == 0 {
@@ -259,6 +292,7 @@ impl Rollups {
                 host_rows(start, &b, k, &mut hosts);
                 if tier == Tier::Hour {
                     port_rows(start, &b, &mut ports);
+                    place_rows(start, &b, &mut places);
                 }
                 for (up, coarser) in Tier::ALL.into_iter().enumerate().skip(level + 1) {
                     // The 1-hour tier takes the 1-minute buckets directly, not twice.
@@ -276,6 +310,7 @@ impl Rollups {
             out.push((Table::Hosts(tier), hosts));
             if tier == Tier::Hour {
                 out.push((Table::Ports, ports));
+                out.push((Table::Places, places));
             }
         }
         out
@@ -354,6 +389,33 @@ fn port_rows(start: i64, b: &Bucket, out: &mut Batch) {
         push(&mut out.columns[4], h.flows as i64);
         push(&mut out.columns[5], h.packets as i64);
         push(&mut out.columns[6], h.bytes as i64);
+    }
+}
+
+/// Appends every (side, AS, country, network) of the bucket starting at `start`, sorted by key.
+fn place_rows(start: i64, b: &Bucket, out: &mut Batch) {
+    let mut rows: Vec<(&PlaceKey, &Host)> = b.places.iter().collect();
+    rows.sort_unstable_by_key(|(k, _)| **k);
+    for (&(side, asn, as_name, country, net), h) in rows {
+        let country = Place {
+            country,
+            ..Place::default()
+        };
+        push(&mut out.columns[0], start);
+        push32(&mut out.columns[1], i32::from(side));
+        push32(&mut out.columns[2], asn as i32);
+        push_text(&mut out.columns[3], as_name);
+        push_text(&mut out.columns[4], country.country_code());
+        push_text(&mut out.columns[5], net);
+        push(&mut out.columns[6], h.flows as i64);
+        push(&mut out.columns[7], h.packets as i64);
+        push(&mut out.columns[8], h.bytes as i64);
+    }
+}
+
+fn push_text(c: &mut Column, v: &str) {
+    if let Column::Text(c) = c {
+        c.push(v.to_owned());
     }
 }
 

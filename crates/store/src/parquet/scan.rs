@@ -25,7 +25,7 @@ use crate::parquet::partition::{files, partitions};
 use crate::query::result::{Answer, QueryResult, ScanStats, Value};
 use crate::query::series::SeriesSink;
 use crate::query::sink::{ListSink, SummarySink};
-use crate::query::top::{AggregateSink, TopSink, key_columns};
+use crate::query::top::{AggregateSink, TopSink, key_columns, label_columns};
 use crate::query::{Filter, Key, Kind, Query, QueryEngine, QueryError, Side, Term, Window};
 use crate::schema::{FLOW_COLUMNS, FLOW_COLUMNS_BEFORE_ENRICHMENT};
 
@@ -292,6 +292,7 @@ fn pick_feed<S: ColumnSink>(pick: Option<Pick>) -> Feed<S> {
     match pick.map(|p| p.table) {
         Some(crate::parquet::partition::Table::Hosts(_)) => tier::host_feed::<S>,
         Some(crate::parquet::partition::Table::Ports) => tier::port_feed::<S>,
+        Some(crate::parquet::partition::Table::Places) => tier::place_feed::<S>,
         Some(_) => tier::feed::<S>,
         None => feed::<S>,
     }
@@ -404,15 +405,20 @@ fn columns(q: &Query) -> Vec<&'static str> {
             "out_if",
             "vlan",
         ]),
-        Kind::Top { key, .. } => c.extend_from_slice(key_columns(*key)),
+        Kind::Top { key, .. } => {
+            c.extend_from_slice(key_columns(*key));
+            c.extend_from_slice(label_columns(*key));
+        }
         Kind::Series { key, .. } => {
             if let Some(k) = key {
                 c.extend_from_slice(key_columns(*k));
+                c.extend_from_slice(label_columns(*k));
             }
         }
         Kind::Aggregate { keys, .. } => {
             for k in keys {
                 c.extend_from_slice(key_columns(*k));
+                c.extend_from_slice(label_columns(*k));
             }
         }
         Kind::Summary => c.push("protocol"),
@@ -717,6 +723,31 @@ pub(crate) fn countries(b: &RecordBatch, name: &str) -> Result<Option<Vec<u16>>,
     Ok(Some(
         (0..s.len())
             .map(|i| crate::query::country_code(s.value(i).as_bytes()))
+            .collect(),
+    ))
+}
+
+/// A text column as interned text ([`crate::names::intern`]), one lock per distinct value in
+/// the batch rather than per row.
+pub(crate) fn texts(b: &RecordBatch, name: &str) -> Result<Option<Vec<&'static str>>, String> {
+    let Some(a) = b.column_by_name(name) else {
+        return Ok(None);
+    };
+    let s = a
+        .as_string_opt::<i32>()
+        .ok_or_else(|| format!("column {name} is {}, not text", a.data_type()))?;
+    let mut seen: hashbrown::HashMap<&str, &'static str> = hashbrown::HashMap::new();
+    let mut last: (&str, &'static str) = ("", "");
+    Ok(Some(
+        (0..s.len())
+            .map(|i| {
+                let v = s.value(i);
+                if v != last.0 {
+                    let k = *seen.entry(v).or_insert_with(|| crate::names::intern(v));
+                    last = (v, k);
+                }
+                last.1
+            })
             .collect(),
     ))
 }

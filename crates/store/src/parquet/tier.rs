@@ -26,25 +26,36 @@
 //! whole hours; and only if it reaches back as far as the window's flows (a store written before
 //! it existed has flows older than its first hour: the flows answer).
 //!
+//! The 1-hour places table keeps every source and destination place (AS number and name,
+//! country, network name) of each hour, so it answers `-s` of `srcas`, `dstas`, `srccountry`,
+//! `dstcountry`, `srcnet` or `dstnet`, `-a` of those of one side, and `--every` (whole hours) by
+//! one of them exactly, with no filter, over whole hours; and only if it reaches back as far as
+//! the window's flows, as the ports table.
+//!
 //! First and last times of a group are then its buckets' bounds.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use arrow_array::types::{TimestampMicrosecondType, UInt8Type, UInt16Type, UInt64Type};
+use arrow_array::types::{TimestampMicrosecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type};
 use arrow_array::{BooleanArray, RecordBatch};
 
-use super::scan::{Read, addrs, at, max_time, min_time, prim};
+use super::scan::{Read, addrs, at, countries, max_time, min_time, prim, texts};
 use crate::parquet::partition::{Table, files, partitions};
 use crate::parquet::rollup::TOTAL_SIDE;
 use crate::query::filter::OneWay;
-use crate::query::plan::{answerable, order_answerable};
+use crate::query::plan::{answerable, order_answerable, place_answerable};
 use crate::query::sink::Sink;
 use crate::query::{Filter, Key, Kind, Query, QueryError, Term, Value};
 use crate::schema::{HOUR_US, Tier};
 
 /// The hosts columns a query reads.
 pub const HOST_COLUMNS: &[&str] = &["time", "side", "addr", "flows", "packets", "bytes"];
+
+/// The places columns a query reads.
+pub const PLACE_COLUMNS: &[&str] = &[
+    "time", "side", "asn", "as_name", "country", "net", "flows", "packets", "bytes",
+];
 
 /// The ports columns every query reads; `protocol` is read when it needs it.
 pub const PORT_COLUMNS: &[&str] = &["time", "side", "port", "flows", "packets", "bytes"];
@@ -143,6 +154,7 @@ impl Pick {
                 c.extend(flow_columns.iter().filter(|k| **k == "protocol"));
                 return c;
             }
+            Table::Places => return PLACE_COLUMNS.to_vec(),
             _ => {}
         }
         let mut c = COLUMNS.to_vec();
@@ -312,14 +324,15 @@ fn first_time(
     Ok(None)
 }
 
-/// Whether the ports table reaches back to the hour of the window's first flow.
-fn ports_reach_back(dir: &Path, q: &Query) -> Result<bool, QueryError> {
+/// Whether `table` (the ports or places one) reaches back to the hour of the window's first
+/// flow.
+fn reaches_back(dir: &Path, table: Table, q: &Query) -> Result<bool, QueryError> {
     let start = q.window.map_or(i64::MIN, |w| w.start_us);
     let Some(flow) = first_time(dir, Table::Flows, "time_start", start)? else {
         return Ok(true);
     };
     let hour = flow.max(start).div_euclid(HOUR_US) * HOUR_US;
-    Ok(first_time(dir, Table::Ports, "time", i64::MIN)?.is_some_and(|t| t <= hour))
+    Ok(first_time(dir, table, "time", i64::MIN)?.is_some_and(|t| t <= hour))
 }
 
 /// The last flow's start in the window, or the window's end; `None` if the store has no flows.
@@ -333,17 +346,20 @@ pub fn pick(dir: &Path, q: &Query) -> Result<Vec<Pick>, QueryError> {
     let end = q.window.map_or(i64::MAX, |w| w.end_us);
     let hour = Tier::Hour;
     let mut out = Vec::new();
-    if port_answerable(q).is_some() {
+    for (table, yes) in [
+        (Table::Ports, port_answerable(q).is_some()),
+        (Table::Places, place_answerable(q).is_some()),
+    ] {
+        if !yes {
+            continue;
+        }
         let Some(target) = flows_last(dir, end)? else {
             return Ok(out);
         };
-        if last_time(dir, Table::Ports, "time", end)?.is_some_and(|t| t + hour.bucket_us() > target)
-            && ports_reach_back(dir, q)?
+        if last_time(dir, table, "time", end)?.is_some_and(|t| t + hour.bucket_us() > target)
+            && reaches_back(dir, table, q)?
         {
-            out.push(Pick {
-                table: Table::Ports,
-                tier: hour,
-            });
+            out.push(Pick { table, tier: hour });
         }
     }
     if host_answerable(q, hour.bucket_us()).is_some() {
@@ -520,6 +536,49 @@ pub fn port_feed<S: Sink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Resu
         if q.filter.as_ref().is_none_or(|x| x.matches(&f)) {
             sink.add(&f);
         }
+    }
+    Ok(())
+}
+
+/// Hands a places batch's rows of the side `q` ranks to the sink, each as a one-way flow from
+/// (side 0) or to (side 1) that place.
+pub fn place_feed<S: Sink>(b: &RecordBatch, read: Read<'_>, sink: &mut S) -> Result<(), String> {
+    let q = read.query;
+    let col = |name: &str| format!("places column {name} missing");
+    let side = place_answerable(q).ok_or("the places table cannot answer")?;
+    let time = prim::<TimestampMicrosecondType>(b, "time")?.ok_or_else(|| col("time"))?;
+    let sides = prim::<UInt8Type>(b, "side")?.ok_or_else(|| col("side"))?;
+    let asn = prim::<UInt32Type>(b, "asn")?;
+    let as_name = texts(b, "as_name")?;
+    let country = countries(b, "country")?;
+    let net = texts(b, "net")?;
+    let flows = prim::<UInt64Type>(b, "flows")?.ok_or_else(|| col("flows"))?;
+    let pkts = prim::<UInt64Type>(b, "packets")?;
+    let bytes = prim::<UInt64Type>(b, "bytes")?;
+    for (i, &t) in time.iter().enumerate() {
+        if sides[i] != side || q.window.is_some_and(|w| !w.contains(t)) {
+            continue;
+        }
+        let mut f = OneWay {
+            start_us: t,
+            end_us: t + read.bucket_us,
+            flows: flows[i],
+            packets: at(pkts, i),
+            bytes: at(bytes, i),
+            ..OneWay::default()
+        };
+        let (a, n, c, w) = (
+            at(asn, i),
+            at(as_name.as_deref(), i),
+            at(country.as_deref(), i),
+            at(net.as_deref(), i),
+        );
+        if side == 0 {
+            (f.src_as, f.src_as_name, f.src_country, f.src_net) = (a, n, c, w);
+        } else {
+            (f.dst_as, f.dst_as_name, f.dst_country, f.dst_net) = (a, n, c, w);
+        }
+        sink.add(&f);
     }
     Ok(())
 }

@@ -12,12 +12,12 @@ use arrow_array::RecordBatch;
 use arrow_array::types::{TimestampMicrosecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type};
 use arrow_buffer::BooleanBuffer;
 
-use super::scan::{addrs, at, countries, prim};
+use super::scan::{addrs, at, countries, prim, texts};
 use crate::query::filter::OneWay;
 use crate::query::series::SeriesSink;
 use crate::query::sink::{ListSink, Sink, SummarySink};
 use crate::query::top::{AggregateSink, TopSink};
-use crate::query::{Cmp, Filter, IfSide, Key, Net, Side, Term, Window};
+use crate::query::{Cmp, Filter, IfSide, Key, Net, NetAttr, Side, Term, Window};
 
 /// Which stored direction of a row a one-way flow is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +57,13 @@ pub struct Columns<'a> {
     dst_as: Option<&'a [u32]>,
     src_country: Option<Vec<u16>>,
     dst_country: Option<Vec<u16>>,
+    src_as_name: Option<Vec<&'static str>>,
+    dst_as_name: Option<Vec<&'static str>>,
+    src_net: Option<Vec<&'static str>>,
+    dst_net: Option<Vec<&'static str>>,
+    /// Role, site and tenant of the source's network.
+    src_net_attrs: [Option<Vec<&'static str>>; 3],
+    dst_net_attrs: [Option<Vec<&'static str>>; 3],
 }
 
 impl<'a> Columns<'a> {
@@ -93,6 +100,20 @@ impl<'a> Columns<'a> {
             dst_as: long(prim::<UInt32Type>(b, "dst_as")?, rows)?,
             src_country: countries(b, "src_country")?,
             dst_country: countries(b, "dst_country")?,
+            src_as_name: texts(b, "src_as_name")?,
+            dst_as_name: texts(b, "dst_as_name")?,
+            src_net: texts(b, "src_net")?,
+            dst_net: texts(b, "dst_net")?,
+            src_net_attrs: [
+                texts(b, "src_net_role")?,
+                texts(b, "src_net_site")?,
+                texts(b, "src_net_tenant")?,
+            ],
+            dst_net_attrs: [
+                texts(b, "dst_net_role")?,
+                texts(b, "dst_net_site")?,
+                texts(b, "dst_net_tenant")?,
+            ],
         })
     }
 
@@ -164,6 +185,57 @@ impl<'a> Columns<'a> {
         }
     }
 
+    /// The sender's AS names of direction `d`.
+    fn src_as_name(&self, d: Dir) -> Option<&[&'static str]> {
+        if d == Dir::Forward {
+            self.src_as_name.as_deref()
+        } else {
+            self.dst_as_name.as_deref()
+        }
+    }
+
+    fn dst_as_name(&self, d: Dir) -> Option<&[&'static str]> {
+        if d == Dir::Forward {
+            self.dst_as_name.as_deref()
+        } else {
+            self.src_as_name.as_deref()
+        }
+    }
+
+    /// The sender's network names of direction `d`.
+    fn src_net(&self, d: Dir) -> Option<&[&'static str]> {
+        if d == Dir::Forward {
+            self.src_net.as_deref()
+        } else {
+            self.dst_net.as_deref()
+        }
+    }
+
+    fn dst_net(&self, d: Dir) -> Option<&[&'static str]> {
+        if d == Dir::Forward {
+            self.dst_net.as_deref()
+        } else {
+            self.src_net.as_deref()
+        }
+    }
+
+    /// The sender's network's attribute `a` in direction `d`.
+    fn src_net_attr(&self, d: Dir, a: NetAttr) -> Option<&[&'static str]> {
+        if d == Dir::Forward {
+            self.src_net_attrs[a as usize].as_deref()
+        } else {
+            self.dst_net_attrs[a as usize].as_deref()
+        }
+    }
+
+    fn dst_net_attr(&self, d: Dir, a: NetAttr) -> Option<&[&'static str]> {
+        if d == Dir::Forward {
+            self.dst_net_attrs[a as usize].as_deref()
+        } else {
+            self.src_net_attrs[a as usize].as_deref()
+        }
+    }
+
     fn packets(&self, d: Dir) -> Option<&'a [u64]> {
         if d == Dir::Forward {
             self.packets
@@ -210,6 +282,14 @@ impl<'a> Columns<'a> {
             dst_as: at(self.dst_as(d), i),
             src_country: at(self.src_country(d), i),
             dst_country: at(self.dst_country(d), i),
+            src_as_name: at(self.src_as_name(d), i),
+            dst_as_name: at(self.dst_as_name(d), i),
+            src_net: at(self.src_net(d), i),
+            dst_net: at(self.dst_net(d), i),
+            src_net_attrs: [NetAttr::Role, NetAttr::Site, NetAttr::Tenant]
+                .map(|a| at(self.src_net_attr(d, a), i)),
+            dst_net_attrs: [NetAttr::Role, NetAttr::Site, NetAttr::Tenant]
+                .map(|a| at(self.dst_net_attr(d, a), i)),
             reverse: d == Dir::Reverse,
             flows: 1,
         }
@@ -312,6 +392,18 @@ fn term(t: &Term, c: &Columns<'_>, d: Dir) -> BooleanBuffer {
             compare(c.src_country(d), Cmp::Eq, cc, n),
             compare(c.dst_country(d), Cmp::Eq, cc, n),
         ),
+        Term::NetName(Side::Src, name) => compare(c.src_net(d), Cmp::Eq, name, n),
+        Term::NetName(Side::Dst, name) => compare(c.dst_net(d), Cmp::Eq, name, n),
+        Term::NetName(Side::Any, name) => either(
+            compare(c.src_net(d), Cmp::Eq, name, n),
+            compare(c.dst_net(d), Cmp::Eq, name, n),
+        ),
+        Term::NetAttr(Side::Src, a, v) => compare(c.src_net_attr(d, a), Cmp::Eq, v, n),
+        Term::NetAttr(Side::Dst, a, v) => compare(c.dst_net_attr(d, a), Cmp::Eq, v, n),
+        Term::NetAttr(Side::Any, a, v) => either(
+            compare(c.src_net_attr(d, a), Cmp::Eq, v, n),
+            compare(c.dst_net_attr(d, a), Cmp::Eq, v, n),
+        ),
         Term::Packets(op, v) => compare(c.packets(d), op, v, n),
         Term::Bytes(op, v) => compare(c.bytes(d), op, v, n),
         Term::TcpFlags(m) => match c.flags(d) {
@@ -406,6 +498,7 @@ fn key_columns<'a>(
         Key::DstAs => (c.dst_as(d).map_or(KeyColumn::Zero, KeyColumn::U32), None),
         Key::SrcCountry => (u16s(c.src_country(d)), None),
         Key::DstCountry => (u16s(c.dst_country(d)), None),
+        Key::SrcNet | Key::DstNet => return None,
     })
 }
 
@@ -449,6 +542,16 @@ impl ColumnSink for TopSink {
             self.count(first.get(i), p, b, s, e);
             if let Some(k) = second {
                 self.count_again(k.get(i), p, b, s, e);
+            }
+        }
+        let names = match self.key() {
+            Key::SrcAs => c.src_as_name(d),
+            Key::DstAs => c.dst_as_name(d),
+            _ => None,
+        };
+        if let Some(names) = names {
+            for i in keep.set_indices() {
+                self.note_as_name(first.get(i) as u32, names[i]);
             }
         }
     }

@@ -13,6 +13,10 @@
 //!        | exporter PREFIX | router ip PREFIX
 //!        | [in|out] if N | vlan N
 //!        | [src|dst] as N | [src|dst] country CC   src as 13335, dst country DE (enrichment)
+//!        | [src|dst] net-name NAME         src net-name office: the networks file's name
+//!        | [src|dst] net-role|net-site|net-tenant VALUE   its role, site, tenant
+//!                                          (`-`: in none of its networks; "a b" quotes
+//!                                          a name with spaces)
 //!        | packets [OP] N | bytes [OP] N   N may end in k, M or G (×1000)
 //!        | flags LETTERS                   every one of F S R P A U E C set
 //!        | any
@@ -26,7 +30,7 @@
 
 use tapflow_wire::prefix::{Prefix, PrefixError};
 
-use super::{Cmp, Filter, IfSide, Net, QueryError, Side, Term};
+use super::{Cmp, Filter, IfSide, Net, NetAttr, QueryError, Side, Term};
 use crate::query::result::PROTOCOLS;
 
 /// How deep `not`s and parentheses may nest: far above a filter a person writes, far below
@@ -67,6 +71,17 @@ fn lex(text: &str) -> Vec<String> {
     while let Some(&c) = chars.peek() {
         if c.is_whitespace() {
             chars.next();
+        } else if c == '"' {
+            // A quoted word ("New York"), for names with spaces or brackets.
+            chars.next();
+            let mut w = String::new();
+            for c in chars.by_ref() {
+                if c == '"' {
+                    break;
+                }
+                w.push(c);
+            }
+            out.push(w);
         } else if c == '(' || c == ')' {
             out.push(c.to_string());
             chars.next();
@@ -221,6 +236,10 @@ impl Parser {
             "vlan" => Term::Vlan(self.number("a VLAN id")?),
             "as" => Term::As(Side::Any, self.as_number()?),
             "country" => Term::Country(Side::Any, self.country()?),
+            "net-name" => Term::NetName(Side::Any, self.net_name()?),
+            "net-role" | "net-site" | "net-tenant" => {
+                Term::NetAttr(Side::Any, net_attr(&word), self.net_name()?)
+            }
             "packets" => {
                 let op = self.cmp();
                 Term::Packets(op, self.count("a packet count")?)
@@ -250,6 +269,15 @@ impl Parser {
         if self.eat("country") {
             return Ok(Filter::Term(Term::Country(side, self.country()?)));
         }
+        if self.eat("net-name") {
+            return Ok(Filter::Term(Term::NetName(side, self.net_name()?)));
+        }
+        for word in ["net-role", "net-site", "net-tenant"] {
+            if self.eat(word) {
+                let value = self.net_name()?;
+                return Ok(Filter::Term(Term::NetAttr(side, net_attr(word), value)));
+            }
+        }
         let _ = self.eat("ip") || self.eat("host") || self.eat("net");
         Ok(Filter::Term(Term::Addr(side, self.net()?)))
     }
@@ -275,6 +303,19 @@ impl Parser {
             ))),
             c => Ok(c),
         }
+    }
+
+    /// A network's name as the networks file gives it (one word, matched exactly); `-` is
+    /// no network, as query output shows it.
+    fn net_name(&mut self) -> Result<&'static str, QueryError> {
+        let text = self.next("a network name")?;
+        if text == "(" || text == ")" {
+            return Err(err(format!("filter: '{text}' is not a network name")));
+        }
+        if text == "-" {
+            return Ok("");
+        }
+        Ok(crate::names::intern(&text))
     }
 
     fn port(&mut self, side: Side) -> Result<Filter, QueryError> {
@@ -335,6 +376,15 @@ impl Parser {
             .ok()
             .and_then(|n| n.checked_mul(scale))
             .ok_or_else(|| err(format!("filter: '{t}' is not {what}")))
+    }
+}
+
+/// The attribute a `net-role`, `net-site` or `net-tenant` word names.
+fn net_attr(word: &str) -> NetAttr {
+    match word {
+        "net-role" => NetAttr::Role,
+        "net-site" => NetAttr::Site,
+        _ => NetAttr::Tenant,
     }
 }
 
@@ -435,6 +485,18 @@ pub struct OneWay {
     pub src_country: u16,
     /// The receiver's country.
     pub dst_country: u16,
+    /// The sender's AS name (empty: unknown).
+    pub src_as_name: &'static str,
+    /// The receiver's AS name.
+    pub dst_as_name: &'static str,
+    /// The name of the operator's network holding the sender's address (empty: none).
+    pub src_net: &'static str,
+    /// The receiver's network name.
+    pub dst_net: &'static str,
+    /// The sender's network's role, site and tenant (empty: none).
+    pub src_net_attrs: [&'static str; 3],
+    /// The receiver's network's role, site and tenant.
+    pub dst_net_attrs: [&'static str; 3],
     /// Whether it is the stored row's reverse direction.
     pub reverse: bool,
     /// How many one-way flows it stands for: 1 for a stored flow, a rollup row's count.
@@ -495,6 +557,14 @@ impl Term {
             Term::Country(Side::Src, c) => f.src_country == c,
             Term::Country(Side::Dst, c) => f.dst_country == c,
             Term::Country(Side::Any, c) => f.src_country == c || f.dst_country == c,
+            Term::NetName(Side::Src, n) => f.src_net == n,
+            Term::NetName(Side::Dst, n) => f.dst_net == n,
+            Term::NetName(Side::Any, n) => f.src_net == n || f.dst_net == n,
+            Term::NetAttr(Side::Src, a, v) => f.src_net_attrs[a as usize] == v,
+            Term::NetAttr(Side::Dst, a, v) => f.dst_net_attrs[a as usize] == v,
+            Term::NetAttr(Side::Any, a, v) => {
+                f.src_net_attrs[a as usize] == v || f.dst_net_attrs[a as usize] == v
+            }
             Term::Packets(op, n) => op.holds(f.packets, n),
             Term::Bytes(op, n) => op.holds(f.bytes, n),
             Term::TcpFlags(m) => f.tcp_flags & m == m,
@@ -513,6 +583,10 @@ impl Term {
             Term::Vlan(_) => &["vlan"],
             Term::As(..) => &["src_as", "dst_as"],
             Term::Country(..) => &["src_country", "dst_country"],
+            Term::NetName(..) => &["src_net", "dst_net"],
+            Term::NetAttr(_, NetAttr::Role, _) => &["src_net_role", "dst_net_role"],
+            Term::NetAttr(_, NetAttr::Site, _) => &["src_net_site", "dst_net_site"],
+            Term::NetAttr(_, NetAttr::Tenant, _) => &["src_net_tenant", "dst_net_tenant"],
             Term::Packets(..) => &["packets", "rev_packets"],
             Term::Bytes(..) => &["bytes", "rev_bytes"],
             Term::TcpFlags(_) => &["tcp_flags", "rev_tcp_flags"],
@@ -543,6 +617,8 @@ mod tests {
             in_if: 3,
             out_if: 7,
             vlan: 100,
+            src_net: crate::names::intern("office"),
+            dst_net_attrs: ["servers", "fra1", "acme"],
             flows: 1,
             ..OneWay::default()
         }
@@ -577,6 +653,11 @@ mod tests {
             "(udp or tcp) and !(src host 10.1.2.4)",
             "any",
             "proto 6",
+            "src net-name office",
+            "net-name office and dst net-name -",
+            "dst net-role servers and net-site fra1 and net-tenant acme and src net-role -",
+            "not dst net-name office",
+            "src net-name \"office\" and (src net-name \"a (b)\" or tcp)",
         ] {
             assert!(yes(t), "{t} should match");
         }
@@ -591,6 +672,11 @@ mod tests {
             "net 2001:db8::/32",
             "in if 7",
             "tcp and not port 443",
+            "dst net-name office",
+            "src net-name Office",
+            "src net-name -",
+            "src net-role servers",
+            "net-tenant fra1",
         ] {
             assert!(!yes(t), "{t} should not match");
         }
@@ -608,6 +694,7 @@ mod tests {
             ("flags SX", "'X'"),
             ("", "empty"),
             ("port 90-80", "backwards"),
+            ("src net-name", "a network name"),
         ] {
             let e = parse(t).expect_err(t).to_string();
             assert!(e.contains(says), "{t}: {e}");

@@ -155,6 +155,11 @@ pub enum Key {
     SrcCountry,
     /// The destination address's country (`dstcountry`).
     DstCountry,
+    /// The name of the operator's network holding the source address (`srcnet`), as the
+    /// networks file gives it (empty: in none).
+    SrcNet,
+    /// The name of the network holding the destination address (`dstnet`).
+    DstNet,
 }
 
 /// Two ISO 3166 letters as one number (first letter × 256 + second; 0: unknown), as country
@@ -201,7 +206,14 @@ impl Key {
             Key::DstAs => "dstas",
             Key::SrcCountry => "srccountry",
             Key::DstCountry => "dstcountry",
+            Key::SrcNet => "srcnet",
+            Key::DstNet => "dstnet",
         }
+    }
+
+    /// Whether the key is an AS number, whose rows carry the AS's name beside it.
+    pub fn is_as(self) -> bool {
+        matches!(self, Key::SrcAs | Key::DstAs)
     }
 }
 
@@ -289,6 +301,12 @@ pub enum Term {
     As(Side, u32),
     /// The country at `side` is this ([`country_code`]; `dst country DE`).
     Country(Side, u16),
+    /// The name of the operator's network holding the address at `side` is this
+    /// (`src net-name office`), exactly; the text is interned ([`crate::names::intern`]).
+    NetName(Side, &'static str),
+    /// The role, site or tenant of the operator's network holding the address at `side` is this
+    /// (`dst net-role servers`, `net-site fra1`, `src net-tenant acme`), exactly; interned.
+    NetAttr(Side, NetAttr, &'static str),
     /// The one-way flow's packets compare to the value.
     Packets(Cmp, u64),
     /// The one-way flow's bytes compare to the value.
@@ -296,6 +314,17 @@ pub enum Term {
     /// Every TCP flag in the mask is set in the one-way flow's flags (`flags S`, nfdump letters
     /// `FSRPAUEC` for FIN SYN RST PSH ACK URG ECE CWR); the flags of non-TCP flows are 0.
     TcpFlags(u16),
+}
+
+/// Which attribute of a network a [`Term::NetAttr`] looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NetAttr {
+    /// Its role (`net-role`).
+    Role,
+    /// Its site (`net-site`).
+    Site,
+    /// Its tenant (`net-tenant`).
+    Tenant,
 }
 
 /// Which interface a term looks at.
@@ -412,12 +441,13 @@ impl std::str::FromStr for Key {
     type Err = QueryError;
 
     /// A key as `-s` and `-a` name it: `srcip`, `dstip`, `ip`, `srcport`, `dstport`, `port`,
-    /// `proto`, `exporter` (or `router`), `inif`, `outif`, `vlan`; an address key masked as
+    /// `proto`, `exporter` (or `router`), `inif`, `outif`, `vlan`, `srcas`, `dstas`,
+    /// `srccountry`, `dstcountry`, `srcnet`, `dstnet`; an address key masked as
     /// nfdump's `-A` writes it: `srcip4/24`, `dstip6/64`, `ip4/16`.
     fn from_str(s: &str) -> Result<Key, QueryError> {
         let bad = || {
             QueryError::Parse(format!(
-                "unknown key '{s}' (srcip, dstip, ip, srcport, dstport, port, proto, exporter, inif, outif, vlan, srcas, dstas, srccountry, dstcountry; srcip4/24, dstip6/64)"
+                "unknown key '{s}' (srcip, dstip, ip, srcport, dstport, port, proto, exporter, inif, outif, vlan, srcas, dstas, srccountry, dstcountry, srcnet, dstnet; srcip4/24, dstip6/64)"
             ))
         };
         let lower = s.to_ascii_lowercase();
@@ -463,6 +493,8 @@ impl std::str::FromStr for Key {
             "dstas" => Key::DstAs,
             "srccountry" => Key::SrcCountry,
             "dstcountry" => Key::DstCountry,
+            "srcnet" => Key::SrcNet,
+            "dstnet" => Key::DstNet,
             _ => return Err(bad()),
         })
     }

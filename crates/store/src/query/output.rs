@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use super::filter::OneWay;
-use super::result::{Counters, QueryResult, Row, Summary, addr_text, proto_name};
+use super::result::{AsNames, Counters, QueryResult, Row, Summary, Value, addr_text, proto_name};
 use super::time::format_time;
 use super::{Key, Kind, Query};
 
@@ -35,8 +35,12 @@ pub fn print(
     let lines = match result {
         QueryResult::Flows(rows) => flow_lines(rows, format),
         QueryResult::Table {
-            keys, rows, total, ..
-        } => table_lines(keys, rows, total, every_us, format),
+            keys,
+            rows,
+            total,
+            as_names,
+            ..
+        } => table_lines(keys, rows, total, as_names, every_us, format),
         QueryResult::Summary(s) => summary_lines(s, format),
     };
     match format {
@@ -144,10 +148,40 @@ struct JsonRow {
     last: Option<String>,
 }
 
+/// The key columns' headers: each key's name, an AS key's followed by `NAME_name`.
+fn key_headers(keys: &[Key]) -> Vec<String> {
+    let mut h = Vec::new();
+    for k in keys {
+        h.push(k.name().to_string());
+        if k.is_as() {
+            h.push(format!("{}_name", k.name()));
+        }
+    }
+    h
+}
+
+/// The key cells of a row: each value as text, an AS number followed by its name (`unknown`
+/// when there is none).
+fn key_cells(keys: &[Key], values: &[Value], names: &AsNames, unknown: &str) -> Vec<String> {
+    let mut l = Vec::new();
+    for (v, k) in values.iter().zip(keys) {
+        l.push(v.show(*k));
+        if k.is_as() {
+            let name = match v {
+                Value::Num(n) => names.get(n).copied(),
+                _ => None,
+            };
+            l.push(name.unwrap_or(unknown).to_string());
+        }
+    }
+    l
+}
+
 fn table_lines(
     keys: &[Key],
     rows: &[Row],
     total: &Counters,
+    names: &AsNames,
     every_us: Option<i64>,
     format: Format,
 ) -> Vec<Vec<String>> {
@@ -169,7 +203,7 @@ fn table_lines(
             } else {
                 h.extend(["first seen".into(), "duration".into()]);
             }
-            h.extend(keys.iter().map(|k| k.name().to_string()));
+            h.extend(key_headers(keys));
             for x in [
                 "flows", "flows%", "packets", "packets%", "bytes", "bytes%", "pps", "bps", "bpp",
             ] {
@@ -186,7 +220,7 @@ fn table_lines(
                         l.push(duration(c.span_us()));
                     }
                 }
-                l.extend(r.values.iter().zip(keys).map(|(v, k)| v.show(*k)));
+                l.extend(key_cells(keys, &r.values, names, "-"));
                 let (bps, pps) = rates(c);
                 l.extend([
                     human(c.flows as f64),
@@ -212,7 +246,7 @@ fn table_lines(
             if every_us.is_some() {
                 h.push("time".into());
             }
-            h.extend(keys.iter().map(|k| k.name().to_string()));
+            h.extend(key_headers(keys));
             h.extend(
                 ["flows", "packets", "bytes", "bps", "pps", "first", "last"].map(String::from),
             );
@@ -222,10 +256,9 @@ fn table_lines(
                 let (bps, pps) = rates(c);
                 let mut l: Vec<String> = r.time_us.map(rfc3339).into_iter().collect();
                 l.extend(
-                    r.values
-                        .iter()
-                        .zip(keys)
-                        .map(|(v, k)| csv_field(v.show(*k))),
+                    key_cells(keys, &r.values, names, "")
+                        .into_iter()
+                        .map(csv_field),
                 );
                 let (first, last) = times(c).map_or((String::new(), String::new()), |(a, b)| {
                     (rfc3339(a), rfc3339(b))
@@ -243,20 +276,28 @@ fn table_lines(
             }
         }
         Format::Json => {
+            let keys_of = keys;
             for r in rows {
                 let c = &r.counters;
                 let (bps, pps) = rates(c);
-                let keys = keys
-                    .iter()
-                    .zip(&r.values)
-                    .map(|(k, v)| {
-                        let j = match v {
-                            super::Value::Num(n) if *k != Key::Protocol => (*n).into(),
-                            v => v.show(*k).into(),
-                        };
-                        (k.name().to_string(), j)
-                    })
-                    .collect();
+                let mut keys = serde_json::Map::new();
+                for (k, v) in keys_of.iter().zip(&r.values) {
+                    let j = match v {
+                        Value::Num(n)
+                            if !matches!(k, Key::Protocol | Key::SrcCountry | Key::DstCountry) =>
+                        {
+                            (*n).into()
+                        }
+                        Value::Text(t) => (*t).into(),
+                        v => v.show(*k).into(),
+                    };
+                    keys.insert(k.name().to_string(), j);
+                    if let (true, Value::Num(n)) = (k.is_as(), v)
+                        && let Some(name) = names.get(n)
+                    {
+                        keys.insert(format!("{}_name", k.name()), (*name).into());
+                    }
+                }
                 lines.push(json_line(&JsonRow {
                     time: r.time_us.map(rfc3339),
                     keys,

@@ -51,3 +51,45 @@ pub fn answerable(q: &Query, bucket_us: i64) -> bool {
         && q.window
             .is_none_or(|w| aligned(w.start_us) && aligned(w.end_us))
 }
+
+/// The side of the places table holding `key`'s values: 0 the sender's, 1 the receiver's.
+pub fn place_side(key: Key) -> Option<u8> {
+    match key {
+        Key::SrcAs | Key::SrcCountry | Key::SrcNet => Some(0),
+        Key::DstAs | Key::DstCountry | Key::DstNet => Some(1),
+        _ => None,
+    }
+}
+
+/// The side of the 1-hour places table (every AS, country and network of each hour and side)
+/// whose rows answer `q` exactly, if any: keys of one side's places, no filter, whole hours.
+pub fn place_answerable(q: &Query) -> Option<u8> {
+    let hour = crate::schema::HOUR_US;
+    let aligned = |t: i64| t == i64::MAX || t.rem_euclid(hour) == 0;
+    let side = match &q.kind {
+        Kind::Top { key, order_by, .. } if order_answerable(*order_by) => place_side(*key),
+        Kind::Aggregate { keys, order_by, .. } if order_answerable(*order_by) => {
+            // Keys of one side only.
+            let mut side = None;
+            for &k in keys {
+                match place_side(k) {
+                    Some(s) if side.is_none_or(|x| x == s) => side = Some(s),
+                    _ => return None,
+                }
+            }
+            side
+        }
+        Kind::Series {
+            every_us,
+            key: Some(k),
+            order_by,
+            ..
+        } if every_us % hour == 0 && order_answerable(*order_by) => place_side(*k),
+        _ => None,
+    };
+    side.filter(|_| {
+        q.filter.is_none()
+            && q.window
+                .is_none_or(|w| aligned(w.start_us) && aligned(w.end_us))
+    })
+}

@@ -92,8 +92,10 @@ fn rate(amount: f64, span_us: i64) -> f64 {
 pub enum Value {
     /// An address, 16 bytes, IPv4 IPv4-mapped (a masked key keeps the prefix's bits).
     Addr([u8; 16]),
-    /// A port, protocol number, interface index or VLAN id.
+    /// A port, protocol number, interface index, VLAN id, AS number or country.
     Num(u32),
+    /// A network name, interned ([`crate::names::intern`]; empty: in none of the networks).
+    Text(&'static str),
 }
 
 impl Value {
@@ -112,9 +114,15 @@ impl Value {
                 }
             }
             Value::Num(n) => n.to_string(),
+            Value::Text("") => "-".to_owned(),
+            Value::Text(t) => t.to_owned(),
         }
     }
 }
+
+/// The AS names seen beside the AS numbers of a table's rows (one of them, if the ASN database
+/// named an AS differently over the window); an AS without a name is not in it.
+pub type AsNames = std::collections::BTreeMap<u32, &'static str>;
 
 /// A 16-byte stored address as text: IPv4-mapped ones as dotted quads.
 pub fn addr_text(a: &[u8; 16]) -> String {
@@ -224,6 +232,8 @@ pub enum QueryResult {
         total: Counters,
         /// The metric the rows are ordered by.
         order_by: Metric,
+        /// The names of the AS numbers in the rows, for keys [`Key::is_as`].
+        as_names: AsNames,
     },
     /// [`super::Kind::Summary`].
     Summary(Summary),

@@ -6,7 +6,7 @@ use hashbrown::HashMap;
 use super::filter::OneWay;
 use super::result::{Counters, QueryResult, Row, Value};
 use super::sink::Sink;
-use super::top::{key_values, rank};
+use super::top::{as_names_of, key_values, note_as_names, rank};
 use super::{Key, Metric};
 
 /// `--every`.
@@ -22,6 +22,8 @@ pub struct SeriesSink {
     run: Option<((i64, Value), Counters)>,
     /// The only key values counted, if known beforehand (the whole window's top `n`).
     only: Option<Vec<Value>>,
+    /// The AS names seen, for an AS key.
+    as_names: HashMap<u32, &'static str>,
     total: Counters,
 }
 
@@ -36,6 +38,7 @@ impl SeriesSink {
             buckets: HashMap::new(),
             run: None,
             only: None,
+            as_names: HashMap::new(),
             total: Counters::EMPTY,
         }
     }
@@ -72,7 +75,10 @@ impl Sink for SeriesSink {
             c.add(f.flows, f.packets, f.bytes, f.start_us, f.end_us)
         };
         match self.key {
-            Some(k) => key_values(k, f, count),
+            Some(k) => {
+                key_values(k, f, count);
+                note_as_names(&[k], f, &mut self.as_names);
+            }
             None => count(Value::Num(0)),
         }
     }
@@ -81,6 +87,9 @@ impl Sink for SeriesSink {
         self.total.merge(&o.total);
         for (k, c) in o.buckets.into_iter().chain(o.run) {
             self.buckets.entry(k).or_insert(Counters::EMPTY).merge(&c);
+        }
+        for (n, name) in o.as_names {
+            self.as_names.entry(n).or_insert(name);
         }
     }
 
@@ -125,9 +134,12 @@ impl Sink for SeriesSink {
                     .then(a.1.cmp(&b.1))
             })
         });
+        let keys: Vec<Key> = self.key.into_iter().collect();
+        let rows: Vec<Row> = rows.into_iter().map(|(_, _, r)| r).collect();
         QueryResult::Table {
-            keys: self.key.into_iter().collect(),
-            rows: rows.into_iter().map(|(_, _, r)| r).collect(),
+            as_names: as_names_of(&keys, &rows, &self.as_names),
+            keys,
+            rows,
             total: self.total,
             order_by: self.order_by,
         }

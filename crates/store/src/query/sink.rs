@@ -52,6 +52,12 @@ impl Sink for ListSink {
             dst_as: 0,
             src_country: 0,
             dst_country: 0,
+            src_as_name: "",
+            dst_as_name: "",
+            src_net: "",
+            dst_net: "",
+            src_net_attrs: [""; 3],
+            dst_net_attrs: [""; 3],
             ..*f
         });
         // Bounded memory under a limit: keep the earliest `limit` now and then.

@@ -41,7 +41,48 @@ pub fn key_values(key: Key, f: &OneWay, mut out: impl FnMut(Value)) {
         Key::DstAs => out(Value::Num(f.dst_as)),
         Key::SrcCountry => out(Value::Num(f.src_country.into())),
         Key::DstCountry => out(Value::Num(f.dst_country.into())),
+        Key::SrcNet => out(Value::Text(f.src_net)),
+        Key::DstNet => out(Value::Text(f.dst_net)),
     }
+}
+
+/// Notes the AS names beside the AS numbers `keys` take in the flow.
+#[inline]
+pub fn note_as_names(keys: &[Key], f: &OneWay, names: &mut HashMap<u32, &'static str>) {
+    for k in keys {
+        match k {
+            Key::SrcAs => note_as_name(names, f.src_as, f.src_as_name),
+            Key::DstAs => note_as_name(names, f.dst_as, f.dst_as_name),
+            _ => {}
+        }
+    }
+}
+
+/// Notes `name` as AS `asn`'s, unless it has one already or `name` is empty.
+#[inline]
+pub fn note_as_name(names: &mut HashMap<u32, &'static str>, asn: u32, name: &'static str) {
+    if !name.is_empty() {
+        names.entry(asn).or_insert(name);
+    }
+}
+
+/// Of `names`, those of the AS numbers in `rows` under `keys`.
+pub fn as_names_of(
+    keys: &[Key],
+    rows: &[Row],
+    names: &HashMap<u32, &'static str>,
+) -> super::result::AsNames {
+    let mut out = super::result::AsNames::new();
+    for r in rows {
+        for (k, v) in keys.iter().zip(&r.values) {
+            if let (true, Value::Num(n)) = (k.is_as(), v)
+                && let Some(name) = names.get(n)
+            {
+                out.insert(*n, name);
+            }
+        }
+    }
+    out
 }
 
 /// The stored columns a key reads (both directions', since a reverse flow swaps them).
@@ -57,6 +98,16 @@ pub fn key_columns(key: Key) -> &'static [&'static str] {
         Key::Vlan => &["vlan"],
         Key::SrcAs | Key::DstAs => &["src_as", "dst_as"],
         Key::SrcCountry | Key::DstCountry => &["src_country", "dst_country"],
+        Key::SrcNet | Key::DstNet => &["src_net", "dst_net"],
+    }
+}
+
+/// The stored columns beside a key's that name its values: an AS number's name.
+pub fn label_columns(key: Key) -> &'static [&'static str] {
+    if key.is_as() {
+        &["src_as_name", "dst_as_name"]
+    } else {
+        &[]
     }
 }
 
@@ -77,12 +128,13 @@ pub fn rank<K: Ord>(mut v: Vec<(K, Counters)>, order_by: Metric, n: usize) -> Ve
 }
 
 /// A key value as one integer, for the hash table of a single key: an address's 16 bytes, or
-/// the number (every value of one key is of the same kind).
+/// the number (every value of one key is of the same kind); `None` for text, kept apart.
 #[inline]
-fn packed(v: Value) -> u128 {
+fn packed(v: Value) -> Option<u128> {
     match v {
-        Value::Addr(a) => u128::from_be_bytes(a),
-        Value::Num(n) => n.into(),
+        Value::Addr(a) => Some(u128::from_be_bytes(a)),
+        Value::Num(n) => Some(n.into()),
+        Value::Text(_) => None,
     }
 }
 
@@ -107,6 +159,10 @@ pub struct TopSink {
     groups: HashMap<u128, Counters>,
     /// The groups of a key of [`small_range`], by value (`None`: not seen).
     small: Vec<Option<Counters>>,
+    /// The groups of a text key.
+    texts: HashMap<&'static str, Counters>,
+    /// The AS names seen, for an AS key.
+    as_names: HashMap<u32, &'static str>,
     total: Counters,
 }
 
@@ -119,8 +175,16 @@ impl TopSink {
             n,
             groups: HashMap::new(),
             small: vec![None; small_range(key).unwrap_or(0)],
+            texts: HashMap::new(),
+            as_names: HashMap::new(),
             total: Counters::EMPTY,
         }
+    }
+
+    /// Notes `name` as AS `asn`'s (for an AS key).
+    #[inline]
+    pub fn note_as_name(&mut self, asn: u32, name: &'static str) {
+        note_as_name(&mut self.as_names, asn, name);
     }
 
     /// The key ranked.
@@ -157,15 +221,26 @@ impl Sink for TopSink {
         self.total
             .add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
         key_values(self.key, f, |v| {
-            self.group(packed(v))
-                .add(f.flows, f.packets, f.bytes, f.start_us, f.end_us)
+            let c = match (packed(v), v) {
+                (Some(p), _) => self.group(p),
+                (None, Value::Text(t)) => self.texts.entry(t).or_insert(Counters::EMPTY),
+                (None, _) => return,
+            };
+            c.add(f.flows, f.packets, f.bytes, f.start_us, f.end_us)
         });
+        note_as_names(&[self.key], f, &mut self.as_names);
     }
 
     fn merge(&mut self, o: TopSink) {
         self.total.merge(&o.total);
         for (v, c) in o.groups.into_iter().chain(smalls(o.small)) {
             self.group(v).merge(&c);
+        }
+        for (t, c) in o.texts {
+            self.texts.entry(t).or_insert(Counters::EMPTY).merge(&c);
+        }
+        for (n, name) in o.as_names {
+            self.as_names.entry(n).or_insert(name);
         }
     }
 
@@ -186,8 +261,9 @@ impl Sink for TopSink {
             .into_iter()
             .chain(smalls(self.small))
             .map(|(k, c)| (unpack(k), c))
+            .chain(self.texts.into_iter().map(|(t, c)| (Value::Text(t), c)))
             .collect();
-        let rows = rank(groups, self.order_by, self.n)
+        let rows: Vec<Row> = rank(groups, self.order_by, self.n)
             .into_iter()
             .map(|(v, counters)| Row {
                 time_us: None,
@@ -197,6 +273,7 @@ impl Sink for TopSink {
             .collect();
         QueryResult::Table {
             keys: vec![self.key],
+            as_names: as_names_of(&[self.key], &rows, &self.as_names),
             rows,
             total: self.total,
             order_by: self.order_by,
@@ -217,6 +294,7 @@ pub struct AggregateSink {
     n: usize,
     groups: HashMap<Vec<Value>, Counters>,
     scratch: Vec<Value>,
+    as_names: HashMap<u32, &'static str>,
     total: Counters,
 }
 
@@ -229,6 +307,7 @@ impl AggregateSink {
             n,
             groups: HashMap::new(),
             scratch: Vec::new(),
+            as_names: HashMap::new(),
             total: Counters::EMPTY,
         }
     }
@@ -251,6 +330,7 @@ impl Sink for AggregateSink {
                 self.groups.insert(self.scratch.clone(), c);
             }
         }
+        note_as_names(&self.keys, f, &mut self.as_names);
     }
 
     fn merge(&mut self, o: AggregateSink) {
@@ -258,10 +338,13 @@ impl Sink for AggregateSink {
         for (v, c) in o.groups {
             self.groups.entry(v).or_insert(Counters::EMPTY).merge(&c);
         }
+        for (n, name) in o.as_names {
+            self.as_names.entry(n).or_insert(name);
+        }
     }
 
     fn finish(self) -> QueryResult {
-        let rows = rank(self.groups.into_iter().collect(), self.order_by, self.n)
+        let rows: Vec<Row> = rank(self.groups.into_iter().collect(), self.order_by, self.n)
             .into_iter()
             .map(|(values, counters)| Row {
                 time_us: None,
@@ -270,6 +353,7 @@ impl Sink for AggregateSink {
             })
             .collect();
         QueryResult::Table {
+            as_names: as_names_of(&self.keys, &rows, &self.as_names),
             keys: self.keys,
             rows,
             total: self.total,
