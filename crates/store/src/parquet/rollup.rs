@@ -415,7 +415,7 @@ fn place_rows(start: i64, b: &Bucket, out: &mut Batch) {
 
 fn push_text(c: &mut Column, v: &str) {
     if let Column::Text(c) = c {
-        c.push(v.to_owned());
+        c.push(v.to_owned().into());
     }
 }
 
