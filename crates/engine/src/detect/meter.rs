@@ -92,7 +92,7 @@ impl Meter {
         self.tally.observe(o, g);
         self.busy = true;
         self.counted += 1;
-        if self.sampled && self.counted % ADAPT_EVERY == 0 {
+        if self.sampled && self.counted.is_multiple_of(ADAPT_EVERY) {
             self.adapt(ns);
         }
     }
