@@ -442,6 +442,7 @@ mod tests {
                 flows_per_second: None,
             },
             over: vec!["packets"],
+            limit: "static",
             protocols: Mix {
                 tcp: 0.0,
                 udp: 1.0,

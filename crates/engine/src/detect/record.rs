@@ -86,6 +86,7 @@ mod tests {
             },
             entry: None,
             limits: Limits::DEFAULT,
+            limit: "static",
         };
         // 2026-11-29T09:00:00Z
         let t = 1_795_942_800;
