@@ -177,7 +177,7 @@ if [[ -z $trace ]]; then
     TAPFLOW_CORPUS=$corpus "$here/make-trace.sh" "$trace" 2000000 >/dev/null
 fi
 # The same packets with their times rewritten to 100,000 packets/s (a busy link, where the cost
-# is per packet) and to 1,000,000 packets/s (a flood: over 200,000 packets/s a worker counts a
+# is per packet) and to 1,000,000 packets/s (a flood: over 100,000 packets/s a worker counts a
 # sample); at the trace's own times (a few packets a second) the cost is per second.
 dense=$work/dense.pcap flood=$work/flood.pcap
 respace() { # IN OUT NS-BETWEEN-PACKETS

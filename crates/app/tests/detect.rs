@@ -250,8 +250,8 @@ fn a_flood_over_the_exact_rate_is_sampled_and_still_measured() {
     use tapflow_wire::build::{self, FrameSpec, L4};
     use tapflow_wire::ethernet::EthernetAddress;
     let d = tempfile::tempdir().unwrap();
-    // 3 s of a UDP flood at 400,000 packets/s, twice the rate a worker counts one by one:
-    // after the first 4,096 packets, each second is counted from a sample of one in two.
+    // 3 s of a UDP flood at 400,000 packets/s, four times the rate a worker counts one by one:
+    // after the first 4,096 packets, each second is counted from a sample of one in four.
     const RATE: u64 = 400_000;
     let mut packets = Vec::new();
     let t0 = 1_700_000_000_000_000_000u64;
@@ -287,10 +287,10 @@ fn a_flood_over_the_exact_rate_is_sampled_and_still_measured() {
     let pps = v[0]["packets_per_second"].as_f64().unwrap();
     assert!((pps - RATE as f64).abs() / (RATE as f64) < 0.02, "{pps}");
     assert!(
-        err.contains("3 worker-seconds over 200000 packets/s counted a sample"),
+        err.contains("3 worker-seconds over 100000 packets/s counted a sample"),
         "{err}"
     );
-    // The packets detection counted, sampled ones weighing two: within 2% of the flood's.
+    // The packets detection counted, sampled ones weighing four: within 2% of the flood's.
     let counted: f64 = err
         .split("seconds measured, ")
         .nth(1)

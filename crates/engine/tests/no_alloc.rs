@@ -164,7 +164,9 @@ fn allocations_for(n: usize, dir: &std::path::Path, flows: bool) -> u64 {
     } else {
         assert_eq!(summary.totals.recorded, n as u64);
         let d = summary.sinks.detect.expect("detect report");
-        assert_eq!(d.packets, n as u64, "{d:?}");
+        // Every packet is counted, not IP, or passed over by sampling (these come fast).
+        assert_eq!(d.packets + d.not_ip + d.not_sampled, n as u64, "{d:?}");
+        assert!(d.packets > 0, "{d:?}");
     }
     after - before
 }

@@ -13,7 +13,7 @@ const NS: u64 = 1_000_000_000;
 /// Packets a second a worker counts one by one. Above it (a flood), it counts a random sample
 /// of about this many a second, each sampled packet weighing the sampling period, so
 /// detection's cost stays bounded however large the attack.
-pub const EXACT_PER_SECOND: u64 = 200_000;
+pub const EXACT_PER_SECOND: u64 = 100_000;
 
 /// Packets counted between two looks at the rate within an interval.
 const ADAPT_EVERY: u64 = 4096;
