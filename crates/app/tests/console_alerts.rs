@@ -6,24 +6,17 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
+use std::time::Duration;
 
+use common::webdriver::Driver;
 use common::*;
 use serde_json::{Value, json};
 
 /// The flood's window, around [`T0`] (2023-11-14T22:13:20Z).
 const WINDOW: &str = "2023-11-14T22:00:00Z/1h";
 const TARGET: &str = "192.0.2.9";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 /// 3 s of NTP replies (UDP from port 123, 482-byte frames) from 50 reflectors to [`TARGET`] at
 /// 2,000 packets/s, from `t0` (ns since 1970) on.
@@ -197,133 +190,12 @@ fn an_alert_flows_detect_raised_is_listed_by_query_and_the_console_api() {
     assert_eq!(empty["alerts"], json!([]));
 }
 
-/// A minimal WebDriver client (W3C protocol over HTTP+JSON) for chromedriver.
-struct Driver {
-    base: String,
-    session: String,
-    _process: ChildGuard,
-}
-
-fn post(url: &str, body: &Value) -> Value {
-    let mut r = ureq::post(url)
-        .config()
-        .http_status_as_error(false)
-        .build()
-        .header("Content-Type", "application/json")
-        .send(body.to_string())
-        .unwrap_or_else(|e| panic!("POST {url}: {e}"));
-    let text = r.body_mut().read_to_string().expect("body");
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("POST {url}: {e}: {text}"))
-}
-
-impl Driver {
-    fn start() -> Driver {
-        let port = free_port();
-        let child = Command::new("/usr/bin/chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("chromedriver");
-        let mut guard = ChildGuard::new(child, "chromedriver");
-        guard.wait_until(Duration::from_secs(30), "listens", |_| {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        let base = format!("http://127.0.0.1:{port}");
-        let caps = json!({ "capabilities": { "alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": "/usr/bin/chromium",
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                         "--window-size=1280,800", "--disable-dev-shm-usage"]
-            },
-            "goog:loggingPrefs": { "browser": "ALL" }
-        }}});
-        let r = post(&format!("{base}/session"), &caps);
-        let session = r["value"]["sessionId"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no session: {r}"))
-            .to_owned();
-        Driver {
-            base,
-            session,
-            _process: guard,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}/session/{}{path}", self.base, self.session)
-    }
-
-    fn go(&self, url: &str) {
-        post(&self.url("/url"), &json!({ "url": url }));
-    }
-
-    fn run(&self, script: &str) -> Value {
-        post(
-            &self.url("/execute/sync"),
-            &json!({ "script": script, "args": [] }),
-        )["value"]
-            .clone()
-    }
-
-    /// Waits until `script` returns true.
-    fn until(&self, what: &str, script: &str) {
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(60) {
-            if self.run(script) == Value::Bool(true) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!(
-            "the page never {what}; errors: {}",
-            self.run("return document.getElementById('error').textContent")
-        );
-    }
-
-    fn refreshed(&self) -> u64 {
-        self.run("return Number(document.body.dataset.refreshed || 0)")
-            .as_u64()
-            .unwrap_or(0)
-    }
-
-    fn wait_refresh_after(&self, n: u64) {
-        self.until(
-            "finished refreshing",
-            &format!("return Number(document.body.dataset.refreshed || 0) > {n}"),
-        );
-    }
-
-    /// Saves a screenshot as `console-NAME.png` in `$TAPFLOW_SCREENSHOTS`, if set.
-    fn screenshot(&self, name: &str) {
-        let Ok(dir) = std::env::var("TAPFLOW_SCREENSHOTS") else {
-            return;
-        };
-        let mut r = ureq::get(&self.url("/screenshot"))
-            .call()
-            .expect("screenshot");
-        let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
-        use base64::Engine;
-        let png = base64::engine::general_purpose::STANDARD
-            .decode(v["value"].as_str().expect("png"))
-            .expect("base64");
-        std::fs::write(PathBuf::from(dir).join(format!("console-{name}.png")), png).unwrap();
-    }
-
-    /// The cells of the alert list's rows, and each row's class.
-    fn alert_rows(&self) -> Value {
-        self.run(
-            "return [...document.querySelectorAll('#alert-list tbody tr[data-target]')]\
-             .map(r => [r.className, ...[...r.cells].map(c => c.textContent)])",
-        )
-    }
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = ureq::delete(&format!("{}/session/{}", self.base, self.session)).call();
-    }
+/// The cells of the alert list's rows, and each row's class.
+fn alert_rows(d: &Driver) -> Value {
+    d.run(
+        "return [...document.querySelectorAll('#alert-list tbody tr[data-target]')]\
+         .map(r => [r.className, ...[...r.cells].map(c => c.textContent)])",
+    )
 }
 
 #[test]
@@ -381,11 +253,11 @@ fn a_running_alert_is_highlighted_and_a_click_opens_its_filtered_views() {
 
     let (_console, base) = console(&store);
     let page = format!("{base}/?window=last%201h");
-    let d_ = Driver::start();
+    let d_ = Driver::start().expect("chromedriver");
     let drv = &d_;
     drv.go(&page);
     drv.wait_refresh_after(0);
-    let rows = drv.alert_rows();
+    let rows = alert_rows(drv);
     assert_eq!(rows.as_array().unwrap().len(), 1, "{rows}");
     assert_eq!(
         rows[0].as_array().unwrap()[..7],
@@ -417,7 +289,7 @@ fn a_running_alert_is_highlighted_and_a_click_opens_its_filtered_views() {
     );
     assert_eq!(colour[0], alarm, "{colour}");
     drv.run("document.querySelector('#traffic').scrollIntoView({block: 'start'}); return true");
-    drv.screenshot("alert-running");
+    let _ = drv.screenshot("alert-running");
 
     // The collector stops: the alert ends, the flows are all stored.
     collect.signal(libc::SIGINT);
@@ -436,7 +308,7 @@ fn a_running_alert_is_highlighted_and_a_click_opens_its_filtered_views() {
          Number(document.body.dataset.refreshed || 0) > 0",
     );
     let _ = before;
-    let rows = drv.alert_rows();
+    let rows = alert_rows(drv);
     assert_eq!(rows[0][0], "ended", "{rows}");
     assert!(
         rows[0][2].as_str().unwrap() >= rows[0][1].as_str().unwrap(),
@@ -496,45 +368,7 @@ fn a_running_alert_is_highlighted_and_a_click_opens_its_filtered_views() {
     let error = drv.run("return document.getElementById('error').hidden");
     assert_eq!(error, Value::Bool(true));
     drv.run("window.scrollTo(0, 0); return true");
-    drv.screenshot("alert-opened");
-}
-
-/// A ClickHouse server (Debian's, through `scripts/clickhouse.sh`) in its own directory on its
-/// own ports, stopped when dropped.
-struct ClickHouse(tempfile::TempDir);
-
-fn clickhouse_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/clickhouse.sh")
-}
-
-impl ClickHouse {
-    fn start(port: u16) -> (ClickHouse, String) {
-        let dir = tempfile::tempdir().unwrap();
-        let out = Command::new(clickhouse_script())
-            .args([
-                "start",
-                dir.path().to_str().unwrap(),
-                "1",
-                &port.to_string(),
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "clickhouse.sh: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
-        (ClickHouse(dir), url)
-    }
-}
-
-impl Drop for ClickHouse {
-    fn drop(&mut self) {
-        let _ = Command::new(clickhouse_script())
-            .args(["stop", self.0.path().to_str().unwrap()])
-            .status();
-    }
+    let _ = drv.screenshot("alert-opened");
 }
 
 #[test]

@@ -612,28 +612,8 @@ fn a_learnt_baseline_alerts_at_five_times_the_hours_level_and_not_at_it() {
 #[test]
 fn a_baseline_learns_from_clickhouse_as_from_a_directory() {
     let d = tempfile::tempdir().unwrap();
-    let server = d.path().join("clickhouse");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/clickhouse.sh");
-    let out = std::process::Command::new(&script)
-        .args(["start", server.to_str().unwrap(), "1", "28660"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "clickhouse.sh: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let url = format!("{}/baseline", String::from_utf8(out.stdout).unwrap().trim());
-    // The server stops however the test ends.
-    struct Stop(std::path::PathBuf, std::path::PathBuf);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new(&self.0)
-                .args(["stop", self.1.to_str().unwrap()])
-                .status();
-        }
-    }
-    let _stop = Stop(script, server);
+    let (_server, url) = ClickHouse::start(28660);
+    let url = format!("{url}/baseline");
     baseline_alerts(d.path(), &url);
 }
 

@@ -5,51 +5,11 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
-
-use common::tapflow;
+use common::{ClickHouse, tapflow};
 use tapflow_store::clickhouse::{ClickHouseConfig, ClickHouseStore};
 use tapflow_store::schema::addr16;
 use tapflow_store::{FlowStore, ParquetOptions, ParquetStore, StoredFlow};
 use tapflow_wire::flowrecord::{Counters, FlowRecord};
-
-/// A server in its own directory, stopped when dropped.
-struct Server(tempfile::TempDir);
-
-fn script() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/clickhouse.sh")
-}
-
-impl Server {
-    fn start(port: u16) -> (Server, String) {
-        let dir = tempfile::tempdir().unwrap();
-        let out = Command::new(script())
-            .args([
-                "start",
-                dir.path().to_str().unwrap(),
-                "1",
-                &port.to_string(),
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "clickhouse.sh: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
-        (Server(dir), url)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = Command::new(script())
-            .args(["stop", self.0.path().to_str().unwrap()])
-            .status();
-    }
-}
 
 fn flows(n: u64) -> Vec<StoredFlow> {
     let t0 = 1_795_000_000_000_000_000u64;
@@ -115,7 +75,7 @@ fn query(args: &[&str]) -> String {
 
 #[test]
 fn query_over_clickhouse_prints_what_it_prints_over_parquet() {
-    let (_server, url) = Server::start(28600);
+    let (_server, url) = ClickHouse::start(28600);
     let url = format!("{url}/q");
     let f = flows(20_000);
     let mut ch = Box::new(ClickHouseStore::open(ClickHouseConfig::new(&url)).unwrap());

@@ -12,6 +12,7 @@ pub mod traffic;
 
 #[allow(unused_imports)]
 pub use corpus::corpus;
+pub mod webdriver;
 
 use std::collections::HashSet;
 use std::io::Read;
@@ -1063,4 +1064,51 @@ pub fn epbs(path: &Path) -> Vec<Vec<u8>> {
         at += len;
     }
     out
+}
+
+/// A ClickHouse server (Debian's, through `scripts/clickhouse.sh`) in its own directory on its
+/// own ports, stopped when dropped.
+pub struct ClickHouse(tempfile::TempDir);
+
+fn clickhouse_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/clickhouse.sh")
+}
+
+impl ClickHouse {
+    /// A server on HTTP port `port`, and its URL.
+    pub fn start(port: u16) -> (ClickHouse, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(clickhouse_script())
+            .args([
+                "start",
+                dir.path().to_str().unwrap(),
+                "1",
+                &port.to_string(),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "clickhouse.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        (ClickHouse(dir), url)
+    }
+}
+
+impl Drop for ClickHouse {
+    fn drop(&mut self) {
+        let _ = Command::new(clickhouse_script())
+            .args(["stop", self.0.path().to_str().unwrap()])
+            .status();
+    }
+}
+
+/// A TCP port free on 127.0.0.1 now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
 }
