@@ -282,7 +282,10 @@ fn config(
             .map(|s| {
                 if s.name.starts_with("parquet:") || s.name.starts_with("clickhouse:") {
                     NamedStore {
-                        store: Box::new(EnrichedStore::new(s.store, Arc::clone(&source))),
+                        store: Box::new(EnrichedStore::new(
+                            s.store,
+                            tapflow_engine::enrich::Enricher::new(Arc::clone(&source)),
+                        )),
                         name: s.name,
                     }
                 } else {

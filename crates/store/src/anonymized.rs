@@ -4,67 +4,27 @@
 
 use tapflow_wire::cryptopan::Anonymizer;
 
-use crate::{
-    ExporterStats, FlowStore, InterfaceCounters, InterfaceName, StoreError, StoreReport, StoredFlow,
-};
+use crate::StoredFlow;
+use crate::rewritten::{Rewrite, Rewritten};
 
-/// Rewrites each flow's source and destination addresses, then hands the batch on.
-#[derive(Debug)]
-pub struct AnonymizedStore {
-    inner: Box<dyn FlowStore>,
-    anon: Anonymizer,
-    batch: Vec<StoredFlow>,
-}
+/// Rewrites each flow's source and destination addresses, then hands the batch on:
+/// `AnonymizedStore::new(inner, anonymizer)`.
+pub type AnonymizedStore = Rewritten<Anonymizer>;
 
-impl AnonymizedStore {
-    /// `inner`, fed through `anon`.
-    pub fn new(inner: Box<dyn FlowStore>, anon: Anonymizer) -> AnonymizedStore {
-        AnonymizedStore {
-            inner,
-            anon,
-            batch: Vec::new(),
+impl Rewrite for Anonymizer {
+    fn rewrite(&mut self, flows: &mut [StoredFlow]) {
+        for f in flows {
+            self.flow_record(&mut f.flow);
         }
-    }
-}
-
-impl FlowStore for AnonymizedStore {
-    fn insert(&mut self, flows: &[StoredFlow]) -> Result<(), StoreError> {
-        self.batch.clear();
-        self.batch.extend_from_slice(flows);
-        for f in &mut self.batch {
-            self.anon.flow_record(&mut f.flow);
-        }
-        self.inner.insert(&self.batch)
-    }
-
-    fn insert_interfaces(&mut self, names: &[InterfaceName]) -> Result<(), StoreError> {
-        self.inner.insert_interfaces(names)
-    }
-
-    fn insert_exporter_stats(&mut self, stats: &[ExporterStats]) -> Result<(), StoreError> {
-        self.inner.insert_exporter_stats(stats)
-    }
-
-    fn insert_if_counters(&mut self, rows: &[InterfaceCounters]) -> Result<(), StoreError> {
-        self.inner.insert_if_counters(rows)
-    }
-
-    fn flush(&mut self) -> Result<(), StoreError> {
-        self.inner.flush()
-    }
-
-    fn report(&self) -> StoreReport {
-        self.inner.report()
-    }
-
-    fn close(self: Box<Self>) -> Result<StoreReport, StoreError> {
-        self.inner.close()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{
+        ExporterStats, FlowStore, InterfaceCounters, InterfaceName, StoreError, StoreReport,
+    };
     use tapflow_wire::cryptopan::CryptoPan;
 
     /// Keeps what it is given, for the test below.

@@ -15,6 +15,7 @@ pub mod names;
 pub mod open;
 pub mod parquet;
 pub mod query;
+pub mod rewritten;
 pub mod schema;
 
 pub use self::parquet::damaged::install_panic_hook;

@@ -592,7 +592,10 @@ impl StoreOutput {
         let at = Location::parse(dir).map_err(ExportError::Store)?;
         let store = open::store(&at, &open::Options::default()).map_err(ExportError::Store)?;
         let store = match enrich {
-            Some(source) => Box::new(crate::enrich::store::EnrichedStore::new(store, source)),
+            Some(source) => Box::new(crate::enrich::store::EnrichedStore::new(
+                store,
+                crate::enrich::Enricher::new(source),
+            )),
             None => store,
         };
         Ok(StoreOutput {
