@@ -15,7 +15,8 @@
 #
 # CPU: `tapflow capture -r TRACE` with standard output on /dev/null (the pipeline reads and parses
 # every packet and keeps nothing) against the same with --detect, and `tapflow flows -r TRACE
-# --json /dev/null` against the same with --detect; user+sys CPU seconds of each, the best of RUNS,
+# --json /dev/null` against the same with --detect, RUNS times each, alternating; the least and the
+# median user+sys CPU seconds of each,
 # over the trace as it is and over the same packets at 100,000 and at 1,000,000 packets/s.
 # TRACE defaults to a 2M-packet trace made by scripts/make-trace.sh (real corpus traffic).
 #
@@ -199,29 +200,32 @@ PY
 }
 respace "$trace" "$dense" 10000
 respace "$trace" "$flood" 1000
-cpu() { # best user+sys seconds of RUNS runs of "$@" (getrusage: microseconds)
+# RUNS runs of "$@" without and with --detect, alternating (a busy machine slows both alike);
+# user+sys CPU seconds from getrusage; the least and the median of each, and what detection adds
+# per 10M packets by both.
+cpu() { # LABEL PACKETS COMMAND...
     python3 - "$runs" "$@" <<'PY'
-import resource, subprocess, sys
-runs, cmd = int(sys.argv[1]), sys.argv[2:]
-best = None
-for _ in range(runs):
+import resource, statistics, subprocess, sys
+runs, label, packets, cmd = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+def once(args):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    best = t if best is None else min(best, t)
-print(f"{best:.4f}")
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+off, on = [], []
+for _ in range(runs):
+    off.append(once(cmd))
+    on.append(once([*cmd, "--detect"]))
+per = 1e7 / packets
+lo, mid = (min(on) - min(off)) * per, (statistics.median(on) - statistics.median(off)) * per
+print(f"  {label}: least {min(off):.4f} / {min(on):.4f} with --detect, median "
+      f"{statistics.median(off):.4f} / {statistics.median(on):.4f}: detection {lo:.3f} s "
+      f"(least) and {mid:.3f} s (median) per 10M packets")
 PY
 }
 packets=$(capinfos -c -M "$trace" | awk '/Number of packets/ { print $NF }')
 for t in "$flood" "$dense" "$trace"; do
-    echo "CPU seconds over $packets packets of $(basename "$t") (best of $runs):"
-    c0=$(cpu "$bin" capture -q -r "$t")
-    c1=$(cpu "$bin" capture -q -r "$t" --detect)
-    f0=$(cpu "$bin" flows -q -r "$t" --json /dev/null)
-    f1=$(cpu "$bin" flows -q -r "$t" --json /dev/null --detect)
-    awk -v c0="$c0" -v c1="$c1" -v f0="$f0" -v f1="$f1" -v n="$packets" 'BEGIN {
-        printf "  capture: %.4f, with --detect %.4f: detection %.3f s per 10M packets\n", c0, c1, (c1 - c0) * 1e7 / n
-        printf "  flows:   %.4f, with --detect %.4f: detection %.3f s per 10M packets\n", f0, f1, (f1 - f0) * 1e7 / n
-    }'
+    echo "CPU seconds over $packets packets of $(basename "$t") ($runs runs each, alternating):"
+    cpu capture "$packets" "$bin" capture -q -r "$t"
+    cpu flows "$packets" "$bin" flows -q -r "$t" --json /dev/null
 done
