@@ -33,6 +33,7 @@ PKGS=(
     nftables                   # nft: a collector that drops at its ingress (bench/forward.py)
     chromium                   # the console's tests: a real browser
     chromium-driver            # chromedriver: WebDriver for those tests
+    python3-selenium           # the console's page timing in chromium (bench/console_timing.py)
     firefox-esr                # the console in Firefox too (driven over Marionette)
     openssl                    # a self-signed certificate for the console's TLS test
     curl                       # reads the console over TLS in that test

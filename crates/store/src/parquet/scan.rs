@@ -206,10 +206,18 @@ impl ParquetEngine {
                 // From the hosts or ports table (every address or port of every hour), the top
                 // `n` first, then the buckets of those alone rather than of every value: only
                 // their rows decoded past the side and value columns, the totals from the first.
-                let first = match (pick, key) {
-                    (Some(p), Some(k))
-                        if *n > 0 && tier::select(p.table, q, Some(&[])).is_some() =>
-                    {
+                // From the flows too, for a key of many values: the buckets of every value
+                // would be a table of values × buckets.
+                let two_passes = match (pick, key) {
+                    (Some(p), Some(_)) => tier::select(p.table, q, Some(&[])).is_some(),
+                    (None, Some(k)) => !matches!(
+                        k,
+                        Key::Protocol | Key::Vlan | Key::SrcCountry | Key::DstCountry
+                    ),
+                    (_, None) => false,
+                };
+                let first = match key {
+                    Some(k) if *n > 0 && two_passes => {
                         let top =
                             self.scan(&t, pick_feed(pick), || TopSink::new(*k, *order_by, *n))?;
                         match top.result {
@@ -218,7 +226,6 @@ impl ParquetEngine {
                                     .filter_map(|r| r.values.first().copied())
                                     .collect::<Vec<_>>(),
                                 total,
-                                p.table,
                             )),
                             _ => None,
                         }
@@ -226,12 +233,12 @@ impl ParquetEngine {
                     _ => None,
                 };
                 match first {
-                    Some((only, total, table)) => {
+                    Some((only, total)) => {
                         let second = Table {
                             files: t.files,
                             cols: t.cols.clone(),
                             read: Read {
-                                select: tier::select(table, q, Some(&only)),
+                                select: pick.and_then(|p| tier::select(p.table, q, Some(&only))),
                                 tally: None,
                                 ..t.read
                             },
@@ -311,16 +318,20 @@ impl ParquetEngine {
         let work = || -> Result<(S, ScanStats), QueryError> {
             let mut sink = make();
             let mut stats = ScanStats::default();
+            // Each file into a sink of its own, so a file found damaged halfway adds nothing;
+            // one such sink serves each file in turn, its tables emptied by the merge.
+            let mut one = make();
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(path) = files.get(i) else {
                     return Ok((sink, stats));
                 };
-                // Each file into a sink of its own: a file found damaged halfway adds nothing.
-                let mut one = make();
                 match scan_file(path, &t.cols, t.read, feed, &mut one, &mut stats) {
-                    Ok(()) => sink.merge(one),
-                    Err(StoreError::Damaged { .. }) => stats.files_quarantined += 1,
+                    Ok(()) => sink.merge(&mut one),
+                    Err(StoreError::Damaged { .. }) => {
+                        stats.files_quarantined += 1;
+                        one = make();
+                    }
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -342,7 +353,7 @@ impl ParquetEngine {
         for part in parts {
             let (s, st) = part?;
             match &mut sink {
-                Some(base) => base.merge(s),
+                Some(base) => base.merge(&mut { s }),
                 None => sink = Some(s),
             }
             stats.files_opened += st.files_opened;

@@ -16,8 +16,8 @@ use super::scan::{addrs, at, countries, prim, texts};
 use crate::query::filter::OneWay;
 use crate::query::series::SeriesSink;
 use crate::query::sink::{ListSink, Sink, SummarySink};
-use crate::query::top::{AggregateSink, TopSink};
-use crate::query::{Cmp, Filter, IfSide, Key, Net, NetAttr, Side, Term, Window};
+use crate::query::top::{AggregateSink, TopSink, packed, unpacked};
+use crate::query::{Cmp, Filter, IfSide, Key, Net, NetAttr, Side, Term, Value, Window};
 
 /// Which stored direction of a row a one-way flow is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -502,11 +502,25 @@ fn key_columns<'a>(
     })
 }
 
+/// The AS names beside an AS key's numbers in direction `d`.
+fn as_names<'a>(key: Key, c: &'a Columns<'_>, d: Dir) -> Option<&'a [&'static str]> {
+    match key {
+        Key::SrcAs => c.src_as_name(d),
+        Key::DstAs => c.dst_as_name(d),
+        _ => None,
+    }
+}
+
 /// A sink that takes a batch's kept one-way flows from the columns: by default one
 /// [`OneWay`] at a time through [`Sink::add`].
 pub trait ColumnSink: Sink {
     /// Counts the one-way flows of direction `d` of the rows set in `keep`.
     fn add_columns(&mut self, c: &Columns<'_>, d: Dir, keep: &BooleanBuffer) {
+        self.add_rows(c, d, keep);
+    }
+
+    /// Counts them one [`OneWay`] at a time.
+    fn add_rows(&mut self, c: &Columns<'_>, d: Dir, keep: &BooleanBuffer) {
         for i in keep.set_indices() {
             self.add(&c.one_way(i, d));
         }
@@ -515,7 +529,45 @@ pub trait ColumnSink: Sink {
 
 impl ColumnSink for ListSink {}
 
-impl ColumnSink for SeriesSink {}
+impl ColumnSink for SeriesSink {
+    fn add_columns(&mut self, c: &Columns<'_>, d: Dir, keep: &BooleanBuffer) {
+        let (p, b, s, e) = (c.packets(d), c.bytes(d), c.start, c.end);
+        let Some(key) = self.key() else {
+            for i in keep.set_indices() {
+                let (p, b, s, e) = (at(p, i), at(b, i), at(s, i), at(e, i));
+                self.count_total(1, p, b, s, e);
+                self.count(Value::Num(0), 1, p, b, s, e);
+            }
+            return;
+        };
+        // A key of one or two columns, and the values counted known as numbers (or all).
+        let only: Option<Vec<u128>> = match self.only_values() {
+            Some(o) => match o.iter().map(|&v| packed(v)).collect() {
+                Some(o) => Some(o),
+                None => return self.add_rows(c, d, keep),
+            },
+            None => None,
+        };
+        let Some((first, second)) = key_columns(key, c, d) else {
+            return self.add_rows(c, d, keep);
+        };
+        for i in keep.set_indices() {
+            let (p, b, s, e) = (at(p, i), at(b, i), at(s, i), at(e, i));
+            self.count_total(1, p, b, s, e);
+            for k in [Some(first), second].into_iter().flatten() {
+                let v = k.get(i);
+                if only.as_ref().is_none_or(|o| o.contains(&v)) {
+                    self.count(unpacked(key, v), 1, p, b, s, e);
+                }
+            }
+        }
+        if let Some(names) = as_names(key, c, d) {
+            for i in keep.set_indices() {
+                self.note_as_name(first.get(i) as u32, names[i]);
+            }
+        }
+    }
+}
 
 impl ColumnSink for AggregateSink {}
 
@@ -531,10 +583,7 @@ impl ColumnSink for SummarySink {
 impl ColumnSink for TopSink {
     fn add_columns(&mut self, c: &Columns<'_>, d: Dir, keep: &BooleanBuffer) {
         let Some((first, second)) = key_columns(self.key(), c, d) else {
-            for i in keep.set_indices() {
-                self.add(&c.one_way(i, d));
-            }
-            return;
+            return self.add_rows(c, d, keep);
         };
         let (p, b, s, e) = (c.packets(d), c.bytes(d), c.start, c.end);
         for i in keep.set_indices() {
@@ -544,12 +593,7 @@ impl ColumnSink for TopSink {
                 self.count_again(k.get(i), p, b, s, e);
             }
         }
-        let names = match self.key() {
-            Key::SrcAs => c.src_as_name(d),
-            Key::DstAs => c.dst_as_name(d),
-            _ => None,
-        };
-        if let Some(names) = names {
+        if let Some(names) = as_names(self.key(), c, d) {
             for i in keep.set_indices() {
                 self.note_as_name(first.get(i) as u32, names[i]);
             }

@@ -51,44 +51,93 @@ impl SeriesSink {
     }
 }
 
+impl SeriesSink {
+    /// The key split by (`None`: the totals alone).
+    pub fn key(&self) -> Option<Key> {
+        self.key
+    }
+
+    /// The only key values counted, if known beforehand.
+    pub fn only_values(&self) -> Option<&[Value]> {
+        self.only.as_deref()
+    }
+
+    /// Counts `flows` one-way flows starting at `start_us` in the totals.
+    #[inline]
+    pub fn count_total(
+        &mut self,
+        flows: u64,
+        packets: u64,
+        bytes: u64,
+        start_us: i64,
+        end_us: i64,
+    ) {
+        self.total.add(flows, packets, bytes, start_us, end_us);
+    }
+
+    /// Counts `flows` one-way flows starting at `start_us` under key value `v` (not checked
+    /// against [`SeriesSink::only`]; the totals apart, see [`SeriesSink::count_total`]).
+    #[inline]
+    pub fn count(
+        &mut self,
+        v: Value,
+        flows: u64,
+        packets: u64,
+        bytes: u64,
+        start_us: i64,
+        end_us: i64,
+    ) {
+        let t = start_us - start_us.rem_euclid(self.every_us);
+        let c = match &mut self.run {
+            Some((k, c)) if *k == (t, v) => c,
+            run => {
+                if let Some((k, c)) = run.take() {
+                    self.buckets.entry(k).or_insert(Counters::EMPTY).merge(&c);
+                }
+                &mut run.insert(((t, v), Counters::EMPTY)).1
+            }
+        };
+        c.add(flows, packets, bytes, start_us, end_us)
+    }
+
+    /// Notes `name` as AS `asn`'s (for an AS key).
+    #[inline]
+    pub fn note_as_name(&mut self, asn: u32, name: &'static str) {
+        super::top::note_as_name(&mut self.as_names, asn, name);
+    }
+}
+
 impl Sink for SeriesSink {
     #[inline]
     fn add(&mut self, f: &OneWay) {
-        self.total
-            .add(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
-        let t = f.start_us - f.start_us.rem_euclid(self.every_us);
-        let (buckets, run) = (&mut self.buckets, &mut self.run);
-        let only = self.only.as_deref();
-        let mut count = |v| {
-            if only.is_some_and(|o| !o.contains(&v)) {
-                return;
-            }
-            let c = match run {
-                Some((k, c)) if *k == (t, v) => c,
-                _ => {
-                    if let Some((k, c)) = run.take() {
-                        buckets.entry(k).or_insert(Counters::EMPTY).merge(&c);
-                    }
-                    &mut run.insert(((t, v), Counters::EMPTY)).1
-                }
-            };
-            c.add(f.flows, f.packets, f.bytes, f.start_us, f.end_us)
-        };
+        self.count_total(f.flows, f.packets, f.bytes, f.start_us, f.end_us);
+        let mut values = [None; 2];
         match self.key {
             Some(k) => {
-                key_values(k, f, count);
+                let mut i = 0;
+                key_values(k, f, |v| {
+                    values[i] = Some(v);
+                    i += 1;
+                });
                 note_as_names(&[k], f, &mut self.as_names);
             }
-            None => count(Value::Num(0)),
+            None => values[0] = Some(Value::Num(0)),
+        }
+        for v in values.into_iter().flatten() {
+            if self.only.as_ref().is_some_and(|o| !o.contains(&v)) {
+                continue;
+            }
+            self.count(v, f.flows, f.packets, f.bytes, f.start_us, f.end_us);
         }
     }
 
-    fn merge(&mut self, o: SeriesSink) {
-        self.total.merge(&o.total);
-        for (k, c) in o.buckets.into_iter().chain(o.run) {
+    fn merge(&mut self, o: &mut SeriesSink) {
+        self.total
+            .merge(&std::mem::replace(&mut o.total, Counters::EMPTY));
+        for (k, c) in o.buckets.drain().chain(o.run.take()) {
             self.buckets.entry(k).or_insert(Counters::EMPTY).merge(&c);
         }
-        for (n, name) in o.as_names {
+        for (n, name) in o.as_names.drain() {
             self.as_names.entry(n).or_insert(name);
         }
     }

@@ -9,8 +9,9 @@ use super::result::{QueryResult, Summary};
 pub trait Sink: Send + Sized {
     /// Counts one flow.
     fn add(&mut self, f: &OneWay);
-    /// Takes in what another thread's sink counted.
-    fn merge(&mut self, other: Self);
+    /// Takes in what another sink counted (another file's, another thread's), leaving `other`
+    /// empty with its tables' room kept, so one sink per thread serves every file it reads.
+    fn merge(&mut self, other: &mut Self);
     /// The answer.
     fn finish(self) -> QueryResult;
 }
@@ -68,8 +69,8 @@ impl Sink for ListSink {
         }
     }
 
-    fn merge(&mut self, other: ListSink) {
-        self.rows.extend(other.rows);
+    fn merge(&mut self, other: &mut ListSink) {
+        self.rows.append(&mut other.rows);
         if self.limit.is_some() {
             self.trim();
         }
@@ -116,8 +117,8 @@ impl Sink for SummarySink {
         );
     }
 
-    fn merge(&mut self, o: SummarySink) {
-        let (s, o) = (&mut self.0, o.0);
+    fn merge(&mut self, o: &mut SummarySink) {
+        let (s, o) = (&mut self.0, std::mem::take(&mut o.0));
         for (a, b) in [
             (&mut s.total, o.total),
             (&mut s.tcp, o.tcp),

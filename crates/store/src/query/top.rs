@@ -130,11 +130,24 @@ pub fn rank<K: Ord>(mut v: Vec<(K, Counters)>, order_by: Metric, n: usize) -> Ve
 /// A key value as one integer, for the hash table of a single key: an address's 16 bytes, or
 /// the number (every value of one key is of the same kind); `None` for text, kept apart.
 #[inline]
-fn packed(v: Value) -> Option<u128> {
+pub fn packed(v: Value) -> Option<u128> {
     match v {
         Value::Addr(a) => Some(u128::from_be_bytes(a)),
         Value::Num(n) => Some(n.into()),
         Value::Text(_) => None,
+    }
+}
+
+/// The key value of `key` packed as `v` (see [`packed`]).
+#[inline]
+pub fn unpacked(key: Key, v: u128) -> Value {
+    if matches!(
+        key,
+        Key::SrcAddr(_) | Key::DstAddr(_) | Key::Addr(_) | Key::Exporter
+    ) {
+        Value::Addr(v.to_be_bytes())
+    } else {
+        Value::Num(v as u32)
     }
 }
 
@@ -231,31 +244,28 @@ impl Sink for TopSink {
         note_as_names(&[self.key], f, &mut self.as_names);
     }
 
-    fn merge(&mut self, o: TopSink) {
-        self.total.merge(&o.total);
-        for (v, c) in o.groups.into_iter().chain(smalls(o.small)) {
+    fn merge(&mut self, o: &mut TopSink) {
+        self.total
+            .merge(&std::mem::replace(&mut o.total, Counters::EMPTY));
+        for (v, c) in o.groups.drain() {
             self.group(v).merge(&c);
         }
-        for (t, c) in o.texts {
+        for (v, slot) in (0u128..).zip(o.small.iter_mut()) {
+            if let Some(c) = slot.take() {
+                self.group(v).merge(&c);
+            }
+        }
+        for (t, c) in o.texts.drain() {
             self.texts.entry(t).or_insert(Counters::EMPTY).merge(&c);
         }
-        for (n, name) in o.as_names {
+        for (n, name) in o.as_names.drain() {
             self.as_names.entry(n).or_insert(name);
         }
     }
 
     fn finish(self) -> QueryResult {
-        let address = matches!(
-            self.key,
-            Key::SrcAddr(_) | Key::DstAddr(_) | Key::Addr(_) | Key::Exporter
-        );
-        let unpack = |k: u128| {
-            if address {
-                Value::Addr(k.to_be_bytes())
-            } else {
-                Value::Num(k as u32)
-            }
-        };
+        let key = self.key;
+        let unpack = |k: u128| unpacked(key, k);
         let groups = self
             .groups
             .into_iter()
@@ -333,12 +343,13 @@ impl Sink for AggregateSink {
         note_as_names(&self.keys, f, &mut self.as_names);
     }
 
-    fn merge(&mut self, o: AggregateSink) {
-        self.total.merge(&o.total);
-        for (v, c) in o.groups {
+    fn merge(&mut self, o: &mut AggregateSink) {
+        self.total
+            .merge(&std::mem::replace(&mut o.total, Counters::EMPTY));
+        for (v, c) in o.groups.drain() {
             self.groups.entry(v).or_insert(Counters::EMPTY).merge(&c);
         }
-        for (n, name) in o.as_names {
+        for (n, name) in o.as_names.drain() {
             self.as_names.entry(n).or_insert(name);
         }
     }
