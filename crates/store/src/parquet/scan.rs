@@ -5,7 +5,8 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::ArrowPrimitiveType;
@@ -306,35 +307,68 @@ fn pick_feed<S: ColumnSink>(pick: Option<Pick>) -> Feed<S> {
 }
 
 impl ParquetEngine {
+    /// Scans `t`'s files into one sink per thread, merged. A sink takes every file its thread
+    /// reads, so a file found damaged halfway (and moved into quarantine) has added part of
+    /// itself: the scan then starts again without it.
     fn scan<S: ColumnSink>(
         &self,
         t: &Table<'_>,
         feed: Feed<S>,
         make: impl Fn() -> S + Sync,
     ) -> Result<Answer, QueryError> {
-        let files = t.files;
+        let mut damaged: Vec<PathBuf> = Vec::new();
+        loop {
+            let files: Vec<&Path> = t
+                .files
+                .iter()
+                .map(PathBuf::as_path)
+                .filter(|f| !damaged.iter().any(|d| d == f))
+                .collect();
+            let found = Mutex::new(Vec::new());
+            let mut answer = self.scan_round(&files, t, feed, &make, &found)?;
+            let found = found.into_inner().unwrap_or_else(PoisonError::into_inner);
+            if found.is_empty() {
+                answer.stats.files_quarantined = damaged.len() as u64;
+                return Ok(answer);
+            }
+            damaged.extend(found);
+        }
+    }
+
+    /// One pass of [`ParquetEngine::scan`] over `files`; the threads stop at the first file
+    /// found damaged, its path in `found`.
+    fn scan_round<S: ColumnSink>(
+        &self,
+        files: &[&Path],
+        t: &Table<'_>,
+        feed: Feed<S>,
+        make: &(impl Fn() -> S + Sync),
+        found: &Mutex<Vec<PathBuf>>,
+    ) -> Result<Answer, QueryError> {
         let next = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
         let threads = self.threads.min(files.len()).max(1);
         let work = || -> Result<(S, ScanStats), QueryError> {
             let mut sink = make();
             let mut stats = ScanStats::default();
-            // Each file into a sink of its own, so a file found damaged halfway adds nothing;
-            // one such sink serves each file in turn, its tables emptied by the merge.
-            let mut one = make();
-            loop {
+            while !stop.load(Ordering::Relaxed) {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(path) = files.get(i) else {
-                    return Ok((sink, stats));
+                    break;
                 };
-                match scan_file(path, &t.cols, t.read, feed, &mut one, &mut stats) {
-                    Ok(()) => sink.merge(&mut one),
+                match scan_file(path, &t.cols, t.read, feed, &mut sink, &mut stats) {
+                    Ok(()) => {}
                     Err(StoreError::Damaged { .. }) => {
-                        stats.files_quarantined += 1;
-                        one = make();
+                        stop.store(true, Ordering::Relaxed);
+                        found
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .push(path.to_path_buf());
                     }
                     Err(e) => return Err(e.into()),
                 }
             }
+            Ok((sink, stats))
         };
         let parts: Vec<Result<(S, ScanStats), QueryError>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
@@ -360,7 +394,6 @@ impl ParquetEngine {
             stats.row_groups += st.row_groups;
             stats.row_groups_read += st.row_groups_read;
             stats.rows_read += st.rows_read;
-            stats.files_quarantined += st.files_quarantined;
         }
         Ok(Answer {
             result: sink.unwrap_or_else(make).finish(),

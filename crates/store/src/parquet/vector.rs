@@ -16,7 +16,7 @@ use super::scan::{addrs, at, countries, prim, texts};
 use crate::query::filter::OneWay;
 use crate::query::series::SeriesSink;
 use crate::query::sink::{ListSink, Sink, SummarySink};
-use crate::query::top::{AggregateSink, TopSink, packed, unpacked};
+use crate::query::top::{AggregateSink, PACKED_KEYS, TopSink, packed, unpacked};
 use crate::query::{Cmp, Filter, IfSide, Key, Net, NetAttr, Side, Term, Value, Window};
 
 /// Which stored direction of a row a one-way flow is.
@@ -569,7 +569,34 @@ impl ColumnSink for SeriesSink {
     }
 }
 
-impl ColumnSink for AggregateSink {}
+impl ColumnSink for AggregateSink {
+    fn add_columns(&mut self, c: &Columns<'_>, d: Dir, keep: &BooleanBuffer) {
+        // Each key one column (directional keys), at most PACKED_KEYS of them.
+        let mut columns = [KeyColumn::Zero; PACKED_KEYS];
+        if self.keys().len() > PACKED_KEYS {
+            return self.add_rows(c, d, keep);
+        }
+        for (slot, &k) in columns.iter_mut().zip(self.keys()) {
+            match key_columns(k, c, d) {
+                Some((one, None)) => *slot = one,
+                _ => return self.add_rows(c, d, keep),
+            }
+        }
+        let (p, b, s, e) = (c.packets(d), c.bytes(d), c.start, c.end);
+        for i in keep.set_indices() {
+            let v = columns.map(|k| k.get(i));
+            self.count_packed(v, at(p, i), at(b, i), at(s, i), at(e, i));
+        }
+        let keys: Vec<Key> = self.keys().to_vec();
+        for (k, column) in keys.into_iter().zip(columns) {
+            if let Some(names) = as_names(k, c, d) {
+                for i in keep.set_indices() {
+                    self.note_as_name(column.get(i) as u32, names[i]);
+                }
+            }
+        }
+    }
+}
 
 impl ColumnSink for SummarySink {
     fn add_columns(&mut self, c: &Columns<'_>, d: Dir, keep: &BooleanBuffer) {
@@ -586,12 +613,13 @@ impl ColumnSink for TopSink {
             return self.add_rows(c, d, keep);
         };
         let (p, b, s, e) = (c.packets(d), c.bytes(d), c.start, c.end);
+        let counters = |i| (at(p, i), at(b, i), at(s, i), at(e, i));
         for i in keep.set_indices() {
-            let (p, b, s, e) = (at(p, i), at(b, i), at(s, i), at(e, i));
-            self.count(first.get(i), p, b, s, e);
-            if let Some(k) = second {
-                self.count_again(k.get(i), p, b, s, e);
-            }
+            let (p, b, s, e) = counters(i);
+            self.count_total(p, b, s, e);
+        }
+        for k in [Some(first), second].into_iter().flatten() {
+            self.count_rows(keep.set_indices().map(|i| (i, k.get(i))), counters);
         }
         if let Some(names) = as_names(self.key(), c, d) {
             for i in keep.set_indices() {

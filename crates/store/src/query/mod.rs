@@ -28,6 +28,7 @@
 //! started in, so windows side by side split the flows between them exactly).
 
 pub mod filter;
+pub mod groups;
 pub mod interfaces;
 pub mod output;
 pub mod plan;

@@ -9,8 +9,7 @@ use super::result::{QueryResult, Summary};
 pub trait Sink: Send + Sized {
     /// Counts one flow.
     fn add(&mut self, f: &OneWay);
-    /// Takes in what another sink counted (another file's, another thread's), leaving `other`
-    /// empty with its tables' room kept, so one sink per thread serves every file it reads.
+    /// Takes in what another thread's sink counted, leaving `other` empty.
     fn merge(&mut self, other: &mut Self);
     /// The answer.
     fn finish(self) -> QueryResult;

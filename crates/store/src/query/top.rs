@@ -6,6 +6,7 @@ use hashbrown::HashMap;
 use tapflow_wire::prefix::mask;
 
 use super::filter::OneWay;
+use super::groups::{AHEAD, Groups};
 use super::result::{Counters, QueryResult, Row, Value};
 use super::sink::Sink;
 use super::{Key, Metric};
@@ -169,7 +170,9 @@ pub struct TopSink {
     key: Key,
     order_by: Metric,
     n: usize,
-    groups: HashMap<u128, Counters>,
+    groups: Groups,
+    /// The keys of a batch with their hashes and rows, before they are counted.
+    pending: Vec<(u128, u64, usize)>,
     /// The groups of a key of [`small_range`], by value (`None`: not seen).
     small: Vec<Option<Counters>>,
     /// The groups of a text key.
@@ -186,7 +189,8 @@ impl TopSink {
             key,
             order_by,
             n,
-            groups: HashMap::new(),
+            groups: Groups::new(),
+            pending: Vec::new(),
             small: vec![None; small_range(key).unwrap_or(0)],
             texts: HashMap::new(),
             as_names: HashMap::new(),
@@ -205,25 +209,47 @@ impl TopSink {
         self.key
     }
 
-    /// Counts one one-way flow under the packed key value `v` (see [`key_values`]).
+    /// Counts one one-way flow in the totals alone.
     #[inline]
-    pub fn count(&mut self, v: u128, packets: u64, bytes: u64, start_us: i64, end_us: i64) {
+    pub fn count_total(&mut self, packets: u64, bytes: u64, start_us: i64, end_us: i64) {
         self.total.add(1, packets, bytes, start_us, end_us);
-        self.group(v).add(1, packets, bytes, start_us, end_us);
     }
 
-    /// Counts the flow just [`count`](Self::count)ed under its second value too (either
-    /// address, either port), leaving the totals alone.
+    /// Counts one one-way flow of each row `i` in `rows` under its packed key value `v`, its
+    /// packets, bytes, start and end `counters(i)`, leaving the totals alone. In a hash table,
+    /// the keys are hashed first and each group's slot fetched [`AHEAD`] keys before it is
+    /// counted.
     #[inline]
-    pub fn count_again(&mut self, v: u128, packets: u64, bytes: u64, start_us: i64, end_us: i64) {
-        self.group(v).add(1, packets, bytes, start_us, end_us);
+    pub fn count_rows(
+        &mut self,
+        rows: impl Iterator<Item = (usize, u128)>,
+        counters: impl Fn(usize) -> (u64, u64, i64, i64),
+    ) {
+        if !self.small.is_empty() {
+            for (i, v) in rows {
+                let (p, b, s, e) = counters(i);
+                self.group(v).add(1, p, b, s, e);
+            }
+            return;
+        }
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.clear();
+        pending.extend(rows.map(|(i, v)| (v, Groups::hash(v), i)));
+        for (j, &(v, h, i)) in pending.iter().enumerate() {
+            if let Some(&(_, ahead, _)) = pending.get(j + AHEAD) {
+                self.groups.prefetch(ahead);
+            }
+            let (p, b, s, e) = counters(i);
+            self.groups.get(v, h).add(1, p, b, s, e);
+        }
+        self.pending = pending;
     }
 
     #[inline]
     fn group(&mut self, v: u128) -> &mut Counters {
         match usize::try_from(v).ok().and_then(|i| self.small.get_mut(i)) {
             Some(slot) => slot.get_or_insert(Counters::EMPTY),
-            None => self.groups.entry(v).or_insert(Counters::EMPTY),
+            None => self.groups.get(v, Groups::hash(v)),
         }
     }
 }
@@ -248,7 +274,7 @@ impl Sink for TopSink {
         self.total
             .merge(&std::mem::replace(&mut o.total, Counters::EMPTY));
         for (v, c) in o.groups.drain() {
-            self.group(v).merge(&c);
+            self.groups.merge(v, &c);
         }
         for (v, slot) in (0u128..).zip(o.small.iter_mut()) {
             if let Some(c) = slot.take() {
@@ -268,7 +294,7 @@ impl Sink for TopSink {
         let unpack = |k: u128| unpacked(key, k);
         let groups = self
             .groups
-            .into_iter()
+            .into_groups()
             .chain(smalls(self.small))
             .map(|(k, c)| (unpack(k), c))
             .chain(self.texts.into_iter().map(|(t, c)| (Value::Text(t), c)))
@@ -303,6 +329,9 @@ pub struct AggregateSink {
     order_by: Metric,
     n: usize,
     groups: HashMap<Vec<Value>, Counters>,
+    /// The groups counted a column at a time: each key's value packed (see [`packed`]), up to
+    /// [`PACKED_KEYS`] keys, the rest 0.
+    packed: HashMap<[u128; PACKED_KEYS], Counters>,
     scratch: Vec<Value>,
     as_names: HashMap<u32, &'static str>,
     total: Counters,
@@ -316,10 +345,44 @@ impl AggregateSink {
             order_by,
             n,
             groups: HashMap::new(),
+            packed: HashMap::new(),
             scratch: Vec::new(),
             as_names: HashMap::new(),
             total: Counters::EMPTY,
         }
+    }
+}
+
+/// How many keys an [`AggregateSink`] groups by packed values at most.
+pub const PACKED_KEYS: usize = 3;
+
+impl AggregateSink {
+    /// The grouping keys.
+    pub fn keys(&self) -> &[Key] {
+        &self.keys
+    }
+
+    /// Counts one one-way flow under the keys' packed values `v`.
+    #[inline]
+    pub fn count_packed(
+        &mut self,
+        v: [u128; PACKED_KEYS],
+        packets: u64,
+        bytes: u64,
+        start_us: i64,
+        end_us: i64,
+    ) {
+        self.total.add(1, packets, bytes, start_us, end_us);
+        self.packed
+            .entry(v)
+            .or_insert(Counters::EMPTY)
+            .add(1, packets, bytes, start_us, end_us);
+    }
+
+    /// Notes `name` as AS `asn`'s (for an AS key).
+    #[inline]
+    pub fn note_as_name(&mut self, asn: u32, name: &'static str) {
+        note_as_name(&mut self.as_names, asn, name);
     }
 }
 
@@ -349,12 +412,27 @@ impl Sink for AggregateSink {
         for (v, c) in o.groups.drain() {
             self.groups.entry(v).or_insert(Counters::EMPTY).merge(&c);
         }
+        for (v, c) in o.packed.drain() {
+            self.packed.entry(v).or_insert(Counters::EMPTY).merge(&c);
+        }
         for (n, name) in o.as_names.drain() {
             self.as_names.entry(n).or_insert(name);
         }
     }
 
-    fn finish(self) -> QueryResult {
+    fn finish(mut self) -> QueryResult {
+        for (v, c) in self.packed.drain() {
+            let values = self
+                .keys
+                .iter()
+                .zip(v)
+                .map(|(&k, v)| unpacked(k, v))
+                .collect();
+            self.groups
+                .entry(values)
+                .or_insert(Counters::EMPTY)
+                .merge(&c);
+        }
         let rows: Vec<Row> = rank(self.groups.into_iter().collect(), self.order_by, self.n)
             .into_iter()
             .map(|(values, counters)| Row {
