@@ -697,6 +697,10 @@ pub struct ConsoleArgs {
     /// A tapflow probe's metrics address (its --metrics) to show in the health view; repeatable.
     #[arg(long, value_name = "HOST:PORT")]
     pub probe: Vec<String>,
+    /// Seconds an answer may wait for its client to take any of it; then the connection is
+    /// closed and the room its answer held is freed (nginx's send_timeout).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub send_timeout: u64,
     /// Print an argon2 hash of the password read from standard input, for --http-auth, and exit.
     #[arg(long)]
     pub hash_password: bool,

@@ -163,6 +163,7 @@ fn console(
             .map(|(cert, key)| tapflow_console::TlsFiles { cert, key }),
         hosts: a.http_host.clone(),
         probes: Vec::new(),
+        send_timeout: tapflow_console::SEND_TIMEOUT,
     };
     tapflow_console::check(&config).map_err(|e| Failure::Usage(format!("--http: {e}")))?;
     let at = Location::parse(dir).map_err(|e| Failure::Usage(format!("--store {e}")))?;

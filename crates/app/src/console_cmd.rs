@@ -16,6 +16,7 @@ use crate::cli::ConsoleArgs;
 const SCAN_THREADS: usize = 2;
 
 pub fn run(args: ConsoleArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failure> {
+    tapflow_sys::heap::keep_freed_memory(crate::query_cmd::SCAN_BUFFERS);
     if args.hash_password {
         let mut password = String::new();
         std::io::stdin()
@@ -59,6 +60,7 @@ pub fn run(args: ConsoleArgs, stop: &Arc<AtomicBool>) -> Result<ExitCode, Failur
             .map(|(cert, key)| TlsFiles { cert, key }),
         hosts: args.http_host,
         probes: args.probe,
+        send_timeout: std::time::Duration::from_secs(args.send_timeout),
     };
     tapflow_console::check(&config).map_err(|e| Failure::Usage(e.to_string()))?;
     let scheme = if config.tls.is_some() {

@@ -116,6 +116,8 @@ fn empty_window_hint(engine: &dyn QueryEngine, q: &Query) {
 
 /// Runs `tapflow query`.
 pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
+    // A scan's per-batch buffers are freed and taken again thousands of times.
+    tapflow_sys::heap::keep_freed_memory(SCAN_BUFFERS);
     let q = query(a).map_err(usage)?;
     let threads = a
         .threads
@@ -150,6 +152,19 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
         r => r.map_err(|e| Failure::Runtime(format!("writing the result: {e}")))?,
     }
+    // A rollup's row is a bucket: its first and last are the bucket's bounds, its rates over
+    // the bucket, not those of the flows in it.
+    if answer.stats.tier_seconds > 0
+        && matches!(
+            q.kind,
+            Kind::Top { .. } | Kind::Aggregate { .. } | Kind::Series { .. }
+        )
+    {
+        eprintln!(
+            "first, last, bps and pps per {} bucket of the rollup that answered, not the flows' own (--raw reads the flows)",
+            tier_name(answer.stats.tier_seconds)
+        );
+    }
     if a.stats {
         match &at {
             // The server reads; it says what in its own query log.
@@ -157,14 +172,26 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
                 "read: ClickHouse, {}",
                 match answer.stats.tier_seconds {
                     0 => "the flow table".to_string(),
-                    t if t % 3600 == 0 => format!("rollup_{}h", t / 3600),
-                    t => format!("rollup_{}m", t / 60),
+                    t => format!("rollup_{}", tier_name(t)),
                 }
             ),
             Location::Parquet(_) => eprintln!("{}", stats_line(&answer.stats)),
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The largest freed block the heap keeps for a scan's next batch (glibc's largest mmap
+/// threshold).
+pub const SCAN_BUFFERS: usize = 32 << 20;
+
+/// A rollup tier's bucket as its tables name it: `1m`, `5m`, `1h`.
+fn tier_name(seconds: u32) -> String {
+    if seconds.is_multiple_of(3600) {
+        format!("{}h", seconds / 3600)
+    } else {
+        format!("{}m", seconds / 60)
+    }
 }
 
 /// `query --interfaces`: one line per exporter, domain and interface.

@@ -964,7 +964,9 @@ fn a_store_out_of_descriptors_is_retried_and_loses_nothing() {
         "read its socket empty",
         udp_queues_empty,
     );
-    std::thread::sleep(Duration::from_secs(1));
+    // The flows read reach the store's thread at the next flush (0.5 s): ten of those, so that
+    // a loaded machine has handed them over (held back) before the store can write again.
+    std::thread::sleep(Duration::from_secs(5));
     set_nofile(g.pid(), None);
     g.wait_until(Duration::from_secs(60), "say its store works again", |_| {
         said("works again after")

@@ -441,6 +441,22 @@ fn a_direction_without_packets_is_not_a_flow() {
         "--json",
     ]));
     assert_eq!(listed.lines().count(), 6, "{listed}");
+    // A top-N from a rollup says its times and rates are its buckets'; from the flows it does not.
+    for (raw, label) in [(false, true), (true, false)] {
+        let mut cmd = tapflow(["query", "-R", store.to_str().unwrap(), "-s", "srcip/bytes"]);
+        if raw {
+            cmd.arg("--raw");
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            err.contains("first, last, bps and pps per ")
+                && err.contains(" bucket of the rollup that answered"),
+            label,
+            "--raw {raw}: {err}"
+        );
+    }
 }
 
 /// The same on a real capture of SYN-ACK reflection, where every connection is seen from its

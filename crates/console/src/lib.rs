@@ -72,7 +72,13 @@ pub struct ConsoleConfig {
     pub hosts: Vec<String>,
     /// tapflow probes whose `/metrics` the health view shows (`--probe HOST:PORT`).
     pub probes: Vec<String>,
+    /// How long an answer may wait for its client to take any of it before the connection is
+    /// closed (`--send-timeout`; [`SEND_TIMEOUT`] by default).
+    pub send_timeout: std::time::Duration,
 }
+
+/// The default [`ConsoleConfig::send_timeout`].
+pub const SEND_TIMEOUT: std::time::Duration = conn::Limits::CONSOLE.reply;
 
 /// Checks what can be checked before anything is opened: a non-loopback address needs
 /// credentials, the credentials and TLS files must be readable.
@@ -134,7 +140,10 @@ pub fn serve(
         ))
         .layer(axum::middleware::from_fn_with_state(site, browser::headers))
         .into_make_service_with_connect_info::<SocketAddr>();
-    let limits = conn::Limits::CONSOLE;
+    let limits = conn::Limits {
+        reply: config.send_timeout,
+        ..conn::Limits::CONSOLE
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(4)

@@ -23,6 +23,7 @@ pub mod cpu;
 pub mod direct;
 mod error;
 pub mod ethtool;
+pub mod heap;
 pub mod iface;
 pub mod listener;
 pub mod mmap;
