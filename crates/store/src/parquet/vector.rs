@@ -502,6 +502,17 @@ fn key_columns<'a>(
     })
 }
 
+/// A text key's values in direction `d` (network names): `Some(None)` where the file has no
+/// such column (every value ""); `None` if `key` is not a text key.
+#[allow(clippy::option_option)]
+fn text_column<'a>(key: Key, c: &'a Columns<'_>, d: Dir) -> Option<Option<&'a [&'static str]>> {
+    match key {
+        Key::SrcNet => Some(c.src_net(d)),
+        Key::DstNet => Some(c.dst_net(d)),
+        _ => None,
+    }
+}
+
 /// The AS names beside an AS key's numbers in direction `d`.
 fn as_names<'a>(key: Key, c: &'a Columns<'_>, d: Dir) -> Option<&'a [&'static str]> {
     match key {
@@ -540,6 +551,20 @@ impl ColumnSink for SeriesSink {
             }
             return;
         };
+        if let Some(names) = text_column(key, c, d) {
+            for i in keep.set_indices() {
+                let (p, b, s, e) = (at(p, i), at(b, i), at(s, i), at(e, i));
+                self.count_total(1, p, b, s, e);
+                let v = Value::Text(names.map_or("", |n| n[i]));
+                if self
+                    .only_values()
+                    .is_none_or(|o| o.iter().any(|x| x.same(&v)))
+                {
+                    self.count(v, 1, p, b, s, e);
+                }
+            }
+            return;
+        }
         // A key of one or two columns, and the values counted known as numbers (or all).
         let only: Option<Vec<u128>> = match self.only_values() {
             Some(o) => match o.iter().map(|&v| packed(v)).collect() {
@@ -609,11 +634,19 @@ impl ColumnSink for SummarySink {
 
 impl ColumnSink for TopSink {
     fn add_columns(&mut self, c: &Columns<'_>, d: Dir, keep: &BooleanBuffer) {
+        let (p, b, s, e) = (c.packets(d), c.bytes(d), c.start, c.end);
+        let counters = |i| (at(p, i), at(b, i), at(s, i), at(e, i));
+        if let Some(names) = text_column(self.key(), c, d) {
+            for i in keep.set_indices() {
+                let (p, b, s, e) = counters(i);
+                self.count_total(p, b, s, e);
+                self.count_text(names.map_or("", |n| n[i]), p, b, s, e);
+            }
+            return;
+        }
         let Some((first, second)) = key_columns(self.key(), c, d) else {
             return self.add_rows(c, d, keep);
         };
-        let (p, b, s, e) = (c.packets(d), c.bytes(d), c.start, c.end);
-        let counters = |i| (at(p, i), at(b, i), at(s, i), at(e, i));
         for i in keep.set_indices() {
             let (p, b, s, e) = counters(i);
             self.count_total(p, b, s, e);

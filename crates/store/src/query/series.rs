@@ -89,7 +89,7 @@ impl SeriesSink {
     ) {
         let t = start_us - start_us.rem_euclid(self.every_us);
         let c = match &mut self.run {
-            Some((k, c)) if *k == (t, v) => c,
+            Some((k, c)) if k.0 == t && k.1.same(&v) => c,
             run => {
                 if let Some((k, c)) = run.take() {
                     self.buckets.entry(k).or_insert(Counters::EMPTY).merge(&c);

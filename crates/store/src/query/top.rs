@@ -177,6 +177,9 @@ pub struct TopSink {
     small: Vec<Option<Counters>>,
     /// The groups of a text key.
     texts: HashMap<&'static str, Counters>,
+    /// The text key value counted last, not yet in `texts`: names are interned, so a run of
+    /// one name is the same pointer, counted without hashing the text.
+    text_run: Option<(&'static str, Counters)>,
     /// The AS names seen, for an AS key.
     as_names: HashMap<u32, &'static str>,
     total: Counters,
@@ -193,6 +196,7 @@ impl TopSink {
             pending: Vec::new(),
             small: vec![None; small_range(key).unwrap_or(0)],
             texts: HashMap::new(),
+            text_run: None,
             as_names: HashMap::new(),
             total: Counters::EMPTY,
         }
@@ -207,6 +211,22 @@ impl TopSink {
     /// The key ranked.
     pub fn key(&self) -> Key {
         self.key
+    }
+
+    /// Counts one one-way flow under the text key value `t` (a network name), leaving the
+    /// totals alone.
+    #[inline]
+    pub fn count_text(&mut self, t: &'static str, packets: u64, bytes: u64, s: i64, e: i64) {
+        let c = match &mut self.text_run {
+            Some((k, c)) if std::ptr::eq(*k, t) => c,
+            run => {
+                if let Some((k, c)) = run.take() {
+                    self.texts.entry(k).or_insert(Counters::EMPTY).merge(&c);
+                }
+                &mut run.insert((t, Counters::EMPTY)).1
+            }
+        };
+        c.add(1, packets, bytes, s, e);
     }
 
     /// Counts one one-way flow in the totals alone.
@@ -281,7 +301,7 @@ impl Sink for TopSink {
                 self.group(v).merge(&c);
             }
         }
-        for (t, c) in o.texts.drain() {
+        for (t, c) in o.texts.drain().chain(o.text_run.take()) {
             self.texts.entry(t).or_insert(Counters::EMPTY).merge(&c);
         }
         for (n, name) in o.as_names.drain() {
@@ -289,7 +309,10 @@ impl Sink for TopSink {
         }
     }
 
-    fn finish(self) -> QueryResult {
+    fn finish(mut self) -> QueryResult {
+        if let Some((t, c)) = self.text_run.take() {
+            self.texts.entry(t).or_insert(Counters::EMPTY).merge(&c);
+        }
         let key = self.key;
         let unpack = |k: u128| unpacked(key, k);
         let groups = self
