@@ -10,6 +10,7 @@ use tapflow_store::query::filter::parse;
 use tapflow_store::query::output::{Format, print};
 use tapflow_store::query::time::{parse_duration, parse_window};
 use tapflow_store::query::{Key, Kind, Metric, Query, QueryEngine, QueryError, ScanStats};
+use tapflow_store::schema::Tier;
 
 use crate::Failure;
 use crate::cli::QueryArgs;
@@ -185,13 +186,12 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode, Failure> {
 /// threshold).
 pub const SCAN_BUFFERS: usize = 32 << 20;
 
-/// A rollup tier's bucket as its tables name it: `1m`, `5m`, `1h`.
-fn tier_name(seconds: u32) -> String {
-    if seconds.is_multiple_of(3600) {
-        format!("{}h", seconds / 3600)
-    } else {
-        format!("{}m", seconds / 60)
-    }
+/// The suffix of the tier whose buckets are `seconds` wide (`1m`, `5m`, `1h`).
+fn tier_name(seconds: u32) -> &'static str {
+    Tier::ALL
+        .into_iter()
+        .find(|t| t.bucket_us() == i64::from(seconds) * 1_000_000)
+        .map_or("?", Tier::suffix)
 }
 
 /// `query --interfaces`: one line per exporter, domain and interface.

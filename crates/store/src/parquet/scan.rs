@@ -387,7 +387,7 @@ impl ParquetEngine {
         for part in parts {
             let (s, st) = part?;
             match &mut sink {
-                Some(base) => base.merge(&mut { s }),
+                Some(base) => base.merge(s),
                 None => sink = Some(s),
             }
             stats.files_opened += st.files_opened;

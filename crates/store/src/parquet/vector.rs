@@ -556,10 +556,7 @@ impl ColumnSink for SeriesSink {
                 let (p, b, s, e) = (at(p, i), at(b, i), at(s, i), at(e, i));
                 self.count_total(1, p, b, s, e);
                 let v = Value::Text(names.map_or("", |n| n[i]));
-                if self
-                    .only_values()
-                    .is_none_or(|o| o.iter().any(|x| x.same(&v)))
-                {
+                if self.only_values().is_none_or(|o| o.contains(&v)) {
                     self.count(v, 1, p, b, s, e);
                 }
             }

@@ -47,16 +47,6 @@ impl Groups {
         }
     }
 
-    /// The groups counted.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether no group is counted.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// The hash of a key (a multiply of its folded halves; IPv4-mapped addresses differ in the
     /// low half only).
     #[inline(always)]
@@ -111,15 +101,6 @@ impl Groups {
         }
     }
 
-    /// The groups, the table left empty with its room kept.
-    pub fn drain(&mut self) -> impl Iterator<Item = (u128, Counters)> + '_ {
-        self.len = 0;
-        self.slots
-            .iter_mut()
-            .filter(|s| s.counters.flows > 0)
-            .map(|s| (s.key, std::mem::replace(s, EMPTY).counters))
-    }
-
     /// The groups.
     pub fn into_groups(self) -> impl Iterator<Item = (u128, Counters)> {
         self.slots
@@ -158,13 +139,12 @@ mod tests {
                 want.get_mut(&k).unwrap().add(1, 1, 1, 0, 0);
             }
         }
-        assert_eq!(g.len(), want.len());
+        assert_eq!(g.len, want.len());
         let mut other = Groups::new();
-        for (k, c) in g.drain() {
+        for (k, c) in g.into_groups() {
             other.merge(k, &c);
         }
-        assert!(g.is_empty());
-        assert_eq!(g.drain().count(), 0);
+        assert_eq!(other.len, want.len());
         let got: std::collections::HashMap<u128, Counters> = other.into_groups().collect();
         assert_eq!(got, want);
     }

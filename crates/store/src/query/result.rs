@@ -88,7 +88,10 @@ fn rate(amount: f64, span_us: i64) -> f64 {
 }
 
 /// One key value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+// Equality is the derived one's (the same variant and content), only faster for texts, so the
+// derived hash agrees with it.
+#[allow(clippy::derived_hash_with_manual_eq)]
+#[derive(Debug, Clone, Copy, Eq, Hash, PartialOrd, Ord)]
 pub enum Value {
     /// An address, 16 bytes, IPv4 IPv4-mapped (a masked key keeps the prefix's bits).
     Addr([u8; 16]),
@@ -98,19 +101,23 @@ pub enum Value {
     Text(&'static str),
 }
 
-impl Value {
-    /// `self == o`, an interned text first by its pointer (then no bytes are compared), and
-    /// empty texts without a call.
+impl PartialEq for Value {
+    /// An interned text compares first by its pointer (then no bytes are compared), and empty
+    /// texts without a call: a scan compares a key value per row.
     #[inline(always)]
-    pub fn same(&self, o: &Value) -> bool {
+    fn eq(&self, o: &Value) -> bool {
         match (self, o) {
+            (Value::Addr(a), Value::Addr(b)) => a == b,
+            (Value::Num(a), Value::Num(b)) => a == b,
             (Value::Text(a), Value::Text(b)) => {
                 std::ptr::eq(*a, *b) || (a.len() == b.len() && (a.is_empty() || a == b))
             }
-            _ => self == o,
+            _ => false,
         }
     }
+}
 
+impl Value {
     /// The value as text: an address as `a.b.c.d` or IPv6 text, a number in decimal (a protocol
     /// by name when `key` is [`Key::Protocol`] and the name is known).
     pub fn show(&self, key: Key) -> String {

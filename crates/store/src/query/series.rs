@@ -89,7 +89,7 @@ impl SeriesSink {
     ) {
         let t = start_us - start_us.rem_euclid(self.every_us);
         let c = match &mut self.run {
-            Some((k, c)) if k.0 == t && k.1.same(&v) => c,
+            Some((k, c)) if *k == (t, v) => c,
             run => {
                 if let Some((k, c)) = run.take() {
                     self.buckets.entry(k).or_insert(Counters::EMPTY).merge(&c);
@@ -131,13 +131,12 @@ impl Sink for SeriesSink {
         }
     }
 
-    fn merge(&mut self, o: &mut SeriesSink) {
-        self.total
-            .merge(&std::mem::replace(&mut o.total, Counters::EMPTY));
-        for (k, c) in o.buckets.drain().chain(o.run.take()) {
+    fn merge(&mut self, o: SeriesSink) {
+        self.total.merge(&o.total);
+        for (k, c) in o.buckets.into_iter().chain(o.run) {
             self.buckets.entry(k).or_insert(Counters::EMPTY).merge(&c);
         }
-        for (n, name) in o.as_names.drain() {
+        for (n, name) in o.as_names {
             self.as_names.entry(n).or_insert(name);
         }
     }

@@ -9,8 +9,8 @@ use super::result::{QueryResult, Summary};
 pub trait Sink: Send + Sized {
     /// Counts one flow.
     fn add(&mut self, f: &OneWay);
-    /// Takes in what another thread's sink counted, leaving `other` empty.
-    fn merge(&mut self, other: &mut Self);
+    /// Takes in what another thread's sink counted.
+    fn merge(&mut self, other: Self);
     /// The answer.
     fn finish(self) -> QueryResult;
 }
@@ -68,8 +68,8 @@ impl Sink for ListSink {
         }
     }
 
-    fn merge(&mut self, other: &mut ListSink) {
-        self.rows.append(&mut other.rows);
+    fn merge(&mut self, other: ListSink) {
+        self.rows.extend(other.rows);
         if self.limit.is_some() {
             self.trim();
         }
@@ -116,8 +116,8 @@ impl Sink for SummarySink {
         );
     }
 
-    fn merge(&mut self, o: &mut SummarySink) {
-        let (s, o) = (&mut self.0, std::mem::take(&mut o.0));
+    fn merge(&mut self, o: SummarySink) {
+        let (s, o) = (&mut self.0, o.0);
         for (a, b) in [
             (&mut s.total, o.total),
             (&mut s.tcp, o.tcp),

@@ -290,21 +290,18 @@ impl Sink for TopSink {
         note_as_names(&[self.key], f, &mut self.as_names);
     }
 
-    fn merge(&mut self, o: &mut TopSink) {
-        self.total
-            .merge(&std::mem::replace(&mut o.total, Counters::EMPTY));
-        for (v, c) in o.groups.drain() {
+    fn merge(&mut self, o: TopSink) {
+        self.total.merge(&o.total);
+        for (v, c) in o.groups.into_groups() {
             self.groups.merge(v, &c);
         }
-        for (v, slot) in (0u128..).zip(o.small.iter_mut()) {
-            if let Some(c) = slot.take() {
-                self.group(v).merge(&c);
-            }
+        for (v, c) in smalls(o.small) {
+            self.group(v).merge(&c);
         }
-        for (t, c) in o.texts.drain().chain(o.text_run.take()) {
+        for (t, c) in o.texts.into_iter().chain(o.text_run) {
             self.texts.entry(t).or_insert(Counters::EMPTY).merge(&c);
         }
-        for (n, name) in o.as_names.drain() {
+        for (n, name) in o.as_names {
             self.as_names.entry(n).or_insert(name);
         }
     }
@@ -429,16 +426,15 @@ impl Sink for AggregateSink {
         note_as_names(&self.keys, f, &mut self.as_names);
     }
 
-    fn merge(&mut self, o: &mut AggregateSink) {
-        self.total
-            .merge(&std::mem::replace(&mut o.total, Counters::EMPTY));
-        for (v, c) in o.groups.drain() {
+    fn merge(&mut self, o: AggregateSink) {
+        self.total.merge(&o.total);
+        for (v, c) in o.groups {
             self.groups.entry(v).or_insert(Counters::EMPTY).merge(&c);
         }
-        for (v, c) in o.packed.drain() {
+        for (v, c) in o.packed {
             self.packed.entry(v).or_insert(Counters::EMPTY).merge(&c);
         }
-        for (n, name) in o.as_names.drain() {
+        for (n, name) in o.as_names {
             self.as_names.entry(n).or_insert(name);
         }
     }
