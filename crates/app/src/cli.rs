@@ -391,6 +391,11 @@ pub struct EnrichArgs {
     /// attributes; the longest prefix wins.
     #[arg(long, value_name = "FILE")]
     pub networks: Option<PathBuf>,
+    /// The operator's interfaces: CSV exporter,index,name,speed,description, the names and
+    /// speeds (1G, 10G) of exporters' interfaces, kept beside the flows for query and the
+    /// console.
+    #[arg(long, value_name = "FILE")]
+    pub interfaces: Option<PathBuf>,
 }
 
 /// Flow metering options, shared by `capture` (where any output turns metering on) and `flows`.

@@ -202,6 +202,7 @@ pub(crate) fn enrich_source(
         geoip: a.geoip.clone(),
         asn: a.asn.clone(),
         networks: a.networks.clone(),
+        interfaces: a.interfaces.clone(),
     };
     if !cfg.is_enabled() {
         return Ok(None);

@@ -201,10 +201,25 @@ fn interfaces(engine: &dyn QueryEngine, q: &Query, a: &QueryArgs) -> Result<Exit
         end_us: i64::MAX,
     });
     let rows = engine.interfaces(window).map_err(usage)?;
+    let names =
+        tapflow_store::query::interfaces::IfNames::new(engine.interface_names().map_err(usage)?);
+    // An interface's name, and its speed: the agent's, or the interfaces file's.
+    let named = |r: &tapflow_store::query::interfaces::InterfaceTotals| {
+        let n = names.get(&r.exporter, r.if_index);
+        let speed = match r.if_speed {
+            0 => n.map_or(0, |n| n.speed),
+            s => s,
+        };
+        (n.map_or("", |n| n.name.as_str()), speed)
+    };
     let text = if a.json {
         let mut s = String::new();
         for r in &rows {
-            s += &serde_json::to_string(r).map_err(|e| Failure::Runtime(e.to_string()))?;
+            let (name, speed) = named(r);
+            let mut j = serde_json::to_value(r).map_err(|e| Failure::Runtime(e.to_string()))?;
+            j["name"] = name.into();
+            j["if_speed"] = speed.into();
+            s += &j.to_string();
             s.push('\n');
         }
         s
@@ -215,6 +230,7 @@ fn interfaces(engine: &dyn QueryEngine, q: &Query, a: &QueryArgs) -> Result<Exit
                 "exporter",
                 "domain",
                 "if_index",
+                "name",
                 "samples",
                 "first",
                 "last",
@@ -247,10 +263,11 @@ fn interfaces(engine: &dyn QueryEngine, q: &Query, a: &QueryArgs) -> Result<Exit
                     .to_string(),
                 r.domain.to_string(),
                 r.if_index.to_string(),
+                named(r).0.to_string(),
                 r.samples.to_string(),
                 time(r.first_ns),
                 time(r.last_ns),
-                r.if_speed.to_string(),
+                named(r).1.to_string(),
                 status.to_string(),
                 r.in_octets.to_string(),
                 r.out_octets.to_string(),
@@ -268,7 +285,15 @@ fn interfaces(engine: &dyn QueryEngine, q: &Query, a: &QueryArgs) -> Result<Exit
         let mut s = String::new();
         for l in &lines {
             let cells: Vec<String> = if a.csv {
-                l.clone()
+                l.iter()
+                    .map(|c| {
+                        if c.contains([',', '"', '\n']) {
+                            format!("\"{}\"", c.replace('"', "\"\""))
+                        } else {
+                            c.clone()
+                        }
+                    })
+                    .collect()
             } else {
                 l.iter()
                     .zip(&widths)

@@ -716,6 +716,8 @@ fn v5_message(seq: u32) -> Vec<u8> {
     let mut r = vec![0u8; 48];
     r[0..4].copy_from_slice(&[192, 0, 2, 1]);
     r[4..8].copy_from_slice(&[192, 0, 2, 2]);
+    r[12..14].copy_from_slice(&1u16.to_be_bytes()); // input interface
+    r[14..16].copy_from_slice(&2u16.to_be_bytes()); // output interface
     r[16..20].copy_from_slice(&3u32.to_be_bytes()); // packets
     r[20..24].copy_from_slice(&300u32.to_be_bytes()); // octets
     r[24..28].copy_from_slice(&500u32.to_be_bytes()); // first
@@ -1325,8 +1327,9 @@ fn sflow_interface_counters_are_stored_and_queried() {
     );
 }
 
-/// `--geoip`, `--asn` and `--networks` set the places of every stored flow; under a stream of
-/// records the networks file is replaced by a bad one (refused with its line number, the
+/// `--geoip`, `--asn` and `--networks` set the places of every stored flow, and
+/// `--interfaces` names the exporter's interfaces; under a stream of records the networks
+/// file, then the interfaces file, is replaced by a bad one (refused with its line number, the
 /// previous data staying in force), then by a good one (taken up), and no record is lost.
 #[test]
 fn enrichment_places_every_flow_and_reloads_under_a_stream() {
@@ -1343,6 +1346,9 @@ fn enrichment_places_every_flow_and_reloads_under_a_stream() {
     let v1 = "\"192.0.2.0/24\" = { name = \"lab\", role = \"servers\", tenant = \"acme\" }\n\
               \"192.0.2.2/32\" = \"web\"\n";
     std::fs::write(&nets, v1).unwrap();
+    let ifs = d.join("interfaces.csv");
+    let ifs_v1 = "exporter,index,name,speed\n127.0.0.1,1,uplink,1G\n127.0.0.1,2,lan,\n";
+    std::fs::write(&ifs, ifs_v1).unwrap();
     let store = d.join("store");
     let log = std::fs::File::create(d.join("stderr")).unwrap();
     let child = ns
@@ -1362,6 +1368,8 @@ fn enrichment_places_every_flow_and_reloads_under_a_stream() {
         .arg(&asn)
         .arg("--networks")
         .arg(&nets)
+        .arg("--interfaces")
+        .arg(&ifs)
         .arg("--summary-json")
         .arg(d.join("summary.json"))
         .stdin(Stdio::null())
@@ -1395,9 +1403,16 @@ fn enrichment_places_every_flow_and_reloads_under_a_stream() {
     });
     let v2 = v1.replace("\"lab\"", "\"lab2\"");
     std::fs::write(&nets, v2).unwrap();
+    std::fs::write(&ifs, format!("{ifs_v1}127.0.0.1,3,wan,fast\n")).unwrap();
+    guard.signal(libc::SIGHUP);
+    guard.wait_until(Duration::from_secs(60), "refused the bad file", |_| {
+        stderr().contains("interfaces.csv line 4: 'fast' is not a speed")
+    });
+    let reloads = stderr().matches("enrichment reloaded").count();
+    std::fs::write(&ifs, ifs_v1.replace("uplink", "transit")).unwrap();
     guard.signal(libc::SIGHUP);
     guard.wait_until(Duration::from_secs(60), "reloaded", |_| {
-        stderr().contains("enrichment reloaded")
+        stderr().matches("enrichment reloaded").count() > reloads
     });
     assert!(stream.wait_limited(Duration::from_secs(120)).success());
     // Records sent after the reload are stored under the second file.
@@ -1473,4 +1488,10 @@ fn enrichment_places_every_flow_and_reloads_under_a_stream() {
         json.contains("\"srcas\":64500,\"srcas_name\":\"Example, Inc.\",\"srcnet\":\"lab\""),
         "{json}"
     );
+    // Interfaces by the names the file gave them, the reloaded name the newest.
+    let by = q(&["-s", "inif/flows"]);
+    assert!(by.starts_with("inif,inif_name,flows,"), "{by}");
+    assert!(by.contains("\n1,transit,2060,"), "{by}");
+    let by = q(&["-a", "exporter,outif"]);
+    assert!(by.contains("\n127.0.0.1,2,lan,2060,"), "{by}");
 }

@@ -19,7 +19,7 @@ use common::{ChildGuard, free_port, tapflow};
 use serde_json::{Value, json};
 use tapflow_store::parquet::store::{ParquetOptions, ParquetStore};
 use tapflow_store::{
-    ExporterStats, FlowStore, InterfaceCounters, Place, StoredFlow, schema::addr16,
+    ExporterStats, FlowStore, InterfaceCounters, InterfaceName, Place, StoredFlow, schema::addr16,
 };
 use tapflow_wire::flowrecord::{Counters, FlowRecord};
 
@@ -142,6 +142,26 @@ fn fill_store(dir: &Path) -> u64 {
             sample(60_000_000_000, 12_501_000, 10),
         ])
         .expect("insert interface counters");
+    // Interface names: 192.0.2.251's interface 5 as its exporter announced it, and
+    // 192.0.2.250's interface 1 from an interfaces file, with a speed but no counters.
+    let named = |exporter: u8, index: u32, name: &str, speed: u64| InterfaceName {
+        exporter: addr16(
+            false,
+            &[192, 0, 2, exporter, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        ),
+        domain: 0,
+        index,
+        name: name.into(),
+        description: String::new(),
+        speed,
+        received_ns: now - 3_000_000_000_000,
+    };
+    store
+        .insert_interfaces(&[
+            named(251, 5, "xe-0/0/5", 0),
+            named(250, 1, "uplink", 100_000_000),
+        ])
+        .expect("insert interface names");
     let report = Box::new(store).close().expect("close");
     assert_eq!(report.stored, 600);
     600
@@ -317,13 +337,22 @@ fn the_console_shows_what_query_answers_and_filters_every_view_on_a_click() {
     d.show("header");
     d.screenshot("overview");
 
-    // The health view lists the sFlow interface, in alarm for its input errors.
+    // The health view lists the sFlow interface by name, in alarm for its input errors, its
+    // input a share of its speed; and the named interface whose rates come from the flows.
     let iface = d.run(
-        "const r = document.querySelector('#interfaces tbody tr');\
-         return r ? [r.className, r.cells[0].textContent, r.cells[1].textContent,\
-         r.querySelector('[data-key=in_errors]').textContent] : null",
+        "return [...document.querySelectorAll('#interfaces tbody tr')].map(r =>\
+         [r.className, r.cells[0].textContent, r.cells[1].textContent, r.cells[2].textContent,\
+         r.querySelector('[data-key=in_errors]').textContent,\
+         r.querySelector('[data-key=in_percent]').textContent])",
     );
-    assert_eq!(iface, json!(["alarm", "192.0.2.251", "5", "3"]), "{iface}");
+    assert_eq!(
+        iface,
+        json!([
+            ["alarm", "192.0.2.251", "5", "xe-0/0/5", "3", "1.0 %"],
+            ["ok", "192.0.2.250", "1", "uplink", "–", "0.0 %"]
+        ]),
+        "{iface}"
+    );
 
     // ASes with their names beside the numbers; every sender's network, one in none.
     let ases: Vec<String> = page_top(&d, "srcas").into_iter().map(|r| r.0).collect();
@@ -683,7 +712,7 @@ fn the_health_api_serves_sflow_interface_counters() {
     let i = &health["interfaces"][0];
     assert_eq!(
         health["interfaces"].as_array().unwrap().len(),
-        1,
+        2,
         "{health}"
     );
     assert_eq!(
@@ -707,6 +736,51 @@ fn the_health_api_serves_sflow_interface_counters() {
         (i["in_bps"].as_f64().unwrap() - 10e6).abs() < 1.0,
         "{health}"
     );
+    // Its name as the exporter gave it, its speed from the counters, its use a share of it.
+    assert_eq!(
+        (&i["name"], &i["speed"], &i["from"]),
+        (
+            &json!("xe-0/0/5"),
+            &json!(1_000_000_000),
+            &json!("counters")
+        ),
+        "{health}"
+    );
+    assert!(
+        (i["in_percent"].as_f64().unwrap() - 1.0).abs() < 1e-6,
+        "{health}"
+    );
+    // 192.0.2.250's interface 1 sends no counters: its rates come from the flows that came in
+    // on it, over the hour, as a share of the interfaces file's 100 Mb/s.
+    let u = &health["interfaces"][1];
+    assert_eq!(
+        (&u["exporter"], &u["if_index"], &u["name"], &u["from"]),
+        (
+            &json!("192.0.2.250"),
+            &json!(1),
+            &json!("uplink"),
+            &json!("flows")
+        ),
+        "{health}"
+    );
+    // Flows i ≡ 0 (mod 4) came from 192.0.2.250 on interface 1, both directions of each.
+    let bytes: u64 = (0..600u64)
+        .filter(|i| i % 4 == 0)
+        .map(|i| {
+            let octets = 1000 * (i % 10 + 1) * (1 + i % 3);
+            octets + octets / 2
+        })
+        .sum();
+    let bps = bytes as f64 * 8.0 / 3600.0;
+    assert!(
+        (u["in_bps"].as_f64().unwrap() - bps).abs() < 1e-6 * bps,
+        "{bps} {health}"
+    );
+    assert!(
+        (u["in_percent"].as_f64().unwrap() - bps * 100.0 / 1e8).abs() < 1e-6,
+        "{health}"
+    );
+    assert_eq!(u["out_bps"], json!(0.0), "{health}");
 }
 
 #[test]

@@ -26,7 +26,8 @@ use axum::routing::get;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value as Json_, json};
 
-use tapflow_store::query::result::{AsNames, addr_text, proto_name};
+use tapflow_store::query::interfaces::{IfName, IfNames};
+use tapflow_store::query::result::{AsNames, Names, addr_text, proto_name};
 use tapflow_store::query::time::parse_window;
 use tapflow_store::query::{
     Answer, Counters, Filter, Key, Kind, Metric, OneWay, Query, QueryEngine, QueryError,
@@ -306,15 +307,23 @@ fn key_names() -> String {
     KEYS.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ")
 }
 
+/// The names an answer's rows carry: of AS numbers, of interfaces.
+type Labels = (AsNames, IfNames);
+
 /// `value` under `key` as the page shows it: an AS number as `AS13335` with its name beside it
-/// where the store knows it (`AS13335 Cloudflare, Inc.`), anything else as query prints it.
-fn label(key: Key, value: &Value, names: &AsNames) -> String {
-    match (key.is_as(), value) {
-        (true, Value::Num(n)) => match names.get(n) {
-            Some(name) => format!("AS{n} {name}"),
-            None => format!("AS{n}"),
-        },
-        _ => value.show(key),
+/// where the store knows it (`AS13335 Cloudflare, Inc.`), an interface index with its name
+/// (`3 ge-0/0/3`), anything else as query prints it.
+fn label(key: Key, value: &Value, labels: &Labels) -> String {
+    let names = Names {
+        as_names: &labels.0,
+        if_names: &labels.1,
+    };
+    let name = names.of(std::slice::from_ref(&key), std::slice::from_ref(value), 0);
+    match (key.is_as(), name) {
+        (true, Some(name)) => format!("AS{} {name}", value.show(key)),
+        (true, None) => format!("AS{}", value.show(key)),
+        (false, Some(name)) => format!("{} {name}", value.show(key)),
+        (false, None) => value.show(key),
     }
 }
 
@@ -415,15 +424,16 @@ fn unit(metric: Metric) -> &'static str {
     }
 }
 
-fn table(answer: Answer) -> Result<(Vec<Row>, Counters, u32, AsNames), ApiError> {
+fn table(answer: Answer) -> Result<(Vec<Row>, Counters, u32, Labels), ApiError> {
     let tier = answer.stats.tier_seconds;
     match answer.result {
         QueryResult::Table {
             rows,
             total,
             as_names,
+            if_names,
             ..
-        } => Ok((rows, total, tier, as_names)),
+        } => Ok((rows, total, tier, (as_names, if_names))),
         _ => Err(ApiError(
             StatusCode::INTERNAL_SERVER_ERROR,
             "the store answered a table query with something else".into(),
@@ -1008,11 +1018,15 @@ async fn health_inner(
             "alarm": false,
         }));
     }
-    let totals = blocking(&state, move |engine| {
-        engine.interfaces(window).map_err(ApiError::from)
+    let (totals, names) = blocking(&state, move |engine| {
+        let totals = engine.interfaces(window).map_err(ApiError::from)?;
+        let names = IfNames::new(engine.interface_names().map_err(ApiError::from)?);
+        Ok((totals, names))
     })
     .await?;
-    let interfaces: Vec<Json_> = totals
+    // Utilisation: a rate as a share of the interface's speed (none when the speed is unknown).
+    let share = |bps: f64, speed: u64| (speed > 0).then(|| bps * 100.0 / speed as f64);
+    let mut interfaces: Vec<Json_> = totals
         .iter()
         .map(|t| {
             let span = (t.last_ns.saturating_sub(t.first_ns) as f64 / 1e9).max(1e-9);
@@ -1023,16 +1037,26 @@ async fn health_inner(
                     0.0
                 }
             };
+            let named = names.get(&t.exporter, t.if_index);
+            let speed = match t.if_speed {
+                0 => named.map_or(0, |n| n.speed),
+                s => s,
+            };
             let trouble = t.in_errors + t.in_discards + t.out_errors + t.out_discards;
             json!({
                 "exporter": Value::Addr(t.exporter).show(Key::Exporter),
                 "domain": t.domain,
                 "if_index": t.if_index,
+                "name": named.map_or("", |n| n.name.as_str()),
+                "description": named.map_or("", |n| n.description.as_str()),
+                "from": "counters",
                 "samples": t.samples,
-                "speed": t.if_speed,
+                "speed": speed,
                 "up": t.if_status & 3 == 3,
                 "in_bps": rate(t.in_octets),
                 "out_bps": rate(t.out_octets),
+                "in_percent": share(rate(t.in_octets), speed),
+                "out_percent": share(rate(t.out_octets), speed),
                 "in_errors": t.in_errors,
                 "in_discards": t.in_discards,
                 "out_errors": t.out_errors,
@@ -1041,6 +1065,68 @@ async fn health_inner(
             })
         })
         .collect();
+    // Interfaces whose speed is known but whose exporter sends no counters (NetFlow, IPFIX):
+    // their rates from the flows, in by the ingress interface, out by the egress interface.
+    let uncounted: Vec<([u8; 16], u32, IfName)> = names
+        .iter()
+        .filter(|(e, i, n)| {
+            n.speed > 0 && !totals.iter().any(|t| t.exporter == **e && t.if_index == *i)
+        })
+        .map(|(e, i, n)| (*e, i, n.clone()))
+        .collect();
+    if !uncounted.is_empty() {
+        let mut by = Vec::new();
+        for key in [Key::InIf, Key::OutIf] {
+            let answer = run(
+                &state,
+                Query {
+                    window: Some(window),
+                    filter: None,
+                    kind: Kind::Aggregate {
+                        keys: vec![Key::Exporter, key],
+                        order_by: Metric::Bytes,
+                        n: 0,
+                    },
+                },
+            )
+            .await?;
+            let (rows, _, _, _) = table(answer)?;
+            let bytes: std::collections::HashMap<([u8; 16], u32), u64> = rows
+                .iter()
+                .filter_map(|r| match r.values[..] {
+                    [Value::Addr(e), Value::Num(i)] => Some(((e, i), r.counters.bytes)),
+                    _ => None,
+                })
+                .collect();
+            by.push(bytes);
+        }
+        for (e, i, n) in uncounted {
+            let bps = |b: &std::collections::HashMap<([u8; 16], u32), u64>| {
+                b.get(&(e, i)).map_or(0.0, |&x| x as f64 * 8.0 / span_s)
+            };
+            let (in_bps, out_bps) = (bps(&by[0]), bps(&by[1]));
+            interfaces.push(json!({
+                "exporter": Value::Addr(e).show(Key::Exporter),
+                "domain": null,
+                "if_index": i,
+                "name": n.name,
+                "description": n.description,
+                "from": "flows",
+                "samples": null,
+                "speed": n.speed,
+                "up": null,
+                "in_bps": in_bps,
+                "out_bps": out_bps,
+                "in_percent": share(in_bps, n.speed),
+                "out_percent": share(out_bps, n.speed),
+                "in_errors": null,
+                "in_discards": null,
+                "out_errors": null,
+                "out_discards": null,
+                "alarm": false,
+            }));
+        }
+    }
     let targets = state.probes.clone();
     let probes = tokio::task::spawn_blocking(move || probes::scrape_all(&targets))
         .await

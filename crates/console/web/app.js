@@ -240,26 +240,34 @@ function drawHealth(h) {
   if (h.probes.length) box.append(probeTable(h.probes));
 }
 
-// One row per interface sFlow agents sent counters for: its rates and what it lost in the
-// window (alarm: errors or discards, or administratively up but operationally down).
+// One row per interface: those sFlow agents sent counters for, with their rates and what they
+// lost in the window (alarm: errors or discards, or administratively up but operationally
+// down), and those of a known speed whose rates come from the flows. Each with its name and
+// its utilisation, the rate as a share of its speed.
 function interfaceTable(interfaces) {
   const table = document.createElement('table');
   table.id = 'interfaces';
   const head = table.createTHead().insertRow();
-  for (const x of ['exporter', 'ifIndex', 'speed', 'state', 'in', 'out', 'in errors',
-    'in discards', 'out errors', 'out discards']) cell(head, x);
+  for (const x of ['exporter', 'ifIndex', 'name', 'speed', 'state', 'in', 'in use', 'out',
+    'out use', 'in errors', 'in discards', 'out errors', 'out discards']) cell(head, x);
   const body = table.createTBody();
+  const use = (v) => (v === null ? '–' : `${v.toFixed(1)} %`);
   for (const i of interfaces) {
     const tr = body.insertRow();
     tr.className = i.alarm ? 'alarm' : 'ok';
+    tr.dataset.from = i.from;
     cell(tr, i.exporter);
     cell(tr, String(i.if_index));
-    cell(tr, si(i.speed, 'b/s'));
-    cell(tr, i.up ? 'up' : 'down');
+    const name = cell(tr, i.name || '–');
+    if (i.description) name.title = i.description;
+    cell(tr, i.speed ? si(i.speed, 'b/s') : '–');
+    cell(tr, i.up === null ? 'from flows' : i.up ? 'up' : 'down');
     cell(tr, si(i.in_bps, 'b/s'));
+    cell(tr, use(i.in_percent)).dataset.key = 'in_percent';
     cell(tr, si(i.out_bps, 'b/s'));
+    cell(tr, use(i.out_percent)).dataset.key = 'out_percent';
     for (const k of ['in_errors', 'in_discards', 'out_errors', 'out_discards']) {
-      const td = cell(tr, si(i[k], ''));
+      const td = cell(tr, i[k] === null ? '–' : si(i[k], ''));
       td.dataset.key = k;
       td.title = String(i[k]);
     }

@@ -94,6 +94,7 @@ fn main() {
         geoip: Some(dir.join("country.mmdb")),
         asn: Some(dir.join("asn.csv")),
         networks,
+        interfaces: None,
     })
     .unwrap_or_else(|e| panic!("{e}"));
     println!("tables: {}", source.current().0.describe().join("; "));

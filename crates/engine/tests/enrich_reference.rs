@@ -137,6 +137,7 @@ fn lookups_equal_the_reference_readers() {
         geoip: Some(country.clone()),
         asn: Some(asn.clone()),
         networks: None,
+        interfaces: None,
     })
     .unwrap();
     let mut e = Enricher::new(source);

@@ -10,6 +10,12 @@ use crate::{
 pub trait Rewrite: Send + std::fmt::Debug {
     /// Rewrites `flows` in place.
     fn rewrite(&mut self, flows: &mut [StoredFlow]);
+
+    /// Interface names to store before the next batch of flows (the operator's interfaces
+    /// file, newly loaded), if any.
+    fn names(&mut self) -> Option<Vec<InterfaceName>> {
+        None
+    }
 }
 
 /// `inner`, fed each batch of flows through a [`Rewrite`] (on a copy: the caller's flows are
@@ -34,6 +40,9 @@ impl<R: Rewrite> Rewritten<R> {
 
 impl<R: Rewrite> FlowStore for Rewritten<R> {
     fn insert(&mut self, flows: &[StoredFlow]) -> Result<(), StoreError> {
+        if let Some(names) = self.rewrite.names() {
+            self.inner.insert_interfaces(&names)?;
+        }
         self.batch.clear();
         self.batch.extend_from_slice(flows);
         self.rewrite.rewrite(&mut self.batch);

@@ -117,6 +117,9 @@ pub struct InterfaceName {
     pub name: String,
     /// `interfaceDescription` (empty if not exported).
     pub description: String,
+    /// The interface's speed in bits per second, from the operator's interfaces file (0:
+    /// unknown; exporters send none with the names).
+    pub speed: u64,
     /// When it was received, ns since 1970.
     pub received_ns: u64,
 }
@@ -295,7 +298,12 @@ pub const INTERFACE_COLUMNS: &[(&str, ColumnType)] = &[
     ("index", ColumnType::U32),
     ("name", ColumnType::Utf8),
     ("description", ColumnType::Utf8),
+    ("speed", ColumnType::U64),
 ];
+
+/// How many of [`INTERFACE_COLUMNS`] an interfaces file written before `speed` was appended
+/// holds.
+pub const INTERFACE_COLUMNS_BEFORE_SPEED: usize = 6;
 
 /// Per-exporter counters per interval ([`ExporterStats`]); `time` is the interval's end.
 pub const EXPORTER_STATS_COLUMNS: &[(&str, ColumnType)] = &[

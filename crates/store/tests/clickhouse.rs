@@ -281,6 +281,7 @@ fn a_server_stores_every_flow_and_its_rollups_and_names() {
             index: 1,
             name: "eth0".into(),
             description: "uplink é".into(),
+            speed: 25_000_000_000,
             received_ns: 1,
         },
         InterfaceName {
@@ -289,6 +290,7 @@ fn a_server_stores_every_flow_and_its_rollups_and_names() {
             index: 2,
             name: "x".repeat(200),
             description: String::new(),
+            speed: 0,
             received_ns: 2,
         },
     ];
@@ -347,9 +349,12 @@ fn a_server_stores_every_flow_and_its_rollups_and_names() {
     assert_eq!(
         ch.query(
             0,
-            "SELECT `index`, description, name FROM t.interfaces ORDER BY `index`"
+            "SELECT `index`, description, name, speed FROM t.interfaces ORDER BY `index`"
         ),
-        format!("1\tuplink é\teth0\n2\t\t{}", "x".repeat(200))
+        format!(
+            "1\tuplink é\teth0\t25000000000\n2\t\t{}\t0",
+            "x".repeat(200)
+        )
     );
     assert_eq!(
         ch.query(
@@ -712,11 +717,28 @@ fn the_same_queries_answer_the_same_over_parquet_a_clickhouse_server_and_a_clust
         sample(1, 4, 60, 7, 0),
         sample(1, 3, 7200, 1 << 40, 99),
     ];
+    // Interface names: 1 from the operator's interfaces file with its speed, then named
+    // again by the exporter without one; 2 named by the exporter alone.
+    let named = |index, name: &str, speed, s| InterfaceName {
+        exporter,
+        domain: 0,
+        index,
+        name: name.into(),
+        description: String::new(),
+        speed,
+        received_ns: at(s),
+    };
+    let names = [
+        named(1, "uplink", 10_000_000_000, 0),
+        named(1, "ge-0/0/1", 0, 60),
+        named(2, "ge-0/0/2", 0, 60),
+    ];
     for url in &urls {
         let mut store = Box::new(ClickHouseStore::open(config(url.clone(), 20_000)).unwrap());
         store.insert(&f).unwrap();
         store.insert_exporter_stats(&stats).unwrap();
         store.insert_if_counters(&samples).unwrap();
+        store.insert_interfaces(&names).unwrap();
         assert_eq!(store.close().unwrap().stored, 60_000);
     }
     let dir = tempfile::tempdir().unwrap();
@@ -724,6 +746,7 @@ fn the_same_queries_answer_the_same_over_parquet_a_clickhouse_server_and_a_clust
     parquet.insert(&f).unwrap();
     parquet.insert_exporter_stats(&stats).unwrap();
     parquet.insert_if_counters(&samples).unwrap();
+    parquet.insert_interfaces(&names).unwrap();
     assert_eq!(parquet.close().unwrap().stored, 60_000);
 
     let parquet = ParquetEngine::new(dir.path(), 2).prefer_rollups(false);
@@ -989,6 +1012,17 @@ fn the_same_queries_answer_the_same_over_parquet_a_clickhouse_server_and_a_clust
             QueryResult::Summary(s) => s.total.flows == 0,
         };
         assert!(!empty, "the query selects something: {q:?}");
+        // Interfaces come with their names, the file's speed kept under the exporter's name.
+        if let QueryResult::Table { keys, if_names, .. } = &want {
+            if keys.contains(&Key::InIf) {
+                assert_eq!(if_names.name(None, 1), Some("ge-0/0/1"), "{q:?}");
+                assert_eq!(if_names.name(Some(&exporter), 2), Some("ge-0/0/2"), "{q:?}");
+                let one = if_names.get(&exporter, 1).unwrap();
+                assert_eq!(one.speed, 10_000_000_000, "{q:?}");
+            } else {
+                assert!(if_names.is_empty(), "{q:?}");
+            }
+        }
         // AS numbers come with their names where enrichment knew them.
         if let QueryResult::Table { keys, as_names, .. } = &want {
             if keys.contains(&Key::SrcAs) {
@@ -1113,6 +1147,8 @@ fn tables_of_an_older_tapflow_learn_that_a_direction_without_packets_is_not_a_fl
         );
     }
     ch.query(0, "ALTER TABLE t.flows DROP COLUMN fwd_flow");
+    // An interfaces table from before the speed column.
+    ch.query(0, "ALTER TABLE t.interfaces DROP COLUMN speed");
     assert_eq!(
         ch.query(
             0,
@@ -1130,7 +1166,25 @@ fn tables_of_an_older_tapflow_learn_that_a_direction_without_packets_is_not_a_fl
     );
     let mut store = Box::new(ClickHouseStore::open(config(url.clone(), 5_000)).unwrap());
     insert_in_calls(store.as_mut(), &f, 1_000);
+    let uplink = InterfaceName {
+        exporter: f[0].exporter,
+        index: 1,
+        name: "uplink".into(),
+        speed: 40_000_000_000,
+        received_ns: 1_000,
+        ..InterfaceName::default()
+    };
+    store
+        .insert_interfaces(std::slice::from_ref(&uplink))
+        .unwrap();
     store.close().unwrap();
+    assert_eq!(
+        ClickHouseEngine::open(&url)
+            .unwrap()
+            .interface_names()
+            .unwrap(),
+        [uplink]
+    );
     for tier in ["1m", "5m", "1h"] {
         assert_eq!(
             ch.query(

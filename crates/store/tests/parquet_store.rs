@@ -547,27 +547,34 @@ fn rollups_equal_the_sums_of_the_raw_flows() {
 
 #[test]
 fn interface_names_and_exporter_stats_are_kept() {
+    use tapflow_store::parquet::writer::{FileOptions, write_file};
+    use tapflow_store::query::QueryEngine;
+    use tapflow_store::schema::{INTERFACE_COLUMNS, INTERFACE_COLUMNS_BEFORE_SPEED};
     let dir = tempfile::tempdir().unwrap();
     let mut store = Box::new(ParquetStore::open(dir.path(), quiet()).unwrap());
-    let name = InterfaceName {
+    let first = InterfaceName {
         exporter: addr16(false, &[192, 0, 2, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
         domain: 3,
         index: 7,
         name: "xe-0/0/1".into(),
         description: "uplink é".into(),
+        speed: 10_000_000_000,
         received_ns: (day0_us() as u64 + 5) * 1000,
     };
     store
-        .insert_interfaces(std::slice::from_ref(&name))
+        .insert_interfaces(std::slice::from_ref(&first))
         .unwrap();
-    // A refresh of the same name is not kept twice.
-    let again = InterfaceName {
-        received_ns: name.received_ns + 60_000_000_000,
-        ..name.clone()
+    // A refresh of the same name is not kept twice; a change, and a change back, are.
+    let later = |s: u64, name: &str| InterfaceName {
+        received_ns: first.received_ns + s * 1_000_000_000,
+        name: name.into(),
+        ..first.clone()
     };
-    store.insert_interfaces(&[again]).unwrap();
+    store.insert_interfaces(&[later(60, "xe-0/0/1")]).unwrap();
+    store.insert_interfaces(&[later(120, "renamed")]).unwrap();
+    store.insert_interfaces(&[later(180, "xe-0/0/1")]).unwrap();
     let stats = ExporterStats {
-        exporter: name.exporter,
+        exporter: first.exporter,
         domain: 3,
         time_ns: (day0_us() as u64 + 10) * 1000,
         records: 1000,
@@ -587,10 +594,34 @@ fn interface_names_and_exporter_stats_are_kept() {
         .iter()
         .flat_map(|f| batch::to_interfaces(&read_file(f, Table::Interfaces.columns()).unwrap()))
         .collect();
-    assert_eq!(names, [name]);
+    assert_eq!(
+        names,
+        [first.clone(), later(120, "renamed"), later(180, "xe-0/0/1")]
+    );
     let f = files_between(dir.path(), Table::ExporterStats, i64::MIN, i64::MAX).unwrap();
     let got = batch::to_exporter_stats(&read_file(&f[0], Table::ExporterStats.columns()).unwrap());
     assert_eq!(got, [stats]);
+
+    // A file an older tapflow wrote, without the speed column, reads with speed 0.
+    let older = later(240, "older");
+    let mut b = batch::from_interfaces(std::slice::from_ref(&older));
+    b.columns.truncate(INTERFACE_COLUMNS_BEFORE_SPEED);
+    let path = dir.path().join("interfaces/date=2024-03-10/older.parquet");
+    write_file(
+        &path,
+        &INTERFACE_COLUMNS[..INTERFACE_COLUMNS_BEFORE_SPEED],
+        &b,
+        &FileOptions::default(),
+        Vec::new(),
+    )
+    .unwrap();
+    let got = batch::to_interfaces(&read_file(&path, INTERFACE_COLUMNS).unwrap());
+    assert_eq!(got, [InterfaceName { speed: 0, ..older }]);
+    // The engine hands every row over; the newest name wins, the speed stays.
+    let engine = tapflow_store::parquet::ParquetEngine::new(dir.path(), 1);
+    let names = tapflow_store::query::interfaces::IfNames::new(engine.interface_names().unwrap());
+    let one = names.get(&first.exporter, 7).unwrap();
+    assert_eq!((one.name.as_str(), one.speed), ("older", 10_000_000_000));
 }
 
 #[test]

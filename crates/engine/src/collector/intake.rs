@@ -269,6 +269,7 @@ impl Names<'_> {
             index,
             name: name.to_string(),
             description: description.to_string(),
+            speed: 0,
             received_ns: now_ns,
         });
     }

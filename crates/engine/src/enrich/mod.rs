@@ -4,7 +4,8 @@
 //!
 //! The collector and the flow meter use it alike: [`store::EnrichedStore`] sits in front of a
 //! store. The tables ([`Tables`]) come from files: MMDB or CSV ranges ([`mmdb`], [`ranges`]) for
-//! country and AS, the networks file ([`networks`]). A [`Source`] holds the tables in force and
+//! country and AS, the networks file ([`networks`]). The interfaces file ([`interfaces`]) names
+//! exporters' interfaces: its rows go to the store's interfaces table, not into each flow. A [`Source`] holds the tables in force and
 //! reloads them when a file changes or on SIGHUP; a bad file is refused with its line number and
 //! the previous tables stay.
 //!
@@ -12,6 +13,7 @@
 //! lookup in a small direct-mapped cache of addresses; on a miss, one binary search in the
 //! merged table. No allocation, lock or system call per record.
 
+pub mod interfaces;
 pub mod merged;
 pub mod mmdb;
 pub mod networks;
@@ -28,7 +30,7 @@ use tapflow_store::{Place, StoredFlow};
 
 pub use source::Source;
 
-/// The files enrichment reads (`--geoip`, `--asn`, `--networks`).
+/// The files enrichment reads (`--geoip`, `--asn`, `--networks`, `--interfaces`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EnrichConfig {
     /// Country data: an MMDB file, or CSV ranges `first,last,country`.
@@ -37,12 +39,17 @@ pub struct EnrichConfig {
     pub asn: Option<PathBuf>,
     /// The operator's networks file (TOML or CSV).
     pub networks: Option<PathBuf>,
+    /// The operator's interfaces file (CSV).
+    pub interfaces: Option<PathBuf>,
 }
 
 impl EnrichConfig {
     /// Whether any file is given.
     pub fn is_enabled(&self) -> bool {
-        self.geoip.is_some() || self.asn.is_some() || self.networks.is_some()
+        self.geoip.is_some()
+            || self.asn.is_some()
+            || self.networks.is_some()
+            || self.interfaces.is_some()
     }
 
     /// The files given, with the option that names each.
@@ -51,6 +58,7 @@ impl EnrichConfig {
             ("--geoip", &self.geoip),
             ("--asn", &self.asn),
             ("--networks", &self.networks),
+            ("--interfaces", &self.interfaces),
         ]
         .into_iter()
         .filter_map(|(o, p)| p.as_deref().map(|p| (o, p)))
@@ -146,6 +154,8 @@ pub struct Tables {
     pub asn: Option<Db>,
     /// The operator's networks.
     pub networks: Option<networks::Networks>,
+    /// The operator's interfaces.
+    pub interfaces: Option<interfaces::Interfaces>,
     /// All of them merged, what records are looked up in.
     pub merged: merged::Merged,
 }
@@ -160,10 +170,21 @@ impl Tables {
             }
             None => None,
         };
+        let interfaces = match &cfg.interfaces {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| LoadError::new(p, 0, e))?;
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
+                Some(interfaces::Interfaces::parse(p, &text, now)?)
+            }
+            None => None,
+        };
         let mut t = Tables {
             geoip: cfg.geoip.as_deref().map(Db::load).transpose()?,
             asn: cfg.asn.as_deref().map(Db::load).transpose()?,
             networks,
+            interfaces,
             merged: merged::Merged::default(),
         };
         let mut edges = merged::Edges::default();
@@ -224,6 +245,9 @@ impl Tables {
         if let Some(n) = &self.networks {
             out.push(format!("networks: {} prefixes", n.len()));
         }
+        if let Some(i) = &self.interfaces {
+            out.push(format!("interfaces: {}", i.len()));
+        }
         out.push(format!(
             "merged: {} pieces in {:.1} MiB",
             self.merged.len(),
@@ -248,6 +272,8 @@ pub struct Enricher {
     source: Arc<Source>,
     tables: Arc<Tables>,
     generation: u64,
+    /// The generation whose interfaces were handed to the store.
+    named: Option<u64>,
     cache: Vec<Option<Cached>>,
 }
 
@@ -268,16 +294,41 @@ impl Enricher {
             source,
             tables,
             generation,
+            named: None,
             cache: vec![None; CACHE],
         }
     }
 
-    /// Sets the source and destination places of every flow of `flows`. Takes up tables
-    /// reloaded since the last call first (one atomic load per call when there are none).
-    pub fn enrich(&mut self, flows: &mut [StoredFlow]) {
+    /// Takes up tables reloaded since the last call (one atomic load when there are none).
+    #[inline]
+    fn refresh(&mut self) {
         if self.source.generation() != self.generation {
             (self.tables, self.generation) = self.source.current();
             self.cache.fill(None);
+        }
+    }
+
+    /// The interfaces file's rows, once per load of the tables: for the store's interfaces
+    /// table.
+    pub fn new_interfaces(&mut self) -> Option<&[tapflow_store::InterfaceName]> {
+        self.refresh();
+        if self.named == Some(self.generation) {
+            return None;
+        }
+        self.named = Some(self.generation);
+        self.tables
+            .interfaces
+            .as_ref()
+            .map(|i| i.rows.as_slice())
+            .filter(|r| !r.is_empty())
+    }
+
+    /// Sets the source and destination places of every flow of `flows` (none if only the
+    /// interfaces file is given). Takes up tables reloaded since the last call first.
+    pub fn enrich(&mut self, flows: &mut [StoredFlow]) {
+        self.refresh();
+        if self.tables.merged.is_empty() {
+            return;
         }
         for f in flows {
             let ipv6 = f.flow.ipv6;

@@ -227,7 +227,7 @@ impl Schema {
         }
         s.push(format!(
             "CREATE TABLE IF NOT EXISTS {} (time_received {time}, exporter {addr}, domain UInt32, \
-             `index` UInt32, name {str}, description {str}) \
+             `index` UInt32, name {str}, description {str}, speed UInt64) \
              ENGINE = ReplacingMergeTree(time_received) ORDER BY (exporter, domain, `index`)",
             self.local("interfaces"),
             str = d.column_type(ColumnType::Utf8),
@@ -353,15 +353,29 @@ impl Schema {
     }
 
     /// The statements that bring tables an older tapflow created up to [`Schema::statements`],
-    /// given the columns its flow table has (none if it has no flow table yet): a flow table
-    /// without `fwd_flow` gets it, and its rollups' views, which counted every row as a forward
-    /// flow, are dropped for [`Schema::statements`] to create again. Rows already rolled up keep
-    /// their counts.
-    pub fn migrations(&self, flow_columns: &[String]) -> Vec<String> {
-        if flow_columns.is_empty() {
-            return Vec::new();
-        }
+    /// given the columns its flow table and its interfaces table have (none if it has no such
+    /// table yet): a flow table without `fwd_flow` gets it, and its rollups' views, which
+    /// counted every row as a forward flow, are dropped for [`Schema::statements`] to create
+    /// again (rows already rolled up keep their counts); an interfaces table without `speed`
+    /// gets it.
+    pub fn migrations(&self, flow_columns: &[String], interface_columns: &[String]) -> Vec<String> {
         let mut s = Vec::new();
+        if !interface_columns.is_empty() && !interface_columns.iter().any(|c| c == "speed") {
+            s.push(format!(
+                "ALTER TABLE {} ADD COLUMN speed UInt64",
+                self.local("interfaces")
+            ));
+            if let Layout::Cluster(_) = self.layout {
+                s.push(format!(
+                    "ALTER TABLE {} ADD COLUMN speed UInt64",
+                    self.table("interfaces")
+                ));
+            }
+        }
+        if flow_columns.is_empty() {
+            return s;
+        }
+        let marks = s.len();
         for (name, expr) in FLOW_MARKS {
             if !flow_columns.iter().any(|c| c == name) {
                 s.push(format!(
@@ -370,7 +384,7 @@ impl Schema {
                 ));
             }
         }
-        if !s.is_empty() {
+        if s.len() > marks {
             for (name, _, _) in ROLLUPS {
                 s.push(format!("DROP TABLE IF EXISTS {}.{name}_mv", self.database));
             }
@@ -378,12 +392,12 @@ impl Schema {
         s
     }
 
-    /// The name of the flow table on one server, as `system.columns` has it: its database and
-    /// table.
-    pub fn local_flows(&self) -> (&str, &'static str) {
+    /// The name of table `name` (`flows`, `interfaces`) on one server, as `system.columns`
+    /// has it: its database and table.
+    pub fn local_name(&self, name: &str) -> (&str, String) {
         let table = match self.layout {
-            Layout::Single => "flows",
-            Layout::Cluster(_) => "flows_local",
+            Layout::Single => name.to_string(),
+            Layout::Cluster(_) => format!("{name}_local"),
         };
         (&self.database, table)
     }
@@ -401,7 +415,7 @@ impl Schema {
     /// The `INSERT` statement for interface names.
     pub fn insert_interfaces(&self) -> String {
         format!(
-            "INSERT INTO {} (time_received, exporter, domain, `index`, name, description) \
+            "INSERT INTO {} (time_received, exporter, domain, `index`, name, description, speed) \
              FORMAT RowBinary",
             self.local("interfaces")
         )
@@ -509,13 +523,13 @@ mod tests {
     #[test]
     fn an_older_flow_table_gets_fwd_flow_and_its_views_again() {
         let s = schema(Dialect::Legacy, Layout::Single);
-        assert!(s.migrations(&[]).is_empty());
+        assert!(s.migrations(&[], &[]).is_empty());
         let old: Vec<String> = FLOW_COLUMNS
             .iter()
             .map(|(n, _)| n.to_string())
             .chain(["rev_flow".to_string()])
             .collect();
-        let m = s.migrations(&old);
+        let m = s.migrations(&old, &[]);
         assert!(
             m[0].contains("ADD COLUMN fwd_flow UInt8 MATERIALIZED packets > 0"),
             "{m:?}"
@@ -524,7 +538,21 @@ mod tests {
         assert!(m[1].starts_with("DROP TABLE IF EXISTS") && m[1].ends_with("rollup_1m_mv"));
         let mut new = old.clone();
         new.push("fwd_flow".into());
-        assert!(s.migrations(&new).is_empty());
+        assert!(s.migrations(&new, &[]).is_empty());
+        let interfaces = [
+            "time_received",
+            "exporter",
+            "domain",
+            "index",
+            "name",
+            "description",
+        ]
+        .map(String::from);
+        let m = s.migrations(&new, &interfaces);
+        assert_eq!(m, ["ALTER TABLE db.interfaces ADD COLUMN speed UInt64"]);
+        let mut interfaces = interfaces.to_vec();
+        interfaces.push("speed".into());
+        assert!(s.migrations(&new, &interfaces).is_empty());
         let all = s.statements().join("\n");
         assert!(all.contains("sum(fwd_flow)) AS flows") && !all.contains("count()"));
     }

@@ -55,6 +55,7 @@ pub fn encode_interface(buf: &mut Vec<u8>, n: &InterfaceName) {
     buf.extend_from_slice(&n.index.to_le_bytes());
     string(buf, &n.name);
     string(buf, &n.description);
+    buf.extend_from_slice(&n.speed.to_le_bytes());
 }
 
 /// Appends one interval of exporter counters in the `exporter_stats` table's column order.

@@ -204,14 +204,42 @@ impl QueryEngine for ClickHouseEngine {
                 QueryResult::Summary(s)
             }
         };
-        Ok(Answer {
+        let mut answer = Answer {
             result,
             stats: ScanStats {
                 tier_seconds: rollup.map_or(0, |(t, _)| (t.bucket_us() / 1_000_000) as u32),
                 table: rollup.map_or("flows", |(_, table)| table),
                 ..ScanStats::default()
             },
-        })
+        };
+        crate::query::name_interfaces(self, &mut answer)?;
+        Ok(answer)
+    }
+
+    fn interface_names(&self) -> Result<Vec<crate::InterfaceName>, QueryError> {
+        let sql = format!(
+            "SELECT {}, hex(exporter), domain, `index`, hex(name), hex(description), speed FROM {}",
+            self.schema.dialect.micros("time_received"),
+            self.schema.table("interfaces"),
+        );
+        self.rows(&sql)?
+            .iter()
+            .map(|r| {
+                let [t, exporter, domain, index, name, description, speed] = &r[..] else {
+                    return Err(answer_error(r));
+                };
+                let num = |s: &str| s.parse::<u64>().map_err(|_| answer_error(r));
+                Ok(crate::InterfaceName {
+                    exporter: hex16(exporter)?,
+                    domain: num(domain)? as u32,
+                    index: num(index)? as u32,
+                    name: unhex_text(name)?,
+                    description: unhex_text(description)?,
+                    speed: num(speed)?,
+                    received_ns: num(t)?.saturating_mul(1000),
+                })
+            })
+            .collect()
     }
 
     /// The counter samples received in the window, totalled as the Parquet store's are.
@@ -526,6 +554,7 @@ impl ClickHouseEngine {
         Ok(QueryResult::Table {
             keys: keys.to_vec(),
             as_names: shown_names(keys, &rows, as_names),
+            if_names: Default::default(),
             rows,
             total,
             order_by,
@@ -604,6 +633,7 @@ impl ClickHouseEngine {
             .collect();
         Ok(QueryResult::Table {
             as_names: shown_names(&keys, &rows, as_names),
+            if_names: Default::default(),
             keys,
             rows,
             total,

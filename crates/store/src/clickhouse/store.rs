@@ -330,13 +330,15 @@ impl FlowStore for ClickHouseStore {
 /// tapflow's tables up to it.
 fn create_tables(servers: &[Server], schema: &Schema) -> Result<(), StoreError> {
     for s in servers {
-        let (database, table) = schema.local_flows();
-        let columns = s.query(&format!(
-            "SELECT name FROM system.columns WHERE database = '{database}' AND table = '{table}' \
-             FORMAT TabSeparated"
-        ))?;
-        let columns: Vec<String> = columns.lines().map(str::to_string).collect();
-        for stmt in schema.migrations(&columns) {
+        let columns = |name: &str| -> Result<Vec<String>, StoreError> {
+            let (database, table) = schema.local_name(name);
+            let text = s.query(&format!(
+                "SELECT name FROM system.columns WHERE database = '{database}' \
+                 AND table = '{table}' FORMAT TabSeparated"
+            ))?;
+            Ok(text.lines().map(str::to_string).collect())
+        };
+        for stmt in schema.migrations(&columns("flows")?, &columns("interfaces")?) {
             s.query(&stmt)?;
         }
         for stmt in schema.statements() {

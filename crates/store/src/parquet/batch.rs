@@ -485,6 +485,7 @@ pub fn from_interfaces(names: &[InterfaceName]) -> Batch {
             Column::I32(names.iter().map(|n| n.index as i32).collect()),
             Column::Text(names.iter().map(|n| n.name.clone().into()).collect()),
             Column::Text(names.iter().map(|n| n.description.clone().into()).collect()),
+            Column::I64(names.iter().map(|n| n.speed as i64).collect()),
         ],
     }
 }
@@ -492,7 +493,7 @@ pub fn from_interfaces(names: &[InterfaceName]) -> Batch {
 /// The interface names of a batch of [`crate::schema::INTERFACE_COLUMNS`] rows.
 pub fn to_interfaces(b: &Batch) -> Vec<InterfaceName> {
     let (t, exporter, domain, index) = (b.i64(0), b.addr(1), b.i32(2), b.i32(3));
-    let (name, description) = (b.text(4), b.text(5));
+    let (name, description, speed) = (b.text(4), b.text(5), b.i64(6));
     (0..b.rows())
         .map(|i| InterfaceName {
             exporter: exporter[i],
@@ -500,6 +501,7 @@ pub fn to_interfaces(b: &Batch) -> Vec<InterfaceName> {
             index: index[i] as u32,
             name: name[i].to_string(),
             description: description[i].to_string(),
+            speed: speed[i] as u64,
             received_ns: ns(t[i]),
         })
         .collect()

@@ -9,7 +9,10 @@ use parquet::file::serialized_reader::SerializedFileReader;
 
 use crate::StoreError;
 use crate::parquet::batch::{Batch, Column};
-use crate::schema::{ColumnType, FLOW_COLUMNS, FLOW_COLUMNS_BEFORE_ENRICHMENT, StoredFlow};
+use crate::schema::{
+    ColumnType, FLOW_COLUMNS, FLOW_COLUMNS_BEFORE_ENRICHMENT, INTERFACE_COLUMNS,
+    INTERFACE_COLUMNS_BEFORE_SPEED, StoredFlow,
+};
 
 /// Every row of the file at `path`, a table of `columns`. A file that cannot be read is
 /// [`StoreError::Damaged`], and moved into quarantine ([`crate::parquet::damaged::read`]).
@@ -20,10 +23,16 @@ pub fn read_file(path: &Path, columns: &[(&str, ColumnType)]) -> Result<Batch, S
         let schema = reader.metadata().file_metadata().schema_descr();
         let names: Vec<&str> = schema.columns().iter().map(|c| c.name()).collect();
         let want: Vec<&str> = columns.iter().map(|c| c.0).collect();
-        // A flows file written before the enrichment columns were appended holds the others.
-        let older = columns == FLOW_COLUMNS
-            && names.len() == FLOW_COLUMNS_BEFORE_ENRICHMENT
-            && names[..] == want[..names.len()];
+        // A file written before columns were appended (the flows' enrichment, the interfaces'
+        // speed) holds the others; the appended ones read as empty.
+        let before = if columns == FLOW_COLUMNS {
+            FLOW_COLUMNS_BEFORE_ENRICHMENT
+        } else if columns == INTERFACE_COLUMNS {
+            INTERFACE_COLUMNS_BEFORE_SPEED
+        } else {
+            want.len()
+        };
+        let older = names.len() == before && names[..] == want[..names.len()];
         if names != want && !older {
             return Err(bad(format!("columns {names:?}, not the table's {want:?}")));
         }

@@ -18,7 +18,7 @@
 //! [`MERGE_OPEN_AT`] of them are merged; then retention runs. One process owns a directory at
 //! a time (a lock on `DIR/lock`).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -110,7 +110,8 @@ pub struct ParquetStore {
     keys: Vec<(u64, u32)>,
     rows: Batch,
     interfaces: Vec<InterfaceName>,
-    known_interfaces: HashSet<InterfaceName>,
+    /// The last row kept of each exporter, domain and index, its time left out.
+    known_interfaces: HashMap<([u8; 16], u32, u32), InterfaceName>,
     exporter_stats: Vec<ExporterStats>,
     if_counters: Vec<InterfaceCounters>,
     rollups: Rollups,
@@ -170,7 +171,7 @@ impl ParquetStore {
             keys: Vec::new(),
             rows: Batch::empty(Table::Flows.columns()),
             interfaces: Vec::new(),
-            known_interfaces: HashSet::new(),
+            known_interfaces: HashMap::new(),
             exporter_stats: Vec::new(),
             if_counters: Vec::new(),
             rollup_rows: Vec::new(),
@@ -504,12 +505,15 @@ impl FlowStore for ParquetStore {
 
     fn insert_interfaces(&mut self, names: &[InterfaceName]) -> Result<(), StoreError> {
         for n in names {
-            // The same names come with every options-template refresh: keep each once.
-            let key = InterfaceName {
+            // The same names come with every options-template refresh: keep a row only when
+            // an interface's name, description or speed changes.
+            let now = InterfaceName {
                 received_ns: 0,
                 ..n.clone()
             };
-            if self.known_interfaces.insert(key) {
+            let key = (n.exporter, n.domain, n.index);
+            if self.known_interfaces.get(&key) != Some(&now) {
+                self.known_interfaces.insert(key, now);
                 self.interfaces.push(n.clone());
             }
         }

@@ -5,12 +5,15 @@
 //! A 32-bit counter that goes down wrapped (it counts on modulo 2^32, as RFC 2863 counters
 //! do); a 64-bit one that goes down was reset (the agent restarted) and counts from its new
 //! value on.
+//!
+//! And the interfaces' names ([`IfNames`]): what exporters announced in options records and
+//! what the operator's interfaces file says, kept in the store's `interfaces` table.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::InterfaceCounters;
+use crate::{InterfaceCounters, InterfaceName};
 
 /// One interface of one exporter over a window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -110,6 +113,81 @@ pub fn totals(mut samples: Vec<InterfaceCounters>) -> Vec<InterfaceTotals> {
     out.into_values().map(|(t, _)| t).collect()
 }
 
+/// What is known of one interface.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct IfName {
+    /// Its name (`interfaceName`, or the interfaces file's).
+    pub name: String,
+    /// Its description (`interfaceDescription`).
+    pub description: String,
+    /// Its speed in bits per second (0: unknown).
+    pub speed: u64,
+}
+
+/// The names of interfaces by exporter and `ifIndex`, whatever the observation domain: each of
+/// name, description and speed from the newest row of the `interfaces` table that gives it, so
+/// a speed from the interfaces file stays when an exporter names the interface later.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IfNames(BTreeMap<([u8; 16], u32), IfName>);
+
+impl IfNames {
+    /// The names `rows` give (in any order).
+    pub fn new(mut rows: Vec<InterfaceName>) -> IfNames {
+        rows.sort_by_key(|r| r.received_ns);
+        let mut m: BTreeMap<([u8; 16], u32), IfName> = BTreeMap::new();
+        for r in rows {
+            let e = m.entry((r.exporter, r.index)).or_default();
+            if !r.name.is_empty() {
+                e.name = r.name;
+            }
+            if !r.description.is_empty() {
+                e.description = r.description;
+            }
+            if r.speed > 0 {
+                e.speed = r.speed;
+            }
+        }
+        IfNames(m)
+    }
+
+    /// Whether it names none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Every interface it knows: exporter, index, what is known.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8; 16], u32, &IfName)> {
+        self.0.iter().map(|((e, i), n)| (e, *i, n))
+    }
+
+    /// What is known of interface `index` of `exporter`.
+    pub fn get(&self, exporter: &[u8; 16], index: u32) -> Option<&IfName> {
+        self.0.get(&(*exporter, index))
+    }
+
+    /// The name of interface `index`: of `exporter`'s if given; otherwise the one name every
+    /// exporter that names an interface `index` gives it (none if they differ). Index 0 is no
+    /// interface and has no name.
+    pub fn name(&self, exporter: Option<&[u8; 16]>, index: u32) -> Option<&str> {
+        if index == 0 {
+            return None;
+        }
+        if let Some(e) = exporter {
+            return self
+                .get(e, index)
+                .map(|n| n.name.as_str())
+                .filter(|n| !n.is_empty());
+        }
+        let mut names = self
+            .0
+            .iter()
+            .filter(|((_, i), n)| *i == index && !n.name.is_empty())
+            .map(|(_, n)| n.name.as_str());
+        let first = names.next()?;
+        names.all(|n| n == first).then_some(first)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,5 +229,38 @@ mod tests {
         let r = totals(vec![sample(2, 10, 1000, 0), sample(2, 20, 40, 0)]);
         assert_eq!(r[0].in_octets, 40);
         assert_eq!((t[1].samples, t[1].in_octets), (1, 0));
+    }
+
+    fn named(exporter: u8, index: u32, name: &str, speed: u64, at: u64) -> InterfaceName {
+        InterfaceName {
+            exporter: [exporter; 16],
+            domain: 0,
+            index,
+            name: name.into(),
+            description: String::new(),
+            speed,
+            received_ns: at,
+        }
+    }
+
+    #[test]
+    fn names_take_each_field_from_the_newest_row_that_gives_it() {
+        let n = IfNames::new(vec![
+            named(1, 3, "ge-0/0/3", 0, 30),
+            named(1, 3, "uplink", 10_000_000_000, 10),
+            named(1, 3, "old", 0, 5),
+            named(2, 3, "ge-0/0/3", 0, 10),
+            named(2, 4, "", 1_000_000_000, 10),
+        ]);
+        let e1 = n.get(&[1; 16], 3).unwrap();
+        assert_eq!((e1.name.as_str(), e1.speed), ("ge-0/0/3", 10_000_000_000));
+        assert_eq!(n.name(Some(&[2; 16]), 4), None);
+        assert_eq!(n.get(&[2; 16], 4).unwrap().speed, 1_000_000_000);
+        // Without the exporter: the name all exporters agree on.
+        assert_eq!(n.name(None, 3), Some("ge-0/0/3"));
+        assert_eq!(n.name(None, 0), None);
+        let n = IfNames::new(vec![named(1, 3, "a", 0, 1), named(2, 3, "b", 0, 1)]);
+        assert_eq!(n.name(None, 3), None);
+        assert_eq!(n.name(Some(&[2; 16]), 3), Some("b"));
     }
 }

@@ -216,6 +216,11 @@ impl Key {
     pub fn is_as(self) -> bool {
         matches!(self, Key::SrcAs | Key::DstAs)
     }
+
+    /// Whether the key's values carry a name beside them: an AS's, an interface's.
+    pub fn is_named(self) -> bool {
+        self.is_as() || matches!(self, Key::InIf | Key::OutIf)
+    }
 }
 
 /// Address prefix lengths for a masked address key: `v4` bits of an IPv4 address, `v6` bits of
@@ -430,12 +435,27 @@ pub trait QueryEngine: std::fmt::Debug {
     /// ([`interfaces::totals`]), by exporter, domain and `ifIndex`.
     fn interfaces(&self, window: Window) -> Result<Vec<interfaces::InterfaceTotals>, QueryError>;
 
+    /// Every row of the `interfaces` table: the names exporters announced and the operator's
+    /// interfaces file gave ([`interfaces::IfNames`] makes one name of them).
+    fn interface_names(&self) -> Result<Vec<crate::InterfaceName>, QueryError>;
+
     /// The start time of the newest stored flow, if any: where a view whose window is empty
     /// can go to find the data.
     fn newest(&self) -> Result<Option<i64>, QueryError>;
 
     /// The flood alerts kept beside the flows that overlap `window` ([`crate::alerts`]).
     fn alerts(&self, window: Window) -> Result<crate::alerts::Alerts, QueryError>;
+}
+
+/// Gives a table whose keys hold an interface ([`Key::InIf`], [`Key::OutIf`]) the names of
+/// its interfaces from `engine`'s `interfaces` table; any other answer is left as it is.
+pub fn name_interfaces(engine: &dyn QueryEngine, answer: &mut Answer) -> Result<(), QueryError> {
+    if let QueryResult::Table { keys, if_names, .. } = &mut answer.result
+        && keys.iter().any(|k| matches!(k, Key::InIf | Key::OutIf))
+    {
+        *if_names = interfaces::IfNames::new(engine.interface_names()?);
+    }
+    Ok(())
 }
 
 impl std::str::FromStr for Key {

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use super::filter::OneWay;
-use super::result::{AsNames, Counters, QueryResult, Row, Summary, Value, addr_text, proto_name};
+use super::result::{Counters, Names, QueryResult, Row, Summary, Value, addr_text, proto_name};
 use super::time::format_time;
 use super::{Key, Kind, Query};
 
@@ -39,8 +39,16 @@ pub fn print(
             rows,
             total,
             as_names,
+            if_names,
             ..
-        } => table_lines(keys, rows, total, as_names, every_us, format),
+        } => table_lines(
+            keys,
+            rows,
+            total,
+            Names { as_names, if_names },
+            every_us,
+            format,
+        ),
         QueryResult::Summary(s) => summary_lines(s, format),
     };
     match format {
@@ -153,25 +161,21 @@ fn key_headers(keys: &[Key]) -> Vec<String> {
     let mut h = Vec::new();
     for k in keys {
         h.push(k.name().to_string());
-        if k.is_as() {
+        if k.is_named() {
             h.push(format!("{}_name", k.name()));
         }
     }
     h
 }
 
-/// The key cells of a row: each value as text, an AS number followed by its name (`unknown`
-/// when there is none).
-fn key_cells(keys: &[Key], values: &[Value], names: &AsNames, unknown: &str) -> Vec<String> {
+/// The key cells of a row: each value as text, an AS number or an interface followed by its
+/// name (`unknown` when there is none).
+fn key_cells(keys: &[Key], values: &[Value], names: Names<'_>, unknown: &str) -> Vec<String> {
     let mut l = Vec::new();
-    for (v, k) in values.iter().zip(keys) {
+    for (i, (v, k)) in values.iter().zip(keys).enumerate() {
         l.push(v.show(*k));
-        if k.is_as() {
-            let name = match v {
-                Value::Num(n) => names.get(n).copied(),
-                _ => None,
-            };
-            l.push(name.unwrap_or(unknown).to_string());
+        if k.is_named() {
+            l.push(names.of(keys, values, i).unwrap_or(unknown).to_string());
         }
     }
     l
@@ -181,7 +185,7 @@ fn table_lines(
     keys: &[Key],
     rows: &[Row],
     total: &Counters,
-    names: &AsNames,
+    names: Names<'_>,
     every_us: Option<i64>,
     format: Format,
 ) -> Vec<Vec<String>> {
@@ -281,7 +285,7 @@ fn table_lines(
                 let c = &r.counters;
                 let (bps, pps) = rates(c);
                 let mut keys = serde_json::Map::new();
-                for (k, v) in keys_of.iter().zip(&r.values) {
+                for (i, (k, v)) in keys_of.iter().zip(&r.values).enumerate() {
                     let j = match v {
                         Value::Num(n)
                             if !matches!(k, Key::Protocol | Key::SrcCountry | Key::DstCountry) =>
@@ -292,10 +296,8 @@ fn table_lines(
                         v => v.show(*k).into(),
                     };
                     keys.insert(k.name().to_string(), j);
-                    if let (true, Value::Num(n)) = (k.is_as(), v)
-                        && let Some(name) = names.get(n)
-                    {
-                        keys.insert(format!("{}_name", k.name()), (*name).into());
+                    if let Some(name) = names.of(keys_of, &r.values, i) {
+                        keys.insert(format!("{}_name", k.name()), name.into());
                     }
                 }
                 lines.push(json_line(&JsonRow {

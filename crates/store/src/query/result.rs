@@ -143,6 +143,33 @@ impl Value {
 /// named an AS differently over the window); an AS without a name is not in it.
 pub type AsNames = std::collections::BTreeMap<u32, &'static str>;
 
+/// The names a table's rows carry beside their values ([`Key::is_named`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Names<'a> {
+    /// AS names by number.
+    pub as_names: &'a AsNames,
+    /// Interface names by exporter and index.
+    pub if_names: &'a super::interfaces::IfNames,
+}
+
+impl Names<'_> {
+    /// The name beside the value of `keys[i]` in a row of `values`: an AS number's; an
+    /// interface's, of the row's exporter if a key holds it.
+    pub fn of(&self, keys: &[Key], values: &[Value], i: usize) -> Option<&str> {
+        match (keys.get(i)?, values.get(i)?) {
+            (k, Value::Num(n)) if k.is_as() => self.as_names.get(n).copied(),
+            (Key::InIf | Key::OutIf, Value::Num(n)) => {
+                let exporter = keys.iter().zip(values).find_map(|(k, v)| match (k, v) {
+                    (Key::Exporter, Value::Addr(a)) => Some(a),
+                    _ => None,
+                });
+                self.if_names.name(exporter, *n)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// A 16-byte stored address as text: IPv4-mapped ones as dotted quads.
 pub fn addr_text(a: &[u8; 16]) -> String {
     let v6 = std::net::Ipv6Addr::from(*a);
@@ -253,6 +280,9 @@ pub enum QueryResult {
         order_by: Metric,
         /// The names of the AS numbers in the rows, for keys [`Key::is_as`].
         as_names: AsNames,
+        /// The names of the interfaces, for keys [`Key::InIf`] and [`Key::OutIf`] (empty for
+        /// other keys).
+        if_names: super::interfaces::IfNames,
     },
     /// [`super::Kind::Summary`].
     Summary(Summary),

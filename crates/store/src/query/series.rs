@@ -186,6 +186,7 @@ impl Sink for SeriesSink {
         let rows: Vec<Row> = rows.into_iter().map(|(_, _, r)| r).collect();
         QueryResult::Table {
             as_names: as_names_of(&keys, &rows, &self.as_names),
+            if_names: Default::default(),
             keys,
             rows,
             total: self.total,

@@ -330,6 +330,7 @@ impl Sink for TopSink {
         QueryResult::Table {
             keys: vec![self.key],
             as_names: as_names_of(&[self.key], &rows, &self.as_names),
+            if_names: Default::default(),
             rows,
             total: self.total,
             order_by: self.order_by,
@@ -462,6 +463,7 @@ impl Sink for AggregateSink {
             .collect();
         QueryResult::Table {
             as_names: as_names_of(&self.keys, &rows, &self.as_names),
+            if_names: Default::default(),
             keys: self.keys,
             rows,
             total: self.total,
