@@ -107,6 +107,9 @@ impl Merged {
     pub fn build(mut edges: Edges, mut look_up: impl FnMut(bool, &[u8; 16]) -> Place) -> Merged {
         let mut m = Merged::default();
         let mut ids: HashMap<PlaceKey, u32> = HashMap::new();
+        // Place 0 is the unknown place, what an address outside every piece has.
+        ids.insert(place_key(&Place::default()), 0);
+        m.places.push(Place::default());
         let mut id = |p: Place, places: &mut Vec<Place>| {
             *ids.entry(place_key(&p)).or_insert_with(|| {
                 places.push(p);
@@ -154,6 +157,18 @@ impl Merged {
     /// The place of `addr` (IPv4 in its first 4 bytes, as a flow record keeps it).
     #[inline]
     pub fn find(&self, ipv6: bool, addr: &[u8; 16]) -> Place {
+        self.place(self.find_index(ipv6, addr))
+    }
+
+    /// The place numbered `i` by [`Merged::find_index`].
+    #[inline]
+    pub fn place(&self, i: u32) -> Place {
+        self.places.get(i as usize).copied().unwrap_or_default()
+    }
+
+    /// The number of the place of `addr` (0: unknown), for [`Merged::place`].
+    #[inline]
+    pub fn find_index(&self, ipv6: bool, addr: &[u8; 16]) -> u32 {
         let at = if ipv6 {
             let k = u128::from_be_bytes(*addr);
             let i = self.v6.starts.partition_point(|&s| s <= k);
@@ -162,15 +177,13 @@ impl Merged {
             let k = u32::from_be_bytes([addr[0], addr[1], addr[2], addr[3]]);
             let h = (k >> 16) as usize;
             let (Some(&lo), Some(&hi)) = (self.top.get(h), self.top.get(h + 1)) else {
-                return Place::default();
+                return 0;
             };
             let (lo, hi) = (lo as usize, hi as usize);
             let i = lo + self.v4.starts[lo..hi].partition_point(|&s| s <= k);
             self.v4.at.get(i.wrapping_sub(1))
         };
-        at.and_then(|&a| self.places.get(a as usize))
-            .copied()
-            .unwrap_or_default()
+        at.copied().unwrap_or(0)
     }
 
     /// The bytes its pieces and places take.
