@@ -46,17 +46,7 @@ pub fn parse_speed(s: &str) -> Option<u64> {
 impl Interfaces {
     /// The interfaces of the file `path` holding `text`, as received at `now_ns`.
     pub fn parse(path: &Path, text: &str, now_ns: u64) -> Result<Interfaces, LoadError> {
-        let mut rd = csv::ReaderBuilder::new()
-            .comment(Some(b'#'))
-            .trim(csv::Trim::All)
-            .flexible(true)
-            .from_reader(text.as_bytes());
-        let header: Vec<String> = rd
-            .headers()
-            .map_err(|e| LoadError::new(path, 1, e))?
-            .iter()
-            .map(str::to_owned)
-            .collect();
+        let (mut rd, header) = super::headed_csv(path, text, true)?;
         if header.get(..2) != Some(&["exporter".to_string(), "index".to_string()]) {
             return Err(LoadError::new(
                 path,
@@ -77,10 +67,7 @@ impl Interfaces {
         let mut rows = Vec::new();
         let mut seen: HashMap<([u8; 16], u32), u64> = HashMap::new();
         for r in rd.records() {
-            let r = r.map_err(|e| {
-                let line = e.position().map_or(0, |p| p.line());
-                LoadError::new(path, line, e)
-            })?;
+            let r = r.map_err(|e| LoadError::csv(path, &e))?;
             let line = r.position().map_or(0, |p| p.line());
             let bad = |why: String| LoadError::new(path, line, why);
             if r.len() > header.len() {

@@ -103,6 +103,35 @@ impl LoadError {
     }
 }
 
+impl LoadError {
+    /// A CSV reader's error in `path`, at the line it names.
+    pub fn csv(path: &Path, e: &csv::Error) -> LoadError {
+        LoadError::new(path, e.position().map_or(0, |p| p.line()), e)
+    }
+}
+
+/// A reader of `text`, the CSV file at `path` with a header (`#` starts a comment line, fields
+/// are trimmed; `flexible`: records may have fewer or more fields than it), and the header's
+/// columns.
+pub fn headed_csv<'a>(
+    path: &Path,
+    text: &'a str,
+    flexible: bool,
+) -> Result<(csv::Reader<&'a [u8]>, Vec<String>), LoadError> {
+    let mut rd = csv::ReaderBuilder::new()
+        .comment(Some(b'#'))
+        .trim(csv::Trim::All)
+        .flexible(flexible)
+        .from_reader(text.as_bytes());
+    let header = rd
+        .headers()
+        .map_err(|e| LoadError::new(path, 1, e))?
+        .iter()
+        .map(str::to_owned)
+        .collect();
+    Ok((rd, header))
+}
+
 /// Country or AS data from one file.
 #[derive(Debug)]
 pub enum Db {

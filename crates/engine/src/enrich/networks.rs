@@ -200,16 +200,7 @@ fn parse_toml(path: &Path, text: &str) -> Result<Entries, LoadError> {
 }
 
 fn parse_csv(path: &Path, text: &str) -> Result<Entries, LoadError> {
-    let mut rd = csv::ReaderBuilder::new()
-        .comment(Some(b'#'))
-        .trim(csv::Trim::All)
-        .from_reader(text.as_bytes());
-    let header: Vec<String> = rd
-        .headers()
-        .map_err(|e| LoadError::new(path, 1, e))?
-        .iter()
-        .map(str::to_owned)
-        .collect();
+    let (mut rd, header) = super::headed_csv(path, text, false)?;
     if header.first().map(String::as_str) != Some("prefix") {
         return Err(LoadError::new(
             path,
@@ -219,10 +210,7 @@ fn parse_csv(path: &Path, text: &str) -> Result<Entries, LoadError> {
     }
     let mut out = Vec::new();
     for r in rd.records() {
-        let r = r.map_err(|e| {
-            let line = e.position().map_or(0, |p| p.line() as usize);
-            LoadError::new(path, line, e)
-        })?;
+        let r = r.map_err(|e| LoadError::csv(path, &e))?;
         let line = r.position().map_or(0, |p| p.line() as usize);
         let net = network(
             header

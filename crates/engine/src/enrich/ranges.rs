@@ -46,10 +46,7 @@ impl Ranges {
             .from_reader(text);
         let mut ranges = Vec::new();
         for r in rd.records() {
-            let r = r.map_err(|e| {
-                let line = e.position().map_or(0, |p| p.line());
-                LoadError::new(path, line, e)
-            })?;
+            let r = r.map_err(|e| LoadError::csv(path, &e))?;
             let line = r.position().map_or(0, |p| p.line());
             let bad = |what: &str| LoadError::new(path, line, what);
             let addr = |i: usize| -> Result<IpAddr, LoadError> {
