@@ -26,7 +26,7 @@ use axum::routing::get;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value as Json_, json};
 
-use tapflow_store::query::interfaces::{IfName, IfNames};
+use tapflow_store::query::interfaces::{IfNames, from_flows, utilisation};
 use tapflow_store::query::result::{AsNames, Names, addr_text, proto_name};
 use tapflow_store::query::time::parse_window;
 use tapflow_store::query::{
@@ -1024,8 +1024,6 @@ async fn health_inner(
         Ok((totals, names))
     })
     .await?;
-    // Utilisation: a rate as a share of the interface's speed (none when the speed is unknown).
-    let share = |bps: f64, speed: u64| (speed > 0).then(|| bps * 100.0 / speed as f64);
     let mut interfaces: Vec<Json_> = totals
         .iter()
         .map(|t| {
@@ -1055,8 +1053,8 @@ async fn health_inner(
                 "up": t.if_status & 3 == 3,
                 "in_bps": rate(t.in_octets),
                 "out_bps": rate(t.out_octets),
-                "in_percent": share(rate(t.in_octets), speed),
-                "out_percent": share(rate(t.out_octets), speed),
+                "in_percent": utilisation(rate(t.in_octets), speed),
+                "out_percent": utilisation(rate(t.out_octets), speed),
                 "in_errors": t.in_errors,
                 "in_discards": t.in_discards,
                 "out_errors": t.out_errors,
@@ -1067,65 +1065,35 @@ async fn health_inner(
         .collect();
     // Interfaces whose speed is known but whose exporter sends no counters (NetFlow, IPFIX):
     // their rates from the flows, in by the ingress interface, out by the egress interface.
-    let uncounted: Vec<([u8; 16], u32, IfName)> = names
-        .iter()
-        .filter(|(e, i, n)| {
-            n.speed > 0 && !totals.iter().any(|t| t.exporter == **e && t.if_index == *i)
-        })
-        .map(|(e, i, n)| (*e, i, n.clone()))
-        .collect();
-    if !uncounted.is_empty() {
-        let mut by = Vec::new();
-        for key in [Key::InIf, Key::OutIf] {
-            let answer = run(
-                &state,
-                Query {
-                    window: Some(window),
-                    filter: None,
-                    kind: Kind::Aggregate {
-                        keys: vec![Key::Exporter, key],
-                        order_by: Metric::Bytes,
-                        n: 0,
-                    },
-                },
-            )
-            .await?;
-            let (rows, _, _, _) = table(answer)?;
-            let bytes: std::collections::HashMap<([u8; 16], u32), u64> = rows
-                .iter()
-                .filter_map(|r| match r.values[..] {
-                    [Value::Addr(e), Value::Num(i)] => Some(((e, i), r.counters.bytes)),
-                    _ => None,
-                })
-                .collect();
-            by.push(bytes);
-        }
-        for (e, i, n) in uncounted {
-            let bps = |b: &std::collections::HashMap<([u8; 16], u32), u64>| {
-                b.get(&(e, i)).map_or(0.0, |&x| x as f64 * 8.0 / span_s)
-            };
-            let (in_bps, out_bps) = (bps(&by[0]), bps(&by[1]));
-            interfaces.push(json!({
-                "exporter": Value::Addr(e).show(Key::Exporter),
-                "domain": null,
-                "if_index": i,
-                "name": n.name,
-                "description": n.description,
-                "from": "flows",
-                "samples": null,
-                "speed": n.speed,
-                "up": null,
-                "in_bps": in_bps,
-                "out_bps": out_bps,
-                "in_percent": share(in_bps, n.speed),
-                "out_percent": share(out_bps, n.speed),
-                "in_errors": null,
-                "in_discards": null,
-                "out_errors": null,
-                "out_discards": null,
-                "alarm": false,
-            }));
-        }
+    let flows = blocking(&state, move |engine| {
+        from_flows(engine, window, &names, &totals).map_err(ApiError::from)
+    })
+    .await?;
+    for t in flows {
+        let (in_bps, out_bps) = (
+            t.in_bytes as f64 * 8.0 / span_s,
+            t.out_bytes as f64 * 8.0 / span_s,
+        );
+        interfaces.push(json!({
+            "exporter": Value::Addr(t.exporter).show(Key::Exporter),
+            "domain": null,
+            "if_index": t.if_index,
+            "name": t.name.name,
+            "description": t.name.description,
+            "from": "flows",
+            "samples": null,
+            "speed": t.name.speed,
+            "up": null,
+            "in_bps": in_bps,
+            "out_bps": out_bps,
+            "in_percent": utilisation(in_bps, t.name.speed),
+            "out_percent": utilisation(out_bps, t.name.speed),
+            "in_errors": null,
+            "in_discards": null,
+            "out_errors": null,
+            "out_discards": null,
+            "alarm": false,
+        }));
     }
     let targets = state.probes.clone();
     let probes = tokio::task::spawn_blocking(move || probes::scrape_all(&targets))

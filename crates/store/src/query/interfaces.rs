@@ -188,6 +188,90 @@ impl IfNames {
     }
 }
 
+/// What an interface of known speed whose exporter sends no counters carried over a window,
+/// from the flows: in, the bytes of the flows that came in on it (`in_if`); out, of those that
+/// went out on it (`out_if`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FlowTotals {
+    /// The exporter's address (IPv4-mapped for IPv4).
+    #[serde(serialize_with = "crate::query::interfaces::addr")]
+    pub exporter: [u8; 16],
+    /// `ifIndex`.
+    pub if_index: u32,
+    /// Its name, description and speed.
+    #[serde(flatten)]
+    pub name: IfName,
+    /// Bytes in and out in the window.
+    pub in_bytes: u64,
+    /// See `in_bytes`.
+    pub out_bytes: u64,
+}
+
+/// `bps` as a percentage of `speed` (none when the speed is unknown).
+pub fn utilisation(bps: f64, speed: u64) -> Option<f64> {
+    (speed > 0).then(|| bps * 100.0 / speed as f64)
+}
+
+/// The interfaces `names` gives a speed whose exporter sent no counters (none in `counted`),
+/// with what the flows of `window` carried on them ([`FlowTotals`]).
+pub fn from_flows(
+    engine: &dyn super::QueryEngine,
+    window: super::Window,
+    names: &IfNames,
+    counted: &[InterfaceTotals],
+) -> Result<Vec<FlowTotals>, super::QueryError> {
+    use super::{Key, Kind, Metric, Query, QueryResult, Value};
+    let uncounted: Vec<FlowTotals> = names
+        .iter()
+        .filter(|(e, i, n)| {
+            n.speed > 0
+                && !counted
+                    .iter()
+                    .any(|t| t.exporter == **e && t.if_index == *i)
+        })
+        .map(|(e, i, n)| FlowTotals {
+            exporter: *e,
+            if_index: i,
+            name: n.clone(),
+            in_bytes: 0,
+            out_bytes: 0,
+        })
+        .collect();
+    if uncounted.is_empty() {
+        return Ok(uncounted);
+    }
+    let mut by = Vec::new();
+    for key in [Key::InIf, Key::OutIf] {
+        let answer = engine.run(&Query {
+            window: Some(window),
+            filter: None,
+            kind: Kind::Aggregate {
+                keys: vec![Key::Exporter, key],
+                order_by: Metric::Bytes,
+                n: 0,
+            },
+        })?;
+        let mut bytes = std::collections::HashMap::new();
+        if let QueryResult::Table { rows, .. } = answer.result {
+            for r in rows {
+                if let [Value::Addr(e), Value::Num(i)] = r.values[..] {
+                    bytes.insert((e, i), r.counters.bytes);
+                }
+            }
+        }
+        by.push(bytes);
+    }
+    Ok(uncounted
+        .into_iter()
+        .map(|mut t| {
+            let k = (t.exporter, t.if_index);
+            t.in_bytes = by[0].get(&k).copied().unwrap_or(0);
+            t.out_bytes = by[1].get(&k).copied().unwrap_or(0);
+            t
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
