@@ -99,6 +99,8 @@ pub struct Spool {
     disk_limit: u64,
     memory_limit: u64,
     entries: VecDeque<Entry>,
+    /// Batches taken out to be sent and not yet done or put back.
+    taken: usize,
     memory_bytes: u64,
     disk_bytes: u64,
     next_seq: u64,
@@ -117,6 +119,7 @@ impl Spool {
             disk_limit,
             memory_limit,
             entries: VecDeque::new(),
+            taken: 0,
             memory_bytes: 0,
             disk_bytes: 0,
             next_seq: 0,
@@ -223,11 +226,14 @@ impl Spool {
     /// Takes the oldest batch out to send it; it still counts against the limits until
     /// [`Spool::done`] or [`Spool::put_back`].
     pub fn take_front(&mut self) -> Option<Entry> {
-        self.entries.pop_front()
+        let e = self.entries.pop_front();
+        self.taken += usize::from(e.is_some());
+        e
     }
 
     /// The batch taken is in the server: forgets it (removing its file).
     pub fn done(&mut self, e: Entry) -> Result<(), StoreError> {
+        self.taken -= 1;
         match e.held {
             Held::Memory(_) => self.memory_bytes -= e.len,
             Held::Disk(path) => {
@@ -244,6 +250,7 @@ impl Spool {
 
     /// The batch taken was not sent: it is the oldest again.
     pub fn put_back(&mut self, e: Entry) {
+        self.taken -= 1;
         self.entries.push_front(e);
     }
 
@@ -285,9 +292,9 @@ impl Spool {
         Ok((pending, dropped))
     }
 
-    /// Whether nothing waits.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+    /// Whether nothing waits and no batch is out being sent (one that fails comes back).
+    pub fn is_idle(&self) -> bool {
+        self.entries.is_empty() && self.taken == 0
     }
 }
 
@@ -314,8 +321,10 @@ mod tests {
         assert!(s.push(batch(Table::Flows, 8)).unwrap().is_none());
         assert_eq!(s.push(batch(Table::Flows, 11)).unwrap().unwrap().rows, 11);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
-        // The oldest is taken, fails, comes back first; the run ends.
+        // The oldest is taken, fails, comes back first; the run ends. While one is out being
+        // sent, the spool is not idle even if nothing else waits.
         let first = s.take_front().unwrap();
+        assert!(!s.is_idle());
         s.put_back(first);
         // At the end the memory batches go to disk in their places while they fit: the 6-row one
         // (15 + 6 bytes), not the 4-row one (25 > 24), which is dropped.
@@ -346,6 +355,7 @@ mod tests {
             next.done(e).unwrap();
         }
         assert_eq!(order, [6, 7, 8]);
+        assert!(next.is_idle());
         assert_eq!(
             std::fs::read_dir(dir.path()).unwrap().count(),
             0,

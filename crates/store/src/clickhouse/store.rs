@@ -362,8 +362,10 @@ fn send_loop(shared: &Shared, server: &Server, schema: &Schema) {
         let entry = {
             let mut st = shared.lock();
             loop {
+                // Closing, a sender stays while another has a batch out: if that one fails,
+                // the batch comes back for whichever sender is free.
                 if let Some(deadline) = st.closing
-                    && (st.spool.is_empty() || Instant::now() >= deadline)
+                    && (st.spool.is_idle() || Instant::now() >= deadline)
                 {
                     return;
                 }
@@ -401,6 +403,8 @@ fn send_loop(shared: &Shared, server: &Server, schema: &Schema) {
                 if let Err(e) = st.spool.done(entry) {
                     eprintln!("tapflow: ClickHouse spool: {e}");
                 }
+                // Senders waiting to close see the spool idle.
+                shared.wake.notify_all();
             }
             Err(e) => {
                 if !failing {
