@@ -205,12 +205,10 @@ fn interfaces(engine: &dyn QueryEngine, q: &Query, a: &QueryArgs) -> Result<Exit
         tapflow_store::query::interfaces::IfNames::new(engine.interface_names().map_err(usage)?);
     // An interface's name, and its speed: the agent's, or the interfaces file's.
     let named = |r: &tapflow_store::query::interfaces::InterfaceTotals| {
-        let n = names.get(&r.exporter, r.if_index);
-        let speed = match r.if_speed {
-            0 => n.map_or(0, |n| n.speed),
-            s => s,
-        };
-        (n.map_or("", |n| n.name.as_str()), speed)
+        let name = names
+            .get(&r.exporter, r.if_index)
+            .map_or("", |n| n.name.as_str());
+        (name, names.speed(&r.exporter, r.if_index, r.if_speed))
     };
     let text = if a.json {
         let mut s = String::new();
@@ -286,13 +284,7 @@ fn interfaces(engine: &dyn QueryEngine, q: &Query, a: &QueryArgs) -> Result<Exit
         for l in &lines {
             let cells: Vec<String> = if a.csv {
                 l.iter()
-                    .map(|c| {
-                        if c.contains([',', '"', '\n']) {
-                            format!("\"{}\"", c.replace('"', "\"\""))
-                        } else {
-                            c.clone()
-                        }
-                    })
+                    .map(|c| tapflow_store::query::output::csv_field(c.clone()))
                     .collect()
             } else {
                 l.iter()

@@ -1036,10 +1036,7 @@ async fn health_inner(
                 }
             };
             let named = names.get(&t.exporter, t.if_index);
-            let speed = match t.if_speed {
-                0 => named.map_or(0, |n| n.speed),
-                s => s,
-            };
+            let speed = names.speed(&t.exporter, t.if_index, t.if_speed);
             let trouble = t.in_errors + t.in_discards + t.out_errors + t.out_discards;
             json!({
                 "exporter": Value::Addr(t.exporter).show(Key::Exporter),

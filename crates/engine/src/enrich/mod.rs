@@ -5,9 +5,9 @@
 //! The collector and the flow meter use it alike: [`store::EnrichedStore`] sits in front of a
 //! store. The tables ([`Tables`]) come from files: MMDB or CSV ranges ([`mmdb`], [`ranges`]) for
 //! country and AS, the networks file ([`networks`]). The interfaces file ([`interfaces`]) names
-//! exporters' interfaces: its rows go to the store's interfaces table, not into each flow. A [`Source`] holds the tables in force and
-//! reloads them when a file changes or on SIGHUP; a bad file is refused with its line number and
-//! the previous tables stay.
+//! exporters' interfaces: its rows go to the store's interfaces table, not into each flow. A
+//! [`Source`] holds the tables in force and reloads them when a file changes or on SIGHUP; a bad
+//! file is refused with its line number and the previous tables stay.
 //!
 //! At load, every table is merged into one per address family ([`merged`]). Per record: a
 //! lookup in a small direct-mapped cache of addresses; on a miss, one binary search in the
@@ -46,10 +46,7 @@ pub struct EnrichConfig {
 impl EnrichConfig {
     /// Whether any file is given.
     pub fn is_enabled(&self) -> bool {
-        self.geoip.is_some()
-            || self.asn.is_some()
-            || self.networks.is_some()
-            || self.interfaces.is_some()
+        !self.files().is_empty()
     }
 
     /// The files given, with the option that names each.
@@ -101,9 +98,7 @@ impl LoadError {
             why: why.to_string(),
         }
     }
-}
 
-impl LoadError {
     /// A CSV reader's error in `path`, at the line it names.
     pub fn csv(path: &Path, e: &csv::Error) -> LoadError {
         LoadError::new(path, e.position().map_or(0, |p| p.line()), e)
@@ -202,9 +197,7 @@ impl Tables {
         let interfaces = match &cfg.interfaces {
             Some(p) => {
                 let text = std::fs::read_to_string(p).map_err(|e| LoadError::new(p, 0, e))?;
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64);
+                let now = tapflow_sys::clock::realtime_ns();
                 Some(interfaces::Interfaces::parse(p, &text, now)?)
             }
             None => None,

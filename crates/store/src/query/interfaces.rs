@@ -160,6 +160,15 @@ impl IfNames {
         self.0.iter().map(|((e, i), n)| (e, *i, n))
     }
 
+    /// The speed of interface `index` of `exporter`: `reported` (an agent's `ifSpeed`), or,
+    /// where that is 0, the one known here.
+    pub fn speed(&self, exporter: &[u8; 16], index: u32, reported: u64) -> u64 {
+        match reported {
+            0 => self.get(exporter, index).map_or(0, |n| n.speed),
+            s => s,
+        }
+    }
+
     /// What is known of interface `index` of `exporter`.
     pub fn get(&self, exporter: &[u8; 16], index: u32) -> Option<&IfName> {
         self.0.get(&(*exporter, index))

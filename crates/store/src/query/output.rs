@@ -83,7 +83,8 @@ fn rfc3339(us: i64) -> String {
     format!("{t}{:03}Z", us.rem_euclid(1000))
 }
 
-fn csv_field(s: String) -> String {
+/// `s` as one CSV field: quoted, its quotes doubled, if it holds a comma, a quote or a newline.
+pub fn csv_field(s: String) -> String {
     if s.contains([',', '"', '\n']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
